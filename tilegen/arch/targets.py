@@ -1,0 +1,78 @@
+"""Per-target limits and the PTX ISA versions features need.
+
+| target | shared memory per block (opt-in) | notes                                 |
+| ------ | -------------------------------- | ------------------------------------- |
+| sm_80  | 163 KB (166912 B)                | A100                                  |
+| sm_86  | 99 KB (101376 B)                 | GA10x                                 |
+| sm_89  | 99 KB (101376 B)                 | Ada; fp8 mma                          |
+| sm_90  | 227 KB (232448 B)                | Hopper; stmatrix, TMA                 |
+| sm_90a | 227 KB (232448 B)                | Hopper arch-specific: wgmma, setmaxnreg |
+
+Static shared memory is capped at 48 KB; more needs dynamic shared memory and the
+MAX_DYNAMIC_SHARED_SIZE attribute. Every target: 255 registers per thread, 64K per SM,
+1024 threads per block.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+MAX_PTX = (9, 0)  # the newest ISA CUDA 13.0's ptxas and driver 580's JIT accept
+
+
+@dataclass(frozen=True)
+class Target:
+    name: str
+    sm: int
+    arch_specific: bool
+    smem_per_block: int          # opt-in maximum, bytes
+    min_ptx: tuple[int, int]     # the floor the target itself imposes
+    smem_static_max: int = 48 * 1024
+    regs_per_thread: int = 255
+    regs_per_sm: int = 65536
+    max_threads: int = 1024
+
+    def __str__(self) -> str:
+        return self.name
+
+
+TARGETS: dict[str, Target] = {
+    t.name: t
+    for t in (
+        Target("sm_80", 80, False, 166912, (7, 0)),
+        Target("sm_86", 86, False, 101376, (7, 1)),
+        Target("sm_89", 89, False, 101376, (7, 8)),
+        Target("sm_90", 90, False, 232448, (7, 8)),
+        Target("sm_90a", 90, True, 232448, (8, 0)),
+    )
+}
+
+
+def target(name: str) -> Target:
+    try:
+        return TARGETS[name]
+    except (KeyError, TypeError):
+        raise ValueError(f"unknown target {name!r}; allowed: {', '.join(TARGETS)}") from None
+
+
+# Lowest PTX ISA version of each feature tilegen emits (ptx.md section 1.3).
+FEATURE_PTX = {
+    "mma": (7, 0),
+    "mma.fp8": (8, 4),
+    "ldmatrix": (7, 0),
+    "stmatrix": (7, 8),
+    "cp.async": (7, 0),
+    "cvt.rna.tf32": (7, 0),
+}
+
+
+def ptx_version_for(tgt: Target | str, features=()) -> tuple[int, int]:
+    """The lowest `.version` that covers the target and every feature used."""
+    tgt = target(tgt) if isinstance(tgt, str) else tgt
+    v = tgt.min_ptx
+    for f in features:
+        if f not in FEATURE_PTX:
+            raise ValueError(f"unknown PTX feature {f!r}; known: {', '.join(FEATURE_PTX)}")
+        v = max(v, FEATURE_PTX[f])
+    if v > MAX_PTX:
+        raise ValueError(f"PTX {v[0]}.{v[1]} needed, above the supported maximum {MAX_PTX[0]}.{MAX_PTX[1]}")
+    return v

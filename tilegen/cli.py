@@ -1,0 +1,46 @@
+"""The `tilegen` command line."""
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def _demo(args) -> int:
+    from .spec import GemmSpec
+
+    spec = GemmSpec(dtype=args.dtype)
+    print(spec)
+    atom = spec.mma
+    print(f"\nmma atom {atom.name}: {atom.instruction}")
+    for frag in (atom.a, atom.b, atom.c):
+        print()
+        print(frag.lane_grid())
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="tilegen", description="A Python kernel DSL that generates PTX.")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+    demo = sub.add_parser("demo", help="show the default GEMM spec and its mma atom's fragment maps")
+    demo.add_argument("--dtype", default="f16", choices=["tf32", "f16", "bf16"], help="operand dtype (default f16)")
+    demo.set_defaults(run=_demo)
+    return p
+
+
+def main(argv=None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not getattr(args, "run", None):
+        parser.print_help()
+        return 2
+    from .errors import TilegenError
+
+    try:
+        return args.run(args)
+    except TilegenError as e:
+        print(f"tilegen: error: {e}", file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

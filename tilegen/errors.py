@@ -1,0 +1,35 @@
+"""Errors users see. Each names what was wrong and what is allowed."""
+
+
+class TilegenError(Exception):
+    """Base class of every error tilegen raises on purpose."""
+
+
+class SpecError(TilegenError, ValueError):
+    """An invalid kernel spec: names the field, the bad value and the legal set."""
+
+    def __init__(self, field: str, value, allowed: str, why: str = ""):
+        self.field = field
+        self.value = value
+        self.allowed = allowed
+        msg = f"{field}={value!r} is invalid"
+        if why:
+            msg += f": {why}"
+        msg += f"; allowed: {allowed}"
+        super().__init__(msg)
+
+
+class LaunchError(TilegenError, ValueError):
+    """Arguments a compiled kernel cannot run on (shape, dtype, stride, alignment)."""
+
+
+class DeviceError(TilegenError, RuntimeError):
+    """No usable GPU or driver, or a CUDA driver call failed."""
+
+
+class DSLError(TilegenError):
+    """A mistake in a kernel written with the tile DSL; points at the user's line."""
+
+
+class IRError(TilegenError):
+    """An IR invariant broken by a front-end or a pass (a tilegen bug, or a DSL misuse)."""

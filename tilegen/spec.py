@@ -1,0 +1,296 @@
+"""GemmSpec: a frozen, hashable, validated description of one GEMM kernel.
+
+Every field has a default, so `GemmSpec(dtype="f16")` is a complete spec. Fields left at
+None are resolved from the others at construction, so two specs that describe the same
+kernel compare equal and hash alike. Anything invalid raises SpecError naming the field,
+the bad value and what is allowed.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field, fields, replace
+from typing import Optional, Union
+
+from .arch import dtypes as _dtypes
+from .arch.mma import DEFAULT_ATOM, MMA_ATOMS, MmaAtom, atoms_for
+from .arch.swizzle import SWIZZLE_MODES
+from .arch.targets import TARGETS, Target
+from .errors import SpecError
+
+OPERAND_DTYPES = ("tf32", "f16", "bf16", "e4m3", "e5m2")
+ACC_DTYPES = ("f32", "f16")
+OUT_DTYPES = ("f32", "f16", "bf16")
+LAYOUTS = ("row", "col")
+SWIZZLES = ("auto", *SWIZZLE_MODES, "pad", "none")
+ACTIVATIONS = ("none", "relu", "gelu_tanh", "gelu_erf", "silu")
+BIAS = (None, "row", "col")
+STAGES = range(2, 7)
+COPY_BYTES = 16  # one cp.async moves 16 bytes; tile rows are built from such chunks
+
+
+def _ints(name: str, value, n: int) -> tuple:
+    if isinstance(value, (list, tuple)) and len(value) == n and all(
+            isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in value):
+        return tuple(value)
+    raise SpecError(name, value, f"a tuple of {n} positive ints")
+
+
+@dataclass(frozen=True)
+class TileShape:
+    """Threadblock tile: each CTA computes an m x n block of C, stepping k at a time."""
+    m: int
+    n: int
+    k: int
+
+    @classmethod
+    def of(cls, value) -> "TileShape":
+        if isinstance(value, TileShape):
+            return value
+        return cls(*_ints("tile", value, 3))
+
+    def __iter__(self):
+        return iter((self.m, self.n, self.k))
+
+
+@dataclass(frozen=True)
+class WarpLayout:
+    """Warps of a CTA as an m x n grid; each warp owns a (tile.m/m) x (tile.n/n) warp tile."""
+    m: int
+    n: int
+
+    @classmethod
+    def of(cls, value) -> "WarpLayout":
+        if isinstance(value, WarpLayout):
+            return value
+        return cls(*_ints("warps", value, 2))
+
+    @property
+    def count(self) -> int:
+        return self.m * self.n
+
+    def __iter__(self):
+        return iter((self.m, self.n))
+
+
+@dataclass(frozen=True)
+class Epilogue:
+    """What happens between the accumulator and the single store of C.
+
+    C = act(alpha * A @ B + beta * C0 + bias) + residual; alpha and beta are launch
+    arguments. bias: None, "row" (length M) or "col" (length N).
+    """
+    bias: Optional[str] = None
+    activation: str = "none"
+    residual: bool = False
+
+    def __post_init__(self):
+        if self.bias not in BIAS:
+            raise SpecError("epilogue.bias", self.bias, "None, 'row' (length M), 'col' (length N)")
+        if self.activation not in ACTIVATIONS:
+            raise SpecError("epilogue.activation", self.activation, ", ".join(ACTIVATIONS))
+        if not isinstance(self.residual, bool):
+            raise SpecError("epilogue.residual", self.residual, "True or False")
+
+    @property
+    def is_plain(self) -> bool:
+        return self.bias is None and self.activation == "none" and not self.residual
+
+
+# Defaults per operand dtype: (tile, stages). Tiles give 64 x 64 warp tiles with 2 x 2 warps
+# and k-tiles whose rows are 128 bytes wide (one 128B swizzle span) for K-major operands.
+_DEFAULT_TILE = {"tf32": (128, 128, 32), "f16": (128, 128, 64), "bf16": (128, 128, 64),
+                 "e4m3": (128, 128, 128), "e5m2": (128, 128, 128)}
+
+
+@dataclass(frozen=True)
+class GemmSpec:
+    """A GEMM kernel: C (M x N) = alpha * A (M x K) @ B (K x N) + beta * C.
+
+    | field      | legal values                                    | default                  |
+    | ---------- | ----------------------------------------------- | ------------------------ |
+    | dtype      | tf32, f16, bf16, e4m3, e5m2 (operands)          | f16                      |
+    | acc_dtype  | f32; f16 for f16 operands                       | f32                      |
+    | out_dtype  | f32, f16, bf16                                  | f32                      |
+    | a_layout   | row (K contiguous), col (M contiguous)          | row                      |
+    | b_layout   | row (N contiguous), col (K contiguous)          | row                      |
+    | tile       | (M, N, K) per CTA                               | by dtype, 128 x 128 x *  |
+    | warps      | (warps along M, warps along N), 1..16 in all    | (2, 2)                   |
+    | atom       | an mma atom name taking dtype/acc_dtype         | the largest-k atom       |
+    | stages     | 2..6 shared-memory pipeline stages              | 3                        |
+    | swizzle    | auto, 128B, 64B, 32B, pad, none                 | auto (widest that fits)  |
+    | group_m    | CTA rows per group in the launch order (L2)     | 8                        |
+    | epilogue   | Epilogue(...)                                   | plain                    |
+    | target     | sm_80, sm_86, sm_89, sm_90, sm_90a              | sm_80                    |
+    """
+
+    dtype: str = "f16"
+    acc_dtype: str = "f32"
+    out_dtype: str = "f32"
+    a_layout: str = "row"
+    b_layout: str = "row"
+    tile: Union[TileShape, tuple, None] = None
+    warps: Union[WarpLayout, tuple] = (2, 2)
+    atom: Optional[str] = None
+    stages: int = 3
+    swizzle: str = "auto"
+    group_m: int = 8
+    epilogue: Epilogue = field(default_factory=Epilogue)
+    target: str = "sm_80"
+
+    def __post_init__(self):
+        set_ = lambda k, v: object.__setattr__(self, k, v)  # noqa: E731  (frozen)
+        if self.dtype not in OPERAND_DTYPES:
+            raise SpecError("dtype", self.dtype, ", ".join(OPERAND_DTYPES))
+        if self.target not in TARGETS:
+            raise SpecError("target", self.target, ", ".join(TARGETS),
+                            "tilegen needs sm_80 or newer (mma.sync, cp.async)"
+                            if isinstance(self.target, str) and self.target.startswith("sm_") else "")
+        if self.acc_dtype not in ACC_DTYPES:
+            raise SpecError("acc_dtype", self.acc_dtype, ", ".join(ACC_DTYPES))
+        if self.out_dtype not in OUT_DTYPES:
+            raise SpecError("out_dtype", self.out_dtype, ", ".join(OUT_DTYPES))
+        for name in ("a_layout", "b_layout"):
+            if getattr(self, name) not in LAYOUTS:
+                raise SpecError(name, getattr(self, name), "'row', 'col'")
+        if not isinstance(self.epilogue, Epilogue):
+            raise SpecError("epilogue", self.epilogue, "an Epilogue(...)")
+        set_("tile", TileShape.of(self.tile if self.tile is not None else _DEFAULT_TILE[self.dtype]))
+        set_("warps", WarpLayout.of(self.warps))
+        if self.atom is None:
+            key = (self.dtype, self.acc_dtype)
+            if key not in DEFAULT_ATOM:
+                legal = sorted({a.acc_type.name for a in atoms_for(self.dtype)})
+                raise SpecError("acc_dtype", self.acc_dtype, ", ".join(legal),
+                                f"no mma atom takes {self.dtype} operands with that accumulator")
+            set_("atom", DEFAULT_ATOM[key])
+        if self.swizzle == "auto":
+            set_("swizzle", self._auto_swizzle())
+        self._validate()
+
+    # -- derived facts ------------------------------------------------------------------------
+    @property
+    def mma(self) -> MmaAtom:
+        return MMA_ATOMS[self.atom]
+
+    @property
+    def operand_dtype(self) -> _dtypes.DType:
+        return _dtypes.dtype(self.dtype)
+
+    @property
+    def target_info(self) -> Target:
+        return TARGETS[self.target]
+
+    @property
+    def threads(self) -> int:
+        return 32 * self.warps.count
+
+    @property
+    def warp_tile(self) -> tuple[int, int]:
+        return self.tile.m // self.warps.m, self.tile.n // self.warps.n
+
+    def operand_tile(self, operand: str) -> tuple[int, int]:
+        """(rows, contiguous columns) of one stage of an operand's shared tile, in elements.
+
+        Shared tiles keep the global layout: a row-major A tile is tile.m rows of tile.k;
+        a column-major A tile is tile.k rows of tile.m; likewise for B.
+        """
+        t = self.tile
+        if operand == "A":
+            return (t.m, t.k) if self.a_layout == "row" else (t.k, t.m)
+        if operand == "B":
+            return (t.k, t.n) if self.b_layout == "row" else (t.n, t.k)
+        raise ValueError(f"operand {operand!r}; allowed: 'A', 'B'")
+
+    def is_k_major(self, operand: str) -> bool:
+        return (self.a_layout == "row") if operand == "A" else (self.b_layout == "col")
+
+    def smem_bytes(self) -> int:
+        """Shared memory the pipeline needs (all stages of A and B, alignment slack included)."""
+        from .layout import smem_layout  # local: layout depends on spec's fields only
+
+        total = sum(smem_layout(self, op).stage_bytes for op in "AB") * self.stages
+        return total + 1024  # dynamic shared memory is rounded up to a 1024-byte boundary
+
+    def replace(self, **changes) -> "GemmSpec":
+        return replace(self, **changes)
+
+    def __str__(self) -> str:
+        parts = []
+        for f in fields(self):
+            v = getattr(self, f.name)
+            if isinstance(v, TileShape):
+                v = f"{v.m}x{v.n}x{v.k}"
+            elif isinstance(v, WarpLayout):
+                v = f"{v.m}x{v.n}"
+            elif isinstance(v, Epilogue):
+                v = "plain" if v.is_plain else f"bias={v.bias},act={v.activation},residual={v.residual}"
+            parts.append(f"{f.name}={v}")
+        return "GemmSpec(" + ", ".join(parts) + ")"
+
+    # -- validation ---------------------------------------------------------------------------
+    def _auto_swizzle(self) -> str:
+        """The widest XOR swizzle whose span divides both operand rows; padding otherwise."""
+        esize = _dtypes.dtype(self.dtype).bytes
+        widths = [self.operand_tile(op)[1] * esize for op in "AB"]
+        for mode, swz in SWIZZLE_MODES.items():  # widest first
+            if all(w % swz.span == 0 for w in widths):
+                return mode
+        return "pad"
+
+    def _validate(self):
+        tgt, atom, dt = self.target_info, self.mma, self.operand_dtype
+        if dt.min_sm > tgt.sm:
+            raise SpecError("target", self.target, ", ".join(t for t, x in TARGETS.items() if x.sm >= dt.min_sm),
+                            f"{self.dtype} mma needs sm_{dt.min_sm} or newer")
+        if self.atom not in MMA_ATOMS:
+            raise SpecError("atom", self.atom, ", ".join(MMA_ATOMS))
+        if atom.a_type.name != self.dtype or atom.acc_type.name != self.acc_dtype:
+            legal = [a.name for a in atoms_for(self.dtype, acc=self.acc_dtype)]
+            raise SpecError("atom", self.atom, ", ".join(legal) or "none",
+                            f"the atom must take {self.dtype} operands and accumulate in {self.acc_dtype}")
+        if atom.min_sm > tgt.sm:
+            raise SpecError("target", self.target, f"sm_{atom.min_sm} or newer", f"atom {atom.name} needs it")
+        if self.acc_dtype == "f16" and self.out_dtype == "f32":
+            pass  # widening an f16 accumulator on store is fine
+        if dt.bits == 8 and (self.a_layout, self.b_layout) != ("row", "col"):
+            raise SpecError("a_layout/b_layout", (self.a_layout, self.b_layout), "('row', 'col') for fp8",
+                            "fp8 operands must be K-major: there is no 8-bit ldmatrix transpose before sm_100")
+        if isinstance(self.stages, bool) or not isinstance(self.stages, int) or self.stages not in STAGES:
+            raise SpecError("stages", self.stages, f"{STAGES.start}..{STAGES.stop - 1}")
+        if not 1 <= self.warps.count <= 16:
+            raise SpecError("warps", (self.warps.m, self.warps.n), "1 to 16 warps in all")
+        if isinstance(self.group_m, bool) or not isinstance(self.group_m, int) or not 1 <= self.group_m <= 64:
+            raise SpecError("group_m", self.group_m, "an int in 1..64 (1 = plain row-by-row order)")
+        t, w = self.tile, self.warps
+        if t.m % (w.m * atom.m):
+            raise SpecError("tile", (t.m, t.n, t.k), f"tile.m a multiple of warps.m * atom.m = {w.m * atom.m}")
+        # Fragments of B are loaded two n8 atoms at a time (one ldmatrix.x4 / paired loads).
+        if t.n % (w.n * 2 * atom.n):
+            raise SpecError("tile", (t.m, t.n, t.k), f"tile.n a multiple of warps.n * 2 * atom.n = {w.n * 2 * atom.n}")
+        if t.k % atom.k:
+            raise SpecError("tile", (t.m, t.n, t.k), f"tile.k a multiple of atom.k = {atom.k}")
+        wm, wn = self.warp_tile
+        if wm * wn // (atom.m * atom.n) * atom.c.regs > 128:
+            raise SpecError("tile", (t.m, t.n, t.k),
+                            "warp tiles of at most 128 accumulator registers per thread "
+                            f"(this one needs {wm * wn // (atom.m * atom.n) * atom.c.regs}): more warps or a smaller tile")
+        if self.swizzle not in SWIZZLES:
+            raise SpecError("swizzle", self.swizzle, ", ".join(SWIZZLES))
+        for op in "AB":
+            rows, cols = self.operand_tile(op)
+            row_bytes = cols * dt.bytes
+            if row_bytes % COPY_BYTES:
+                raise SpecError("tile", (t.m, t.n, t.k),
+                                f"operand {op}'s shared rows are {row_bytes} bytes; they must be a multiple of 16 bytes")
+            chunks = rows * row_bytes // COPY_BYTES
+            if chunks % self.threads:
+                raise SpecError("tile", (t.m, t.n, t.k),
+                                f"operand {op}'s tile has {chunks} 16-byte chunks, not a multiple of the "
+                                f"{self.threads} threads that copy it")
+            if self.swizzle in SWIZZLE_MODES and row_bytes % SWIZZLE_MODES[self.swizzle].span:
+                legal = [m for m, s in SWIZZLE_MODES.items() if row_bytes % s.span == 0] + ["pad", "none"]
+                raise SpecError("swizzle", self.swizzle, ", ".join(legal),
+                                f"operand {op}'s shared rows are {row_bytes} bytes, not a multiple of the swizzle span")
+        need = self.smem_bytes()
+        if need > tgt.smem_per_block:
+            raise SpecError("stages", self.stages, f"a pipeline within {tgt.smem_per_block} bytes on {tgt.name}",
+                            f"tile {t.m}x{t.n}x{t.k} with {self.stages} stages needs {need} bytes of shared memory")
