@@ -237,12 +237,13 @@ class GemmSpec:
         return "pad"
 
     def _validate(self):
+        if not isinstance(self.atom, str) or self.atom not in MMA_ATOMS:
+            raise SpecError("atom", self.atom, ", ".join(a.name for a in atoms_for(self.dtype, acc=self.acc_dtype))
+                            or ", ".join(MMA_ATOMS))
         tgt, atom, dt = self.target_info, self.mma, self.operand_dtype
         if dt.min_sm > tgt.sm:
             raise SpecError("target", self.target, ", ".join(t for t, x in TARGETS.items() if x.sm >= dt.min_sm),
                             f"{self.dtype} mma needs sm_{dt.min_sm} or newer")
-        if self.atom not in MMA_ATOMS:
-            raise SpecError("atom", self.atom, ", ".join(MMA_ATOMS))
         if atom.a_type.name != self.dtype or atom.acc_type.name != self.acc_dtype:
             legal = [a.name for a in atoms_for(self.dtype, acc=self.acc_dtype)]
             raise SpecError("atom", self.atom, ", ".join(legal) or "none",

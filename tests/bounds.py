@@ -1,0 +1,28 @@
+"""Error bounds for GEMM results against a float64 reference, by dtype and K.
+
+The check is ||C - ref||_F <= bound * ||(|A| @ |B|)||_F: a relative error against the
+magnitude the sums run through, so the bound does not blow up when the entries of C cancel.
+Sources of error, in units of 2^-p (p = the type's mantissa bits + 1):
+- operand rounding: tf32 inputs are rounded (cvt.rna) to 11 significant bits, so each
+  product carries up to 2 * 2^-11; f16/bf16 operands are exact in the reference already.
+- f32 accumulation over K terms: up to K * 2^-24 (the worst case; random data sits far under).
+- output rounding: 2^-11 for f16, 2^-8 for bf16, 2^-24 for f32.
+"""
+UNIT = {"f32": 2.0 ** -24, "tf32": 2.0 ** -11, "f16": 2.0 ** -11, "bf16": 2.0 ** -8}
+
+
+def gemm_bound(dtype: str, K: int, out_dtype: str = "f32", acc_dtype: str = "f32") -> float:
+    operand = 2 * UNIT["tf32"] if dtype == "tf32" else 0.0
+    accumulate = max(K, 1) * UNIT["f32" if acc_dtype == "f32" else "f16"]
+    return operand + accumulate + UNIT[out_dtype]
+
+
+def gemm_error(C, ref, A, B) -> float:
+    """||C - ref|| / || |A| @ |B| || in float64."""
+    import numpy as np
+
+    scale = np.abs(A.astype(np.float64)) @ np.abs(B.astype(np.float64))
+    denom = np.linalg.norm(scale)
+    if denom == 0:
+        return float(np.linalg.norm(C.astype(np.float64) - ref))
+    return float(np.linalg.norm(C.astype(np.float64) - ref) / denom)

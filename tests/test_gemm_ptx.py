@@ -1,0 +1,77 @@
+"""The generated GEMM's PTX: assembles everywhere, deterministic, golden copies."""
+import os
+import pathlib
+import re
+
+import pytest
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+
+import tilegen
+from ptxas_util import assert_assembles, needs_ptxas
+
+GOLDEN = pathlib.Path(__file__).parent / "data" / "golden"
+GOLDEN_SPECS = {
+    "gemm_tf32_default.ptx": tilegen.GemmSpec(dtype="tf32"),
+    "gemm_f16_default.ptx": tilegen.GemmSpec(dtype="f16"),
+    "gemm_bf16_64x64x32_s2.ptx": tilegen.GemmSpec(dtype="bf16", tile=(64, 64, 32), warps=(2, 2), stages=2),
+}
+
+
+@needs_ptxas
+@pytest.mark.parametrize("dtype", ["tf32", "f16", "bf16"])
+@pytest.mark.parametrize("arch", ["sm_80", "sm_86", "sm_89", "sm_90"])
+def test_default_gemm_assembles(dtype, arch):
+    k = tilegen.compile(tilegen.GemmSpec(dtype=dtype))
+    assert_assembles(k.ptx, arch)
+
+
+@st.composite
+def gemm_specs(draw):
+    dtype = draw(st.sampled_from(["tf32", "f16", "bf16"]))
+    warps = draw(st.sampled_from([(1, 1), (2, 1), (1, 2), (2, 2), (4, 2), (2, 4)]))
+    tm = draw(st.sampled_from([16, 32, 64]))
+    tn = draw(st.sampled_from([16, 32, 64]))
+    tk = draw(st.sampled_from([16, 32, 64] if dtype != "tf32" else [8, 16, 32]))
+    stages = draw(st.integers(2, 5))
+    target = draw(st.sampled_from(["sm_80", "sm_86", "sm_89", "sm_90"]))
+    try:
+        return tilegen.GemmSpec(dtype=dtype, tile=(tm * warps[0], tn * warps[1], tk), warps=warps,
+                                stages=stages, target=target)
+    except tilegen.SpecError:
+        assume(False)
+
+
+@needs_ptxas
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.filter_too_much])
+@given(gemm_specs())
+def test_drawn_specs_assemble(spec):
+    k = tilegen.compile(spec)
+    assert_assembles(k.ptx, spec.target)
+
+
+def test_ptx_is_deterministic():
+    spec = tilegen.GemmSpec(dtype="bf16", stages=4)
+    assert tilegen.compile(spec).ptx == tilegen.compile(tilegen.GemmSpec(dtype="bf16", stages=4)).ptx
+
+
+def test_header_and_annotations():
+    ptx = tilegen.compile(tilegen.GemmSpec(dtype="tf32")).ptx
+    assert re.search(r"^\.version 7\.0$", ptx, re.M)
+    assert re.search(r"^\.target sm_80$", ptx, re.M)
+    assert ".address_size 64" in ptx
+    assert "cvt.rna.tf32.f32" in ptx
+    assert "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32" in ptx
+    # comments name the k-step, fragment and the kernel source line they come from
+    assert re.search(r"// k-step 0: fragment a \(gemm\.py:\d+\)", ptx)
+    assert "prologue: stage 0 of A" in ptx
+
+
+@pytest.mark.parametrize("name", sorted(GOLDEN_SPECS))
+def test_golden_ptx(name):
+    ptx = tilegen.compile(GOLDEN_SPECS[name]).ptx
+    path = GOLDEN / name
+    if os.environ.get("TILEGEN_UPDATE_GOLDEN"):
+        path.write_text(ptx)
+    assert path.exists(), f"missing golden file {path}; run with TILEGEN_UPDATE_GOLDEN=1"
+    assert ptx == path.read_text(), f"PTX of {name} changed; if intended, rerun with TILEGEN_UPDATE_GOLDEN=1"

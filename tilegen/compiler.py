@@ -1,0 +1,52 @@
+"""tilegen.compile: the stages from a spec or DSL kernel to a loaded-on-demand Kernel.
+
+| stage   | input                   | output                     |
+| ------- | ----------------------- | -------------------------- |
+| trace   | GemmSpec / @kernel fn   | tile-level KernelIR        |
+| passes  | tile-level IR           | instruction-level IR       |
+| codegen | instruction-level IR    | PTX text                   |
+| load    | PTX (at first call)     | CUDA function (runtime)    |
+"""
+from __future__ import annotations
+
+from .codegen import emit_ptx
+from .dsl.kernel import KernelFunction
+from .errors import TilegenError
+from .ir import print_ir, run_passes
+from .kernel import Kernel
+from .spec import GemmSpec
+
+
+def trace(x, **constants):
+    """Stage 1: the tile-level IR of a spec or a DSL kernel."""
+    if isinstance(x, GemmSpec):
+        if constants:
+            raise TilegenError(f"compile(GemmSpec) takes no other arguments, got {', '.join(constants)}")
+        if not x.epilogue.is_plain:
+            from .errors import SpecError
+
+            raise SpecError("epilogue", x.epilogue, "Epilogue() (plain)",
+                            "fused epilogues (bias, activation, residual) are not generated yet")
+        from .kernels.gemm import gemm, gemm_kernel_name
+
+        return gemm.trace(spec=x, target=x.target, name=gemm_kernel_name(x)), x
+    if isinstance(x, KernelFunction):
+        return x.trace(**constants), None
+    if isinstance(x, str):
+        raise TilegenError("textual .tg specs are not supported yet; pass a GemmSpec or an @tilegen.kernel function")
+    raise TilegenError(f"tilegen.compile takes a GemmSpec or an @tilegen.kernel function, not {type(x).__name__}")
+
+
+def compile(x, **constants) -> Kernel:  # noqa: A001  (the public name users expect)
+    """Compile a GemmSpec or a DSL kernel into a Kernel (PTX now, GPU module at first call)."""
+    ir, spec = trace(x, **constants)
+    texts = {}
+
+    def keep_tile_level(name, kernel):
+        if kernel.level == "tile":
+            texts["tile"] = print_ir(kernel)  # the last tile-level form, offsets assigned
+
+    lowered = run_passes(ir, after=keep_tile_level)
+    tile_text = texts.get("tile") or print_ir(lowered)
+    ptx = emit_ptx(lowered)
+    return Kernel(lowered, ptx, tile_text, spec)

@@ -1,0 +1,75 @@
+"""The DSL's handles on tensors, shared tiles and fragments."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..ir import tile as T
+from .scalars import Int, wrap
+
+
+class Tensor:
+    """A kernel parameter matrix. `shape` is logical (rows, cols); `layout` "row" stores
+    rows contiguously, "col" stores columns contiguously (the transpose is row-major)."""
+
+    def __init__(self, ir: T.GlobalTensor, shape: tuple):
+        self.ir = ir
+        self.shape = shape  # (Int, Int), logical
+
+    @property
+    def layout(self) -> str:
+        return self.ir.logical
+
+    @property
+    def dtype(self):
+        return self.ir.dtype
+
+    def block(self, row, col) -> "Block":
+        """The block whose top-left logical element is (row, col); its extent is that of
+        the shared tile or fragment it meets."""
+        return Block(self, wrap(row), wrap(col))
+
+
+@dataclass
+class Block:
+    tensor: Tensor
+    row: Int
+    col: Int
+
+
+class SharedTile:
+    """`stages` buffers of a rows x cols tile in shared memory (cols contiguous)."""
+
+    def __init__(self, ir: T.SharedTile, logical: str):
+        self.ir = ir
+        self.logical = logical  # "row": logical (r, c) stored at (r, c); "col": at (c, r)
+
+    def stage(self, s) -> "Stage":
+        return Stage(self, wrap(s))
+
+    def __getitem__(self, s) -> "Stage":
+        return self.stage(s)
+
+
+@dataclass
+class Stage:
+    tile: SharedTile
+    index: Int
+
+
+class Fragment:
+    """A warp's registers for a grid of mma atoms of one operand (A, B or C)."""
+
+    def __init__(self, ir: T.Fragment):
+        self.ir = ir
+
+    @property
+    def atom(self):
+        return self.ir.atom
+
+    @property
+    def operand(self) -> str:
+        return self.ir.operand
+
+    @property
+    def tiles(self) -> tuple:
+        return self.ir.tiles

@@ -1,0 +1,243 @@
+"""Tile primitives: what a kernel body calls. Each appends IR to the kernel being traced
+and checks its arguments, pointing errors at the caller's line."""
+from __future__ import annotations
+
+from ..arch.dtypes import dtype as _dtype
+from ..arch.mma import MmaAtom, mma_atom
+from ..errors import DSLError
+from ..ir import tile as T
+from ..ir.instr import Instr
+from ..ir.values import Addr, Sym, Value
+from ..layout import SmemLayout
+from .objects import Block, Fragment, SharedTile, Stage, Tensor
+from .scalars import Float, Int, raw, wrap
+from .trace import current, fail, user_location
+
+_SPECIAL = {"x": 0, "y": 1, "z": 2}
+
+
+def _param(name: str, ptype: str) -> Value:
+    tr = current()
+    if any(p.name == name for p in tr.kernel.params):
+        fail(f"parameter {name!r} is declared twice")
+    reg = Value("b64" if ptype == "u64" else ("f32" if ptype == "f32" else "b32"), name)
+    tr.kernel.params.append(T.Param(name, ptype, reg))
+    tr.builder.emit(Instr(f"ld.param.{ptype}", (reg,), (Addr(Sym(name)),)))
+    return reg
+
+
+def _symbol(name: str) -> Int:
+    tr = current()
+    if name not in tr.kernel.symbols:
+        _param(name, "u32")
+        tr.kernel.symbols[name] = tr.kernel.param(name)
+    return Int(tr.kernel.symbols[name].value)
+
+
+def tensor(name: str, dtype: str, shape: tuple, layout: str = "row") -> Tensor:
+    """Declare a matrix parameter: `shape` names its logical (rows, cols) size symbols,
+    e.g. ("M", "K"); symbols shared between tensors are one parameter."""
+    tr = current()
+    try:
+        dt = _dtype(dtype)
+    except ValueError as e:
+        fail(str(e))
+    if layout not in ("row", "col"):
+        fail(f"tensor {name}: layout={layout!r}; allowed: 'row', 'col'")
+    if not (isinstance(shape, tuple) and len(shape) == 2 and all(isinstance(s, str) for s in shape)):
+        fail(f"tensor {name}: shape must be two size names like ('M', 'K'), got {shape!r}")
+    rows, cols = _symbol(shape[0]), _symbol(shape[1])
+    ptr = _param(f"{name}_ptr", "u64")
+    gptr = tr.builder.op("cvta.to.global.u64", "b64", ptr, hint=f"{name}_g")
+    ld = _param(f"{name}_ld", "u32")
+    stored = (rows, cols) if layout == "row" else (cols, rows)
+    ir = T.GlobalTensor(name, dt, gptr, stored[0].raw, stored[1].raw, ld, layout)
+    ir.shape_names = shape
+    tr.kernel.tensors.append(ir)
+    return Tensor(ir, (rows, cols))
+
+
+def scalar(name: str, type: str = "f32"):
+    """Declare a scalar parameter: "f32" gives a Float, "u32" an Int."""
+    if type == "f32":
+        return Float(_param(name, "f32"))
+    if type == "u32":
+        return Int(_param(name, "u32"))
+    fail(f"scalar {name}: type={type!r}; allowed: 'f32', 'u32'")
+
+
+def program_id(axis: str = "x") -> Int:
+    if axis not in _SPECIAL:
+        fail(f"program_id axis {axis!r}; allowed: x, y, z")
+    return Int(current().builder.special(f"%ctaid.{axis}", f"ctaid_{axis}"))
+
+
+def num_programs(axis: str = "x") -> Int:
+    if axis not in _SPECIAL:
+        fail(f"num_programs axis {axis!r}; allowed: x, y, z")
+    return Int(current().builder.special(f"%nctaid.{axis}", f"nctaid_{axis}"))
+
+
+def thread_id() -> Int:
+    return Int(current().builder.special("%tid.x", "tid"))
+
+
+def warp_id() -> Int:
+    """The warp's index in the CTA (tid / 32), uniform across the warp."""
+    return thread_id() >> 5
+
+
+def lane_id() -> Int:
+    return thread_id() & 31
+
+
+def cdiv(a, b):
+    """Ceiling division."""
+    return (wrap(a) + (b - 1)) // b
+
+
+def minimum(a, b) -> Int:
+    return Int(current().builder.min(raw(a), raw(b)))
+
+
+def shared(name: str, dtype: str, rows: int, cols: int, *, stages: int = 1, swizzle: str = "128B",
+           logical: str = "row") -> SharedTile:
+    """A shared tile of `stages` buffers of rows x cols (cols contiguous)."""
+    tr = current()
+    if not all(isinstance(v, int) and v > 0 for v in (rows, cols, stages)):
+        fail(f"shared {name}: rows, cols and stages must be positive Python ints")
+    try:
+        layout = SmemLayout(rows, cols, _dtype(dtype).bytes, swizzle)
+    except ValueError as e:
+        fail(f"shared {name}: {e}")
+    if logical not in ("row", "col"):
+        fail(f"shared {name}: logical={logical!r}; allowed: 'row', 'col'")
+    ir = T.SharedTile(name, _dtype(dtype), layout, stages)
+    tr.kernel.shared.append(ir)
+    return SharedTile(ir, logical)
+
+
+def _tile_op(op):
+    op.loc = user_location()
+    current().builder.emit(op)
+    return op
+
+
+def copy_async(dst: Stage, src: Block, comment: str = ""):
+    """Start copying the block of `src` that matches the stage's extent into `dst`.
+    Elements outside the tensor arrive as zeros."""
+    if not isinstance(dst, Stage) or not isinstance(src, Block):
+        fail("copy_async(dst=tile.stage(s), src=tensor.block(r, c))")
+    tensor, tile = src.tensor, dst.tile
+    if tensor.dtype != tile.ir.dtype:
+        fail(f"copy_async: {tensor.ir.name} is {tensor.dtype}, {tile.ir.name} is {tile.ir.dtype}")
+    if tensor.layout != tile.logical:
+        fail(f"copy_async: {tensor.ir.name} is {tensor.layout}-major but {tile.ir.name} is declared "
+             f"logical={tile.logical!r}; shared tiles keep the tensor's memory order")
+    r0, c0 = tensor.ir.stored(src.row, src.col)
+    _check_stage(dst)
+    _tile_op(T.CopyAsync(tile.ir, raw(dst.index), tensor.ir, raw(r0), raw(c0), comment=comment))
+
+
+def _check_stage(stage: Stage):
+    if isinstance(stage.index.raw, int) and not 0 <= stage.index.raw < stage.tile.ir.stages:
+        fail(f"stage {stage.index.raw} of {stage.tile.ir.name}, which has {stage.tile.ir.stages}")
+
+
+def commit():
+    _tile_op(T.CommitGroup())
+
+
+def wait(pending: int):
+    """Wait until at most `pending` committed copy groups of this thread are in flight."""
+    if not isinstance(pending, int) or pending < 0:
+        fail(f"wait({pending!r}): the number of groups left pending must be an int >= 0")
+    _tile_op(T.WaitGroup(pending))
+
+
+def barrier():
+    _tile_op(T.Barrier())
+
+
+def fragment(atom, operand: str, tiles: tuple, name: str = "") -> Fragment:
+    """Registers for a grid of atoms: A takes (tm, 1), B (1, tn), C (tm, tn). C starts at zero."""
+    if not isinstance(atom, MmaAtom):
+        try:
+            atom = mma_atom(atom)
+        except ValueError as e:
+            fail(str(e))
+    if operand not in ("A", "B", "C"):
+        fail(f"fragment operand {operand!r}; allowed: 'A', 'B', 'C'")
+    if not (isinstance(tiles, tuple) and len(tiles) == 2 and all(isinstance(t, int) and t > 0 for t in tiles)):
+        fail(f"fragment tiles must be a pair of positive ints, got {tiles!r}")
+    if (operand == "A" and tiles[1] != 1) or (operand == "B" and tiles[0] != 1):
+        fail(f"an {operand} fragment spans atoms along one dimension only: use "
+             f"{'(tm, 1)' if operand == 'A' else '(1, tn)'}")
+    frag = T.Fragment(name or operand.lower(), atom, operand, tiles)
+    if operand == "C":
+        _tile_op(T.FillFragment(frag, 0.0))
+    return Fragment(frag)
+
+
+def load(frag: Fragment, src: Stage, row, col, comment: str = ""):
+    """Load a fragment from a shared stage; (row, col) is its logical origin:
+    (m, k) for A, (k, n) for B."""
+    if not isinstance(frag, Fragment) or not isinstance(src, Stage):
+        fail("load(fragment, tile.stage(s), row, col)")
+    if frag.operand == "C":
+        fail("accumulator fragments are not loaded from shared memory")
+    if frag.atom.a_type.bits != src.tile.ir.dtype.bits or (
+            frag.atom.a_type.name != src.tile.ir.dtype.name and src.tile.ir.dtype.name != "tf32"):
+        fail(f"load: fragment of {frag.atom.a_type} from a {src.tile.ir.dtype} tile")
+    k_major = (frag.operand == "A") == (src.tile.logical == "row")
+    _check_stage(src)
+    _tile_op(T.LoadFragment(frag.ir, src.tile.ir, raw(src.index), raw(row), raw(col), k_major, comment=comment))
+
+
+def mma(acc: Fragment, a: Fragment, b: Fragment):
+    """acc += a @ b over the fragments' atom grid."""
+    for f, want in ((acc, "C"), (a, "A"), (b, "B")):
+        if not isinstance(f, Fragment) or f.operand != want:
+            fail(f"mma(acc: C fragment, a: A fragment, b: B fragment); got {getattr(f, 'operand', f)!r} for {want}")
+    if not (acc.atom is a.atom is b.atom):
+        fail("mma: fragments of different atoms")
+    if a.tiles[0] != acc.tiles[0] or b.tiles[1] != acc.tiles[1]:
+        fail(f"mma: A {a.tiles} and B {b.tiles} do not cover accumulator {acc.tiles}")
+    _tile_op(T.Mma(acc.ir, a.ir, b.ir))
+
+
+def store(dst: Block, acc: Fragment, *, alpha: Float = None, beta: Float = None):
+    """dst = alpha * acc + beta * dst for the accumulator's elements inside dst's tensor."""
+    if not isinstance(dst, Block) or not isinstance(acc, Fragment) or acc.operand != "C":
+        fail("store(tensor.block(r, c), accumulator fragment)")
+    if dst.tensor.layout != "row":
+        fail("store: outputs are row-major")
+    if (alpha is None) != (beta is None):
+        fail("store: give both alpha and beta or neither")
+    _tile_op(T.StoreFragment(dst.tensor.ir, acc.ir, raw(dst.row), raw(dst.col),
+                             alpha.raw if alpha is not None else None, beta.raw if beta is not None else None))
+
+
+def range_(start, stop=None):
+    """A runtime loop: the body is traced once and runs stop - start times on the GPU."""
+    if stop is None:
+        start, stop = 0, start
+    tr = current()
+    with tr.builder.loop(raw(start), raw(stop), hint="kt") as counter:
+        yield Int(counter)
+
+
+def launch(*, threads: int, grid):
+    """Set the CTA size and the grid: `grid(sizes)` maps the size symbols (a dict) to (x, y, z)."""
+    tr = current()
+    if not isinstance(threads, int) or not 32 <= threads <= 1024 or threads % 32:
+        fail(f"threads={threads!r}; allowed: a multiple of 32 from 32 to 1024")
+    if not callable(grid):
+        fail("grid must be a function of the size symbols returning (x, y, z)")
+    tr.kernel.threads = threads
+    tr.kernel.grid = grid
+
+
+__all__ = ["tensor", "scalar", "program_id", "num_programs", "thread_id", "warp_id", "lane_id", "cdiv",
+           "minimum", "shared", "copy_async", "commit", "wait", "barrier", "fragment", "load", "mma",
+           "store", "range_", "launch", "DSLError"]

@@ -1,0 +1,75 @@
+"""Int: a 32-bit unsigned integer of the kernel (a register or a Python int), with the
+usual operators. Arithmetic on two Python ints folds at trace time."""
+from __future__ import annotations
+
+from ..ir.values import Value
+from .trace import current, fail
+
+
+def _raw(x):
+    if isinstance(x, Int):
+        return x.raw
+    if isinstance(x, bool) or not isinstance(x, int):
+        fail(f"expected an integer kernel value, got {type(x).__name__} {x!r}")
+    if not 0 <= x < 2 ** 32:
+        fail(f"integer {x} does not fit in 32 unsigned bits")
+    return x
+
+
+class Int:
+    __slots__ = ("raw",)
+
+    def __init__(self, raw):
+        self.raw = raw  # Value or int
+
+    def _b(self):
+        return current().builder
+
+    def __add__(self, o): return Int(self._b().add(self.raw, _raw(o)))
+    def __radd__(self, o): return Int(self._b().add(_raw(o), self.raw))
+    def __sub__(self, o): return Int(self._b().sub(self.raw, _raw(o)))
+    def __rsub__(self, o): return Int(self._b().sub(_raw(o), self.raw))
+    def __mul__(self, o): return Int(self._b().mul(self.raw, _raw(o)))
+    def __rmul__(self, o): return Int(self._b().mul(_raw(o), self.raw))
+    def __floordiv__(self, o): return Int(self._b().div(self.raw, _raw(o)))
+    def __rfloordiv__(self, o): return Int(self._b().div(_raw(o), self.raw))
+    def __mod__(self, o): return Int(self._b().rem(self.raw, _raw(o)))
+    def __rmod__(self, o): return Int(self._b().rem(_raw(o), self.raw))
+    def __and__(self, o): return Int(self._b().and_(self.raw, _raw(o)))
+    def __xor__(self, o): return Int(self._b().xor(self.raw, _raw(o)))
+    def __rshift__(self, n): return Int(self._b().shr(self.raw, n))
+    def __lshift__(self, n): return Int(self._b().shl(self.raw, n))
+
+    def __bool__(self):
+        fail("a kernel integer has no value at trace time: use tilegen.range for loops over it, "
+             "not Python if/while")
+
+    def __index__(self):
+        if isinstance(self.raw, int):
+            return self.raw
+        fail("a runtime kernel integer cannot be used where Python needs a constant")
+
+    def __repr__(self):
+        return f"Int({self.raw!r})"
+
+
+def wrap(x):
+    return x if isinstance(x, Int) else Int(_raw(x))
+
+
+def raw(x):
+    """The IR operand of an Int or int."""
+    return _raw(x)
+
+
+def is_value(x) -> bool:
+    return isinstance(x, Int) and isinstance(x.raw, Value)
+
+
+class Float:
+    """An f32 kernel parameter (alpha, beta). Only passed to primitives that take it."""
+
+    __slots__ = ("raw",)
+
+    def __init__(self, raw: Value):
+        self.raw = raw

@@ -1,0 +1,189 @@
+"""Builder: appends IR nodes to the innermost open region and makes scalar arithmetic
+easy to write. Front-ends and lowering passes both use it."""
+from __future__ import annotations
+
+from contextlib import contextmanager
+from typing import Union
+
+from .instr import Comment, If, Instr, Loop
+from .values import Imm, Value
+
+Scalar = Union[Value, int]
+
+_SIGNED_CMP = {"lt": "lt", "le": "le", "gt": "gt", "ge": "ge", "eq": "eq", "ne": "ne"}
+
+
+class Builder:
+    def __init__(self, body: list):
+        self._regions = [body]
+
+    @property
+    def region(self) -> list:
+        return self._regions[-1]
+
+    def emit(self, node):
+        self.region.append(node)
+        return node
+
+    def comment(self, text: str):
+        self.emit(Comment(text))
+
+    @contextmanager
+    def loop(self, start, stop, hint: str = "i", comment: str = ""):
+        counter = Value("b32", hint)
+        node = Loop(counter, _op(start), _op(stop), [], comment)
+        self.emit(node)
+        self._regions.append(node.body)
+        try:
+            yield counter
+        finally:
+            self._regions.pop()
+
+    @contextmanager
+    def if_(self, cond: Value, negate: bool = False, comment: str = ""):
+        node = If(cond, [], negate, comment)
+        self.emit(node)
+        self._regions.append(node.body)
+        try:
+            yield node
+        finally:
+            self._regions.pop()
+
+    # -- instructions producing one new value -----------------------------------------------
+    def op(self, opcode: str, type: str, *ins, hint: str = "", pred=None, comment: str = "") -> Value:
+        out = Value(type, hint)
+        self.emit(Instr(opcode, (out,), tuple(_op(x) for x in ins), pred=pred, comment=comment))
+        return out
+
+    def mov(self, x, type: str = "b32", hint: str = "") -> Value:
+        return self.op(f"mov.{'b32' if type == 'b32' else type}", type, x, hint=hint)
+
+    def special(self, reg: str, hint: str = "") -> Value:
+        """%tid.x, %ctaid.x, %laneid ..."""
+        from .values import Sym
+
+        return self.op("mov.u32", "b32", Sym(reg), hint=hint or reg.strip("%").replace(".", "_"))
+
+    # u32 arithmetic; ints fold at build time so templates stay readable and PTX stays small.
+    def add(self, a: Scalar, b: Scalar) -> Scalar:
+        if isinstance(a, int) and isinstance(b, int):
+            return a + b
+        if isinstance(b, int) and b == 0:
+            return a
+        if isinstance(a, int) and a == 0:
+            return b
+        return self.op("add.u32", "b32", a, b)
+
+    def sub(self, a: Scalar, b: Scalar) -> Scalar:
+        if isinstance(a, int) and isinstance(b, int):
+            return a - b
+        if isinstance(b, int) and b == 0:
+            return a
+        return self.op("sub.u32", "b32", a, b)
+
+    def mul(self, a: Scalar, b: Scalar) -> Scalar:
+        if isinstance(a, int) and isinstance(b, int):
+            return a * b
+        if isinstance(a, int):
+            a, b = b, a
+        if isinstance(b, int):
+            if b == 0:
+                return 0
+            if b == 1:
+                return a
+            if b & (b - 1) == 0:
+                return self.op("shl.b32", "b32", a, b.bit_length() - 1)
+        return self.op("mul.lo.u32", "b32", a, b)
+
+    def mad(self, a: Scalar, b: Scalar, c: Scalar) -> Scalar:
+        if isinstance(a, int) and isinstance(b, int):
+            return self.add(a * b, c)
+        if isinstance(c, int) and c == 0:
+            return self.mul(a, b)
+        if isinstance(b, int) and b & (b - 1) == 0:
+            return self.add(self.mul(a, b), c)
+        if isinstance(a, int):
+            a, b = b, a
+        return self.op("mad.lo.u32", "b32", a, b, c)
+
+    def div(self, a: Scalar, b: Scalar) -> Scalar:
+        if isinstance(a, int) and isinstance(b, int):
+            return a // b
+        if isinstance(b, int):
+            if b == 1:
+                return a
+            if b & (b - 1) == 0:
+                return self.op("shr.u32", "b32", a, b.bit_length() - 1)
+        return self.op("div.u32", "b32", a, b)
+
+    def rem(self, a: Scalar, b: Scalar) -> Scalar:
+        if isinstance(a, int) and isinstance(b, int):
+            return a % b
+        if isinstance(b, int):
+            if b == 1:
+                return 0
+            if b & (b - 1) == 0:
+                return self.op("and.b32", "b32", a, b - 1)
+        return self.op("rem.u32", "b32", a, b)
+
+    def min(self, a: Scalar, b: Scalar) -> Scalar:
+        if isinstance(a, int) and isinstance(b, int):
+            return min(a, b)
+        return self.op("min.u32", "b32", a, b)
+
+    def max(self, a: Scalar, b: Scalar) -> Scalar:
+        if isinstance(a, int) and isinstance(b, int):
+            return max(a, b)
+        return self.op("max.u32", "b32", a, b)
+
+    def and_(self, a: Scalar, b: Scalar) -> Scalar:
+        if isinstance(a, int) and isinstance(b, int):
+            return a & b
+        return self.op("and.b32", "b32", a, b)
+
+    def xor(self, a: Scalar, b: Scalar) -> Scalar:
+        if isinstance(a, int) and isinstance(b, int):
+            return a ^ b
+        if isinstance(b, int) and b == 0:
+            return a
+        return self.op("xor.b32", "b32", a, b)
+
+    def shr(self, a: Scalar, n: int) -> Scalar:
+        if isinstance(a, int):
+            return a >> n
+        return a if n == 0 else self.op("shr.u32", "b32", a, n)
+
+    def shl(self, a: Scalar, n: int) -> Scalar:
+        if isinstance(a, int):
+            return a << n
+        return a if n == 0 else self.op("shl.b32", "b32", a, n)
+
+    def cmp(self, rel: str, a: Scalar, b: Scalar, signed: bool = False) -> Value:
+        """A predicate a <rel> b over u32 (or s32) values."""
+        if rel not in _SIGNED_CMP:
+            raise ValueError(f"comparison {rel!r}; allowed: {', '.join(_SIGNED_CMP)}")
+        return self.op(f"setp.{rel}.{'s32' if signed else 'u32'}", "pred", a, b)
+
+    def pred_and(self, a: Value, b: Value) -> Value:
+        return self.op("and.pred", "pred", a, b)
+
+    def selp(self, a: Scalar, b: Scalar, p: Value, type: str = "b32") -> Value:
+        return self.op(f"selp.{'b32' if type == 'b32' else type}", type, a, b, p)
+
+    def wide_mad(self, a: Scalar, b: Scalar, base: Value) -> Value:
+        """base (b64) + a * b, with a * b widened from u32 to u64."""
+        if isinstance(a, int) and isinstance(b, int):
+            return self.op("add.s64", "b64", base, a * b)
+        if isinstance(a, int):
+            a, b = b, a
+        return self.op("mad.wide.u32", "b64", a, b, base)
+
+
+def _op(x):
+    if isinstance(x, bool):
+        raise TypeError("a bool is not an IR operand")
+    if isinstance(x, int):
+        return Imm(x)
+    if isinstance(x, float):
+        return Imm(x, "f32")
+    return x

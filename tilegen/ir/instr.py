@@ -1,0 +1,50 @@
+"""Instruction level of the IR: PTX-like instructions over virtual registers, with
+structured control flow (Loop, If). Codegen prints these almost one to one."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional
+
+from .values import Value
+
+
+@dataclass(eq=False)
+class Instr:
+    """One PTX instruction: `opcode` is the full spelling ("add.u32", "mma.sync...")."""
+
+    opcode: str
+    outs: tuple = ()
+    ins: tuple = ()
+    pred: Optional[Value] = None
+    pred_neg: bool = False
+    comment: str = ""
+
+
+@dataclass(eq=False)
+class Comment:
+    """A line of commentary in the PTX: which stage, k-step, fragment or IR op follows."""
+
+    text: str
+
+
+@dataclass(eq=False)
+class Loop:
+    """for counter in range(start, stop): body. `start`/`stop` are Values or Imms.
+
+    The body runs at least zero times; the counter is a b32 register."""
+
+    counter: Value
+    start: object
+    stop: object
+    body: list = field(default_factory=list)
+    comment: str = ""
+
+
+@dataclass(eq=False)
+class If:
+    """Run `body` when `cond` (a pred Value) holds; all threads that reach it evaluate it."""
+
+    cond: Value
+    body: list = field(default_factory=list)
+    negate: bool = False
+    comment: str = ""

@@ -1,0 +1,70 @@
+"""Lowering of tile ops to instructions, one function per op kind."""
+from __future__ import annotations
+
+from ...errors import IRError
+from .. import tile as T
+from ..builder import Builder
+from ..instr import Comment, If, Instr, Loop
+from .context import LowerContext
+from .copy import lower_copy
+from .fragment import lower_fill, lower_load_fragment, lower_mma
+from .store import lower_store
+
+
+def _commit(b, ctx, op):
+    b.emit(Instr("cp.async.commit_group"))
+    ctx.kernel.features.add("cp.async")
+
+
+def _wait(b, ctx, op):
+    b.emit(Instr("cp.async.wait_group", (), (op.pending,)))
+
+
+def _barrier(b, ctx, op):
+    b.emit(Instr("bar.sync", (), (0,)))
+
+
+LOWERINGS = {
+    T.CopyAsync: lower_copy,
+    T.CommitGroup: _commit,
+    T.WaitGroup: _wait,
+    T.Barrier: _barrier,
+    T.FillFragment: lower_fill,
+    T.LoadFragment: lower_load_fragment,
+    T.Mma: lower_mma,
+    T.StoreFragment: lower_store,
+}
+
+
+def lower_tile_ops(kernel):
+    """Replace every tile op by instructions; entry-time setup goes before the body."""
+    prologue: list = []
+    ctx = LowerContext(kernel, prologue)
+    body = _lower_region(kernel.body, ctx)
+    # Parameter loads stay first (they define values the prologue reads).
+    params = [n for n in body if isinstance(n, Instr) and n.opcode.startswith(("ld.param", "cvta.to.global"))]
+    rest = [n for n in body if not (isinstance(n, Instr) and n.opcode.startswith(("ld.param", "cvta.to.global")))]
+    kernel.body = params + [Comment("entry: thread ids, shared base, lane-dependent offsets")] + prologue + rest
+    kernel.level = "instr"
+    return kernel
+
+
+def _lower_region(nodes, ctx):
+    out: list = []
+    b = Builder(out)
+    for node in nodes:
+        if isinstance(node, (Instr, Comment)):
+            out.append(node)
+        elif isinstance(node, Loop):
+            node.body = _lower_region(node.body, ctx)
+            out.append(node)
+        elif isinstance(node, If):
+            node.body = _lower_region(node.body, ctx)
+            out.append(node)
+        elif type(node) in LOWERINGS:
+            if node.comment or node.loc:
+                b.comment(" ".join(x for x in (node.comment, f"({node.loc})" if node.loc else "") if x))
+            LOWERINGS[type(node)](b, ctx, node)
+        else:
+            raise IRError(f"no lowering for {type(node).__name__}")
+    return out

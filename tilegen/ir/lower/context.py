@@ -1,0 +1,36 @@
+"""State shared by the lowering of tile ops: thread ids, the shared-memory base, and a
+cache of lane-dependent terms so each is computed once per kernel."""
+from __future__ import annotations
+
+from ..builder import Builder
+from ..values import Sym, Value
+from .lanes import emit_lane_term
+
+SMEM_SYMBOL = "smem"
+
+
+class LowerContext:
+    def __init__(self, kernel, prologue: list):
+        self.kernel = kernel
+        self.pro = Builder(prologue)  # instructions hoisted to the kernel entry
+        self.tid = self.pro.special("%tid.x", "tid")
+        self.lane = self.pro.and_(self.tid, 31)
+        self.warp = self.pro.shr(self.tid, 5)
+        raw = self.pro.op("mov.u32", "b32", Sym(SMEM_SYMBOL), hint="smem_raw")
+        # The dynamic shared window is only guaranteed 16-byte aligned: round up to 1024
+        # so every swizzle period starts on its boundary (the allocation has 1 KB slack).
+        self.smem = self.pro.and_(self.pro.add(raw, 1023), -1024 & 0xFFFFFFFF)
+        self._lane_terms: dict[tuple, Value] = {}
+        self._ld_bytes: dict[int, Value] = {}
+
+    def lane_term(self, deltas) -> object:
+        key = tuple(deltas)
+        if key not in self._lane_terms:
+            self._lane_terms[key] = emit_lane_term(self.pro, self.lane, list(deltas))
+        return self._lane_terms[key]
+
+    def ld_bytes(self, tensor) -> object:
+        """The tensor's row pitch in bytes, computed once at entry."""
+        if id(tensor) not in self._ld_bytes:
+            self._ld_bytes[id(tensor)] = self.pro.mul(tensor.ld, tensor.dtype.bytes)
+        return self._ld_bytes[id(tensor)]

@@ -1,0 +1,41 @@
+"""CopyAsync -> cp.async: each thread moves 16-byte chunks of the stage, consecutive
+threads along a row (so a warp's stores cover whole 128-byte rows), with zero-fill for
+everything outside the tensor."""
+from __future__ import annotations
+
+from ...errors import IRError
+from ..instr import Instr
+from ..values import Addr, Imm
+from .smem import emit_offset, stage_base
+
+CHUNK = 16
+
+
+def lower_copy(b, ctx, op):
+    tile, src = op.dst, op.src
+    layout, esize = tile.layout, tile.dtype.bytes
+    per_row = layout.row_bytes // CHUNK
+    total = layout.rows * per_row
+    threads = ctx.kernel.threads
+    if total % threads:
+        raise IRError(f"{tile.name}: {total} 16-byte chunks do not split evenly over {threads} threads")
+    base = stage_base(b, ctx, tile, op.stage)
+    ld_bytes = ctx.ld_bytes(src)
+    for i in range(total // threads):
+        b.comment(f"chunk {i}: {tile.name}[{op.stage if isinstance(op.stage, int) else 'stage'}] <- {src.name}")
+        # Lane-to-chunk assignment is loop-invariant: ptxas hoists it out of the k loop.
+        c = ctx.pro.add(ctx.tid, i * threads)
+        r = ctx.pro.div(c, per_row)
+        cc = ctx.pro.rem(c, per_row)
+        soff = emit_offset(ctx.pro, layout, r, ctx.pro.mul(cc, CHUNK))
+        grow = b.add(op.row0, r)
+        gcol = b.add(op.col0, b.mul(cc, CHUNK // esize))
+        inside = b.pred_and(b.cmp("lt", grow, src.rows), b.cmp("lt", gcol, src.cols))
+        left = b.mul(b.sub(src.cols, gcol), esize)        # bytes to the row's end
+        nbytes = b.selp(b.min(left, CHUNK), 0, inside)
+        # Out-of-range chunks read nothing (src-size 0); point them at the base anyway.
+        grow0 = b.selp(grow, 0, inside)
+        gcol0 = b.selp(gcol, 0, inside)
+        row_addr = b.wide_mad(grow0, ld_bytes, src.ptr)
+        gaddr = b.wide_mad(gcol0, esize, row_addr)
+        b.emit(Instr("cp.async.cg.shared.global", (), (Addr(b.add(base, soff)), Addr(gaddr), Imm(CHUNK), nbytes)))

@@ -1,0 +1,41 @@
+"""KernelIR: one kernel as the IR sees it, from front-end to codegen."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Callable, Optional
+
+from .tile import GlobalTensor, Param, SharedTile
+
+
+@dataclass(eq=False)
+class KernelIR:
+    name: str
+    threads: int
+    target: str
+    params: list = field(default_factory=list)      # Param, in launch order
+    tensors: list = field(default_factory=list)     # GlobalTensor (their ptr/ld/extents are Params)
+    shared: list = field(default_factory=list)      # SharedTile
+    body: list = field(default_factory=list)
+    features: set = field(default_factory=set)      # PTX features used, for .version
+    smem_bytes: int = 0                             # set by the allocation pass
+    level: str = "tile"                             # "tile" until lowered, then "instr"
+    grid: Optional[Callable] = None                 # shape symbols -> (gx, gy, gz)
+    symbols: dict = field(default_factory=dict)     # shape symbol name -> Param
+
+    def param(self, name: str) -> Param:
+        for p in self.params:
+            if p.name == name:
+                return p
+        raise KeyError(name)
+
+    def tensor(self, name: str) -> GlobalTensor:
+        for t in self.tensors:
+            if t.name == name:
+                return t
+        raise KeyError(name)
+
+    def shared_tile(self, name: str) -> SharedTile:
+        for s in self.shared:
+            if s.name == name:
+                return s
+        raise KeyError(name)

@@ -1,0 +1,95 @@
+"""Text form of the IR, for humans (Kernel.ir). Registers print as %hint.N."""
+from __future__ import annotations
+
+from . import tile as T
+from .instr import Comment, If, Instr, Loop
+from .values import Addr, Imm, Sym, Value, Vec
+
+
+class _Names:
+    def __init__(self):
+        self.names: dict = {}
+        self.used: dict = {}
+
+    def __call__(self, v: Value) -> str:
+        if v not in self.names:
+            stem = v.hint or v.type
+            n = self.used.get(stem, 0)
+            self.used[stem] = n + 1
+            self.names[v] = f"%{stem}" + (f".{n}" if n else "")
+        return self.names[v]
+
+
+def print_ir(kernel) -> str:
+    names = _Names()
+
+    def val(x) -> str:
+        if isinstance(x, Value):
+            return names(x)
+        if isinstance(x, (Imm, Sym)):
+            return x.text()
+        if isinstance(x, Addr):
+            return f"[{val(x.base)}" + (f"+{x.offset}]" if x.offset else "]")
+        if isinstance(x, Vec):
+            return "{" + ", ".join(val(i) for i in x.items) + "}"
+        return str(x)
+
+    lines = [f"kernel {kernel.name}  ({kernel.threads} threads, {kernel.target}, {kernel.level} level)"]
+    for p in kernel.params:
+        lines.append(f"  param {p.name}: {p.type}")
+    for t in kernel.tensors:
+        lines.append(f"  tensor {t.name}: {t.dtype} stored {val(t.rows)} x {val(t.cols)}, ld {val(t.ld)}"
+                     f" ({'row' if t.logical == 'row' else 'col'}-major)")
+    for s in kernel.shared:
+        lay = s.layout
+        lines.append(f"  shared {s.name}: {s.dtype} {s.stages} x ({lay.rows} x {lay.cols}), {lay.mode},"
+                     f" {lay.stage_bytes} B/stage, offset {s.offset}")
+
+    def frag(f: T.Fragment) -> str:
+        return f"{f.name}<{f.operand} {f.atom.name} {f.tiles[0]}x{f.tiles[1]}>"
+
+    def node(n, depth):
+        pad = "  " * depth
+        if isinstance(n, Instr):
+            guard = f"@{'!' if n.pred_neg else ''}{val(n.pred)} " if n.pred is not None else ""
+            outs = ", ".join(val(x) for x in n.outs)
+            ins = ", ".join(val(x) for x in n.ins)
+            lines.append(f"{pad}{guard}{outs + ' = ' if outs else ''}{n.opcode} {ins}".rstrip())
+        elif isinstance(n, Comment):
+            lines.append(f"{pad}// {n.text}")
+        elif isinstance(n, Loop):
+            lines.append(f"{pad}for {val(n.counter)} in range({val(n.start)}, {val(n.stop)}):"
+                         + (f"  // {n.comment}" if n.comment else ""))
+            for c in n.body:
+                node(c, depth + 1)
+        elif isinstance(n, If):
+            lines.append(f"{pad}if {'not ' if n.negate else ''}{val(n.cond)}:")
+            for c in n.body:
+                node(c, depth + 1)
+        elif isinstance(n, T.CopyAsync):
+            lines.append(f"{pad}copy_async {n.dst.name}[{val(n.stage)}] <- {n.src.name}[{val(n.row0)}, {val(n.col0)}]")
+        elif isinstance(n, T.CommitGroup):
+            lines.append(f"{pad}commit_group")
+        elif isinstance(n, T.WaitGroup):
+            lines.append(f"{pad}wait_group {n.pending}")
+        elif isinstance(n, T.Barrier):
+            lines.append(f"{pad}barrier")
+        elif isinstance(n, T.FillFragment):
+            lines.append(f"{pad}{frag(n.frag)} = fill {n.value}")
+        elif isinstance(n, T.LoadFragment):
+            lines.append(f"{pad}{frag(n.frag)} = load {n.src.name}[{val(n.stage)}] at ({val(n.row0)}, {val(n.col0)})"
+                         f" {'K-major' if n.k_major else 'MN-major'}")
+        elif isinstance(n, T.Mma):
+            lines.append(f"{pad}{frag(n.acc)} += mma({n.a.name}, {n.b.name})")
+        elif isinstance(n, T.StoreFragment):
+            ab = f" alpha={val(n.alpha)} beta={val(n.beta)}" if n.alpha is not None else ""
+            lines.append(f"{pad}store {n.dst.name}[{val(n.row0)}, {val(n.col0)}] <- {frag(n.frag)}{ab}")
+        else:
+            lines.append(f"{pad}<{type(n).__name__}>")
+        if isinstance(n, T.TileOp) and n.loc:
+            lines[-1] += f"    # {n.loc}"
+
+    lines.append("  body:")
+    for n in kernel.body:
+        node(n, 2)
+    return "\n".join(lines) + "\n"

@@ -1,0 +1,123 @@
+"""The IR verifier, run after the front-end and after every pass.
+
+Checks: every register is written before it is read (in program order, loops included);
+tile ops reference declared tensors and shared tiles; constant stages and fragment origins
+lie inside their shared tile; fragments fit their atoms; at instruction level no tile op
+is left; shared tiles are 1024-byte aligned and inside the allocation.
+"""
+from __future__ import annotations
+
+from ..errors import IRError
+from . import tile as T
+from .instr import Comment, If, Instr, Loop
+from .values import Addr, Value, Vec
+
+
+def verify(kernel):
+    defined: set = set()  # parameter registers are defined by their ld.param in the body
+    _check_region(kernel, kernel.body, defined)
+    if kernel.level == "instr":
+        end = 0
+        for tile in kernel.shared:
+            if tile.offset % 1024:
+                raise IRError(f"shared tile {tile.name} at offset {tile.offset}, not 1024-byte aligned")
+            end = max(end, tile.offset + tile.bytes)
+        if end > kernel.smem_bytes:
+            raise IRError(f"shared tiles end at {end} bytes, beyond the {kernel.smem_bytes} allocated")
+    return kernel
+
+
+def _uses(x):
+    if isinstance(x, Value):
+        yield x
+    elif isinstance(x, Addr):
+        yield from _uses(x.base)
+    elif isinstance(x, Vec):
+        for item in x.items:
+            yield from _uses(item)
+
+
+def _check_region(kernel, nodes, defined):
+    for node in nodes:
+        if isinstance(node, Comment):
+            continue
+        if isinstance(node, Instr):
+            for x in node.ins + ((node.pred,) if node.pred is not None else ()):
+                for v in _uses(x):
+                    if v not in defined:
+                        raise IRError(f"{node.opcode}: reads register {v.hint or v!r} before any write")
+            for x in node.outs:
+                for v in _uses(x):
+                    defined.add(v)
+        elif isinstance(node, Loop):
+            for x in (node.start, node.stop):
+                for v in _uses(x):
+                    if v not in defined:
+                        raise IRError(f"loop bound {v.hint} used before it is defined")
+            defined.add(node.counter)
+            _check_region(kernel, node.body, defined)
+        elif isinstance(node, If):
+            if node.cond not in defined or node.cond.type != "pred":
+                raise IRError("if: condition is not a defined predicate")
+            _check_region(kernel, node.body, defined)
+        elif isinstance(node, T.TileOp):
+            if kernel.level == "instr":
+                raise IRError(f"{type(node).__name__} left after lowering")
+            _check_tile_op(kernel, node, defined)
+        else:
+            raise IRError(f"unknown IR node {type(node).__name__}")
+
+
+def _check_tile_op(kernel, op, defined):
+    where = f" ({op.loc})" if op.loc else ""
+    for name in ("stage", "row0", "col0", "alpha", "beta"):
+        v = getattr(op, name, None)
+        if isinstance(v, Value) and v not in defined:
+            raise IRError(f"{type(op).__name__}.{name} used before it is defined{where}")
+    for frag_name in ("frag", "acc", "a", "b"):
+        f = getattr(op, frag_name, None)
+        if isinstance(f, T.Fragment) and set(f.regs) != {(i, j) for i in range(f.tiles[0]) for j in range(f.tiles[1])}:
+            raise IRError(f"fragment {f.name} registers do not match its {f.tiles} atoms{where}")
+    if isinstance(op, (T.CopyAsync, T.LoadFragment)):
+        tile = op.dst if isinstance(op, T.CopyAsync) else op.src
+        if tile not in kernel.shared:
+            raise IRError(f"shared tile {tile.name} is not declared in this kernel{where}")
+        if isinstance(op.stage, int) and not 0 <= op.stage < tile.stages:
+            raise IRError(f"stage {op.stage} outside {tile.name}'s {tile.stages} stages{where}")
+    if isinstance(op, T.CopyAsync) and op.src.dtype != op.dst.dtype:
+        raise IRError(f"copy from {op.src.dtype} into a {op.dst.dtype} tile{where}")
+    if isinstance(op, T.LoadFragment):
+        frag, tile = op.frag, op.src
+        rows, cols = _fragment_extent(frag)
+        st_rows, st_cols = tile.layout.rows, tile.layout.cols
+        logical = (rows, cols)
+        if frag.operand == "A":
+            need = logical if op.k_major else (cols, rows)
+        else:
+            need = (cols, rows) if op.k_major else logical
+        origin = (op.row0, op.col0)
+        if frag.operand == "A":
+            o = origin if op.k_major else origin[::-1]
+        else:
+            o = origin[::-1] if op.k_major else origin
+        for n, extent, limit in zip(o, need, (st_rows, st_cols)):
+            if isinstance(n, int) and not 0 <= n <= limit - extent:
+                raise IRError(f"fragment {frag.name} at {origin} does not fit in {tile.name} "
+                              f"({st_rows}x{st_cols}){where}")
+            if extent > limit:
+                raise IRError(f"fragment {frag.name} ({extent}) larger than {tile.name}{where}")
+    if isinstance(op, T.Mma):
+        if not (op.acc.operand, op.a.operand, op.b.operand) == ("C", "A", "B"):
+            raise IRError(f"mma takes (C, A, B) fragments{where}")
+        if not (op.acc.atom is op.a.atom is op.b.atom):
+            raise IRError(f"mma fragments of different atoms{where}")
+
+
+def _fragment_extent(frag):
+    tm, tn = frag.tiles
+    atom = frag.atom
+    if frag.operand == "A":
+        return 16 * tm, atom.k
+    if frag.operand == "B":
+        return atom.k, 8 * tn
+    return 16 * tm, 8 * tn

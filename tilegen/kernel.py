@@ -1,0 +1,89 @@
+"""Kernel: what tilegen.compile returns. Holds the PTX and the IR, loads the module on
+first use, and runs it on numpy arrays (copied through the GPU) or on GPU arrays in place."""
+from __future__ import annotations
+
+from functools import cached_property
+
+import numpy as np
+
+from .arch.dtypes import numpy_dtype
+from .errors import DeviceError, LaunchError
+
+COPY_ALIGN = 16  # cp.async moves 16 bytes: operand rows and bases must be 16-byte aligned
+
+
+class Kernel:
+    def __init__(self, ir, ptx: str, tile_ir: str, spec=None):
+        self._ir = ir
+        self.ptx = ptx
+        self.ir = tile_ir
+        self.spec = spec
+        self.name = ir.name
+        self.threads = ir.threads
+        self.smem_bytes = ir.smem_bytes
+        self.target = ir.target
+        self._function = None
+
+    def __repr__(self) -> str:
+        return f"<tilegen.Kernel {self.name}: {self.threads} threads, {self.smem_bytes} B shared>"
+
+    @cached_property
+    def resources(self):
+        """ptxas's report (registers, shared memory, spills) or None when ptxas is absent."""
+        from .codegen.ptxas import PtxasError, find_ptxas, resources
+
+        if find_ptxas() is None:
+            return None
+        try:
+            return resources(self.ptx, self.target, self.smem_bytes)
+        except PtxasError:
+            return None
+
+    @property
+    def params(self) -> list:
+        return [(p.name, p.type) for p in self._ir.params]
+
+    def grid(self, sizes: dict) -> tuple:
+        return tuple(self._ir.grid(sizes))
+
+    # -- running ----------------------------------------------------------------------------
+    def function(self, device: int = 0):
+        """The loaded CUDA function (JIT-compiled by the driver on first use)."""
+        if self._function is None:
+            from .runtime import load_module
+
+            fn = load_module(self.ptx, self.name, device=device)
+            fn.set_max_dynamic_smem(self.smem_bytes)
+            self._function = fn
+        return self._function
+
+    def launch(self, args: dict, sizes: dict, stream=None, device: int = 0):
+        """Launch with every parameter given by name: pointers as ints, scalars as numbers."""
+        missing = [n for n, _ in self.params if n not in args]
+        if missing:
+            raise LaunchError(f"{self.name}: missing arguments {', '.join(missing)}")
+        kinds = {"u64": "ptr", "u32": "u32", "s32": "s32", "f32": "f32"}
+        packed = [(args[n], kinds[t]) for n, t in self.params]
+        grid = self.grid(sizes)
+        if min(grid) == 0:
+            return
+        self.function(device).launch(grid, (self.threads, 1, 1), packed, smem=self.smem_bytes, stream=stream)
+
+    def __call__(self, A, B, *, out=None, alpha: float = 1.0, beta: float = 0.0, bias=None, device=None):
+        """C = alpha * A @ B + beta * out for a GEMM kernel. A is M x K and B is K x N whatever
+        their memory layout; numpy in -> numpy out, GPU arrays are used in place."""
+        if self.spec is None:
+            raise LaunchError(f"{self.name} is not a GEMM: use Kernel.launch(args, sizes)")
+        if bias is not None:
+            raise LaunchError("bias needs a spec with Epilogue(bias=...); fused epilogues are not generated yet")
+        from .gemm_call import run_gemm
+
+        return run_gemm(self, A, B, out=out, alpha=alpha, beta=beta, device=device)
+
+
+def operand_dtype(spec, which: str) -> np.dtype:
+    name = spec.dtype if which in "AB" else spec.out_dtype
+    return numpy_dtype(name)
+
+
+__all__ = ["Kernel", "DeviceError"]

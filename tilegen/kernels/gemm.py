@@ -1,0 +1,87 @@
+"""The GEMM template, written in the tilegen DSL.
+
+C = alpha * A @ B + beta * C. Each CTA computes a tile.m x tile.n block of C; its warps
+split it into warp tiles of mma atoms. K is walked in tile.k steps through a pipeline of
+`stages` shared-memory buffers filled by cp.async: while the tensor cores work on one
+stage, the copies of the next stages are in flight.
+"""
+from __future__ import annotations
+
+from .. import dsl as tg
+
+
+def gemm_kernel_name(spec) -> str:
+    t, w = spec.tile, spec.warps
+    return (f"tilegen_gemm_{spec.dtype}_{spec.a_layout[0]}{spec.b_layout[0]}_{spec.out_dtype}_"
+            f"{t.m}x{t.n}x{t.k}_w{w.m}x{w.n}_s{spec.stages}_{spec.swizzle}")
+
+
+@tg.kernel
+def gemm(spec):
+    BM, BN, BK = spec.tile
+    WM, WN = spec.warp_tile
+    S = spec.stages
+    atom = spec.mma
+
+    def grid(size):
+        blocks_m = -(-size["M"] // BM)
+        blocks_n = -(-size["N"] // BN)
+        return (blocks_m * blocks_n, 1, 1)
+
+    tg.launch(threads=spec.threads, grid=grid)
+    A = tg.tensor("A", spec.dtype, ("M", "K"), layout=spec.a_layout)
+    B = tg.tensor("B", spec.dtype, ("K", "N"), layout=spec.b_layout)
+    C = tg.tensor("C", spec.out_dtype, ("M", "N"))
+    alpha = tg.scalar("alpha")
+    beta = tg.scalar("beta")
+    M, K = A.shape
+    N = B.shape[1]
+
+    # Grouped launch order: spec.group_m consecutive CTAs walk down M before moving along
+    # N, so the B blocks they share stay in L2.
+    pid = tg.program_id()
+    blocks_m, blocks_n = tg.cdiv(M, BM), tg.cdiv(N, BN)
+    per_group = blocks_n * spec.group_m
+    first_m = (pid // per_group) * spec.group_m
+    group_rows = tg.minimum(blocks_m - first_m, spec.group_m)
+    in_group = pid % per_group
+    m0 = (first_m + in_group % group_rows) * BM
+    n0 = (in_group // group_rows) * BN
+
+    a_rows, a_cols = spec.operand_tile("A")
+    b_rows, b_cols = spec.operand_tile("B")
+    sA = tg.shared("sA", spec.dtype, a_rows, a_cols, stages=S, swizzle=spec.swizzle, logical=spec.a_layout)
+    sB = tg.shared("sB", spec.dtype, b_rows, b_cols, stages=S, swizzle=spec.swizzle, logical=spec.b_layout)
+
+    # Warps are laid out M-fastest: warp w owns rows (w % warps.m) and columns (w // warps.m).
+    warp = tg.warp_id()
+    wm = (warp % spec.warps.m) * WM
+    wn = (warp // spec.warps.m) * WN
+    acc = tg.fragment(atom, "C", (WM // atom.m, WN // atom.n), name="acc")
+    a = tg.fragment(atom, "A", (WM // atom.m, 1), name="a")
+    b = tg.fragment(atom, "B", (1, WN // atom.n), name="b")
+
+    k_tiles = tg.cdiv(K, BK)
+    # Prologue: fill stages 0 .. S-2. Blocks past K arrive as zeros and add nothing.
+    for s in range(S - 1):
+        tg.copy_async(sA[s], A.block(m0, s * BK), comment=f"prologue: stage {s} of A")
+        tg.copy_async(sB[s], B.block(s * BK, n0), comment=f"prologue: stage {s} of B")
+        tg.commit()
+
+    for kt in tg.range(k_tiles):
+        stage = kt % S
+        # Group kt has landed once at most S-2 newer ones are pending; the barrier makes
+        # every thread's copies visible and ends all reads of the stage refilled below.
+        tg.wait(S - 2)
+        tg.barrier()
+        for kk in range(BK // atom.k):
+            tg.load(a, sA[stage], wm, kk * atom.k, comment=f"k-step {kk}: fragment a")
+            tg.load(b, sB[stage], kk * atom.k, wn, comment=f"k-step {kk}: fragment b")
+            tg.mma(acc, a, b)
+        ahead = kt + (S - 1)
+        tg.copy_async(sA[ahead % S], A.block(m0, ahead * BK), comment="prefetch A, S-1 tiles ahead")
+        tg.copy_async(sB[ahead % S], B.block(ahead * BK, n0), comment="prefetch B, S-1 tiles ahead")
+        tg.commit()
+
+    tg.wait(0)
+    tg.store(C.block(m0 + wm, n0 + wn), acc, alpha=alpha, beta=beta)
