@@ -44,7 +44,7 @@ class TileShape:
     @classmethod
     def of(cls, value) -> "TileShape":
         if isinstance(value, TileShape):
-            return value
+            value = (value.m, value.n, value.k)  # re-checked: a hand-built TileShape is unvalidated
         return cls(*_ints("tile", value, 3))
 
     def __iter__(self):
@@ -60,7 +60,7 @@ class WarpLayout:
     @classmethod
     def of(cls, value) -> "WarpLayout":
         if isinstance(value, WarpLayout):
-            return value
+            value = (value.m, value.n)
         return cls(*_ints("warps", value, 2))
 
     @property
@@ -111,7 +111,7 @@ class GemmSpec:
     | acc_dtype  | f32; f16 for f16 operands                       | f32                      |
     | out_dtype  | f32, f16, bf16                                  | f32                      |
     | a_layout   | row (K contiguous), col (M contiguous)          | row                      |
-    | b_layout   | row (N contiguous), col (K contiguous)          | row                      |
+    | b_layout   | row (N contiguous), col (K contiguous)          | row; col for fp8         |
     | tile       | (M, N, K) per CTA                               | by dtype, 128 x 128 x *  |
     | warps      | (warps along M, warps along N), 1..16 in all    | (2, 2)                   |
     | atom       | an mma atom name taking dtype/acc_dtype         | the largest-k atom       |
@@ -119,14 +119,14 @@ class GemmSpec:
     | swizzle    | auto, 128B, 64B, 32B, pad, none                 | auto (widest that fits)  |
     | group_m    | CTA rows per group in the launch order (L2)     | 8                        |
     | epilogue   | Epilogue(...)                                   | plain                    |
-    | target     | sm_80, sm_86, sm_89, sm_90, sm_90a              | sm_80                    |
+    | target     | sm_80, sm_86, sm_89, sm_90, sm_90a              | sm_80; sm_89 for fp8     |
     """
 
     dtype: str = "f16"
     acc_dtype: str = "f32"
     out_dtype: str = "f32"
     a_layout: str = "row"
-    b_layout: str = "row"
+    b_layout: Optional[str] = None
     tile: Union[TileShape, tuple, None] = None
     warps: Union[WarpLayout, tuple] = (2, 2)
     atom: Optional[str] = None
@@ -134,13 +134,17 @@ class GemmSpec:
     swizzle: str = "auto"
     group_m: int = 8
     epilogue: Epilogue = field(default_factory=Epilogue)
-    target: str = "sm_80"
+    target: Optional[str] = None
 
     def __post_init__(self):
         set_ = lambda k, v: object.__setattr__(self, k, v)  # noqa: E731  (frozen)
         if self.dtype not in OPERAND_DTYPES:
             raise SpecError("dtype", self.dtype, ", ".join(OPERAND_DTYPES))
-        if self.target not in TARGETS:
+        if self.b_layout is None:  # fp8 has no transposing load: its B must be K-major
+            set_("b_layout", "col" if self.dtype in ("e4m3", "e5m2") else "row")
+        if self.target is None:
+            set_("target", "sm_89" if self.dtype in ("e4m3", "e5m2") else "sm_80")
+        if not isinstance(self.target, str) or self.target not in TARGETS:
             raise SpecError("target", self.target, ", ".join(TARGETS),
                             "tilegen needs sm_80 or newer (mma.sync, cp.async)"
                             if isinstance(self.target, str) and self.target.startswith("sm_") else "")
@@ -231,8 +235,9 @@ class GemmSpec:
         """The widest XOR swizzle whose span divides both operand rows; padding otherwise."""
         esize = _dtypes.dtype(self.dtype).bytes
         widths = [self.operand_tile(op)[1] * esize for op in "AB"]
+        rows = [self.operand_tile(op)[0] for op in "AB"]
         for mode, swz in SWIZZLE_MODES.items():  # widest first
-            if all(w % swz.span == 0 for w in widths):
+            if all(w % swz.span == 0 and r * swz.span % swz.period == 0 for w, r in zip(widths, rows)):
                 return mode
         return "pad"
 
@@ -249,7 +254,8 @@ class GemmSpec:
             raise SpecError("atom", self.atom, ", ".join(legal) or "none",
                             f"the atom must take {self.dtype} operands and accumulate in {self.acc_dtype}")
         if atom.min_sm > tgt.sm:
-            raise SpecError("target", self.target, f"sm_{atom.min_sm} or newer", f"atom {atom.name} needs it")
+            raise SpecError("target", self.target, ", ".join(t for t, x in TARGETS.items() if x.sm >= atom.min_sm),
+                            f"atom {atom.name} needs sm_{atom.min_sm} or newer")
         if self.acc_dtype == "f16" and self.out_dtype == "f32":
             pass  # widening an f16 accumulator on store is fine
         if dt.bits == 8 and (self.a_layout, self.b_layout) != ("row", "col"):
@@ -287,6 +293,10 @@ class GemmSpec:
                 raise SpecError("tile", (t.m, t.n, t.k),
                                 f"operand {op}'s tile has {chunks} 16-byte chunks, not a multiple of the "
                                 f"{self.threads} threads that copy it")
+            swz = SWIZZLE_MODES.get(self.swizzle)
+            if swz is not None and (rows * swz.span) % swz.period:
+                raise SpecError("swizzle", self.swizzle, "pad, none or a narrower swizzle",
+                                f"operand {op}'s shared tile has {rows} rows, too few to fill one swizzle period")
             if self.swizzle in SWIZZLE_MODES and row_bytes % SWIZZLE_MODES[self.swizzle].span:
                 legal = [m for m, s in SWIZZLE_MODES.items() if row_bytes % s.span == 0] + ["pad", "none"]
                 raise SpecError("swizzle", self.swizzle, ", ".join(legal),

@@ -65,6 +65,10 @@ FEATURE_PTX = {
 }
 
 
+# Lowest target of the features that are not on every sm_80+ target.
+FEATURE_SM = {"mma.fp8": 89, "stmatrix": 90}
+
+
 def ptx_version_for(tgt: Target | str, features=()) -> tuple[int, int]:
     """The lowest `.version` that covers the target and every feature used."""
     tgt = target(tgt) if isinstance(tgt, str) else tgt
@@ -72,6 +76,8 @@ def ptx_version_for(tgt: Target | str, features=()) -> tuple[int, int]:
     for f in features:
         if f not in FEATURE_PTX:
             raise ValueError(f"unknown PTX feature {f!r}; known: {', '.join(FEATURE_PTX)}")
+        if FEATURE_SM.get(f, 0) > tgt.sm:
+            raise ValueError(f"{f} needs sm_{FEATURE_SM[f]} or newer, not {tgt.name}")
         v = max(v, FEATURE_PTX[f])
     if v > MAX_PTX:
         raise ValueError(f"PTX {v[0]}.{v[1]} needed, above the supported maximum {MAX_PTX[0]}.{MAX_PTX[1]}")

@@ -2,10 +2,13 @@
 from __future__ import annotations
 
 from .alloc import allocate_shared
+from .hazards import check_hazards
 from .lower import lower_tile_ops
 from .verify import verify
 
 PASSES = [
+    # Reject unsafe pipelines while copies, waits and reads are still visible as tile ops.
+    ("check_hazards", check_hazards),
     # Shared tiles need offsets before anything computes a shared address.
     ("allocate_shared", allocate_shared),
     # Tile ops become PTX-like instructions; after this only codegen runs.

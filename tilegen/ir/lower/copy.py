@@ -3,25 +3,21 @@ threads along a row (so a warp's stores cover whole 128-byte rows), with zero-fi
 everything outside the tensor."""
 from __future__ import annotations
 
-from ...errors import IRError
+from ..access import CHUNK, copy_iterations
 from ..instr import Instr
 from ..values import Addr, Imm
 from .smem import emit_offset, stage_base
-
-CHUNK = 16
 
 
 def lower_copy(b, ctx, op):
     tile, src = op.dst, op.src
     layout, esize = tile.layout, tile.dtype.bytes
     per_row = layout.row_bytes // CHUNK
-    total = layout.rows * per_row
     threads = ctx.kernel.threads
-    if total % threads:
-        raise IRError(f"{tile.name}: {total} 16-byte chunks do not split evenly over {threads} threads")
+    iterations = copy_iterations(tile, threads)  # the chunk assignment of ir/access.copy_chunks
     base = stage_base(b, ctx, tile, op.stage)
     ld_bytes = ctx.ld_bytes(src)
-    for i in range(total // threads):
+    for i in range(iterations):
         b.comment(f"chunk {i}: {tile.name}[{op.stage if isinstance(op.stage, int) else 'stage'}] <- {src.name}")
         # Lane-to-chunk assignment is loop-invariant: ptxas hoists it out of the k loop.
         c = ctx.pro.add(ctx.tid, i * threads)

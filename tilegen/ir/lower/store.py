@@ -9,7 +9,6 @@ from ..instr import Instr
 from ..values import Addr, Imm, Value
 from .lanes import fit_bit_linear
 
-_CVT_OUT = {"f16": "cvt.rn.f16.f32", "bf16": "cvt.rn.bf16.f32"}
 
 
 def _to_f32(b, raw: Value, dtype: str) -> Value:
@@ -84,5 +83,8 @@ def _store(b, value, addr, inside, out):
     if out == "f32":
         b.emit(Instr("st.global.f32", (), (Addr(addr), value), pred=inside))
         return
-    packed = b.op(_CVT_OUT[out], "b32", value)
+    if out == "f16":
+        packed = b.op("cvt.rn.f16.f32", "b32", value)
+    else:  # cvt.rn.bf16.f32 wants a 16-bit register; the x2 form packs into a b32 (low half = value)
+        packed = b.op("cvt.rn.bf16x2.f32", "b32", Imm(0.0, "f32"), value)
     b.emit(Instr("st.global.b16", (), (Addr(addr), packed), pred=inside))

@@ -1,0 +1,118 @@
+"""The `tilegen` command line: `demo` and the help text."""
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tilegen import GemmSpec
+from tilegen.cli import main
+
+REPO = Path(__file__).resolve().parents[1]
+WARP = 32
+
+
+# The ISA layouts of the three default atoms (ptx.md 2.1, 2.2, 2.4), as the demo's lane grid
+# writes them: cell (row, col) -> "T<lane>:<register>[.<element>]".
+
+def _expected_grids(dt: str) -> dict[str, dict]:
+    a, b, c = {}, {}, {}
+    for lane in range(WARP):
+        g, t = lane >> 2, lane & 3
+        for i in range(4):   # C/D f32: c_i at (g + 8(i>>1), 2t + (i&1)), one per register
+            c[(g + 8 * (i >> 1), 2 * t + (i & 1))] = f"T{lane}:{i}"
+        if dt == "tf32":     # m16n8k8: a_i at (g + 8(i&1), t + 4(i>>1)); b_i at (t + 4i, g)
+            for i in range(4):
+                a[(g + 8 * (i & 1), t + 4 * (i >> 1))] = f"T{lane}:{i}"
+            for i in range(2):
+                b[(t + 4 * i, g)] = f"T{lane}:{i}"
+        else:                # m16n8k16: two elements per register, a(2j) low, a(2j+1) high
+            for i in range(8):
+                a[(g + 8 * ((i >> 1) & 1), 2 * t + (i & 1) + 8 * (i >> 2))] = f"T{lane}:{i // 2}.{i % 2}"
+            for i in range(4):
+                b[(2 * t + (i & 1) + 8 * (i >> 1), g)] = f"T{lane}:{i // 2}.{i % 2}"
+    return {"A": a, "B": b, "C": c}
+
+
+def _parse_grids(text: str) -> dict[str, dict]:
+    """Find each '<atom>.<X> (RxC; ...)' block and read its cells."""
+    grids = {}
+    lines = text.splitlines()
+    for i, line in enumerate(lines):
+        m = re.match(r"^\S+\.([ABC]) \((\d+)x(\d+);", line)
+        if not m:
+            continue
+        op, rows, cols = m.group(1), int(m.group(2)), int(m.group(3))
+        header = lines[i + 1].split()
+        assert header == [str(x) for x in range(cols)]
+        cells = {}
+        for r in range(rows):
+            parts = lines[i + 2 + r].split()
+            assert parts[0] == str(r) and len(parts) == cols + 1
+            for col, cell in enumerate(parts[1:]):
+                cells[(r, col)] = cell
+        grids[op] = cells
+    return grids
+
+
+ATOM = {"tf32": ("m16n8k8.tf32.f32", "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32"),
+        "f16": ("m16n8k16.f16.f32", "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32"),
+        "bf16": ("m16n8k16.bf16.f32", "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32")}
+
+
+def _check_demo_output(out: str, dt: str):
+    assert str(GemmSpec(dtype=dt)) in out          # the spec
+    name, instr = ATOM[dt]
+    assert name in out and instr in out            # its atom and spelling
+    grids = _parse_grids(out)
+    assert set(grids) == {"A", "B", "C"}
+    want = _expected_grids(dt)
+    for op in "ABC":
+        assert grids[op] == want[op], f"lane grid {op} differs from the ISA"
+
+
+def test_demo_default(capsys):
+    assert main(["demo"]) == 0
+    out = capsys.readouterr().out
+    _check_demo_output(out, "f16")
+    assert "dtype=f16" in out.splitlines()[0]
+
+
+@pytest.mark.parametrize("dt", ["tf32", "bf16"])
+def test_demo_dtypes(capsys, dt):
+    assert main(["demo", "--dtype", dt]) == 0
+    _check_demo_output(capsys.readouterr().out, dt)
+
+
+def test_no_command_prints_help(capsys):
+    rc = main([])
+    out = capsys.readouterr().out
+    assert "usage" in out.lower() and "demo" in out
+    assert isinstance(rc, int)
+
+
+def test_help_flag_exits_zero(capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["--help"])
+    assert e.value.code == 0
+    assert "demo" in capsys.readouterr().out
+
+
+def test_demo_rejects_unknown_dtype(capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["demo", "--dtype", "f64"])
+    assert e.value.code != 0
+    err = capsys.readouterr().err
+    assert "f64" in err and "tf32" in err
+
+
+def test_module_entry_point_subprocess():
+    env = dict(os.environ, PYTHONPATH=str(REPO) + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    p = subprocess.run([sys.executable, "-m", "tilegen.cli", "demo", "--dtype", "tf32"],
+                       cwd=REPO, env=env, capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+    _check_demo_output(p.stdout, "tf32")

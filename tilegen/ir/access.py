@@ -1,0 +1,120 @@
+"""Which shared-memory bytes each lane touches for a tile op: the one description both the
+lowering (which turns it into address arithmetic) and the bank-conflict report read.
+
+Coordinates are (stored row, byte column) of the shared tile, relative to the op's origin.
+A fragment register whose elements sit in one 16-byte piece of a row comes from a
+non-transposing ldmatrix; a register of two 16-bit elements from consecutive rows
+(MN-major f16/bf16) from ldmatrix .trans; 32-bit elements of MN-major data from single
+ld.shared.b32. Every ldmatrix plan is checked against tilegen.arch's ldmatrix table.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..arch.ldmatrix import matrix_op
+from ..errors import IRError
+
+CHUNK = 16  # bytes per cp.async and per ldmatrix row
+
+
+@dataclass(frozen=True)
+class SharedAccess:
+    """One warp-wide shared-memory instruction of a fragment load."""
+    kind: str            # "ldmatrix" or "ld.shared.b32"
+    regs: tuple          # ((i, j, r), ...) fragment registers it fills, in order
+    trans: bool
+    lanes: tuple         # per lane: (row, byte column) of the address it supplies
+
+    @property
+    def width(self) -> int:
+        return CHUNK if self.kind == "ldmatrix" else 4
+
+
+def stored_bytes(op, i, j, lane, r, e):
+    """(stored row, byte column) of element e of register r of atom (i, j), relative to the
+    fragment origin, in the shared tile's memory order."""
+    frag = op.frag
+    esize = op.src.dtype.bytes
+    row, col = frag.map.coord(lane, r, e)
+    if frag.operand == "A":
+        m, k = 16 * i + row, col
+        sr, sc = (m, k) if op.k_major else (k, m)
+    else:
+        k, n = row, 8 * j + col
+        sr, sc = (n, k) if op.k_major else (k, n)
+    return sr, sc * esize
+
+
+def register_list(frag):
+    tm, tn = frag.tiles
+    return [(i, j, r) for i in range(tm) for j in range(tn) for r in range(frag.map.regs)]
+
+
+def _block_origin(op, i, j, r):
+    """The 8-row x 16-byte block of shared memory register r of atom (i, j) comes from."""
+    cells = [stored_bytes(op, i, j, lane, r, e) for lane in range(32) for e in range(op.frag.map.elems)]
+    return min(c[0] for c in cells), min(c[1] for c in cells)
+
+
+def _check_ldmatrix(op, group, origins, trans):
+    """The ldmatrix table must deliver exactly the atom's fragment, halves in order."""
+    frag = op.frag
+    esize = op.src.dtype.bytes
+    table = matrix_op("ldmatrix", len(group), trans).fragment
+    for slot, (i, j, r) in enumerate(group):
+        for lane in range(32):
+            got = []  # 16-bit units, low half first, as ldmatrix fills the register ...
+            for e16 in range(2):
+                mrow, mcol = table.coord(lane, slot, e16)
+                got.append((origins[slot][0] + mrow - 8 * slot, origins[slot][1] + 2 * mcol))
+            want = []  # ... and as the atom wants them, element 0 in the low bits
+            for e in range(frag.map.elems):
+                sr, sc = stored_bytes(op, i, j, lane, r, e)
+                for byte in range(0, max(esize, 2), 2):
+                    unit = (sr, sc + byte - (sc + byte) % 2)
+                    if unit not in want:
+                        want.append(unit)
+            if got != want:
+                raise IRError(f"{frag.name}: ldmatrix{'.trans' if trans else ''} would not deliver register {r} "
+                              f"of atom ({i},{j}) to lane {lane} (gets {got}, needs {want})")
+
+
+def fragment_accesses(op) -> list[SharedAccess]:
+    """The shared loads a LoadFragment becomes, with each lane's address."""
+    frag = op.frag
+    esize = op.src.dtype.bytes
+    regs = register_list(frag)
+    if esize == 4 and not op.k_major:
+        return [SharedAccess("ld.shared.b32", ((i, j, r),), False,
+                             tuple(stored_bytes(op, i, j, lane, r, 0) for lane in range(32)))
+                for (i, j, r) in regs]
+    if esize == 1 and not op.k_major:
+        raise IRError(f"{frag.name}: 8-bit operands must be K-major in shared memory")
+    trans = esize == 2 and not op.k_major
+    out = []
+    for g0 in range(0, len(regs), 4):
+        group = regs[g0:g0 + 4]
+        if len(group) == 3:
+            raise IRError(f"{frag.name}: {len(regs)} registers do not split into ldmatrix .x1/.x2/.x4")
+        origins = [_block_origin(op, i, j, r) for (i, j, r) in group]
+        _check_ldmatrix(op, group, origins, trans)
+        lanes = []
+        for lane in range(32):  # lane l supplies row (l & 7) of matrix l >> 3
+            slot = (lane >> 3) % len(group)  # .x1/.x2 ignore the upper lanes
+            lanes.append((origins[slot][0] + (lane & 7), origins[slot][1]))
+        out.append(SharedAccess("ldmatrix", tuple(group), trans, tuple(lanes)))
+    return out
+
+
+def copy_chunks(tile, threads: int, i: int):
+    """For copy iteration i: per thread, the (row, byte column) of the 16-byte chunk it moves.
+    Consecutive threads take consecutive chunks of a row, so a warp covers whole rows."""
+    per_row = tile.layout.row_bytes // CHUNK
+    return [((t + i * threads) // per_row, (t + i * threads) % per_row * CHUNK) for t in range(threads)]
+
+
+def copy_iterations(tile, threads: int) -> int:
+    total = tile.layout.rows * tile.layout.row_bytes // CHUNK
+    if total % threads:
+        raise IRError(f"{tile.name}: {total} 16-byte chunks do not split evenly over {threads} threads")
+    return total // threads

@@ -1,0 +1,54 @@
+"""Evaluate the integer arithmetic of tile-level IR at trace-free constants: enough to know
+which pipeline stage an op touches at a given loop iteration. Anything it cannot know
+(parameters, thread ids) evaluates to None."""
+from __future__ import annotations
+
+from .values import Imm, Sym, Value
+
+_U32 = 0xFFFFFFFF
+_BINARY = {
+    "add": lambda a, b: a + b, "sub": lambda a, b: a - b, "mul": lambda a, b: a * b,
+    "div": lambda a, b: a // b if b else None, "rem": lambda a, b: a % b if b else None,
+    "min": min, "max": max, "and": lambda a, b: a & b, "or": lambda a, b: a | b,
+    "xor": lambda a, b: a ^ b, "shl": lambda a, b: a << b, "shr": lambda a, b: a >> b,
+}
+# Special registers with a value that does not matter for stage indices: block 0, thread 0.
+_SPECIAL = {"%tid.x": 0, "%ctaid.x": 0, "%ctaid.y": 0, "%ctaid.z": 0, "%nctaid.x": 1}
+
+
+class ScalarEval:
+    def __init__(self):
+        self.env: dict[Value, object] = {}
+
+    def value(self, x):
+        if isinstance(x, bool):
+            return None
+        if isinstance(x, int):
+            return x
+        if isinstance(x, Imm):
+            return x.value if x.type != "f32" else None
+        if isinstance(x, Value):
+            return self.env.get(x)
+        if isinstance(x, Sym):
+            return _SPECIAL.get(x.name)
+        return None
+
+    def step(self, instr):
+        """Record the result of one instruction (None when unknown)."""
+        if len(instr.outs) != 1 or not isinstance(instr.outs[0], Value):
+            return
+        out = instr.outs[0]
+        parts = instr.opcode.split(".")
+        args = [self.value(x) for x in instr.ins]
+        result = None
+        if instr.pred is None and None not in args:
+            op = parts[0]
+            if op == "mov" and len(args) == 1:
+                result = args[0]
+            elif op == "mad" and len(args) == 3:
+                result = args[0] * args[1] + args[2]
+            elif op in _BINARY and len(args) == 2 and out.type == "b32":
+                result = _BINARY[op](args[0], args[1])
+            if isinstance(result, int):
+                result &= _U32
+        self.env[out] = result
