@@ -13,6 +13,7 @@ from .codegen import emit_ptx
 from .dsl.kernel import KernelFunction
 from .errors import TilegenError
 from .ir import print_ir, run_passes
+from .ir.bank_report import bank_report
 from .kernel import Kernel
 from .spec import GemmSpec
 
@@ -43,10 +44,10 @@ def compile(x, **constants) -> Kernel:  # noqa: A001  (the public name users exp
     texts = {}
 
     def keep_tile_level(name, kernel):
-        if kernel.level == "tile":
-            texts["tile"] = print_ir(kernel)  # the last tile-level form, offsets assigned
+        if kernel.level == "tile":  # the last tile-level form, offsets assigned
+            texts["tile"] = print_ir(kernel)
+            texts["banks"] = bank_report(kernel)
 
     lowered = run_passes(ir, after=keep_tile_level)
-    tile_text = texts.get("tile") or print_ir(lowered)
     ptx = emit_ptx(lowered)
-    return Kernel(lowered, ptx, tile_text, spec)
+    return Kernel(lowered, ptx, texts["tile"], spec, banks=texts["banks"])

@@ -13,8 +13,9 @@ COPY_ALIGN = 16  # cp.async moves 16 bytes: operand rows and bases must be 16-by
 
 
 class Kernel:
-    def __init__(self, ir, ptx: str, tile_ir: str, spec=None):
+    def __init__(self, ir, ptx: str, tile_ir: str, spec=None, banks=()):
         self._ir = ir
+        self.bank_conflicts = list(banks)  # BankRow per shared access (ir/bank_report.py)
         self.ptx = ptx
         self.ir = tile_ir
         self.spec = spec
@@ -38,6 +39,12 @@ class Kernel:
             return resources(self.ptx, self.target, self.smem_bytes)
         except PtxasError:
             return None
+
+    def bank_report(self) -> str:
+        """Wavefronts per warp of every shared-memory access, against the ideal."""
+        from .ir.bank_report import format_bank_report
+
+        return format_bank_report(self.bank_conflicts)
 
     @property
     def params(self) -> list:

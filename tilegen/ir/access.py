@@ -106,11 +106,27 @@ def fragment_accesses(op) -> list[SharedAccess]:
     return out
 
 
+def copy_chunk(b, c, layout):
+    """(row, byte column) of chunk number c of a stage, with `b` a Builder: Values give
+    instructions, Python ints give ints. Chunks are numbered panel by panel, row by row
+    inside a panel, so 8 consecutive threads fill one 128-byte bank line of a panel (the
+    16-byte stores of a quarter-warp then hit 32 distinct banks) and read contiguous global
+    segments of at least 32 bytes."""
+    per_panel_row = layout.panel_bytes // CHUNK if layout.swizzle else layout.row_bytes // CHUNK
+    per_panel = layout.rows * per_panel_row
+    panel = b.div(c, per_panel)
+    inner = b.rem(c, per_panel)
+    row = b.div(inner, per_panel_row)
+    col = b.mad(panel, per_panel_row, b.rem(inner, per_panel_row))
+    return row, b.mul(col, CHUNK)
+
+
 def copy_chunks(tile, threads: int, i: int):
-    """For copy iteration i: per thread, the (row, byte column) of the 16-byte chunk it moves.
-    Consecutive threads take consecutive chunks of a row, so a warp covers whole rows."""
-    per_row = tile.layout.row_bytes // CHUNK
-    return [((t + i * threads) // per_row, (t + i * threads) % per_row * CHUNK) for t in range(threads)]
+    """For copy iteration i: per thread, the (row, byte column) of the chunk it moves."""
+    from .builder import Builder
+
+    b = Builder([])  # ints fold: no instructions are made
+    return [copy_chunk(b, t + i * threads, tile.layout) for t in range(threads)]
 
 
 def copy_iterations(tile, threads: int) -> int:

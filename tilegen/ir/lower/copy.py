@@ -1,9 +1,8 @@
-"""CopyAsync -> cp.async: each thread moves 16-byte chunks of the stage, consecutive
-threads along a row (so a warp's stores cover whole 128-byte rows), with zero-fill for
-everything outside the tensor."""
+"""CopyAsync -> cp.async: each thread moves 16-byte chunks of the stage (in the order of
+ir/access.copy_chunk), with zero-fill for everything outside the tensor."""
 from __future__ import annotations
 
-from ..access import CHUNK, copy_iterations
+from ..access import CHUNK, copy_chunk, copy_iterations
 from ..instr import Instr
 from ..values import Addr, Imm
 from .smem import emit_offset, stage_base
@@ -12,20 +11,17 @@ from .smem import emit_offset, stage_base
 def lower_copy(b, ctx, op):
     tile, src = op.dst, op.src
     layout, esize = tile.layout, tile.dtype.bytes
-    per_row = layout.row_bytes // CHUNK
     threads = ctx.kernel.threads
-    iterations = copy_iterations(tile, threads)  # the chunk assignment of ir/access.copy_chunks
+    iterations = copy_iterations(tile, threads)
     base = stage_base(b, ctx, tile, op.stage)
     ld_bytes = ctx.ld_bytes(src)
     for i in range(iterations):
         b.comment(f"chunk {i}: {tile.name}[{op.stage if isinstance(op.stage, int) else 'stage'}] <- {src.name}")
-        # Lane-to-chunk assignment is loop-invariant: ptxas hoists it out of the k loop.
-        c = ctx.pro.add(ctx.tid, i * threads)
-        r = ctx.pro.div(c, per_row)
-        cc = ctx.pro.rem(c, per_row)
-        soff = emit_offset(ctx.pro, layout, r, ctx.pro.mul(cc, CHUNK))
+        # The thread-to-chunk assignment (shared with the bank report) is computed once at entry.
+        r, colb = copy_chunk(ctx.pro, ctx.pro.add(ctx.tid, i * threads), layout)
+        soff = emit_offset(ctx.pro, layout, r, colb)
         grow = b.add(op.row0, r)
-        gcol = b.add(op.col0, b.mul(cc, CHUNK // esize))
+        gcol = b.add(op.col0, b.div(colb, esize))
         inside = b.pred_and(b.cmp("lt", grow, src.rows), b.cmp("lt", gcol, src.cols))
         left = b.mul(b.sub(src.cols, gcol), esize)        # bytes to the row's end
         nbytes = b.selp(b.min(left, CHUNK), 0, inside)

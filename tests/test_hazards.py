@@ -1,0 +1,87 @@
+"""The pipeline hazard check: a correct multistage schedule passes; each planted mistake is
+rejected with a message naming the stage, the tile and the source line."""
+import pytest
+
+import tilegen
+import tilegen.dsl as tg
+from tilegen.ir.hazards import HazardError
+
+ATOM = "m16n8k16.f16.f32"
+
+
+@tg.kernel
+def pipeline(stages, wait_pending=None, barrier=True, ahead=None, final_wait=True, barrier_after=False):
+    """A one-warp GEMM main loop with the knobs a mistake would turn."""
+    S = stages
+    tg.launch(threads=32, grid=lambda s: (1, 1, 1))
+    A = tg.tensor("A", "f16", ("M", "K"))
+    B = tg.tensor("B", "f16", ("K", "N"), layout="col")
+    C = tg.tensor("C", "f32", ("M", "N"))
+    sA = tg.shared("sA", "f16", 16, 64, stages=S, swizzle="128B")
+    sB = tg.shared("sB", "f16", 16, 64, stages=S, swizzle="128B", logical="col")
+    acc = tg.fragment(ATOM, "C", (1, 2))
+    a = tg.fragment(ATOM, "A", (1, 1))
+    b = tg.fragment(ATOM, "B", (1, 2))
+    for s in range(S - 1):
+        tg.copy_async(sA[s], A.block(0, s * 64))
+        tg.copy_async(sB[s], B.block(s * 64, 0))
+        tg.commit()
+    for kt in tg.range(tg.cdiv(A.shape[1], 64)):
+        stage = kt % S
+        tg.wait(S - 2 if wait_pending is None else wait_pending)
+        if barrier:
+            tg.barrier()
+        for kk in range(4):
+            tg.load(a, sA[stage], 0, kk * 16)
+            tg.load(b, sB[stage], kk * 16, 0)
+            tg.mma(acc, a, b)
+        if barrier_after:
+            tg.barrier()
+        nxt = kt + (S - 1 if ahead is None else ahead)
+        tg.copy_async(sA[nxt % S], A.block(0, nxt * 64))
+        tg.copy_async(sB[nxt % S], B.block(nxt * 64, 0))
+        tg.commit()
+    if final_wait:
+        tg.wait(0)
+    tg.store(C.block(0, 0), acc)
+
+
+@pytest.mark.parametrize("stages", [2, 3, 4, 5])
+def test_correct_schedule_passes(stages):
+    k = tilegen.compile(pipeline, stages=stages)
+    assert "cp.async.wait_group" in k.ptx
+
+
+@pytest.mark.parametrize("stages", [2, 3, 4])
+def test_every_gemm_spec_schedule_passes(stages):
+    for dtype in ("tf32", "f16", "bf16"):
+        tilegen.compile(tilegen.GemmSpec(dtype=dtype, stages=stages, tile=(64, 64, 32)))
+
+
+@pytest.mark.parametrize("stages", [3, 4])
+def test_waiting_too_little_is_caught(stages):
+    with pytest.raises(HazardError, match=r"stage \d of sA while a cp.async into it may still be in flight"):
+        tilegen.compile(pipeline, stages=stages, wait_pending=stages - 1)
+
+
+def test_missing_barrier_after_wait_is_caught():
+    with pytest.raises(HazardError, match="before a barrier makes the other threads' copies visible"):
+        tilegen.compile(pipeline, stages=3, barrier=False)
+
+
+def test_missing_barrier_with_a_barrier_after_compute_is_still_caught():
+    # the barrier after the mma orders the overwrite but not the visibility of the copies
+    with pytest.raises(HazardError, match="before a barrier"):
+        tilegen.compile(pipeline, stages=3, barrier=False, barrier_after=True)
+
+
+@pytest.mark.parametrize("stages", [2, 3, 4])
+def test_prefetching_into_the_stage_being_read_is_caught(stages):
+    # S tiles ahead lands in stage kt % S, which this iteration just read: no barrier since.
+    with pytest.raises(HazardError, match=r"overwrites a stage other warps may still be reading.*test_hazards\.py:\d+"):
+        tilegen.compile(pipeline, stages=stages, ahead=stages)
+
+
+def test_ending_with_copies_in_flight_is_caught():
+    with pytest.raises(HazardError, match=r"wait_group\(0\)"):
+        tilegen.compile(pipeline, stages=3, final_wait=False)

@@ -1,0 +1,188 @@
+"""Device memory, streams and events.
+
+DeviceBuffer owns one cuMemAlloc allocation. Host copies take numpy arrays whose memory
+is one contiguous block (C or Fortran order): the bytes move as they are, so the layout
+on the device is the layout on the host.
+"""
+from __future__ import annotations
+
+import os
+import sys
+
+from ..errors import DeviceError, LaunchError
+from . import driver as _drv
+
+
+def _host_block(arr, what: str, writable: bool = False):
+    import numpy as np
+
+    if not isinstance(arr, np.ndarray):
+        raise LaunchError(f"{what} needs a numpy array; got {type(arr).__name__}")
+    if not (arr.flags.c_contiguous or arr.flags.f_contiguous):
+        raise LaunchError(f"{what} needs a contiguous numpy array; use np.ascontiguousarray")
+    if writable and not arr.flags.writeable:
+        raise LaunchError(f"{what} needs a writable numpy array")
+    return arr
+
+
+class DeviceBuffer:
+    """`nbytes` of device memory on `device`. `.ptr` is the raw address (an int)."""
+
+    def __init__(self, nbytes: int, device: int = 0):
+        nbytes = int(nbytes)
+        if nbytes < 0:
+            raise LaunchError(f"cannot allocate {nbytes} bytes")
+        d = _drv._driver()
+        _drv.ensure_context(device)
+        self._pid = os.getpid()
+        self.device = device
+        self.nbytes = nbytes
+        # cuMemAlloc rejects 0 bytes; a 1-byte allocation keeps .ptr valid for empty arrays
+        self._dptr = _drv.check(d.cuMemAlloc(max(nbytes, 1)), f"cuMemAlloc({nbytes})")
+        self.ptr = int(self._dptr)
+
+    def __repr__(self) -> str:
+        state = "freed" if self._dptr is None else f"ptr=0x{self.ptr:x}"
+        return f"DeviceBuffer({self.nbytes} bytes, device={self.device}, {state})"
+
+    @classmethod
+    def from_host(cls, arr, device: int = 0) -> "DeviceBuffer":
+        """A new buffer holding a copy of the numpy array's bytes."""
+        buf = cls(_host_block(arr, "DeviceBuffer.from_host").nbytes, device)
+        buf.copy_from_host(arr)
+        return buf
+
+    def _live(self):
+        if self._dptr is None:
+            raise DeviceError("this DeviceBuffer was freed")
+        d = _drv._driver()
+        _drv.ensure_context(self.device)
+        return d
+
+    def _fits(self, arr, what: str) -> None:
+        if arr.nbytes > self.nbytes:
+            raise LaunchError(f"{what}: array of {arr.nbytes} bytes does not fit the "
+                              f"{self.nbytes}-byte buffer")
+
+    def copy_from_host(self, arr) -> None:
+        arr = _host_block(arr, "copy_from_host")
+        self._fits(arr, "copy_from_host")
+        d = self._live()
+        if arr.nbytes:
+            _drv.check(d.cuMemcpyHtoD(self.ptr, arr.ctypes.data, arr.nbytes), "cuMemcpyHtoD")
+
+    def copy_to_host(self, arr):
+        """Fill the numpy array from the start of the buffer; returns it."""
+        arr = _host_block(arr, "copy_to_host", writable=True)
+        self._fits(arr, "copy_to_host")
+        d = self._live()
+        if arr.nbytes:
+            _drv.check(d.cuMemcpyDtoH(arr.ctypes.data, self.ptr, arr.nbytes), "cuMemcpyDtoH")
+        return arr
+
+    def fill_bytes(self, value: int) -> None:
+        """Set every byte to `value` (cuMemsetD8), e.g. 0xFF to poison outputs."""
+        if not 0 <= int(value) <= 255:
+            raise LaunchError(f"fill_bytes value {value} is not a byte (0..255)")
+        d = self._live()
+        if self.nbytes:
+            _drv.check(d.cuMemsetD8(self.ptr, int(value), self.nbytes), "cuMemsetD8")
+
+    def close(self) -> None:
+        """Free the memory now; later use raises. Safe to call twice."""
+        dptr, self._dptr = getattr(self, "_dptr", None), None
+        if dptr is None or os.getpid() != self._pid or sys.is_finalizing():
+            return  # nothing to free, another process's memory, or the driver is going away
+        d = _drv._driver()
+        _drv.ensure_context(self.device)
+        _drv.check(d.cuMemFree(dptr), "cuMemFree")
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:  # never raise from a finaliser (e.g. at interpreter exit)
+            pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+
+class Stream:
+    """A non-blocking CUDA stream (does not synchronise with the legacy default stream)."""
+
+    def __init__(self, device: int = 0):
+        d = _drv._driver()
+        _drv.ensure_context(device)
+        self._pid = os.getpid()
+        self.device = device
+        flags = int(d.CUstream_flags.CU_STREAM_NON_BLOCKING)
+        self.handle = _drv.check(d.cuStreamCreate(flags), "cuStreamCreate")
+
+    def synchronize(self) -> None:
+        d = _drv._driver()
+        _drv.ensure_context(self.device)
+        _drv.check(d.cuStreamSynchronize(self.handle), "cuStreamSynchronize")
+
+    def close(self) -> None:
+        handle, self.handle = getattr(self, "handle", None), None
+        if handle is None or os.getpid() != self._pid or sys.is_finalizing():
+            return
+        _drv.check(_drv._driver().cuStreamDestroy(handle), "cuStreamDestroy")
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+
+def _stream(stream):
+    return 0 if stream is None else getattr(stream, "handle", stream)
+
+
+class Event:
+    """A CUDA event with timing enabled."""
+
+    def __init__(self, device: int = 0):
+        d = _drv._driver()
+        _drv.ensure_context(device)
+        self._pid = os.getpid()
+        self.device = device
+        self.handle = _drv.check(d.cuEventCreate(0), "cuEventCreate")
+
+    def record(self, stream=None) -> "Event":
+        """Record on `stream` (a Stream, a CUstream, or None for the legacy default stream)."""
+        _drv.check(_drv._driver().cuEventRecord(self.handle, _stream(stream)), "cuEventRecord")
+        return self
+
+    def synchronize(self) -> None:
+        _drv.check(_drv._driver().cuEventSynchronize(self.handle), "cuEventSynchronize")
+
+    def close(self) -> None:
+        handle, self.handle = getattr(self, "handle", None), None
+        if handle is None or os.getpid() != self._pid or sys.is_finalizing():
+            return
+        _drv.check(_drv._driver().cuEventDestroy(handle), "cuEventDestroy")
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+
+def elapsed_ms(start: Event, end: Event) -> float:
+    """Milliseconds between two recorded events; waits for `end` first."""
+    end.synchronize()
+    return float(_drv.check(_drv._driver().cuEventElapsedTime(start.handle, end.handle),
+                            "cuEventElapsedTime"))
+
+
+def synchronize(device: int = 0) -> None:
+    """Wait for all work on the device's context (cuCtxSynchronize)."""
+    d = _drv._driver()
+    _drv.ensure_context(device)
+    _drv.check(d.cuCtxSynchronize(), "cuCtxSynchronize")

@@ -1,0 +1,215 @@
+"""PTX -> loaded module -> kernel function, through the driver's JIT.
+
+`load_module` JIT-compiles PTX with cuModuleLoadDataEx and keeps the info and error logs
+(ptx.md 7.2). A failure saves the PTX to a temp file and raises a DeviceError that shows
+the JIT log, the failing PTX line and the file, so the error can be reproduced with ptxas.
+Modules are cached per (context, PTX hash): loading the same text twice is free.
+"""
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import tempfile
+import threading
+
+from ..errors import DeviceError, LaunchError
+from . import driver as _drv
+from .params import check_launch_dims, pack_args
+
+STATIC_SMEM_MAX = 48 * 1024   # above this, dynamic shared memory needs the opt-in attribute
+_LOG_BYTES = 1 << 16
+
+_lock = threading.Lock()
+_modules: dict = {}     # (context, sha256) -> (CUmodule, info log)
+_functions: dict = {}   # (context, sha256, entry) -> Function
+
+_PARAM_BYTES = {"u64": 8, "s64": 8, "b64": 8, "f64": 8, "u32": 4, "s32": 4, "b32": 4, "f32": 4}
+_KIND_BYTES = {"ptr": 8, "u64": 8, "f64": 8, "u32": 4, "s32": 4, "f32": 4}
+
+
+# ---- pure helpers (no GPU) -------------------------------------------------------------
+
+def ptx_entries(ptx: str) -> list[str]:
+    """Names of the kernels (.entry) a PTX module defines."""
+    return re.findall(r"\.entry\s+([A-Za-z_$][\w$]*)", ptx)
+
+
+def entry_param_bytes(ptx: str, entry: str) -> list:
+    """Byte size of each .param of `entry`, None where it is not a scalar (e.g. .b8 x[128])."""
+    m = re.search(r"\.entry\s+" + re.escape(entry) + r"\s*\(([^)]*)\)", ptx)
+    if m is None:
+        return []
+    sizes = []
+    for p in filter(None, (x.strip() for x in m.group(1).split(","))):
+        t = re.search(r"\.(u64|s64|b64|f64|u32|s32|b32|f32)\s+[\w$%]+\s*$", p)
+        sizes.append(_PARAM_BYTES[t.group(1)] if t else None)
+    return sizes
+
+
+def jit_error_line(log: str):
+    """The PTX line number of the first error in a ptxas/JIT log, or None.
+
+    ptxas writes "ptxas application ptx input, line 123; error   : ..." (JIT) or
+    "ptxas file.ptx, line 123; error   : ..." (command line).
+    """
+    m = re.search(r"line (\d+); (?:error|fatal)", log) or re.search(r"line (\d+);", log)
+    return int(m.group(1)) if m else None
+
+
+def save_ptx(ptx: str) -> str:
+    """Write PTX to a fresh temp file (tilegen-*.ptx) and return its path."""
+    fd, path = tempfile.mkstemp(prefix="tilegen-", suffix=".ptx")
+    with os.fdopen(fd, "w") as f:
+        f.write(ptx)
+    return path
+
+
+def jit_error_message(ptx: str, log: str, path: str, error: str, arch: str | None = None) -> str:
+    """The text of a JIT failure: error, driver log, failing PTX line, saved file, repro."""
+    lines = [f"the CUDA driver could not JIT-compile the PTX: {error}"]
+    log = log.strip()
+    lines.append("driver log:" if log else "driver log: (empty)")
+    lines += ["  " + x for x in log.splitlines()]
+    n = jit_error_line(log)
+    src = ptx.splitlines()
+    if n is not None and 1 <= n <= len(src):
+        lines.append(f"PTX line {n}: {src[n - 1].strip()}")
+    lines.append(f"full PTX written to {path}")
+    lines.append(f"reproduce: ptxas -arch={arch or 'sm_XY'} -o /dev/null {path}")
+    return "\n".join(lines)
+
+
+# ---- loading ---------------------------------------------------------------------------
+
+def _jit(d, ptx: str, arch: str | None):
+    """cuModuleLoadDataEx with info/error log buffers; returns the CUmodule and info log."""
+    O = d.CUjit_option
+    info, err = bytearray(_LOG_BYTES), bytearray(_LOG_BYTES)
+    r = d.cuModuleLoadDataEx(
+        ptx.encode() + b"\0", 5,
+        [O.CU_JIT_INFO_LOG_BUFFER, O.CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES,
+         O.CU_JIT_ERROR_LOG_BUFFER, O.CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES, O.CU_JIT_LOG_VERBOSE],
+        [info, len(info), err, len(err), 1])
+    info_log = info.split(b"\0", 1)[0].decode(errors="replace")
+    if int(r[0]) != 0:
+        name, text = _drv.error_name(r[0])
+        log = err.split(b"\0", 1)[0].decode(errors="replace")
+        path = save_ptx(ptx)
+        e = DeviceError(jit_error_message(ptx, log or info_log, path,
+                                          name + (f" ({text})" if text else ""), arch))
+        e.ptx_path, e.jit_log, e.line = path, log, jit_error_line(log)
+        raise e
+    return r[1], info_log
+
+
+def load_module(ptx: str, entry: str, device: int = 0) -> "Function":
+    """JIT-load `ptx` (cached per context and PTX text) and return its kernel `entry`."""
+    if not isinstance(ptx, str) or not ptx.strip():
+        raise LaunchError("load_module needs PTX text (a non-empty str)")
+    entries = ptx_entries(ptx)
+    if entry not in entries:
+        raise LaunchError(f"kernel {entry!r} is not defined in the PTX; entries: "
+                          f"{', '.join(entries) or '(none)'}")
+    d = _drv._driver()
+    ctx = _drv.ensure_context(device)
+    digest = hashlib.sha256(ptx.encode()).hexdigest()
+    key = (int(ctx), digest)
+    with _lock:
+        fn = _functions.get(key + (entry,))
+        if fn is not None:
+            return fn
+        if key not in _modules:
+            arch = None
+            try:
+                arch = "sm_%d%d" % _drv.device_info(device).cc
+            except DeviceError:
+                pass
+            _modules[key] = _jit(d, ptx, arch)
+        module, info_log = _modules[key]
+        handle = _drv.check(d.cuModuleGetFunction(module, entry.encode()),
+                            f"cuModuleGetFunction({entry!r})")
+        fn = Function(module, handle, entry, info_log, device, entry_param_bytes(ptx, entry))
+        _functions[key + (entry,)] = fn
+        return fn
+
+
+def clear_module_cache() -> None:
+    """Unload every cached module of this process (their Functions become unusable)."""
+    d = _drv._driver()
+    with _lock:
+        for module, _ in _modules.values():
+            try:
+                d.cuModuleUnload(module)
+            except Exception:
+                pass
+        _modules.clear()
+        _functions.clear()
+
+
+def _stream_handle(stream):
+    if stream is None:
+        return 0  # the legacy default stream
+    return getattr(stream, "handle", stream)
+
+
+class Function:
+    """A loaded kernel: the driver handles, the JIT's resource report, launch()."""
+
+    def __init__(self, module, handle, entry: str, info_log: str, device: int, param_bytes):
+        self.module = module
+        self.handle = handle
+        self.entry = entry
+        self.info_log = info_log      # registers / shared memory / spills, as ptxas -v prints
+        self.device = device
+        self.param_bytes = list(param_bytes)
+        self.max_dynamic_smem = STATIC_SMEM_MAX
+
+    def __repr__(self) -> str:
+        return f"Function({self.entry!r}, device={self.device})"
+
+    def set_max_dynamic_smem(self, nbytes: int) -> None:
+        """Allow `nbytes` of dynamic shared memory; only needed (and only set) above 48 KB."""
+        nbytes = int(nbytes)
+        if nbytes < 0:
+            raise LaunchError(f"dynamic shared memory of {nbytes} bytes; must be >= 0")
+        if nbytes <= STATIC_SMEM_MAX or nbytes <= self.max_dynamic_smem:
+            return
+        d = _drv._driver()
+        _drv.ensure_context(self.device)
+        limit = _drv.device_info(self.device).smem_optin
+        if nbytes > limit:
+            raise LaunchError(f"kernel {self.entry} asks for {nbytes} bytes of dynamic shared "
+                              f"memory; this GPU allows at most {limit} bytes per block")
+        A = d.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+        _drv.check(d.cuFuncSetAttribute(self.handle, A, nbytes),
+                   f"cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES={nbytes})")
+        self.max_dynamic_smem = nbytes
+
+    def check_args(self, args) -> None:
+        """Argument count and sizes against the kernel's .param list (a mismatch is UB)."""
+        if not self.param_bytes:
+            return
+        if len(args) != len(self.param_bytes):
+            raise LaunchError(f"kernel {self.entry} takes {len(self.param_bytes)} arguments; "
+                              f"got {len(args)}")
+        for i, ((_, kind), size) in enumerate(zip(args, self.param_bytes)):
+            if size is not None and _KIND_BYTES.get(kind, size) != size:
+                raise LaunchError(f"kernel {self.entry} argument {i} is a {size}-byte .param; "
+                                  f"kind {kind!r} passes {_KIND_BYTES[kind]} bytes")
+
+    def launch(self, grid, block, args, smem: int = 0, stream=None) -> None:
+        """Enqueue the kernel. args: [(value, kind)], kind in ptr/u32/s32/u64/f32/f64."""
+        g, b = check_launch_dims(grid, block)
+        args = list(args)
+        params = pack_args(args)
+        self.check_args(args)
+        smem = int(smem)
+        if smem < 0:
+            raise LaunchError(f"dynamic shared memory of {smem} bytes; must be >= 0")
+        self.set_max_dynamic_smem(smem)
+        d = _drv._driver()
+        _drv.ensure_context(self.device)
+        _drv.check(d.cuLaunchKernel(self.handle, *g, *b, smem, _stream_handle(stream),
+                                    params if params[0] else None, 0),
+                   f"launching {self.entry} (grid {g}, block {b}, {smem} B dynamic smem)")
