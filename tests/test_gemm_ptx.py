@@ -35,15 +35,19 @@ def gemm_specs(draw):
     tk = draw(st.sampled_from([16, 32, 64] if dtype != "tf32" else [8, 16, 32]))
     stages = draw(st.integers(2, 5))
     target = draw(st.sampled_from(["sm_80", "sm_86", "sm_89", "sm_90"]))
+    layouts = draw(st.sampled_from([("row", "row"), ("row", "col"), ("col", "row"), ("col", "col")]))
+    swizzle = draw(st.sampled_from(["auto", "128B", "64B", "32B", "pad", "none"]))
+    out = draw(st.sampled_from(["f32", "f16", "bf16"]))
     try:
         return tilegen.GemmSpec(dtype=dtype, tile=(tm * warps[0], tn * warps[1], tk), warps=warps,
-                                stages=stages, target=target)
+                                stages=stages, target=target, a_layout=layouts[0], b_layout=layouts[1],
+                                swizzle=swizzle, out_dtype=out)
     except tilegen.SpecError:
         assume(False)
 
 
 @needs_ptxas
-@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.filter_too_much])
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.filter_too_much])
 @given(gemm_specs())
 def test_drawn_specs_assemble(spec):
     k = tilegen.compile(spec)

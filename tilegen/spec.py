@@ -256,8 +256,6 @@ class GemmSpec:
         if atom.min_sm > tgt.sm:
             raise SpecError("target", self.target, ", ".join(t for t, x in TARGETS.items() if x.sm >= atom.min_sm),
                             f"atom {atom.name} needs sm_{atom.min_sm} or newer")
-        if self.acc_dtype == "f16" and self.out_dtype == "f32":
-            pass  # widening an f16 accumulator on store is fine
         if dt.bits == 8 and (self.a_layout, self.b_layout) != ("row", "col"):
             raise SpecError("a_layout/b_layout", (self.a_layout, self.b_layout), "('row', 'col') for fp8",
                             "fp8 operands must be K-major: there is no 8-bit ldmatrix transpose before sm_100")

@@ -186,9 +186,9 @@ def load(frag: Fragment, src: Stage, row, col, comment: str = ""):
         fail("load(fragment, tile.stage(s), row, col)")
     if frag.operand == "C":
         fail("accumulator fragments are not loaded from shared memory")
-    if frag.atom.a_type.bits != src.tile.ir.dtype.bits or (
-            frag.atom.a_type.name != src.tile.ir.dtype.name and src.tile.ir.dtype.name != "tf32"):
-        fail(f"load: fragment of {frag.atom.a_type} from a {src.tile.ir.dtype} tile")
+    tile_dt, want = src.tile.ir.dtype.name, frag.atom.a_type.name
+    if tile_dt != want and not (want == "tf32" and tile_dt == "f32"):  # tf32 is stored as f32
+        fail(f"load: fragment of {want} from a {tile_dt} tile")
     k_major = (frag.operand == "A") == (src.tile.logical == "row")
     _check_stage(src)
     _tile_op(T.LoadFragment(frag.ir, src.tile.ir, raw(src.index), raw(row), raw(col), k_major, comment=comment))

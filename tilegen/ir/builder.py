@@ -6,7 +6,7 @@ from contextlib import contextmanager
 from typing import Union
 
 from .instr import Comment, If, Instr, Loop
-from .values import Imm, Value
+from .values import Imm, Value, known_align
 
 Scalar = Union[Value, int]
 
@@ -72,14 +72,14 @@ class Builder:
             return a
         if isinstance(a, int) and a == 0:
             return b
-        return self.op("add.u32", "b32", a, b)
+        return _aligned(self.op("add.u32", "b32", a, b), min(known_align(a), known_align(b)))
 
     def sub(self, a: Scalar, b: Scalar) -> Scalar:
         if isinstance(a, int) and isinstance(b, int):
             return a - b
         if isinstance(b, int) and b == 0:
             return a
-        return self.op("sub.u32", "b32", a, b)
+        return _aligned(self.op("sub.u32", "b32", a, b), min(known_align(a), known_align(b)))
 
     def mul(self, a: Scalar, b: Scalar) -> Scalar:
         if isinstance(a, int) and isinstance(b, int):
@@ -92,8 +92,8 @@ class Builder:
             if b == 1:
                 return a
             if b & (b - 1) == 0:
-                return self.op("shl.b32", "b32", a, b.bit_length() - 1)
-        return self.op("mul.lo.u32", "b32", a, b)
+                return self.shl(a, b.bit_length() - 1)
+        return _aligned(self.op("mul.lo.u32", "b32", a, b), known_align(a) * known_align(b))
 
     def mad(self, a: Scalar, b: Scalar, c: Scalar) -> Scalar:
         if isinstance(a, int) and isinstance(b, int):
@@ -104,7 +104,8 @@ class Builder:
             return self.add(self.mul(a, b), c)
         if isinstance(a, int):
             a, b = b, a
-        return self.op("mad.lo.u32", "b32", a, b, c)
+        return _aligned(self.op("mad.lo.u32", "b32", a, b, c),
+                        min(known_align(a) * known_align(b), known_align(c)))
 
     def div(self, a: Scalar, b: Scalar) -> Scalar:
         if isinstance(a, int) and isinstance(b, int):
@@ -123,7 +124,7 @@ class Builder:
             if b == 1:
                 return 0
             if b & (b - 1) == 0:
-                return self.op("and.b32", "b32", a, b - 1)
+                return _aligned(self.op("and.b32", "b32", a, b - 1), min(known_align(a), b))
         return self.op("rem.u32", "b32", a, b)
 
     def min(self, a: Scalar, b: Scalar) -> Scalar:
@@ -139,14 +140,16 @@ class Builder:
     def and_(self, a: Scalar, b: Scalar) -> Scalar:
         if isinstance(a, int) and isinstance(b, int):
             return a & b
-        return self.op("and.b32", "b32", a, b)
+        mask = b if isinstance(b, int) else a if isinstance(a, int) else None
+        align = max(known_align(a) if mask is not None else 1, known_align(mask) if mask is not None else 1)
+        return _aligned(self.op("and.b32", "b32", a, b), align if mask is not None else 1)
 
     def xor(self, a: Scalar, b: Scalar) -> Scalar:
         if isinstance(a, int) and isinstance(b, int):
             return a ^ b
         if isinstance(b, int) and b == 0:
             return a
-        return self.op("xor.b32", "b32", a, b)
+        return _aligned(self.op("xor.b32", "b32", a, b), min(known_align(a), known_align(b)))
 
     def shr(self, a: Scalar, n: int) -> Scalar:
         if isinstance(a, int):
@@ -156,7 +159,7 @@ class Builder:
     def shl(self, a: Scalar, n: int) -> Scalar:
         if isinstance(a, int):
             return a << n
-        return a if n == 0 else self.op("shl.b32", "b32", a, n)
+        return a if n == 0 else _aligned(self.op("shl.b32", "b32", a, n), known_align(a) << n)
 
     def cmp(self, rel: str, a: Scalar, b: Scalar, signed: bool = False) -> Value:
         """A predicate a <rel> b over u32 (or s32) values."""
@@ -177,6 +180,12 @@ class Builder:
         if isinstance(a, int):
             a, b = b, a
         return self.op("mad.wide.u32", "b64", a, b, base)
+
+
+def _aligned(v, align: int):
+    if isinstance(v, Value):
+        v.align = max(1, min(align, 1 << 32))
+    return v
 
 
 def _op(x):

@@ -15,16 +15,24 @@ REG_TYPES = ("b32", "f32", "b64", "pred")
 class Value:
     """A virtual register. Identity matters (no two Values are equal unless the same)."""
 
-    __slots__ = ("type", "hint")
+    __slots__ = ("type", "hint", "align")
 
-    def __init__(self, type: str, hint: str = ""):
+    def __init__(self, type: str, hint: str = "", align: int = 1):
         if type not in REG_TYPES:
             raise ValueError(f"register type {type!r}; allowed: {', '.join(REG_TYPES)}")
         self.type = type
         self.hint = hint
+        self.align = align  # a power of two known to divide the value (address algebra uses it)
 
     def __repr__(self) -> str:
         return f"Value({self.type}, {self.hint!r})"
+
+
+def known_align(x) -> int:
+    """The largest power of two known to divide x (an int or a Value); 0 divides by anything."""
+    if isinstance(x, int):
+        return x & -x if x else 1 << 32
+    return getattr(x, "align", 1)
 
 
 @dataclass(frozen=True)

@@ -22,12 +22,30 @@ class LowerContext:
         self.smem = self.pro.and_(self.pro.add(raw, 1023), -1024 & 0xFFFFFFFF)
         self._lane_terms: dict[tuple, Value] = {}
         self._ld_bytes: dict[int, Value] = {}
+        self.addresses: dict = {}  # per-thread shared addresses, reused across k-steps (smem.py)
 
     def lane_term(self, deltas) -> object:
         key = tuple(deltas)
         if key not in self._lane_terms:
             self._lane_terms[key] = emit_lane_term(self.pro, self.lane, list(deltas))
         return self._lane_terms[key]
+
+    def scaled(self, b, x, factor: int):
+        """x * factor, computed once per region for the same register x."""
+        if isinstance(x, int):
+            return x * factor
+        key = ("scaled", id(x), factor, id(b.region))
+        if key not in self.addresses:
+            self.addresses[key] = b.mul(x, factor)
+        return self.addresses[key]
+
+    def row_step(self, b, tensor, rows: int):
+        """rows * the tensor's pitch as a 64-bit byte offset, computed once at entry."""
+        key = ("row_step", id(tensor), rows)
+        if key not in self.addresses:
+            # signed: panel-major chunk orders step back up to row 0 of the next panel
+            self.addresses[key] = self.pro.op("mul.wide.s32", "b64", self.ld_bytes(tensor), rows)
+        return self.addresses[key]
 
     def ld_bytes(self, tensor) -> object:
         """The tensor's row pitch in bytes, computed once at entry."""

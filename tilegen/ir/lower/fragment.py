@@ -8,34 +8,44 @@ from ..access import fragment_accesses, register_list
 from ..instr import Instr
 from ..values import Addr, Imm, Vec
 from .lanes import fit_bit_linear
-from .smem import emit_offset, stage_base
+from .smem import shared_address
+
+
+def _split(x):
+    """(runtime part, compile-time part) of an origin coordinate."""
+    return (0, x) if isinstance(x, int) else (x, 0)
 
 
 def lower_load_fragment(b, ctx, op):
     frag, tile = op.frag, op.src
     esize = tile.dtype.bytes
-    base = stage_base(b, ctx, tile, op.stage)
-    # Runtime origin of the fragment in stored coordinates.
+    # The fragment's origin in stored coordinates (rows, byte columns).
     if frag.operand == "A":
         o_row, o_col = (op.row0, op.col0) if op.k_major else (op.col0, op.row0)
     else:
         o_row, o_col = (op.col0, op.row0) if op.k_major else (op.row0, op.col0)
-    o_colb = b.mul(o_col, esize)
+    row_rt, row_ct = _split(o_row)
+    col_rt, col_ct = _split(o_col)
+    col_rt = ctx.scaled(b, col_rt, esize)
+    col_ct *= esize
     for acc in fragment_accesses(op):
         (br, bc), deltas = fit_bit_linear(list(acc.lanes))
-        row = b.add(b.add(o_row, br), ctx.lane_term([d[0] for d in deltas]))
-        colb = b.add(b.add(o_colb, bc), ctx.lane_term([d[1] for d in deltas]))
-        addr = b.add(base, emit_offset(b, tile.layout, row, colb))
+        row_deltas, col_deltas = [d[0] for d in deltas], [d[1] for d in deltas]
+        lane_rows = [r - br for r, _ in acc.lanes]
+        lane_cols = [c - bc for _, c in acc.lanes]
+        row = (row_rt, ctx.lane_term(row_deltas), lane_rows, row_ct + br)
+        col = (col_rt, ctx.lane_term(col_deltas), lane_cols, col_ct + bc)
+        addr, disp = shared_address(b, ctx, tile, op.stage, row, col)
         outs = tuple(frag.regs[(i, j)][r] for (i, j, r) in acc.regs)
         if acc.kind == "ldmatrix":
             spelled = matrix_op("ldmatrix", len(outs), acc.trans).instruction
             atoms = sorted({(i, j) for (i, j, _) in acc.regs})
-            b.emit(Instr(spelled, (Vec(outs),), (Addr(addr),),
+            b.emit(Instr(spelled, (Vec(outs),), (Addr(addr, disp),),
                          comment=f"{frag.name}: atom{'s' if len(atoms) > 1 else ''} "
                                  + " ".join(f"({i},{j})" for i, j in atoms)))
             ctx.kernel.features.add("ldmatrix")
         else:
-            b.emit(Instr("ld.shared.b32", outs, (Addr(addr),)))
+            b.emit(Instr("ld.shared.b32", outs, (Addr(addr, disp),)))
     if frag.atom.a_type.name == "tf32":
         ctx.kernel.features.add("cvt.rna.tf32")
         for (i, j, r) in register_list(frag):
