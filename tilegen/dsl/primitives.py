@@ -51,8 +51,7 @@ def tensor(name: str, dtype: str, shape: tuple, layout: str = "row") -> Tensor:
     gptr = tr.builder.op("cvta.to.global.u64", "b64", ptr, hint=f"{name}_g")
     ld = _param(f"{name}_ld", "u32")
     stored = (rows, cols) if layout == "row" else (cols, rows)
-    ir = T.GlobalTensor(name, dt, gptr, stored[0].raw, stored[1].raw, ld, layout)
-    ir.shape_names = shape
+    ir = T.GlobalTensor(name, dt, gptr, stored[0].raw, stored[1].raw, ld, layout, shape)
     tr.kernel.tensors.append(ir)
     return Tensor(ir, (rows, cols))
 
@@ -123,9 +122,11 @@ def _tile_op(op):
     return op
 
 
-def copy_async(dst: Stage, src: Block, comment: str = ""):
+def copy_async(dst: Stage, src: Block, comment: str = "", inbounds: tuple = ()):
     """Start copying the block of `src` that matches the stage's extent into `dst`.
-    Elements outside the tensor arrive as zeros."""
+    Elements outside the tensor arrive as zeros. `inbounds` names size symbols (e.g. ("K",))
+    along which the caller guarantees the block lies inside the tensor: their bounds
+    checks are left out of the copy."""
     if not isinstance(dst, Stage) or not isinstance(src, Block):
         fail("copy_async(dst=tile.stage(s), src=tensor.block(r, c))")
     tensor, tile = src.tensor, dst.tile
@@ -136,7 +137,15 @@ def copy_async(dst: Stage, src: Block, comment: str = ""):
              f"logical={tile.logical!r}; shared tiles keep the tensor's memory order")
     r0, c0 = tensor.ir.stored(src.row, src.col)
     _check_stage(dst)
-    _tile_op(T.CopyAsync(tile.ir, raw(dst.index), tensor.ir, raw(r0), raw(c0), comment=comment))
+    names = tensor.ir.shape_names
+    if isinstance(inbounds, str):
+        inbounds = (inbounds,)
+    for n in inbounds:
+        if n not in names:
+            fail(f"copy_async: inbounds={n!r} is not a size of {tensor.ir.name}; its sizes are {names}")
+    stored_names = names if tensor.layout == "row" else names[::-1]
+    _tile_op(T.CopyAsync(tile.ir, raw(dst.index), tensor.ir, raw(r0), raw(c0), comment=comment,
+                         check_rows=stored_names[0] not in inbounds, check_cols=stored_names[1] not in inbounds))
 
 
 def _check_stage(stage: Stage):

@@ -10,8 +10,10 @@ ld.shared.b32. Every ldmatrix plan is checked against tilegen.arch's ldmatrix ta
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 from ..arch.ldmatrix import matrix_op
+from ..arch.mma import MMA_ATOMS
 from ..errors import IRError
 
 CHUNK = 16  # bytes per cp.async and per ldmatrix row
@@ -30,19 +32,36 @@ class SharedAccess:
         return CHUNK if self.kind == "ldmatrix" else 4
 
 
-def stored_bytes(op, i, j, lane, r, e):
+@dataclass(frozen=True)
+class _Load:
+    """What a fragment load's addresses depend on (so plans are cached across k-steps)."""
+    atom: str
+    operand: str
+    tiles: tuple
+    esize: int
+    k_major: bool
+
+    @property
+    def map(self):
+        a = MMA_ATOMS[self.atom]
+        return {"A": a.a, "B": a.b, "C": a.c}[self.operand]
+
+    @property
+    def name(self) -> str:
+        return f"{self.operand} fragment of {self.atom}"
+
+
+def stored_bytes(ld: _Load, i, j, lane, r, e):
     """(stored row, byte column) of element e of register r of atom (i, j), relative to the
     fragment origin, in the shared tile's memory order."""
-    frag = op.frag
-    esize = op.src.dtype.bytes
-    row, col = frag.map.coord(lane, r, e)
-    if frag.operand == "A":
+    row, col = ld.map.coord(lane, r, e)
+    if ld.operand == "A":
         m, k = 16 * i + row, col
-        sr, sc = (m, k) if op.k_major else (k, m)
+        sr, sc = (m, k) if ld.k_major else (k, m)
     else:
         k, n = row, 8 * j + col
-        sr, sc = (n, k) if op.k_major else (k, n)
-    return sr, sc * esize
+        sr, sc = (n, k) if ld.k_major else (k, n)
+    return sr, sc * ld.esize
 
 
 def register_list(frag):
@@ -50,16 +69,14 @@ def register_list(frag):
     return [(i, j, r) for i in range(tm) for j in range(tn) for r in range(frag.map.regs)]
 
 
-def _block_origin(op, i, j, r):
+def _block_origin(ld: _Load, i, j, r):
     """The 8-row x 16-byte block of shared memory register r of atom (i, j) comes from."""
-    cells = [stored_bytes(op, i, j, lane, r, e) for lane in range(32) for e in range(op.frag.map.elems)]
+    cells = [stored_bytes(ld, i, j, lane, r, e) for lane in range(32) for e in range(ld.map.elems)]
     return min(c[0] for c in cells), min(c[1] for c in cells)
 
 
-def _check_ldmatrix(op, group, origins, trans):
+def _check_ldmatrix(ld: _Load, group, origins, trans):
     """The ldmatrix table must deliver exactly the atom's fragment, halves in order."""
-    frag = op.frag
-    esize = op.src.dtype.bytes
     table = matrix_op("ldmatrix", len(group), trans).fragment
     for slot, (i, j, r) in enumerate(group):
         for lane in range(32):
@@ -68,36 +85,41 @@ def _check_ldmatrix(op, group, origins, trans):
                 mrow, mcol = table.coord(lane, slot, e16)
                 got.append((origins[slot][0] + mrow - 8 * slot, origins[slot][1] + 2 * mcol))
             want = []  # ... and as the atom wants them, element 0 in the low bits
-            for e in range(frag.map.elems):
-                sr, sc = stored_bytes(op, i, j, lane, r, e)
-                for byte in range(0, max(esize, 2), 2):
+            for e in range(ld.map.elems):
+                sr, sc = stored_bytes(ld, i, j, lane, r, e)
+                for byte in range(0, max(ld.esize, 2), 2):
                     unit = (sr, sc + byte - (sc + byte) % 2)
                     if unit not in want:
                         want.append(unit)
             if got != want:
-                raise IRError(f"{frag.name}: ldmatrix{'.trans' if trans else ''} would not deliver register {r} "
+                raise IRError(f"{ld.name}: ldmatrix{'.trans' if trans else ''} would not deliver register {r} "
                               f"of atom ({i},{j}) to lane {lane} (gets {got}, needs {want})")
 
 
 def fragment_accesses(op) -> list[SharedAccess]:
     """The shared loads a LoadFragment becomes, with each lane's address."""
     frag = op.frag
-    esize = op.src.dtype.bytes
-    regs = register_list(frag)
-    if esize == 4 and not op.k_major:
+    return _plan(_Load(frag.atom.name, frag.operand, tuple(frag.tiles), op.src.dtype.bytes, op.k_major))
+
+
+@lru_cache(maxsize=None)
+def _plan(ld: _Load) -> list[SharedAccess]:
+    tm, tn = ld.tiles
+    regs = [(i, j, r) for i in range(tm) for j in range(tn) for r in range(ld.map.regs)]
+    if ld.esize == 4 and not ld.k_major:
         return [SharedAccess("ld.shared.b32", ((i, j, r),), False,
-                             tuple(stored_bytes(op, i, j, lane, r, 0) for lane in range(32)))
+                             tuple(stored_bytes(ld, i, j, lane, r, 0) for lane in range(32)))
                 for (i, j, r) in regs]
-    if esize == 1 and not op.k_major:
-        raise IRError(f"{frag.name}: 8-bit operands must be K-major in shared memory")
-    trans = esize == 2 and not op.k_major
+    if ld.esize == 1 and not ld.k_major:
+        raise IRError(f"{ld.name}: 8-bit operands must be K-major in shared memory")
+    trans = ld.esize == 2 and not ld.k_major
     out = []
     for g0 in range(0, len(regs), 4):
         group = regs[g0:g0 + 4]
         if len(group) == 3:
-            raise IRError(f"{frag.name}: {len(regs)} registers do not split into ldmatrix .x1/.x2/.x4")
-        origins = [_block_origin(op, i, j, r) for (i, j, r) in group]
-        _check_ldmatrix(op, group, origins, trans)
+            raise IRError(f"{ld.name}: {len(regs)} registers do not split into ldmatrix .x1/.x2/.x4")
+        origins = [_block_origin(ld, i, j, r) for (i, j, r) in group]
+        _check_ldmatrix(ld, group, origins, trans)
         lanes = []
         for lane in range(32):  # lane l supplies row (l & 7) of matrix l >> 3
             slot = (lane >> 3) % len(group)  # .x1/.x2 ignore the upper lanes
@@ -123,10 +145,15 @@ def copy_chunk(b, c, layout):
 
 def copy_chunks(tile, threads: int, i: int):
     """For copy iteration i: per thread, the (row, byte column) of the chunk it moves."""
+    return _chunks(tile.layout, threads, i)
+
+
+@lru_cache(maxsize=None)
+def _chunks(layout, threads: int, i: int):
     from .builder import Builder
 
     b = Builder([])  # ints fold: no instructions are made
-    return [copy_chunk(b, t + i * threads, tile.layout) for t in range(threads)]
+    return tuple(copy_chunk(b, t + i * threads, layout) for t in range(threads))
 
 
 def copy_iterations(tile, threads: int) -> int:

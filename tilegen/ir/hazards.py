@@ -2,9 +2,10 @@
 wait for its copies and a barrier, and is no stage overwritten while other warps may still
 read it?
 
-The program is walked in order as every thread runs it, with runtime loops unrolled for
-several trip counts (1 .. 2*stages+1, covering the prologue, the steady state and the
-drain). Per (tile, stage) it tracks copies issued but not committed, committed groups not
+The program is walked in order as every thread runs it, for a range of problem sizes (every
+size symbol set to each of SIZES): loops run as often as they would for those sizes, which
+covers short problems (fewer tiles than stages), the steady state and the drain. A loop whose
+trip count cannot be evaluated is unrolled for 1 .. 2*stages+1 iterations instead. Per (tile, stage) it tracks copies issued but not committed, committed groups not
 yet waited for, data landed but not yet published by a barrier, and reads since the last
 barrier. Reads by other warps since the last barrier are what a new copy must not race.
 """
@@ -27,6 +28,7 @@ class _State:
         self.unpublished: set = set()      # landed for the issuing thread, no barrier since
         self.written: set = set()
         self.read_since_barrier: dict = {}  # (tile, stage) -> op that read it
+        self.guessed_trips = False          # some loop's trip count was unknown
 
     def pending(self, key) -> bool:
         return key in self.uncommitted or any(key in g for g in self.groups)
@@ -43,6 +45,13 @@ def _stage(ev, op, tile):
     return s % tile.stages if s >= tile.stages else s
 
 
+MAX_TRIPS = 64  # sizes whose loops run longer only repeat the steady state: skipped
+
+
+class _TooLong(Exception):
+    pass
+
+
 def _walk(nodes, ev, st, trips):
     for n in nodes:
         if isinstance(n, Instr):
@@ -50,8 +59,16 @@ def _walk(nodes, ev, st, trips):
         elif isinstance(n, Comment):
             continue
         elif isinstance(n, Loop):
-            start = ev.value(n.start) or 0
-            for it in range(trips):
+            start, stop = ev.value(n.start), ev.value(n.stop)
+            if start is None or stop is None:
+                st.guessed_trips = True
+                count = trips
+            else:
+                count = max(0, stop - start)
+                if count > MAX_TRIPS:
+                    raise _TooLong()
+            start = start or 0
+            for it in range(count):
                 ev.env[n.counter] = start + it
                 _walk(n.body, ev, st, trips)
         elif isinstance(n, If):
@@ -89,12 +106,23 @@ def _walk(nodes, ev, st, trips):
             st.read_since_barrier.setdefault(key, n)
 
 
+SIZES = (1, 7, 16, 33, 64, 100, 128, 192, 256, 320, 384, 512, 640, 1024, 2048)
+
+
 def check_hazards(kernel):
     """Raise HazardError for the first unsafe step of the pipeline; return the kernel."""
     stages = max((t.stages for t in kernel.shared), default=1)
-    for trips in range(1, 2 * stages + 2):
-        st = _State()
-        _walk(kernel.body, ScalarEval(), st, trips)
-        if st.uncommitted or st.groups:
-            raise HazardError("the kernel ends with cp.async copies in flight: wait_group(0) before the end")
+    symbols = set(kernel.symbols)
+    for size in SIZES:
+        for trips in range(1, 2 * stages + 2):
+            params = {p.name: (size if p.name in symbols else 4096) for p in kernel.params if p.type == "u32"}
+            st = _State()
+            try:
+                _walk(kernel.body, ScalarEval(params), st, trips)
+            except _TooLong:
+                break
+            if st.uncommitted or st.groups:
+                raise HazardError("the kernel ends with cp.async copies in flight: wait_group(0) before the end")
+            if not st.guessed_trips:
+                break  # every loop ran its real trip count: other guesses change nothing
     return kernel

@@ -1,6 +1,6 @@
-"""Evaluate the integer arithmetic of tile-level IR at trace-free constants: enough to know
-which pipeline stage an op touches at a given loop iteration. Anything it cannot know
-(parameters, thread ids) evaluates to None."""
+"""Evaluate the integer arithmetic of tile-level IR for given parameter values: enough to
+know how often a loop runs and which pipeline stage an op touches at each iteration.
+Anything it cannot know (thread-dependent values, floats) evaluates to None."""
 from __future__ import annotations
 
 from .values import Imm, Sym, Value
@@ -17,8 +17,9 @@ _SPECIAL = {"%tid.x": 0, "%ctaid.x": 0, "%ctaid.y": 0, "%ctaid.z": 0, "%nctaid.x
 
 
 class ScalarEval:
-    def __init__(self):
+    def __init__(self, params: dict | None = None):
         self.env: dict[Value, object] = {}
+        self.params = params or {}  # parameter name -> value, for ld.param
 
     def value(self, x):
         if isinstance(x, bool):
@@ -41,7 +42,10 @@ class ScalarEval:
         parts = instr.opcode.split(".")
         args = [self.value(x) for x in instr.ins]
         result = None
-        if instr.pred is None and None not in args:
+        if parts[0] == "ld" and parts[1] == "param":
+            src = instr.ins[0]
+            result = self.params.get(getattr(getattr(src, "base", None), "name", None))
+        elif instr.pred is None and None not in args:
             op = parts[0]
             if op == "mov" and len(args) == 1:
                 result = args[0]

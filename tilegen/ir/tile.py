@@ -34,6 +34,7 @@ class GlobalTensor:
     cols: Value       # stored columns (b32)
     ld: Value         # b32, elements
     logical: str = "row"
+    shape_names: tuple = ()  # the logical (rows, cols) size symbols, e.g. ("M", "K")
 
     def stored(self, r, c):
         return (r, c) if self.logical == "row" else (c, r)
@@ -94,13 +95,17 @@ class TileOp:
 @dataclass(eq=False)
 class CopyAsync(TileOp):
     """Copy one stage of `dst` from the stored block of `src` at (row0, col0), 16 bytes
-    per cp.async, zero-filling whatever lies outside src's rows x cols."""
+    per cp.async, zero-filling whatever lies outside src's rows x cols. A front-end that
+    knows the block's rows (or columns) lie inside the tensor clears check_rows (check_cols)
+    and the bounds test of that dimension is left out."""
 
     dst: SharedTile
     stage: object      # Value or int
     src: GlobalTensor
     row0: object       # stored row of the block (Value or int)
     col0: object       # stored column
+    check_rows: bool = True
+    check_cols: bool = True
 
 
 @dataclass(eq=False)

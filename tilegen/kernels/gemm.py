@@ -68,7 +68,7 @@ def gemm(spec):
         tg.copy_async(sB[s], B.block(s * BK, n0), comment=f"prologue: stage {s} of B")
         tg.commit()
 
-    for kt in tg.range(k_tiles):
+    def step(kt, prefetch_inside_k):
         stage = kt % S
         # Group kt has landed once at most S-2 newer ones are pending; the barrier makes
         # every thread's copies visible and ends all reads of the stage refilled below.
@@ -79,9 +79,19 @@ def gemm(spec):
             tg.load(b, sB[stage], kk * atom.k, wn, comment=f"k-step {kk}: fragment b")
             tg.mma(acc, a, b)
         ahead = kt + (S - 1)
-        tg.copy_async(sA[ahead % S], A.block(m0, ahead * BK), comment="prefetch A, S-1 tiles ahead")
-        tg.copy_async(sB[ahead % S], B.block(ahead * BK, n0), comment="prefetch B, S-1 tiles ahead")
+        inside = ("K",) if prefetch_inside_k else ()
+        tg.copy_async(sA[ahead % S], A.block(m0, ahead * BK), inbounds=inside, comment="prefetch A, S-1 tiles ahead")
+        tg.copy_async(sB[ahead % S], B.block(ahead * BK, n0), inbounds=inside, comment="prefetch B, S-1 tiles ahead")
         tg.commit()
+
+    # While the tile being prefetched is a whole one, its copies skip the test against K;
+    # the last S-1 iterations prefetch the partial tile and the zeros past the end.
+    full_tiles = K // BK
+    steady = full_tiles - tg.minimum(full_tiles, S - 1)
+    for kt in tg.range(0, steady):
+        step(kt, prefetch_inside_k=True)
+    for kt in tg.range(steady, k_tiles):
+        step(kt, prefetch_inside_k=False)
 
     tg.wait(0)
     tg.store(C.block(m0 + wm, n0 + wn), acc, alpha=alpha, beta=beta)

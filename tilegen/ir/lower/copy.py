@@ -54,9 +54,19 @@ def lower_copy(b, ctx, op):
             if dc != prev[1]:
                 gaddr = b.op("add.s64", "b64", gaddr, dc - prev[1])
             prev = (dr, dc)
-        inside = b.pred_and(b.cmp("lt", grow, src.rows), b.cmp("lt", gcol, src.cols))
-        left = b.mul(b.sub(src.cols, gcol), esize)  # bytes to the row's end
-        nbytes = b.selp(b.min(left, CHUNK), 0, inside)
+        checks = []
+        if op.check_rows:
+            checks.append(b.cmp("lt", grow, src.rows))
+        if op.check_cols:
+            checks.append(b.cmp("lt", gcol, src.cols))
+        if not checks:
+            b.emit(Instr("cp.async.cg.shared.global", (), (Addr(dst, disp), Addr(gaddr), Imm(CHUNK))))
+            continue
+        inside = checks[0] if len(checks) == 1 else b.pred_and(*checks)
+        nbytes = CHUNK
+        if op.check_cols:
+            nbytes = b.min(b.mul(b.sub(src.cols, gcol), esize), CHUNK)  # bytes to the row's end
+        nbytes = b.selp(nbytes, 0, inside)
         # A chunk outside the tensor reads nothing (src-size 0), but its address must still be
         # mapped: point it at the tensor's base.
         safe = b.op("selp.b64", "b64", gaddr, src.ptr, inside)

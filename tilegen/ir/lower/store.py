@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from ...errors import IRError
 from ..instr import Instr
-from ..values import Addr, Imm, Value
+from ..values import Addr, Imm, Value, Vec
 from .lanes import fit_bit_linear
 
 
@@ -20,44 +20,91 @@ def _to_f32(b, raw: Value, dtype: str) -> Value:
     raise IRError(f"no widening from {dtype}")
 
 
+def _elements(cmap):
+    """Per register and element: ((row base, col base), deltas) of the C map, in register order."""
+    out = []
+    for r in range(cmap.regs):
+        for e in range(cmap.elems):
+            out.append((r, e, fit_bit_linear([cmap.coord(lane, r, e) for lane in range(32)])))
+    return out
+
+
+def _pairs(elements):
+    """Group elements two by two when the second sits one column right of the first (same
+    lane pattern): such pairs can go out as one vector store."""
+    out, k = [], 0
+    while k < len(elements):
+        if k + 1 < len(elements):
+            (_, _, ((r0, c0), d0)), (_, _, ((r1, c1), d1)) = elements[k], elements[k + 1]
+            if r0 == r1 and c1 == c0 + 1 and c0 % 2 == 0 and d0 == d1:
+                out.append((elements[k], elements[k + 1]))
+                k += 2
+                continue
+        out.append((elements[k],))
+        k += 1
+    return out
+
+
 def lower_store(b, ctx, op):
     frag, dst = op.frag, op.dst
     if frag.operand != "C":
         raise IRError(f"only accumulator fragments can be stored, not operand {frag.operand}")
     out = dst.dtype.name
     osize = dst.dtype.bytes
-    cmap = frag.map
     ld_bytes = ctx.ld_bytes(dst)
     use_beta = None
     if op.beta is not None:
         use_beta = b.op("setp.neu.f32", "pred", op.beta, Imm(0.0, "f32"))
+    # Two neighbouring columns go out as one store when the base and the row pitch keep
+    # every pair aligned to its size: checked once, at run time.
+    low = b.op("cvt.u32.u64", "b32", dst.ptr)
+    vec_ok = b.cmp("eq", b.and_(b.op("or.b32", "b32", low, ld_bytes), 2 * osize - 1), 0)
     rows_cache: dict = {}
     cols_cache: dict = {}
+    pairs = _pairs(_elements(frag.map))
     tm, tn = frag.tiles
     for i in range(tm):
         for j in range(tn):
             b.comment(f"store {frag.name} atom ({i},{j})")
-            for r in range(cmap.regs):
-                for e in range(cmap.elems):
-                    (br, bc), deltas = fit_bit_linear([cmap.coord(lane, r, e) for lane in range(32)])
+            for group in pairs:
+                places = []
+                for (r, e, ((br, bc), deltas)) in group:
                     rkey = (i, br, tuple(d[0] for d in deltas))
                     if rkey not in rows_cache:
                         row = b.add(b.add(op.row0, 16 * i + br), ctx.lane_term(rkey[2]))
-                        rows_cache[rkey] = (row, b.cmp("lt", row, dst.rows), b.wide_mad(row, ld_bytes, dst.ptr))
+                        rows_cache[rkey] = (b.cmp("lt", row, dst.rows), b.wide_mad(row, ld_bytes, dst.ptr))
                     ckey = (j, bc, tuple(d[1] for d in deltas))
                     if ckey not in cols_cache:
                         col = b.add(b.add(op.col0, 8 * j + bc), ctx.lane_term(ckey[2]))
                         cols_cache[ckey] = (col, b.cmp("lt", col, dst.cols))
-                    _, row_ok, row_addr = rows_cache[rkey]
-                    _, col_ok = cols_cache[ckey]
+                    row_ok, row_addr = rows_cache[rkey]
+                    col, col_ok = cols_cache[ckey]
                     inside = b.pred_and(row_ok, col_ok)
-                    addr = b.wide_mad(cols_cache[ckey][0], osize, row_addr)
+                    addr = b.wide_mad(col, osize, row_addr)
                     value = _accumulator_value(b, frag, frag.regs[(i, j)][r], e)
                     if op.alpha is not None:
                         value = b.op("mul.f32", "f32", value, op.alpha)
                     if use_beta is not None:
                         value = _add_beta_c(b, value, op.beta, use_beta, inside, addr, out)
-                    _store(b, value, addr, inside, out)
+                    places.append((value, addr, inside))
+                if len(places) == 2:
+                    _store_pair(b, places, vec_ok, out)
+                else:
+                    _store(b, *places[0], out)
+
+
+def _store_pair(b, places, vec_ok, out):
+    """One vector store when the second column is inside and aligned; else each element alone."""
+    (v0, addr, in0), (v1, _, in1) = places
+    vec = b.pred_and(in1, vec_ok)  # the second column inside implies the first is
+    if out == "f32":
+        b.emit(Instr("st.global.v2.f32", (), (Addr(addr), Vec((v0, v1))), pred=vec))
+    else:
+        packed = b.op(f"cvt.rn.{out}x2.f32", "b32", v1, v0)  # first operand goes to the high half
+        b.emit(Instr("st.global.b32", (), (Addr(addr), packed), pred=vec))
+    alone = b.op("not.pred", "pred", vec)
+    _store(b, v0, addr, b.pred_and(in0, alone), out)
+    _store(b, v1, places[1][1], b.pred_and(in1, alone), out)
 
 
 def _accumulator_value(b, frag, reg: Value, e: int) -> Value:
