@@ -9,6 +9,7 @@
 """
 from __future__ import annotations
 
+from . import cache as _cache
 from .codegen import emit_ptx
 from .dsl.kernel import KernelFunction
 from .errors import TilegenError
@@ -40,6 +41,12 @@ def trace(x, **constants):
 
 def compile(x, **constants) -> Kernel:  # noqa: A001  (the public name users expect)
     """Compile a GemmSpec or a DSL kernel into a Kernel (PTX now, GPU module at first call)."""
+    # -- disk cache (tilegen/cache.py): a GemmSpec compiled before is read back, untraced --
+    if isinstance(x, GemmSpec) and not constants:
+        cached = _cache.load_kernel(x)
+        if cached is not None:
+            return cached
+    # -- end disk cache lookup --
     ir, spec = trace(x, **constants)
     texts = {}
 
@@ -50,4 +57,7 @@ def compile(x, **constants) -> Kernel:  # noqa: A001  (the public name users exp
 
     lowered = run_passes(ir, after=keep_tile_level)
     ptx = emit_ptx(lowered)
-    return Kernel(lowered, ptx, texts["tile"], spec, banks=texts["banks"])
+    kernel = Kernel(lowered, ptx, texts["tile"], spec, banks=texts["banks"])
+    if spec is not None:  # disk cache (tilegen/cache.py): store the GEMM for the next process
+        _cache.store_kernel(spec, kernel)
+    return kernel

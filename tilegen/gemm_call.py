@@ -46,10 +46,21 @@ def run_gemm(kernel, A, B, *, out=None, alpha=1.0, beta=0.0, device=None):
     except (TypeError, ValueError):
         raise LaunchError(f"alpha and beta must be real numbers, got {alpha!r}, {beta!r}") from None
     if device == "sim":
-        raise LaunchError("device='sim' needs the CPU emulator, which is not part of this build yet")
+        from .sim.gemm import run_gemm_sim
+
+        return run_gemm_sim(kernel, A, B, out=out, alpha=alpha, beta=beta)
     if device not in (None, "gpu", "cuda") and not isinstance(device, int):
         raise LaunchError(f"device={device!r}; allowed: None, 'gpu', 'sim' or a GPU index")
     if all(_is_host(x) for x in (A, B)) and (out is None or _is_host(out)):
+        from . import runtime
+
+        if device is None and not runtime.gpu_available():  # no GPU: the emulator, said plainly
+            import sys
+
+            print("tilegen: no GPU found; running on the CPU emulator (device='sim')", file=sys.stderr)
+            from .sim.gemm import run_gemm_sim
+
+            return run_gemm_sim(kernel, A, B, out=out, alpha=alpha, beta=beta)
         return _run_host(kernel, A, B, out, alpha, beta, in_dt, out_dt,
                          device if isinstance(device, int) else 0)
     return _run_device(kernel, A, B, out, alpha, beta, in_dt, out_dt)

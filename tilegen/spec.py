@@ -118,6 +118,7 @@ class GemmSpec:
     | stages     | 2..6 shared-memory pipeline stages              | 3                        |
     | swizzle    | auto, 128B, 64B, 32B, pad, none                 | auto (widest that fits)  |
     | group_m    | CTA rows per group in the launch order (L2)     | 8                        |
+    | frag_buffers | 1, or 2 to load k-step kk+1 during kk's mma   | 2; 1 for tf32 (registers)|
     | epilogue   | Epilogue(...)                                   | plain                    |
     | target     | sm_80, sm_86, sm_89, sm_90, sm_90a              | sm_80; sm_89 for fp8     |
     """
@@ -133,6 +134,7 @@ class GemmSpec:
     stages: int = 3
     swizzle: str = "auto"
     group_m: int = 8
+    frag_buffers: Optional[int] = None
     epilogue: Epilogue = field(default_factory=Epilogue)
     target: Optional[str] = None
 
@@ -168,6 +170,8 @@ class GemmSpec:
             set_("atom", DEFAULT_ATOM[key])
         if self.swizzle == "auto":
             set_("swizzle", self._auto_swizzle())
+        if self.frag_buffers is None:  # measured: tf32's larger fragments run out of registers
+            set_("frag_buffers", 1 if self.dtype == "tf32" else 2)
         self._validate()
 
     # -- derived facts ------------------------------------------------------------------------
@@ -263,6 +267,8 @@ class GemmSpec:
             raise SpecError("stages", self.stages, f"{STAGES.start}..{STAGES.stop - 1}")
         if not 1 <= self.warps.count <= 16:
             raise SpecError("warps", (self.warps.m, self.warps.n), "1 to 16 warps in all")
+        if self.frag_buffers not in (1, 2) or isinstance(self.frag_buffers, bool):
+            raise SpecError("frag_buffers", self.frag_buffers, "1, 2")
         if isinstance(self.group_m, bool) or not isinstance(self.group_m, int) or not 1 <= self.group_m <= 64:
             raise SpecError("group_m", self.group_m, "an int in 1..64 (1 = plain row-by-row order)")
         t, w = self.tile, self.warps

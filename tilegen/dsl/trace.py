@@ -16,7 +16,9 @@ def user_location() -> str:
     f = sys._getframe(1)
     while f is not None:
         path = os.path.abspath(f.f_code.co_filename)
-        if not path.startswith(_HERE + os.sep) or os.sep + "kernels" + os.sep in path[len(_HERE):]:
+        # tilegen's own kernels (kernels/, bench/) are DSL user code too
+        inside = path[len(_HERE):]
+        if not path.startswith(_HERE + os.sep) or inside.startswith((os.sep + "kernels" + os.sep, os.sep + "bench" + os.sep)):
             return f"{os.path.basename(path)}:{f.f_lineno}"
         f = f.f_back
     return "?"

@@ -13,7 +13,7 @@ from .. import dsl as tg
 def gemm_kernel_name(spec) -> str:
     t, w = spec.tile, spec.warps
     return (f"tilegen_gemm_{spec.dtype}_{spec.a_layout[0]}{spec.b_layout[0]}_{spec.out_dtype}_"
-            f"{t.m}x{t.n}x{t.k}_w{w.m}x{w.n}_s{spec.stages}_{spec.swizzle}")
+            f"{t.m}x{t.n}x{t.k}_w{w.m}x{w.n}_s{spec.stages}_{spec.swizzle}_fb{spec.frag_buffers}")
 
 
 @tg.kernel
@@ -58,8 +58,22 @@ def gemm(spec):
     wm = (warp % spec.warps.m) * WM
     wn = (warp // spec.warps.m) * WN
     acc = tg.fragment(atom, "C", (WM // atom.m, WN // atom.n), name="acc")
-    a = tg.fragment(atom, "A", (WM // atom.m, 1), name="a")
-    b = tg.fragment(atom, "B", (1, WN // atom.n), name="b")
+    # Two sets of operand fragments: the loads for k-step kk+1 are issued before the mma
+    # of k-step kk, so shared-memory latency hides behind tensor-core work.
+    frags = [(tg.fragment(atom, "A", (WM // atom.m, 1), name=f"a{i}"),
+              tg.fragment(atom, "B", (1, WN // atom.n), name=f"b{i}")) for i in range(spec.frag_buffers)]
+    steps = BK // atom.k
+
+    def load(buf, stage, kk):
+        a, b = frags[buf]
+        tg.load(a, sA[stage], wm, kk * atom.k, comment=f"k-step {kk}: fragment a{buf}")
+        tg.load(b, sB[stage], kk * atom.k, wn, comment=f"k-step {kk}: fragment b{buf}")
+
+    def wait_for_tile():
+        # Group kt has landed once at most S-2 newer ones are pending; the barrier makes
+        # every thread's copies visible and ends all reads of the stage refilled next.
+        tg.wait(S - 2)
+        tg.barrier()
 
     k_tiles = tg.cdiv(K, BK)
     # Prologue: fill stages 0 .. S-2. Blocks past K arrive as zeros and add nothing.
@@ -67,17 +81,44 @@ def gemm(spec):
         tg.copy_async(sA[s], A.block(m0, s * BK), comment=f"prologue: stage {s} of A")
         tg.copy_async(sB[s], B.block(s * BK, n0), comment=f"prologue: stage {s} of B")
         tg.commit()
+    if spec.frag_buffers == 2:
+        wait_for_tile()
+        load(0, 0, 0)
 
     def step(kt, prefetch_inside_k):
+        if spec.frag_buffers == 1:
+            return step_single(kt, prefetch_inside_k)
         stage = kt % S
-        # Group kt has landed once at most S-2 newer ones are pending; the barrier makes
-        # every thread's copies visible and ends all reads of the stage refilled below.
-        tg.wait(S - 2)
-        tg.barrier()
-        for kk in range(BK // atom.k):
-            tg.load(a, sA[stage], wm, kk * atom.k, comment=f"k-step {kk}: fragment a")
-            tg.load(b, sB[stage], kk * atom.k, wn, comment=f"k-step {kk}: fragment b")
-            tg.mma(acc, a, b)
+        for kk in range(steps):
+            buf = kk % 2
+            if kk == 0:
+                # Refill the stage read during the previous tile (the barrier that ended
+                # that tile ended its reads), S-1 tiles ahead.
+                ahead = kt + (S - 1)
+                inside = ("K",) if prefetch_inside_k else ()
+                tg.copy_async(sA[ahead % S], A.block(m0, ahead * BK), inbounds=inside,
+                              comment="prefetch A, S-1 tiles ahead")
+                tg.copy_async(sB[ahead % S], B.block(ahead * BK, n0), inbounds=inside,
+                              comment="prefetch B, S-1 tiles ahead")
+                tg.commit()
+            if kk + 1 < steps:
+                load(1 - buf, stage, kk + 1)
+                tg.mma(acc, *frags[buf])
+            else:  # last k-step: the next tile's first fragments come from the next stage
+                if buf == 0:  # an odd number of k-steps: buffer 0 is still in use
+                    tg.mma(acc, *frags[buf])
+                wait_for_tile()
+                load(0, (kt + 1) % S, 0)
+                if buf == 1:
+                    tg.mma(acc, *frags[buf])
+
+    def step_single(kt, prefetch_inside_k):
+        # One set of fragments: fewer registers, no overlap of loads with the mma.
+        stage = kt % S
+        wait_for_tile()
+        for kk in range(steps):
+            load(0, stage, kk)
+            tg.mma(acc, *frags[0])
         ahead = kt + (S - 1)
         inside = ("K",) if prefetch_inside_k else ()
         tg.copy_async(sA[ahead % S], A.block(m0, ahead * BK), inbounds=inside, comment="prefetch A, S-1 tiles ahead")

@@ -4,6 +4,8 @@
 (ptx.md 7.2). A failure saves the PTX to a temp file and raises a DeviceError that shows
 the JIT log, the failing PTX line and the file, so the error can be reproduced with ptxas.
 Modules are cached per (context, PTX hash): loading the same text twice is free.
+With the disk cache on (tilegen/cache.py, TILEGEN_CACHE != 0) the PTX is linked to a cubin
+by the driver linker instead, stored, and later processes load the stored cubin.
 """
 from __future__ import annotations
 
@@ -91,16 +93,97 @@ def _jit(d, ptx: str, arch: str | None):
         [O.CU_JIT_INFO_LOG_BUFFER, O.CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES,
          O.CU_JIT_ERROR_LOG_BUFFER, O.CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES, O.CU_JIT_LOG_VERBOSE],
         [info, len(info), err, len(err), 1])
-    info_log = info.split(b"\0", 1)[0].decode(errors="replace")
+    info_log = _log_text(info)
     if int(r[0]) != 0:
-        name, text = _drv.error_name(r[0])
-        log = err.split(b"\0", 1)[0].decode(errors="replace")
-        path = save_ptx(ptx)
-        e = DeviceError(jit_error_message(ptx, log or info_log, path,
-                                          name + (f" ({text})" if text else ""), arch))
-        e.ptx_path, e.jit_log, e.line = path, log, jit_error_line(log)
-        raise e
+        raise _jit_failure(ptx, r[0], _log_text(err), info_log, arch)
     return r[1], info_log
+
+
+def _log_text(buf: bytearray) -> str:
+    return buf.split(b"\0", 1)[0].decode(errors="replace")
+
+
+def _jit_failure(ptx: str, code, log: str, info_log: str, arch: str | None) -> DeviceError:
+    """The DeviceError of a failed JIT or link: driver log, failing line, PTX saved to a file."""
+    name, text = _drv.error_name(code)
+    path = save_ptx(ptx)
+    e = DeviceError(jit_error_message(ptx, log or info_log, path,
+                                      name + (f" ({text})" if text else ""), arch))
+    e.ptx_path, e.jit_log, e.line = path, log, jit_error_line(log)
+    return e
+
+
+# ---- disk-cached cubins (tilegen/cache.py) ---------------------------------------------
+# With the cache on, PTX goes through the driver linker (ptx.md 7.5): cuLinkCreate with log
+# buffers, cuLinkAddData(PTX), cuLinkComplete; the cubin is copied out before cuLinkDestroy,
+# stored under (PTX, compute capability, cuDriverGetVersion), and loaded with
+# cuModuleLoadData. A later process loads the stored cubin and skips the JIT. With
+# TILEGEN_CACHE=0 (or bindings without the linker) the PTX is JIT-loaded as above.
+
+_LINKER = ("cuLinkCreate", "cuLinkAddData", "cuLinkComplete", "cuLinkDestroy",
+           "cuModuleLoadData", "cuDriverGetVersion")
+
+
+def _arch_specific_target(d, ptx: str):
+    """CUjit_target of an arch-specific PTX target (sm_90a -> CU_TARGET_COMPUTE_90A), else None."""
+    m = re.search(r"^\s*\.target\s+sm_(\d+)([af])\b", ptx, re.M)
+    targets = getattr(d, "CUjit_target", None)
+    if m is None or targets is None:
+        return None
+    return getattr(targets, f"CU_TARGET_COMPUTE_{m.group(1)}{m.group(2).upper()}", None)
+
+
+def _link(d, ptx: str, arch: str | None):
+    """PTX -> cubin bytes through the driver linker; returns (cubin, info log)."""
+    import ctypes
+
+    O = d.CUjit_option
+    # The driver writes into these buffers until cuLinkDestroy: they stay referenced here
+    # (the bindings keep the option-value array alive on the CUlinkState, not the buffers).
+    info, err = bytearray(_LOG_BYTES), bytearray(_LOG_BYTES)
+    options = [O.CU_JIT_INFO_LOG_BUFFER, O.CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES,
+               O.CU_JIT_ERROR_LOG_BUFFER, O.CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES, O.CU_JIT_LOG_VERBOSE]
+    values = [info, len(info), err, len(err), 1]
+    target = _arch_specific_target(d, ptx)
+    if target is not None:  # .target sm_90a: compile for exactly that, not the context's sm_90
+        options.append(O.CU_JIT_TARGET)
+        values.append(target)
+    state = _drv.check(d.cuLinkCreate(len(options), options, values), "cuLinkCreate")
+    try:
+        image = ptx.encode() + b"\0"  # PTX must be NUL-terminated
+        r = d.cuLinkAddData(state, d.CUjitInputType.CU_JIT_INPUT_PTX, image, len(image),
+                            b"tilegen.ptx", 0, None, None)
+        if int(r[0]) == 0:
+            r = d.cuLinkComplete(state)  # (CUresult, address, size); the image belongs to state
+        if int(r[0]) != 0:
+            raise _jit_failure(ptx, r[0], _log_text(err), _log_text(info), arch)
+        address, size = int(r[1]), int(r[2])
+        if not address or size <= 0:
+            raise DeviceError(f"cuLinkComplete returned an empty cubin ({size} bytes)")
+        cubin = ctypes.string_at(address, size)  # copied out before cuLinkDestroy frees it
+        return cubin, _log_text(info)
+    finally:
+        d.cuLinkDestroy(state)
+
+
+def _load(d, ptx: str, cc, arch: str | None):
+    """CUmodule and info log for `ptx`: a stored cubin, else linked, stored and loaded."""
+    from .. import cache
+
+    if cc is None or not cache.enabled() or not all(hasattr(d, n) for n in _LINKER):
+        return _jit(d, ptx, arch)
+    driver = int(_drv.check(d.cuDriverGetVersion(), "cuDriverGetVersion"))
+    hit = cache.get_cubin_entry(ptx, cc, driver)
+    if hit is not None:
+        cubin, info_log = hit
+        r = d.cuModuleLoadData(cubin)
+        if int(r[0]) == 0:
+            return r[1], info_log
+        cache.discard_cubin(ptx, cc, driver)  # refused by this driver: rebuild it
+    cubin, info_log = _link(d, ptx, arch)
+    cache.put_cubin(ptx, cc, driver, cubin, info_log)
+    module = _drv.check(d.cuModuleLoadData(cubin), "cuModuleLoadData(linked cubin)")
+    return module, info_log
 
 
 def load_module(ptx: str, entry: str, device: int = 0) -> "Function":
@@ -120,12 +203,13 @@ def load_module(ptx: str, entry: str, device: int = 0) -> "Function":
         if fn is not None:
             return fn
         if key not in _modules:
-            arch = None
+            arch = cc = None
             try:
-                arch = "sm_%d%d" % _drv.device_info(device).cc
+                cc = tuple(_drv.device_info(device).cc)
+                arch = "sm_%d%d" % cc
             except DeviceError:
                 pass
-            _modules[key] = _jit(d, ptx, arch)
+            _modules[key] = _load(d, ptx, cc, arch)  # disk cubin cache, else JIT
         module, info_log = _modules[key]
         handle = _drv.check(d.cuModuleGetFunction(module, entry.encode()),
                             f"cuModuleGetFunction({entry!r})")

@@ -1,0 +1,253 @@
+"""The cubin cache behind runtime.load_module, through a stand-in for cuda.bindings.driver
+that has the driver linker (no GPU here): link on a miss, cuModuleLoadData on a hit, JIT
+errors on the linker path, damaged or refused cubins, TILEGEN_CACHE=0."""
+import ctypes
+import hashlib
+import os
+import types
+
+import pytest
+
+from tilegen import cache
+from tilegen.errors import DeviceError
+from tilegen.runtime import driver as drv
+from tilegen.runtime import module as mod
+from tilegen.runtime.driver import DeviceInfo
+
+GOOD = """.version 7.0
+.target sm_80
+.address_size 64
+.visible .entry add_one(.param .u64 p, .param .u32 n, .param .f32 v)
+{
+    ret;
+}
+"""
+BAD = GOOD.replace("    ret;", "    add.u32 %r1, %r0, %nosuch;\n    ret;")  # line 6
+JIT_LOG = ("ptxas application ptx input, line 6; error   : Unknown symbol '%nosuch'\n"
+           "ptxas fatal   : Ptx assembly aborted due to errors")
+REPORT = "ptxas info    : Used 4 registers, 384 bytes cmem[0]"
+
+
+class R(int):
+    name = property(lambda self: {0: "CUDA_SUCCESS", 218: "CUDA_ERROR_INVALID_PTX",
+                                  200: "CUDA_ERROR_INVALID_IMAGE"}[int(self)])
+
+
+def cubin_of(ptx_image: bytes) -> bytes:
+    return b"\x7fELF" + hashlib.sha256(ptx_image).digest() * 4
+
+
+class LinkState:
+    def __init__(self, values):
+        self.info, self.err = values[0], values[2]
+        self.inputs, self.image, self.destroyed = [], None, False
+
+
+class FakeLinkDriver:
+    """cuda.bindings.driver as far as load_module uses it, with the cuLink* functions."""
+    CUresult = R
+    CUjit_option = types.SimpleNamespace(
+        CU_JIT_INFO_LOG_BUFFER=3, CU_JIT_INFO_LOG_BUFFER_SIZE_BYTES=4, CU_JIT_ERROR_LOG_BUFFER=5,
+        CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES=6, CU_JIT_LOG_VERBOSE=12, CU_JIT_TARGET=9)
+    CUjitInputType = types.SimpleNamespace(CU_JIT_INPUT_PTX=1)
+    CUjit_target = types.SimpleNamespace(CU_TARGET_COMPUTE_90A="compute_90a")
+
+    def __init__(self, version=13000):
+        self.version = version
+        self.links, self.loads, self.jits, self.states, self.options = [], [], [], [], []
+        self.refuse = False  # cuModuleLoadData fails (a cubin this driver will not take)
+
+    # -- the linker --
+    def cuLinkCreate(self, n, options, values):
+        assert n == len(options) == len(values) in (5, 6)
+        self.options.append(dict(zip(options, values)))
+        assert options[0] == 3 and options[2] == 5 and 12 in options
+        assert isinstance(values[0], bytearray) and values[1] == len(values[0])
+        assert isinstance(values[2], bytearray) and values[3] == len(values[2])
+        state = LinkState(values)
+        self.states.append(state)
+        return (R(0), state)
+
+    def cuLinkAddData(self, state, kind, data, size, name, n, options, values):
+        assert not state.destroyed and kind == 1 and isinstance(name, bytes)
+        assert data.endswith(b"\0") and size == len(data)  # NUL-terminated PTX, size counts it
+        state.inputs.append(bytes(data))
+        if b"%nosuch" in data:
+            state.err[:len(JIT_LOG)] = JIT_LOG.encode()
+            return (R(218),)
+        return (R(0),)
+
+    def cuLinkComplete(self, state):
+        assert not state.destroyed and len(state.inputs) == 1
+        self.links.append(state.inputs[0])
+        state.info[:len(REPORT)] = REPORT.encode()
+        state.image = ctypes.create_string_buffer(cubin_of(state.inputs[0]))
+        return (R(0), ctypes.addressof(state.image), len(state.image.raw) - 1)
+
+    def cuLinkDestroy(self, state):
+        assert not state.destroyed
+        if state.image is not None:  # the image belongs to the state: gone after destroy
+            ctypes.memset(state.image, 0, len(state.image.raw))
+        state.destroyed = True
+        return (R(0),)
+
+    # -- modules --
+    def cuModuleLoadData(self, image):
+        assert isinstance(image, bytes)
+        self.loads.append(image)
+        if self.refuse or not image.startswith(b"\x7fELF"):
+            return (R(200), None)
+        return (R(0), ("module", image))
+
+    def cuModuleLoadDataEx(self, image, n, options, values):
+        self.jits.append(image)
+        values[0][:len(REPORT)] = REPORT.encode()
+        return (R(0), ("jit-module", image))
+
+    def cuModuleGetFunction(self, module, name):
+        return (R(0), ("function", name))
+
+    def cuModuleUnload(self, module):
+        return (R(0),)
+
+    def cuDriverGetVersion(self):
+        return (R(0), self.version)
+
+    def cuGetErrorName(self, e):
+        return (R(0), e.name.encode())
+
+    def cuGetErrorString(self, e):
+        return (R(0), b"a PTX JIT compilation failed")
+
+
+@pytest.fixture
+def cdir(tmp_path, monkeypatch):
+    root = tmp_path / "cache"
+    monkeypatch.setenv("TILEGEN_CACHE_DIR", str(root))
+    monkeypatch.delenv("TILEGEN_CACHE", raising=False)
+    return root
+
+
+@pytest.fixture
+def fake(monkeypatch, cdir):
+    d = FakeLinkDriver()
+    monkeypatch.setattr(drv, "_driver", lambda: d)
+    monkeypatch.setattr(drv, "ensure_context", lambda device=0: 0xC0)
+    d.cc = (9, 0)
+    monkeypatch.setattr(drv, "device_info",
+                        lambda device=0: DeviceInfo("Fake H200", d.cc, 132, 232448, "13.0"))
+    forget(monkeypatch)
+    return d
+
+
+def forget(monkeypatch):
+    """What clear_module_cache does, for the stand-in: the process forgets its modules."""
+    monkeypatch.setattr(mod, "_modules", {})
+    monkeypatch.setattr(mod, "_functions", {})
+
+
+def test_miss_links_stores_and_loads_the_cubin(fake, cdir):
+    f = mod.load_module(GOOD, "add_one")
+    image = GOOD.encode() + b"\0"
+    assert fake.links == [image] and fake.jits == []
+    assert fake.loads == [cubin_of(image)]                  # copied out before cuLinkDestroy
+    assert all(s.destroyed for s in fake.states)
+    assert f.info_log == REPORT
+    assert cache.get_cubin(GOOD, (9, 0), 13000) == cubin_of(image)
+    assert cache.info()["cubin"] == 1
+    assert mod.load_module(GOOD, "add_one") is f           # in-process cache, no new load
+    assert len(fake.loads) == 1
+
+
+def test_hit_loads_the_stored_cubin_without_linking(fake, monkeypatch):
+    mod.load_module(GOOD, "add_one")
+    forget(monkeypatch)  # a new process, or clear_module_cache()
+
+    def no_link(*a, **k):
+        raise AssertionError("a cached cubin must not be linked again")
+
+    monkeypatch.setattr(mod, "_link", no_link)
+    f = mod.load_module(GOOD, "add_one")
+    assert fake.loads == [cubin_of(GOOD.encode() + b"\0")] * 2
+    assert f.info_log == REPORT                             # the JIT's report comes back too
+    assert len(fake.links) == 1
+
+
+def test_other_device_or_driver_is_a_miss(fake, monkeypatch):
+    mod.load_module(GOOD, "add_one")
+    forget(monkeypatch)
+    fake.cc = (8, 0)
+    mod.load_module(GOOD, "add_one")
+    forget(monkeypatch)
+    fake.version = 13010
+    mod.load_module(GOOD, "add_one")
+    assert len(fake.links) == 3 and cache.info()["cubin"] == 3
+
+
+def test_jit_error_on_the_linker_path(fake):
+    with pytest.raises(DeviceError) as e:
+        mod.load_module(BAD, "add_one")
+    err = e.value
+    msg = str(err)
+    assert "CUDA_ERROR_INVALID_PTX" in msg and "Unknown symbol '%nosuch'" in msg
+    assert "PTX line 6: add.u32 %r1, %r0, %nosuch;" in msg
+    assert err.line == 6 and "nosuch" in err.jit_log
+    assert err.ptx_path in msg and "-arch=sm_90" in msg
+    try:
+        assert open(err.ptx_path).read() == BAD
+    finally:
+        os.unlink(err.ptx_path)
+    assert all(s.destroyed for s in fake.states)
+    assert cache.info()["cubin"] == 0 and fake.loads == []
+
+
+@pytest.mark.parametrize("how", ["flip", "truncate", "empty"])
+def test_a_damaged_cubin_is_relinked(fake, monkeypatch, cdir, how):
+    mod.load_module(GOOD, "add_one")
+    (path,) = (cdir / "cubin").iterdir()
+    good = path.read_bytes()
+    data = {"flip": good[:-5] + bytes([good[-5] ^ 0xFF]) + good[-4:], "truncate": good[:-10], "empty": b""}[how]
+    path.write_bytes(data)
+    forget(monkeypatch)
+    f = mod.load_module(GOOD, "add_one")
+    assert len(fake.links) == 2                             # never loaded: relinked
+    assert fake.loads == [cubin_of(GOOD.encode() + b"\0")] * 2
+    assert path.read_bytes() == good and f.info_log == REPORT
+
+
+def test_a_cubin_the_driver_refuses_is_discarded_and_relinked(fake, monkeypatch, cdir):
+    mod.load_module(GOOD, "add_one")
+    forget(monkeypatch)
+    real = fake.cuModuleLoadData
+    calls = []
+
+    def refuse_first(image):
+        calls.append(image)
+        if len(calls) == 1:
+            return (R(200), None)
+        return real(image)
+
+    monkeypatch.setattr(fake, "cuModuleLoadData", refuse_first)
+    mod.load_module(GOOD, "add_one")
+    assert len(calls) == 2 and len(fake.links) == 2
+    assert cache.info()["cubin"] == 1
+
+
+def test_tilegen_cache_0_uses_the_jit(fake, monkeypatch, cdir):
+    monkeypatch.setenv("TILEGEN_CACHE", "0")
+    f = mod.load_module(GOOD, "add_one")
+    assert fake.jits == [GOOD.encode() + b"\0"] and fake.links == [] and fake.loads == []
+    assert f.info_log == REPORT and not cdir.exists()
+
+
+def test_bindings_without_the_linker_use_the_jit(fake, monkeypatch, cdir):
+    monkeypatch.delattr(FakeLinkDriver, "cuLinkCreate")
+    mod.load_module(GOOD, "add_one")
+    assert fake.jits and not fake.links and not cdir.exists()
+
+
+def test_arch_specific_ptx_is_linked_for_that_target(fake):
+    mod.load_module(GOOD.replace(".target sm_80", ".target sm_90a"), "add_one")
+    mod.load_module(GOOD, "add_one")
+    assert fake.options[0][9] == "compute_90a"  # CU_JIT_TARGET = CU_TARGET_COMPUTE_90A
+    assert 9 not in fake.options[1]             # a portable target: the context's device

@@ -1,0 +1,189 @@
+"""Generated GEMMs run end to end on the CPU emulator (device="sim") against float64
+references, within the per-dtype bounds of tests/bounds.py. Every output starts poisoned
+with NaN, so an element the kernel fails to write, or a beta=0 run that reads C, shows."""
+from functools import lru_cache
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, assume, given, settings
+from hypothesis import strategies as st
+
+import tilegen
+from bounds import UNIT, gemm_bound, gemm_error
+from tilegen.arch.dtypes import numpy_dtype
+from tilegen.errors import LaunchError, SpecError
+
+DTYPES = ["tf32", "f16", "bf16"]
+LAYOUTS = [("row", "row"), ("row", "col"), ("col", "row"), ("col", "col")]
+
+
+@lru_cache(maxsize=None)
+def kernel_for(**kw):
+    return tilegen.compile(tilegen.GemmSpec(**kw))
+
+
+def small(**kw):
+    """A one- or two-warp spec: small tiles keep the emulator fast."""
+    kw.setdefault("tile", (32, 32, 32))
+    kw.setdefault("warps", (2, 1))
+    return kernel_for(**kw)
+
+
+def inputs(dtype, M, N, K, seed):
+    rng = np.random.default_rng(seed)
+    nd = numpy_dtype(dtype)
+    return rng.standard_normal((M, K)).astype(nd), rng.standard_normal((K, N)).astype(nd)
+
+
+def check(kernel, M, N, K, *, alpha=1.0, beta=0.0, seed=0):
+    spec = kernel.spec
+    A, B = inputs(spec.dtype, M, N, K, seed)
+    out_dt = numpy_dtype(spec.out_dtype)
+    if beta:
+        C0 = np.random.default_rng(seed + 1).standard_normal((M, N)).astype(out_dt)
+        out = C0.copy()
+    else:
+        C0 = np.zeros((M, N))
+        out = np.full((M, N), np.nan, dtype=out_dt)        # poison: beta = 0 must not read it
+    C = kernel(A, B, out=out, alpha=alpha, beta=beta, device="sim")
+    assert C is out
+    C64 = C.astype(np.float64)
+    assert not np.isnan(C64).any(), "unwritten (NaN-poisoned) elements remain"
+    ref = alpha * (A.astype(np.float64) @ B.astype(np.float64)) + beta * C0.astype(np.float64)
+    err = gemm_error(C, ref, A * abs(alpha) if alpha else A, B)
+    bound = gemm_bound(spec.dtype, K, spec.out_dtype, spec.acc_dtype)
+    if beta:  # the output rounding also applies to beta * C0, which |A||B| does not bound
+        scale = np.linalg.norm(np.abs(A.astype(np.float64)) @ np.abs(B.astype(np.float64))) * abs(alpha)
+        bound += 2 * UNIT[spec.out_dtype] * np.linalg.norm(beta * C0.astype(np.float64)) / max(scale, 1e-300)
+    assert err <= bound, f"{spec}: {M}x{N}x{K} error {err:.3g} over the bound {bound:.3g}"
+    return C
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("layouts", LAYOUTS, ids=lambda x: x[0][0] + x[1][0])
+def test_default_tiles_every_layout(dtype, layouts):
+    """The default (128 x 128, 4 warps, 3 stages, widest swizzle) kernels on a ragged shape."""
+    check(kernel_for(dtype=dtype, a_layout=layouts[0], b_layout=layouts[1]), 130, 70, 45)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("out_dtype", ["f32", "f16", "bf16"])
+def test_output_dtypes(dtype, out_dtype):
+    check(small(dtype=dtype, out_dtype=out_dtype, b_layout="col"), 50, 45, 70, seed=3)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("alpha,beta,out_dtype", [(0.5, -2.0, "f32"), (2.0, 1.0, "f16"), (0.0, 0.5, "f32"),
+                                                  (-1.0, 0.0, "bf16")])
+def test_alpha_beta(dtype, alpha, beta, out_dtype):
+    check(small(dtype=dtype, out_dtype=out_dtype, a_layout="col"), 40, 50, 33, alpha=alpha, beta=beta, seed=5)
+
+
+@pytest.mark.parametrize("shape", [(1, 1, 1), (1, 80, 7), (80, 1, 80), (17, 33, 5), (64, 64, 64),
+                                   (33, 65, 80), (80, 80, 1), (31, 8, 17)], ids=lambda s: "x".join(map(str, s)))
+def test_ragged_shapes(shape):
+    check(small(dtype="f16", tile=(32, 32, 16), warps=(1, 1), stages=4), *shape, seed=sum(shape))
+
+
+def test_f16_accumulator():
+    check(small(dtype="f16", acc_dtype="f16", out_dtype="f16", b_layout="col"), 48, 40, 40, seed=8)
+
+
+def test_fp8():
+    check(kernel_for(dtype="e4m3", b_layout="col", target="sm_89", tile=(32, 32, 64), warps=(2, 1)), 45, 40, 100)
+
+
+def test_mma_k4_and_k8_atoms():
+    check(small(dtype="tf32", atom="m16n8k4.tf32.f32", tile=(32, 32, 16)), 40, 40, 40, seed=9)
+    check(small(dtype="bf16", atom="m16n8k8.bf16.f32", tile=(32, 32, 16)), 40, 40, 40, seed=10)
+
+
+def test_k_zero_gives_beta_c():
+    k = small(dtype="f16")
+    C0 = np.random.default_rng(0).standard_normal((20, 30)).astype(np.float32)
+    A, B = np.zeros((20, 0), np.float16), np.zeros((0, 30), np.float16)
+    C = k(A, B, out=C0.copy(), alpha=1.0, beta=0.5, device="sim")
+    np.testing.assert_array_equal(C, (0.5 * C0).astype(np.float32))
+
+
+def test_run_kernel_on_global_memory():
+    """The lower-level API: pointers are addresses in an emulated GlobalMemory."""
+    import tilegen.sim as sim
+    from tilegen.gemm_call import _pitched
+
+    k = small(dtype="f16", b_layout="col")
+    M, N, K = 33, 20, 40
+    A, B = inputs("f16", M, N, K, 4)
+    mem = sim.global_memory()                  # the process-wide default
+    a, lda = _pitched(A)
+    b, ldb = _pitched(np.ascontiguousarray(B.T))
+    ptrs = [mem.alloc(x.nbytes) for x in (a, b)] + [mem.alloc(4 * M * N)]
+    mem.write(ptrs[0], a)
+    mem.write(ptrs[1], b)
+    args = {"M": M, "N": N, "K": K, "A_ptr": ptrs[0], "A_ld": lda, "B_ptr": ptrs[1], "B_ld": ldb,
+            "C_ptr": ptrs[2], "C_ld": N, "alpha": 1.0, "beta": 0.0}
+    stats = sim.run_kernel(k, args, {"M": M, "N": N, "K": K})
+    assert stats.ctas == 2 and stats.instructions > 0
+    C = mem.read(ptrs[2], 4 * M * N, np.float32).reshape(M, N)
+    np.testing.assert_allclose(C, A.astype(np.float64) @ B.astype(np.float64), rtol=1e-3, atol=1e-3)
+    with pytest.raises(sim.SimError, match="missing arguments C_ptr"):
+        sim.run_kernel(k, {n: v for n, v in args.items() if n != "C_ptr"}, {"M": M, "N": N, "K": K})
+    for p in ptrs:
+        mem.free(p)
+
+
+def test_sim_takes_numpy_only():
+    class NotAnArray:
+        shape = (4, 4)
+
+    with pytest.raises(LaunchError, match="numpy"):
+        small(dtype="f16")(NotAnArray(), np.zeros((4, 4), np.float16), device="sim")
+    with pytest.raises(LaunchError, match="dtype"):
+        small(dtype="f16")(np.zeros((4, 4), np.float32), np.zeros((4, 4), np.float16), device="sim")
+
+
+def test_no_gpu_falls_back_to_the_emulator(monkeypatch, capsys):
+    import tilegen.runtime
+
+    monkeypatch.setattr(tilegen.runtime, "gpu_available", lambda: False)
+    k = small(dtype="f16")
+    A, B = inputs("f16", 20, 30, 40, 0)
+    C = k(A, B)
+    err = capsys.readouterr().err
+    assert err.strip() == "tilegen: no GPU found; running on the CPU emulator (device='sim')"
+    np.testing.assert_allclose(C, A.astype(np.float64) @ B.astype(np.float64), rtol=1e-3, atol=1e-3)
+    k(A, B, device="sim")
+    assert capsys.readouterr().err == ""      # asked for by name: no notice
+
+
+# ---- property test over the spec space --------------------------------------------------------
+
+@st.composite
+def specs_and_shapes(draw):
+    kw = dict(dtype=draw(st.sampled_from(DTYPES)),
+              a_layout=draw(st.sampled_from(["row", "col"])), b_layout=draw(st.sampled_from(["row", "col"])),
+              out_dtype=draw(st.sampled_from(["f32", "f16", "bf16"])),
+              tile=draw(st.sampled_from([(32, 32, 16), (64, 32, 32), (32, 32, 32)])),
+              warps=draw(st.sampled_from([(1, 1), (2, 1), (2, 2)])), stages=draw(st.integers(2, 4)))
+    try:
+        base = tilegen.GemmSpec(**kw)
+    except SpecError:
+        assume(False)
+    legal = []
+    for mode in ("128B", "64B", "32B", "pad", "none"):
+        try:
+            base.replace(swizzle=mode)
+            legal.append(mode)
+        except SpecError:
+            pass
+    kw["swizzle"] = draw(st.sampled_from(legal))
+    shape = tuple(draw(st.integers(1, 80)) for _ in range(3))
+    return kw, shape
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.filter_too_much,
+                                                                HealthCheck.too_slow])
+@given(specs_and_shapes(), st.integers(0, 2 ** 16))
+def test_property_random_specs_and_shapes(case, seed):
+    kw, (M, N, K) = case
+    check(kernel_for(**kw), M, N, K, seed=seed)

@@ -1,0 +1,54 @@
+"""CPU emulator of the PTX tilegen emits (device="sim").
+
+It runs the PTX text, not the IR, so it checks what really ships: a lark grammar parses
+the module (ptx.lark, parser.py), each instruction is decoded once into a closure
+(decode.py), and a grid runs CTA by CTA with all threads of a CTA vectorised in numpy
+(runner.py). mma/ldmatrix semantics come from the emulator's own PTX ISA tables
+(tables.py), not from tilegen.arch; tests hold the two together.
+
+It finds bugs and raises SimError naming the PTX line, the thread and the address:
+out-of-bounds global or shared accesses, shared-memory races across a missing bar.sync,
+reads of a cp.async still pending, writes over a stage another thread may still be
+reading, misaligned addresses, and control flow it cannot run (divergent branches).
+
+    mem = tilegen.sim.GlobalMemory()
+    a = mem.alloc(A.nbytes); mem.write(a, A)
+    tilegen.sim.run_kernel(kernel, {"A_ptr": a, ...}, {"M": M, "N": N, "K": K}, mem)
+    C = tilegen.compile(spec)(A, B, device="sim")          # numpy in, numpy out
+
+Limits:
+- the PTX subset of parser.py; opcodes outside it fail at decode time, naming the line;
+- control flow must be uniform across the CTA (no per-thread program counters): a branch,
+  exit or barrier whose guard differs between threads is an error; guarded ordinary
+  instructions are fine. 1-D thread blocks;
+- state spaces .param, .global, .shared only (no generic, .local, .const, textures);
+  no Hopper instructions (wgmma, TMA, mbarrier, clusters) and no warp-level sync
+  (bar.warp.sync), so any exchange through shared memory needs a bar.sync;
+- cp.async groups are modelled per CTA (commit/wait must not be guarded); the source is
+  read when the copy is issued, the destination written when its group retires;
+- races are tracked in shared memory only (per byte: last writer, last reader or
+  "several", pending copies); CTAs run one after another, so races between CTAs in global
+  memory are not seen; registers and shared memory start as zeros (no uninitialised-read
+  check);
+- mma products are exact and summed in float64 with one rounding to the accumulator
+  type; the hardware's f32 accumulation differs in the last bits for general data (it is
+  bit-exact for the integer-valued probes of tests/test_sim_h200.py); fma.rn.f32 rounds
+  through float64 (a double rounding is possible in rare ties); .approx functions are
+  computed to numpy accuracy;
+- speed: about 10^5 CTA-wide instructions per second (a 128x128x64 GEMM in well under a
+  second), meant for tests and small problems.
+"""
+from .errors import PtxSyntaxError, SimError
+from .memory import GlobalMemory
+from .parser import parse_ptx
+from .runner import LaunchStats, global_memory, launch, run_kernel
+
+__all__ = ["SimError", "PtxSyntaxError", "GlobalMemory", "parse_ptx", "launch", "run_kernel",
+           "global_memory", "LaunchStats", "run_gemm"]
+
+
+def run_gemm(kernel, A, B, *, out=None, alpha=1.0, beta=0.0):
+    """C = alpha * A @ B + beta * out on the emulator, with numpy arrays (see gemm.py)."""
+    from .gemm import run_gemm_sim
+
+    return run_gemm_sim(kernel, A, B, out=out, alpha=alpha, beta=beta)

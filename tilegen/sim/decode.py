@@ -1,0 +1,25 @@
+"""Decode an entry once into a list of closures: one table from opcode family to builder.
+
+An opcode the table does not know fails at decode time, naming the PTX line, so a kernel
+never runs half-way into something the emulator cannot do.
+"""
+from __future__ import annotations
+
+from . import alu, control, memops, tensor
+from .state import Context
+
+BUILDERS = {**alu.BUILDERS, **memops.BUILDERS, **control.BUILDERS, **tensor.BUILDERS}
+
+
+def family(opcode: str) -> str:
+    return "cp.async" if opcode.startswith("cp.async") else opcode.split(".")[0]
+
+
+def decode(ctx: Context) -> list:
+    code = []
+    for ins in ctx.entry.instrs:
+        build = BUILDERS.get(family(ins.opcode))
+        if build is None:
+            ctx.unsupported(ins, f"the instruction {ins.opcode}")
+        code.append(build(ins, ctx))
+    return code

@@ -1,0 +1,147 @@
+"""Race detector for shared memory: per-byte shadow state in numpy arrays.
+
+The CTA's timeline is cut into barrier intervals ("epochs"): bar.sync ends one. Ordinary
+accesses of two different threads to the same byte are ordered only if a bar.sync lies
+between them, so within one epoch:
+- a read of a byte another thread wrote is a race (read-after-write without barrier);
+- a write of a byte another thread read or wrote is a race (write-after-read / -write);
+- cp.async writes land at an unknown time between the issue and the wait that retires
+  them: a read of a byte with a copy still pending is a bug, and the issue counts as a
+  write (so it must not hit bytes another thread read in this epoch: "overwrites a stage
+  another warp may still be reading"). The copy becomes the issuing thread's write in the
+  epoch of its wait, so other threads need a bar.sync after the wait before reading.
+
+Each check returns None or a Violation for the first offending (row, byte); the caller
+names the thread and the PTX line.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+import numpy as np
+
+NOBODY = -1
+SEVERAL = -2      # more than one thread read the byte in the current epoch
+
+
+@dataclass
+class Violation:
+    row: int          # index into the access's thread array
+    offset: int       # byte offset in shared memory
+    message: str
+    kind: str         # "pending", "race" (read/write after write), "war" (write after read)
+
+
+class SharedShadow:
+    def __init__(self, size: int):
+        n = max(int(size), 1)
+        self.writer = np.full(n, NOBODY, dtype=np.int16)     # thread ids: a CTA has <= 1024
+        self.w_epoch = np.full(n, -1, dtype=np.int32)
+        self.w_line = np.zeros(n, dtype=np.int32)
+        self.reader = np.full(n, NOBODY, dtype=np.int16)
+        self.r_epoch = np.full(n, -1, dtype=np.int32)
+        self.r_line = np.zeros(n, dtype=np.int32)
+        self.pending = np.zeros(n, dtype=np.int32)           # cp.async copies not yet retired
+        self.p_tid = np.full(n, NOBODY, dtype=np.int16)
+        self.p_line = np.zeros(n, dtype=np.int32)
+        self.epoch = 0
+
+    def reset(self):
+        for a, v in ((self.writer, NOBODY), (self.w_epoch, -1), (self.reader, NOBODY),
+                     (self.r_epoch, -1), (self.pending, 0), (self.p_tid, NOBODY)):
+            a.fill(v)
+        self.epoch = 0
+
+    def barrier(self):
+        self.epoch += 1
+
+    # -- checks -----------------------------------------------------------------------------
+    def _first(self, bad, offs) -> Optional[tuple]:
+        if not bad.any():
+            return None
+        r, c = np.argwhere(bad)[0]
+        return int(r), int(offs[r, c])
+
+    def read(self, tids: np.ndarray, offs: np.ndarray, line: int) -> Optional[Violation]:
+        """tids (n,), offs (n, w) byte offsets read by thread tids[i]."""
+        t = tids[:, None]
+        hit = self._first(self.pending[offs] > 0, offs)
+        if hit:
+            r, o = hit
+            return Violation(r, o, f"reads shared memory whose cp.async is still pending (issued by "
+                                   f"thread {self.p_tid[o]} at PTX line {self.p_line[o]}; no "
+                                   f"cp.async.wait_group has retired it)", "pending")
+        w = self.writer[offs]
+        hit = self._first((self.w_epoch[offs] == self.epoch) & (w != t) & (w != NOBODY), offs)
+        if hit:
+            r, o = hit
+            return Violation(r, o, f"shared-memory race: reads bytes that thread {self.writer[o]} wrote "
+                                   f"(PTX line {self.w_line[o]}) with no bar.sync in between", "race")
+        self._note_reads(tids, offs, line)
+        return None
+
+    def _note_reads(self, tids, offs, line):
+        t = np.broadcast_to(tids[:, None], offs.shape)
+        fresh = self.r_epoch[offs] != self.epoch
+        prev = self.reader[offs]
+        new = np.where(fresh | (prev == t), t, SEVERAL)
+        self.reader[offs] = new
+        self.r_epoch[offs] = self.epoch
+        self.r_line[offs] = line
+        # Duplicates inside this access: the scatter kept one thread per byte; any other
+        # thread that read the byte makes it SEVERAL.
+        after = self.reader[offs]
+        clash = (after != t) & (after != SEVERAL)
+        if clash.any():
+            self.reader[offs[clash]] = SEVERAL
+
+    def _war(self, tids, offs, what: str) -> Optional[Violation]:
+        t = tids[:, None]
+        rd = self.reader[offs]
+        hit = self._first((self.r_epoch[offs] == self.epoch) & (rd != t) & (rd != NOBODY), offs)
+        if hit:
+            r, o = hit
+            who = "several threads" if self.reader[o] == SEVERAL else f"thread {self.reader[o]}"
+            return Violation(r, o, f"{what} overwrites a stage another warp may still be reading: "
+                                   f"{who} read these bytes (last at PTX line {self.r_line[o]}) and no "
+                                   f"bar.sync separates that read from this write", "war")
+        w = self.writer[offs]
+        hit = self._first((self.w_epoch[offs] == self.epoch) & (w != t) & (w != NOBODY), offs)
+        if hit:
+            r, o = hit
+            return Violation(r, o, f"shared-memory race: {what} writes bytes that thread {self.writer[o]} "
+                                   f"wrote (PTX line {self.w_line[o]}) with no bar.sync in between", "race")
+        return None
+
+    def write(self, tids: np.ndarray, offs: np.ndarray, line: int, what: str = "st.shared") -> Optional[Violation]:
+        hit = self._first(self.pending[offs] > 0, offs)
+        if hit:
+            r, o = hit
+            return Violation(r, o, f"{what} writes shared memory that a pending cp.async (issued by thread "
+                                   f"{self.p_tid[o]} at PTX line {self.p_line[o]}) is still writing", "pending")
+        v = self._war(tids, offs, what)
+        if v:
+            return v
+        self._note_writes(tids, offs, line)
+        return None
+
+    def _note_writes(self, tids, offs, line):
+        self.writer[offs] = np.broadcast_to(tids[:, None], offs.shape)
+        self.w_epoch[offs] = self.epoch
+        self.w_line[offs] = line
+
+    def issue_async(self, tids: np.ndarray, offs: np.ndarray, line: int) -> Optional[Violation]:
+        """A cp.async may write its bytes any time from now until its wait."""
+        v = self._war(tids, offs, "cp.async")
+        if v:
+            return v
+        np.add.at(self.pending, offs.reshape(-1), 1)
+        self.p_tid[offs] = np.broadcast_to(tids[:, None], offs.shape)
+        self.p_line[offs] = line
+        return None
+
+    def retire_async(self, tids: np.ndarray, offs: np.ndarray, line: int):
+        """The wait of the issuing thread retired the copy: it is now that thread's write."""
+        np.subtract.at(self.pending, offs.reshape(-1), 1)
+        self._note_writes(tids, offs, line)

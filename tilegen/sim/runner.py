@@ -1,0 +1,170 @@
+"""Launching PTX on the emulator: pack the parameters, lay out shared memory, decode the
+entry once, then run the grid CTA by CTA (all threads of a CTA at once).
+
+Shared memory: static arrays first, then the dynamic (.extern) array, in a window that
+starts at `shared_base` (default 16: 16-byte aligned but not 1024-aligned, so a kernel
+that assumes the .align of its extern array, instead of rounding the base up itself,
+shows it). The dynamic array gets the full size the launch asks for.
+"""
+from __future__ import annotations
+
+import itertools
+import threading
+from dataclasses import dataclass
+from typing import Optional
+
+import numpy as np
+
+from .control import END
+from .decode import decode
+from .errors import SimError
+from .memory import GlobalMemory
+from .parser import parse_ptx
+from .program import Program
+from .state import Context
+
+SHARED_BASE = 16
+MAX_JUMPS = 10_000_000        # per CTA: a kernel looping longer than this is stuck
+_LOCK = threading.Lock()
+
+_PARAM_DTYPE = {"u8": np.uint8, "s8": np.int8, "b8": np.uint8, "u16": np.uint16, "s16": np.int16,
+                "b16": np.uint16, "u32": np.uint32, "s32": np.int32, "b32": np.uint32, "f32": np.float32,
+                "u64": np.uint64, "s64": np.int64, "b64": np.uint64, "f64": np.float64}
+
+
+@dataclass
+class LaunchStats:
+    ctas: int = 0
+    instructions: int = 0     # dynamic count, summed over CTAs (one per CTA-wide step)
+
+
+def _pack_param(name, type_, nbytes, value) -> np.ndarray:
+    if isinstance(value, (bytes, bytearray, memoryview, np.ndarray)) and not np.isscalar(value):
+        raw = np.frombuffer(bytes(value), dtype=np.uint8) if not isinstance(value, np.ndarray) \
+            else np.ascontiguousarray(value).reshape(-1).view(np.uint8)
+        if raw.size != nbytes:
+            raise SimError(f"parameter {name} takes {nbytes} bytes, got {raw.size}")
+        return raw.copy()
+    dt = np.dtype(_PARAM_DTYPE[type_])
+    if nbytes != dt.itemsize:
+        raise SimError(f"parameter {name} is an array of {nbytes} bytes: pass bytes")
+    if dt.kind == "f":
+        return np.array([value], dtype=dt).view(np.uint8)
+    v = int(value)
+    return np.array([v & ((1 << (8 * dt.itemsize)) - 1)], dtype=np.dtype(f"u{dt.itemsize}")).view(np.uint8)
+
+
+def _params(entry, args: dict) -> dict:
+    names = [p[0] for p in entry.params]
+    missing = [n for n in names if n not in args]
+    extra = [n for n in args if n not in names]
+    if missing or extra:
+        raise SimError(f"{entry.name}: " + "; ".join(
+            x for x in (f"missing arguments {', '.join(missing)}" if missing else "",
+                        f"unknown arguments {', '.join(extra)}" if extra else "") if x)
+            + f" (parameters: {', '.join(names)})")
+    return {n: _pack_param(n, t, size, args[n]) for n, t, size in entry.params}
+
+
+def _shared_layout(program: Program, entry, base: int, dynamic_bytes: int):
+    symbols, at = {}, base
+    for d in program.shared + entry.shared:
+        if d.size is None:
+            continue
+        at = -(-at // d.align) * d.align
+        symbols[d.name] = at
+        at += d.size
+    dyn = -(-at // 16) * 16
+    for d in program.shared + entry.shared:
+        if d.size is None:
+            symbols[d.name] = dyn   # every extern array aliases the dynamic block
+    return symbols, dyn + int(dynamic_bytes) - base
+
+
+def launch(ptx, grid, threads: int, args: dict, *, memory: GlobalMemory, entry: Optional[str] = None,
+           shared_bytes: int = 0, shared_base: int = SHARED_BASE) -> LaunchStats:
+    """Run `entry` of a PTX module (text or parsed Program) over `grid` CTAs of `threads`
+    threads; pointer arguments are addresses in `memory`."""
+    program = parse_ptx(ptx) if isinstance(ptx, str) else ptx
+    ent = program.entry(entry)
+    grid = tuple(int(g) for g in (tuple(grid) + (1, 1, 1))[:3])
+    threads = int(threads)
+    if threads <= 0 or min(grid) < 0:
+        raise SimError(f"launch of {ent.name}: grid {grid} and {threads} threads")
+    if ent.reqntid is not None:
+        want = int(np.prod(ent.reqntid))
+        if tuple(ent.reqntid[1:]) not in ((), (1,), (1, 1)) or want != threads:
+            raise SimError(f"{ent.name} declares .reqntid {', '.join(map(str, ent.reqntid))}; "
+                           f"the launch has {threads} threads (the emulator runs 1-D blocks)")
+    params = _params(ent, args)
+    symbols, shared_size = _shared_layout(program, ent, int(shared_base), shared_bytes)
+    key = (ent.name, threads, shared_size, int(shared_base), tuple(sorted(symbols.items())))
+    with _LOCK:  # take the decoded code out of the cache while running (another thread decodes anew)
+        ctx, code = program.decoded.pop(key, (None, None))
+    if ctx is None:
+        ctx = Context(ent, threads, shared_size, int(shared_base), symbols)
+        code = decode(ctx)
+    ctx.bind(params, grid, memory)
+    stats = LaunchStats()
+    try:
+        with np.errstate(all="ignore"):
+            for z, y, x in itertools.product(range(grid[2]), range(grid[1]), range(grid[0])):
+                ctx.start_cta((x, y, z))
+                stats.instructions += _run_cta(ctx, code)
+                stats.ctas += 1
+    finally:
+        ctx.bind({}, (1, 1, 1), None)
+        with _LOCK:
+            program.decoded[key] = (ctx, code)
+    return stats
+
+
+def _run_cta(ctx: Context, code: list) -> int:
+    n = len(code)
+    pc = steps = jumps = 0
+    try:
+        while pc < n:
+            nxt = code[pc]()
+            steps += 1
+            if nxt is None:
+                pc += 1
+            elif nxt == END:
+                break
+            else:
+                pc = nxt
+                jumps += 1
+                if jumps > MAX_JUMPS:
+                    ins = ctx.entry.instrs[pc]
+                    raise SimError(f"CTA {ctx.cta} took more than {MAX_JUMPS} branches: an endless loop?",
+                                   kind="hang", line=ins.line, text=ins.text, cta=ctx.cta)
+    except SimError:
+        raise
+    except Exception as e:  # an emulator bug: say where it happened
+        ins = ctx.entry.instrs[pc]
+        raise SimError(f"internal emulator error ({type(e).__name__}: {e})", kind="internal",
+                       line=ins.line, text=ins.text, cta=ctx.cta) from e
+    return steps
+
+
+def run_kernel(kernel, args: dict, sizes: dict, memory: Optional[GlobalMemory] = None, *,
+               shared_base: int = SHARED_BASE) -> LaunchStats:
+    """Run a tilegen.Kernel on the emulator: args by parameter name (pointers are addresses
+    in `memory`, default tilegen.sim.global_memory()), grid from kernel.grid(sizes)."""
+    memory = memory if memory is not None else global_memory()
+    names = [n for n, _ in kernel.params]
+    missing = [n for n in names if n not in args]
+    if missing:
+        raise SimError(f"{kernel.name}: missing arguments {', '.join(missing)}")
+    return launch(kernel.ptx, kernel.grid(sizes), kernel.threads, {n: args[n] for n in names},
+                  memory=memory, entry=kernel.name, shared_bytes=kernel.smem_bytes, shared_base=shared_base)
+
+
+_GLOBAL: Optional[GlobalMemory] = None
+
+
+def global_memory() -> GlobalMemory:
+    """The process-wide emulated global memory used when no other is given."""
+    global _GLOBAL
+    if _GLOBAL is None:
+        _GLOBAL = GlobalMemory()
+    return _GLOBAL

@@ -1,0 +1,239 @@
+"""The state one launch runs on: the register file of the current CTA (one numpy array per
+register, over the CTA's threads), special registers, shared memory with its shadow,
+the cp.async groups in flight, and helpers the op builders share (operand readers and
+writers, guards, error reports).
+
+Register arrays are never written in place: every instruction binds a new array, so a
+fresh CTA starts by pointing every register at one shared zero array.
+"""
+from __future__ import annotations
+
+from functools import lru_cache
+from typing import Callable, Optional
+
+import numpy as np
+
+from .errors import SimError
+from .memory import MemoryFault, SharedMemory
+from .program import Imm, Instr, Mem, Reg, Special, Sym
+from .race import SharedShadow, Violation
+
+# Storage of each declared register type: 32-bit integers as uint32, floats as floats.
+STORAGE = {
+    "b8": np.uint8, "u8": np.uint8, "s8": np.uint8,
+    "b16": np.uint16, "u16": np.uint16, "s16": np.uint16, "f16": np.uint16, "bf16": np.uint16,
+    "b32": np.uint32, "u32": np.uint32, "s32": np.uint32, "f16x2": np.uint32, "bf16x2": np.uint32,
+    "f32": np.float32,
+    "b64": np.uint64, "u64": np.uint64, "s64": np.uint64, "f64": np.float64,
+    "pred": np.bool_,
+}
+
+# The numpy type an instruction type suffix computes in.
+TYPE = {
+    "b8": np.uint8, "u8": np.uint8, "s8": np.int8,
+    "b16": np.uint16, "u16": np.uint16, "s16": np.int16, "f16": np.uint16, "bf16": np.uint16,
+    "b32": np.uint32, "u32": np.uint32, "s32": np.int32, "f32": np.float32,
+    "f16x2": np.uint32, "bf16x2": np.uint32, "tf32": np.uint32,
+    "b64": np.uint64, "u64": np.uint64, "s64": np.int64, "f64": np.float64,
+    "pred": np.bool_,
+}
+
+# Special registers the emulator models (%clock and friends are not).
+SPECIALS = frozenset({f"%{n}.{a}" for n in ("tid", "ntid", "ctaid", "nctaid") for a in "xyz"}
+                     | {"%laneid", "%warpid", "%nwarpid", "%smid", "%nsmid", "%gridid"})
+
+_UNSIGNED = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
+_STORE = {t: np.dtype(d) for t, d in STORAGE.items()}
+
+
+def convert_bits(a: np.ndarray, to) -> np.ndarray:
+    """Reinterpret `a` as dtype `to`; of a different size, truncate to or zero-extend from
+    the low bits (how PTX moves a value between registers and narrower/wider types)."""
+    to = np.dtype(to)
+    if a.dtype == to:
+        return a
+    if to == np.bool_ or a.dtype == np.bool_:
+        return a.astype(to)
+    if a.dtype.itemsize == to.itemsize:
+        return a.view(to)
+    u = a.view(_UNSIGNED[a.dtype.itemsize]).astype(_UNSIGNED[to.itemsize])
+    return u.view(to)
+
+
+class Context:
+    """Everything the closures of a decoded entry share. Launch values are set by `bind`,
+    per-CTA state is reset by `start_cta`, so the decoded code is reused across launches."""
+
+    def __init__(self, entry, threads: int, shared_size: int, shared_base: int, shared_symbols: dict):
+        self.entry = entry
+        self.threads = threads
+        self.params: dict = {}                # name -> raw bytes (uint8), set per launch
+        self.grid = (1, 1, 1)
+        self.memory = None
+        self.shared_symbols = shared_symbols  # name -> shared address
+        self.shared_size, self.shared_base = shared_size, shared_base
+        self.shared: Optional[SharedMemory] = None   # allocated per launch (see bind)
+        self.shadow: Optional[SharedShadow] = None
+        self.R: list = [None] * len(entry.regs)
+        zeros = {}
+        for t in {r.type for r in entry.regs}:
+            z = np.zeros(threads, dtype=STORAGE[t])
+            z.flags.writeable = False         # shared by every register: never written in place
+            zeros[t] = z
+        self._fresh = [zeros[r.type] for r in entry.regs]
+        self.tid = np.arange(threads, dtype=np.uint32)
+        self.all_tids = np.arange(threads, dtype=np.int64)
+        self.cta = (0, 0, 0)
+        self.specials = {}
+        self.uncommitted: list = []           # cp.async batches not yet in a group
+        self.groups: list = []                # committed groups, oldest first
+
+    # -- per launch and per CTA -------------------------------------------------------------
+    def bind(self, params: dict, grid: tuple, memory):
+        """Set the values of one launch; memory=None releases them (and shared memory)."""
+        self.params, self.grid, self.memory = params, grid, memory
+        if memory is None:
+            self.shared = self.shadow = None
+        else:
+            self.shared = SharedMemory(self.shared_size, self.shared_base)
+            self.shadow = SharedShadow(self.shared_size)
+
+    def start_cta(self, cta: tuple):
+        self.cta = cta
+        self.R[:] = self._fresh
+        self.shared.clear()
+        self.shadow.reset()
+        self.uncommitted = []
+        self.groups = []
+        n = self.threads
+        full = lambda v: np.full(n, v, dtype=np.uint32)  # noqa: E731
+        tid = self.tid
+        self.specials = {
+            "%tid.x": tid, "%tid.y": full(0), "%tid.z": full(0),
+            "%ntid.x": full(n), "%ntid.y": full(1), "%ntid.z": full(1),
+            "%ctaid.x": full(cta[0]), "%ctaid.y": full(cta[1]), "%ctaid.z": full(cta[2]),
+            "%nctaid.x": full(self.grid[0]), "%nctaid.y": full(self.grid[1]), "%nctaid.z": full(self.grid[2]),
+            "%laneid": tid & np.uint32(31), "%warpid": tid >> np.uint32(5),
+            "%nwarpid": full(-(-n // 32)), "%smid": full(0), "%nsmid": full(1), "%gridid": full(0),
+        }
+
+    # -- operands ---------------------------------------------------------------------------
+    def reader(self, ins: Instr, op, dtype) -> Callable[[], object]:
+        """A function returning operand `op` as `dtype` (an array over threads or a scalar)."""
+        dtype = np.dtype(dtype)
+        R = self.R
+        if isinstance(op, Reg):
+            s = op.slot
+            store = _STORE[op.type]
+            if store == dtype:
+                return lambda: R[s]
+            return lambda: convert_bits(R[s], dtype)
+        if isinstance(op, Special):
+            name = op.name
+            if name not in SPECIALS:
+                self.unsupported(ins, f"special register {name}")
+            return lambda: convert_bits(self.specials[name], dtype)
+        if isinstance(op, Imm):
+            return _const(self.immediate(ins, op, dtype))
+        if isinstance(op, Sym) and op.name in self.shared_symbols:
+            return _const(np.array(self.shared_symbols[op.name], dtype=dtype)[()])
+        self.unsupported(ins, f"operand {op!r}")
+
+    def immediate(self, ins: Instr, op: Imm, dtype):
+        return _immediate(op, np.dtype(dtype))
+
+    def writer(self, ins: Instr, op, dtype) -> Callable[[object], None]:
+        """A function storing a value of `dtype` into register `op`, honouring the guard."""
+        if not isinstance(op, Reg):
+            self.unsupported(ins, f"destination {op!r}")
+        R, s = self.R, op.slot
+        store = _STORE[op.type]
+        dtype = np.dtype(dtype)
+        n = self.threads
+        g = self.guard(ins)
+        if g is None:
+            if store == dtype:
+                def put(v):
+                    if getattr(v, "shape", None) != (n,):
+                        v = np.full(n, v, dtype=store)
+                    elif v.dtype != store:     # never let numpy's type promotion leak in
+                        v = v.astype(store)
+                    R[s] = v
+            else:
+                def put(v):
+                    v = np.asarray(v, dtype=dtype)
+                    R[s] = convert_bits(v if v.shape == (n,) else np.full(n, v, dtype=dtype), store)
+            return put
+
+        def put_guarded(v):
+            v = convert_bits(np.broadcast_to(np.asarray(v, dtype=dtype), (n,)), store)
+            R[s] = np.where(g(), v, R[s])
+        return put_guarded
+
+    def guard(self, ins: Instr) -> Optional[Callable[[], np.ndarray]]:
+        """None for an unguarded instruction, else a function giving the active-thread mask."""
+        if ins.guard is None:
+            return None
+        R, s = self.R, ins.guard.slot
+        if ins.guard_neg:
+            return lambda: ~R[s]
+        return lambda: R[s]
+
+    def address(self, ins: Instr, op) -> Callable[[], np.ndarray]:
+        """The address of a memory operand [reg+imm] / [sym] as a uint64 array (or scalar)."""
+        if not isinstance(op, Mem):
+            self.unsupported(ins, f"memory operand {op!r}")
+        off = np.uint64(op.offset & (2 ** 64 - 1))
+        if isinstance(op.base, Reg):
+            read = self.reader(ins, op.base, np.uint64)
+            if op.offset == 0:
+                return read
+            return lambda: read() + off
+        if isinstance(op.base, Sym) and op.base.name in self.shared_symbols:
+            a = np.uint64(self.shared_symbols[op.base.name]) + off
+            return lambda: a
+        if op.base is None:
+            return lambda: off
+        self.unsupported(ins, f"address {op!r}")
+
+    # -- errors -----------------------------------------------------------------------------
+    def fail(self, ins: Instr, message: str, *, kind: str, tid=None, address=None):
+        raise SimError(message, kind=kind, line=ins.line, text=ins.text, cta=self.cta,
+                       tid=None if tid is None else int(tid), address=None if address is None else int(address))
+
+    def fault(self, ins: Instr, f: MemoryFault, tids: np.ndarray):
+        self.fail(ins, f.reason, kind="bounds", tid=tids[f.index], address=f.address)
+
+    def violation(self, ins: Instr, v: Violation, tids: np.ndarray):
+        self.fail(ins, v.message, kind=v.kind, tid=tids[v.row], address=self.shared.base + v.offset)
+
+    def unsupported(self, ins: Instr, what: str):
+        raise SimError(f"the emulator does not support {what}", kind="unsupported", line=ins.line,
+                       text=ins.text, cta=None)
+
+
+@lru_cache(maxsize=4096)
+def _immediate(op: Imm, dtype: np.dtype):
+    """An immediate as a numpy scalar of `dtype`: integers wrap to its width (-1 -> all
+    ones), 0f/0d floats keep their exact bits."""
+    if dtype.kind == "f":
+        if op.is_float and dtype.itemsize == 4 and op.bits <= 0xFFFFFFFF:
+            return np.uint32(op.bits).view(np.float32)
+        return dtype.type(op.value)
+    if dtype == np.bool_:
+        return np.bool_(op.value)
+    unsigned = _UNSIGNED[dtype.itemsize]
+    if op.is_float:
+        return unsigned(op.bits & ((1 << (8 * dtype.itemsize)) - 1)).view(dtype)
+    return unsigned(int(op.value) & ((1 << (8 * dtype.itemsize)) - 1)).view(dtype)
+
+
+def per_thread(x, n: int) -> np.ndarray:
+    """x as an array over the n threads (registers already are; immediates broadcast)."""
+    if getattr(x, "shape", None) == (n,):
+        return x
+    return np.broadcast_to(x, (n,))
+
+
+def _const(v):
+    return lambda: v
