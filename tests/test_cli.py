@@ -116,3 +116,11 @@ def test_module_entry_point_subprocess():
                        cwd=REPO, env=env, capture_output=True, text=True, timeout=60)
     assert p.returncode == 0, p.stderr
     _check_demo_output(p.stdout, "tf32")
+
+
+def test_demo_runs_the_gemm_and_checks_it(capsys):
+    from tilegen.cli import main
+
+    assert main(["demo", "--dtype", "bf16", "--size", "96"]) == 0
+    out = capsys.readouterr().out
+    assert "96x96x96" in out and "relative error" in out and "(ok)" in out

@@ -40,6 +40,12 @@ class Int:
     def __rshift__(self, n): return Int(self._b().shr(self.raw, n))
     def __lshift__(self, n): return Int(self._b().shl(self.raw, n))
 
+    def _compare(self, other):
+        fail("comparing kernel integers gives a value known only on the GPU; Python if/while cannot "
+             "branch on it: use tilegen.range for loops, tilegen.minimum for bounds")
+
+    __lt__ = __le__ = __gt__ = __ge__ = _compare
+
     def __bool__(self):
         fail("a kernel integer has no value at trace time: use tilegen.range for loops over it, "
              "not Python if/while")
