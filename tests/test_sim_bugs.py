@@ -233,13 +233,14 @@ def test_out_of_bounds_shared():
     assert "out-of-bounds shared access" in str(e.value)
 
 
-def test_cp_async_source_out_of_bounds_but_zero_size_is_fine():
+def test_cp_async_source_out_of_bounds_even_with_zero_size():
     b = Buffers(width=16)
-    # src-size 0 reads nothing, so even a source past the end is fine ...
-    b.run(async_kernel(src_size=", 0", src_extra=1 << 20))
-    with pytest.raises(SimError) as e:   # ... but 1 byte there is not
-        b.run(async_kernel(src_size=", 1", src_extra=1 << 20))
-    assert e.value.kind == "bounds" and e.value.tid == 0
+    # src-size 0 reads nothing inside an allocation ...
+    b.run(async_kernel(src_size=", 0"))
+    for size in (", 0", ", 1"):  # ... but outside every allocation the address itself is wrong
+        with pytest.raises(SimError) as e:
+            b.run(async_kernel(src_size=size, src_extra=1 << 20))
+        assert e.value.kind == "bounds" and e.value.tid == 0
 
 
 # ---- alignment --------------------------------------------------------------------------------

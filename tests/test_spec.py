@@ -245,7 +245,7 @@ def test_128B_swizzle_with_64_byte_rows():
 
 
 @pytest.mark.parametrize("field, value", [
-    ("dtype", "f32"), ("dtype", None), ("acc_dtype", "f64"), ("out_dtype", "e4m3"),
+    ("dtype", "f64"), ("dtype", None), ("acc_dtype", "f64"), ("out_dtype", "e4m3"),
     ("a_layout", "ROW"), ("b_layout", "ROW"), ("tile", (128, 128)), ("tile", (0, 128, 64)),
     ("tile", (128.0, 128, 64)), ("tile", (True, 128, 64)), ("tile", "128x128x64"),
     ("warps", (2,)), ("warps", (0, 2)), ("warps", (8, 4)), ("warps", "2x2"),

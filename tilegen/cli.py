@@ -1,14 +1,331 @@
-"""The `tilegen` command line."""
+"""The `tilegen` command line.
+
+    tilegen compile SPEC.tg --emit ptx|ir|resources|banks|tg [-o FILE]
+    tilegen run SPEC.tg --m M --n N --k K [--device gpu|sim] [--seed S]
+    tilegen show ATOM [--operand A|B|C] [--png FILE]
+    tilegen demo [--dtype f16] [--size 256]
+    tilegen bench ...             (tilegen.bench's own options)
+    tilegen tune ...              (tilegen.tune's own options)
+    tilegen verify-fragments ...  (tilegen.verify.fragments's own options)
+
+SPEC.tg may be `-` (standard input) or left out (GemmSpec's defaults); every GemmSpec field
+is also an option (`--dtype bf16 --tile 128x256x64 --epilogue "bias=col"`) that overrides
+the file's value. Exit status: 0 ok; 1 failure (a wrong result, a compile or emulator error);
+2 usage error, bad input (a spec that does not parse or validate) or no GPU where one is
+required. See docs/cli.md.
+"""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import sys
+import threading
+import time
 
+EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
+EMIT = ("ptx", "ir", "resources", "banks", "tg")
+
+
+class UsageError(Exception):
+    """Bad input the user can fix (exit 2)."""
+
+
+def _progress(msg: str):
+    print(f"tilegen: {msg}", file=sys.stderr, flush=True)
+
+
+# -- specs from files and options ----------------------------------------------------------
+
+def _spec_fields() -> list:
+    from .spec import GemmSpec
+
+    return [f for f in dataclasses.fields(GemmSpec) if f.init]
+
+
+def _field_help() -> dict:
+    """field -> 'legal values (default ...)' from GemmSpec's docstring table."""
+    from .spec import GemmSpec
+
+    out = {}
+    for line in (GemmSpec.__doc__ or "").splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 3 and cells[0] and not cells[0].startswith("-") and cells[0] != "field":
+            out[cells[0]] = f"{cells[1]} (default: {cells[2]})"
+    return out
+
+
+def _add_spec_args(p: argparse.ArgumentParser, spec_help: str):
+    """SPEC plus one option per GemmSpec field (skipping any that would clash with the verb's)."""
+    p.add_argument("spec", nargs="?", metavar="SPEC.tg", help=spec_help)
+    taken = {s for a in p._actions for s in a.option_strings}
+    g = p.add_argument_group("spec fields (override SPEC.tg; values as in a .tg file)")
+    helps = _field_help()
+    for f in _spec_fields():
+        extra = _value_hint(f)
+        names = [f"--{f.name.replace('_', '-')}"] + ([f"--{f.name}"] if "_" in f.name else [])
+        names = [n for n in names if n not in taken]
+        if names:
+            g.add_argument(*names, dest=f"field_{f.name}", metavar="VALUE", default=None,
+                           help=helps.get(f.name, f"GemmSpec.{f.name}") + extra)
+
+
+def _value_hint(f) -> str:
+    """How to write a field's value on the command line, from its type."""
+    import typing
+
+    from .textspec import _int_dataclass, _options
+
+    from .spec import GemmSpec
+
+    opts = _options(typing.get_type_hints(GemmSpec).get(f.name))
+    for t in opts:
+        if _int_dataclass(t):
+            names = [x.name for x in dataclasses.fields(t) if x.init]
+            example = {2: "2x4", 3: "128x256x64"}.get(len(names), "x".join("1" * len(names)))
+            return f"; write {'x'.join(n.upper() for n in names)}, e.g. {example}"
+        if dataclasses.is_dataclass(t):
+            names = [x.name for x in dataclasses.fields(t) if x.init]
+            return f"; write its fields as 'NAME=VALUE ...' ({', '.join(names)})"
+    return ""
+
+
+def spec_from_args(args):
+    """The GemmSpec a verb works on: SPEC.tg (a path, '-' for stdin, or none) plus the options."""
+    from .textspec import parse_spec_text
+
+    overrides = {f.name: getattr(args, f"field_{f.name}") for f in _spec_fields()
+                 if getattr(args, f"field_{f.name}", None) is not None}
+    if args.spec is None:
+        text, source = "gemm { }", "<defaults>"
+    elif args.spec == "-":
+        text, source = sys.stdin.read(), "<stdin>"
+    else:
+        from pathlib import Path
+
+        path = Path(args.spec)
+        if not path.is_file():
+            raise UsageError(f"no such spec file: {args.spec}")
+        try:
+            text, source = path.read_text(), str(path)
+        except (OSError, UnicodeDecodeError) as e:
+            raise UsageError(f"cannot read {args.spec}: {e}") from None
+    return parse_spec_text(text, overrides=overrides, source=source)
+
+
+# -- compile -------------------------------------------------------------------------------
+
+def _compile(args) -> int:
+    spec = spec_from_args(args)
+    if args.emit == "tg":
+        text = _spec_text(spec, args.minimal)
+    else:
+        from .compiler import compile as compile_spec
+
+        kernel = compile_spec(spec)
+        if args.emit == "ptx":
+            text = kernel.ptx
+        elif args.emit == "ir":
+            text = kernel.ir
+        elif args.emit == "banks":
+            text = kernel.bank_report()
+        else:
+            from .codegen.ptxas import find_ptxas
+            from .errors import TilegenError
+
+            if find_ptxas() is None:
+                raise UsageError("--emit resources needs ptxas (CUDA 12.8 or newer): install the CUDA toolkit "
+                                 "or `pip install nvidia-cuda-nvcc`")
+            if kernel.resources is None:
+                raise TilegenError(f"ptxas could not assemble {kernel.name} for {kernel.target}: "
+                                   "see `tilegen compile ... -o k.ptx` and `ptxas -arch=<target> k.ptx`")
+            text = str(kernel.resources)
+    if not text.endswith("\n"):
+        text += "\n"
+    if args.output and args.output != "-":
+        try:
+            with open(args.output, "w") as f:
+                f.write(text)
+        except OSError as e:
+            raise UsageError(f"cannot write {args.output}: {e.strerror or e}") from None
+        _progress(f"wrote {args.emit} of {_kernel_name(spec)} to {args.output} ({len(text.splitlines())} lines)")
+    else:
+        sys.stdout.write(text)
+    return EXIT_OK
+
+
+def _spec_text(spec, minimal: bool = False) -> str:
+    from .textspec import spec_to_text
+
+    return spec_to_text(spec, minimal=minimal)
+
+
+def _kernel_name(spec) -> str:
+    from .kernels.gemm import gemm_kernel_name
+
+    return gemm_kernel_name(spec)
+
+
+# -- run -----------------------------------------------------------------------------------
+
+# Unit roundoffs: of an operand (what the kernel rounds inputs to) and of the output.
+_UNIT_IN = {"tf32": 2.0 ** -11, "f32": 2.0 ** -20}  # f32 runs as 3xTF32: a few f32 ulps
+_UNIT_OUT = {"f32": 2.0 ** -24, "f16": 2.0 ** -11, "bf16": 2.0 ** -8}
+
+
+def error_bound(spec, K: int) -> float:
+    """Largest ||C - ref||_F / ||scale||_F a correct kernel shows (scale = |A| @ |B| plus the
+    epilogue's |bias| and |residual|): operand rounding (tf32), accumulation over K (worst
+    case for f32; for f16 accumulators the probabilistic 4 sqrt(K) u), output rounding, and
+    the epilogue's ex2.approx (about 2^-22) with margin."""
+    operand = 2 * _UNIT_IN.get(spec.dtype, 0.0)
+    if spec.acc_dtype == "f32":
+        accumulate = max(K, 1) * 2.0 ** -24
+    else:
+        accumulate = 4 * max(K, 1) ** 0.5 * 2.0 ** -11
+    epilogue = 2.0 ** -18 if spec.epilogue.activation != "none" else 0.0
+    return operand + accumulate + _UNIT_OUT[spec.out_dtype] + epilogue
+
+
+def _activation(name: str, x):
+    import math
+
+    import numpy as np
+
+    if name == "none":
+        return x
+    if name == "relu":
+        return np.maximum(x, 0.0)
+    if name == "silu":
+        return x / (1.0 + np.exp(-x))
+    if name == "gelu_tanh":
+        return 0.5 * x * (1.0 + np.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x ** 3)))
+    if name == "gelu_erf":
+        return 0.5 * x * (1.0 + np.vectorize(math.erf)(x / math.sqrt(2.0)))
+    raise UsageError(f"tilegen run has no reference for activation {name!r}")
+
+
+def _ticker(what: str, every: float = 5.0):
+    """Print `what ... N s` on stderr every few seconds until the returned event is set."""
+    done = threading.Event()
+    start = time.perf_counter()
+
+    def tick():
+        while not done.wait(every):
+            _progress(f"{what} ... {time.perf_counter() - start:.0f} s")
+
+    threading.Thread(target=tick, daemon=True).start()
+    return done
+
+
+def _run(args) -> int:
+    import numpy as np
+
+    from .arch.dtypes import numpy_dtype
+    from .compiler import compile as compile_spec
+    from .runtime import gpu_available
+
+    for name in ("m", "n", "k"):
+        if getattr(args, name) < 1:
+            raise UsageError(f"--{name} {getattr(args, name)}: sizes must be at least 1")
+    spec = spec_from_args(args)
+    device = args.device
+    if device is None:
+        device = "gpu" if gpu_available() else "sim"
+        if device == "sim":
+            _progress("no GPU found; running on the CPU emulator (--device sim)")
+    elif device == "gpu" and not gpu_available():
+        raise UsageError("--device gpu: no GPU found (no CUDA driver or no NVIDIA device); "
+                         "use --device sim to run on the CPU emulator")
+    M, N, K = args.m, args.n, args.k
+    print(spec)
+    kernel = compile_spec(spec)
+    print(f"{kernel.name}: {kernel.threads} threads, {kernel.smem_bytes} bytes of shared memory")
+
+    rng = np.random.default_rng(args.seed)
+    in_dt, out_dt = numpy_dtype(spec.dtype), numpy_dtype(spec.out_dtype)
+    A = rng.standard_normal((M, K)).astype(in_dt)
+    B = rng.standard_normal((K, N)).astype(in_dt)
+    epi = spec.epilogue
+    extra = {}
+    if epi.bias is not None:
+        extra["bias"] = rng.standard_normal(N if epi.bias == "col" else M).astype(out_dt)
+    if epi.residual:
+        extra["residual"] = rng.standard_normal((M, N)).astype(out_dt)
+
+    A64, B64 = A.astype(np.float64), B.astype(np.float64)
+    ref = A64 @ B64
+    scale = np.abs(A64) @ np.abs(B64)
+    if "bias" in extra:
+        b = extra["bias"].astype(np.float64)
+        ref = ref + (b[None, :] if epi.bias == "col" else b[:, None])
+        scale = scale + np.abs(b[None, :] if epi.bias == "col" else b[:, None])
+    ref = _activation(epi.activation, ref)
+    if "residual" in extra:
+        r = extra["residual"].astype(np.float64)
+        ref, scale = ref + r, scale + np.abs(r)
+
+    where = "the GPU" if device == "gpu" else "the CPU emulator"
+    blocks = kernel.grid({"M": M, "N": N, "K": K})
+    if device == "sim":
+        ctas = blocks[0] * blocks[1] * blocks[2]
+        _progress(f"running {M}x{N}x{K} on the CPU emulator: {ctas} CTA{'s' if ctas != 1 else ''} of "
+                  f"{kernel.threads} threads, each PTX instruction interpreted")
+    else:
+        _progress(f"running {M}x{N}x{K} on the GPU (the first call JIT-compiles the PTX)")
+    done = _ticker(f"still running on {where}")
+    try:
+        start = time.perf_counter()
+        C = kernel(A, B, device=device, **extra)
+        seconds = time.perf_counter() - start
+        first = seconds
+        if device == "gpu":  # the first call included the driver's JIT: time a second one
+            start = time.perf_counter()
+            C = kernel(A, B, device=device, **extra)
+            seconds = time.perf_counter() - start
+    finally:
+        done.set()
+
+    C64 = C.astype(np.float64)
+    denom = float(np.linalg.norm(scale)) or 1.0
+    rel = float(np.linalg.norm(C64 - ref) / denom) if np.all(np.isfinite(C64)) else float("inf")
+    bound = error_bound(spec, K)
+    ok = rel <= bound
+    print(f"C = {_formula(epi)}, {M}x{N}x{K}, {spec.dtype} -> {spec.out_dtype}, on {where} "
+          f"(seed {args.seed})")
+    print(f"relative error {rel:.3e} against numpy float64 (bound {bound:.3e}): {'ok' if ok else 'WRONG'}")
+    if device == "gpu":
+        flops = 2.0 * M * N * K
+        print(f"time {seconds * 1e3:.3f} ms per call, host copies included ({flops / seconds / 1e12:.2f} TFLOP/s; "
+              f"first call {first * 1e3:.1f} ms with the JIT); kernel-only timing: tilegen bench")
+    else:
+        print(f"time {seconds:.2f} s on the CPU emulator")
+    return EXIT_OK if ok else EXIT_FAIL
+
+
+def _formula(epi) -> str:
+    x = "A @ B" + (f" + bias (per {epi.bias})" if epi.bias else "")
+    text = f"{epi.activation}({x})" if epi.activation != "none" else x
+    return text + (" + residual" if epi.residual else "")
+
+
+# -- show ----------------------------------------------------------------------------------
+
+def _show(args) -> int:
+    from . import show
+
+    atom = show.resolve(args.atom)
+    if args.png:
+        w, h = show.fragment_png(atom, args.operand, args.png)
+        _progress(f"wrote {args.png} ({w} x {h} pixels)")
+    else:
+        sys.stdout.write(show.fragment_text(atom, args.operand))
+    return EXIT_OK
+
+
+# -- demo ----------------------------------------------------------------------------------
 
 def _demo(args) -> int:
     """Compile the default GEMM, run it (GPU, else the CPU emulator) and check it against numpy."""
-    import time
-
     import numpy as np
 
     from .arch.dtypes import numpy_dtype
@@ -31,17 +348,25 @@ def _demo(args) -> int:
     rng = np.random.default_rng(0)
     A = rng.standard_normal((M, K)).astype(numpy_dtype(spec.dtype))
     B = rng.standard_normal((K, N)).astype(numpy_dtype(spec.dtype))
-    start = time.perf_counter()
-    C = kernel(A, B, device=device)
-    seconds = time.perf_counter() - start
+    if device == "sim":
+        _progress(f"no GPU found; running {M}x{N}x{K} on the CPU emulator")
+    done = _ticker(f"still running on the {'GPU' if device == 'gpu' else 'CPU emulator'}")
+    try:
+        start = time.perf_counter()
+        C = kernel(A, B, device=device)
+        seconds = time.perf_counter() - start
+    finally:
+        done.set()
     ref = A.astype(np.float64) @ B.astype(np.float64)
     rel = float(np.linalg.norm(C - ref) / np.linalg.norm(ref))
     limit = 2e-3 if spec.dtype == "tf32" else 1e-4
     where = "GPU" if device == "gpu" else "CPU emulator"
     print(f"C = A @ B, {M}x{N}x{K}, on the {where} in {seconds:.2f} s: "
           f"relative error {rel:.2e} against numpy float64 ({'ok' if rel < limit else 'WRONG'})")
-    return 0 if rel < limit else 1
+    return EXIT_OK if rel < limit else EXIT_FAIL
 
+
+# -- passthrough verbs ---------------------------------------------------------------------
 
 def _bench(argv) -> int:
     from .bench import main as bench_main
@@ -56,20 +381,94 @@ def _verify_fragments(argv) -> int:
 
 
 # Commands whose own parser takes the rest of the command line.
-PASSTHROUGH = {"verify-fragments": _verify_fragments, "bench": _bench}
+def _tune(argv) -> int:
+    from .tune import main as tune_main
+
+    return tune_main(argv)
+
+
+PASSTHROUGH = {"verify-fragments": _verify_fragments, "bench": _bench, "tune": _tune}
+
+EXIT_CODES = """exit status:
+  0  ok
+  1  failure: a wrong result, a compile or emulator error
+  2  usage error, bad input (a spec that does not parse or validate), or no GPU where one is required"""
+
+
+def _sub(sub, name: str, help: str, description: str, examples: str, exits: str = EXIT_CODES):
+    return sub.add_parser(name, help=help, description=description,
+                          epilog=f"examples:\n{examples}\n\n{exits}",
+                          formatter_class=argparse.RawDescriptionHelpFormatter)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="tilegen", description="A Python kernel DSL that generates PTX.")
+    p = argparse.ArgumentParser(
+        prog="tilegen", description="A Python kernel DSL that generates PTX.",
+        epilog=f"`tilegen COMMAND --help` describes each command; docs/cli.md has examples.\n\n{EXIT_CODES}",
+        formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
-    demo = sub.add_parser("demo", help="compile the default GEMM, run it on the GPU (or the CPU emulator) "
-                                       "and check it against numpy")
+
+    spec_help = "the spec: a .tg file, '-' for standard input, or left out for GemmSpec's defaults"
+    c = _sub(sub, "compile", "compile a spec and print its PTX, IR, resources or bank report",
+             "Compile a GEMM spec (.tg file, see docs/dsl.md) and write what --emit names.",
+             "  tilegen compile gemm.tg -o gemm.ptx\n"
+             "  tilegen compile gemm.tg --emit resources\n"
+             "  tilegen compile --dtype bf16 --tile 128x256x64 --warps 2x4 --target sm_90 --emit banks\n"
+             "  tilegen compile --dtype tf32 --stages 4 --emit tg --minimal > tf32.tg")
+    c.add_argument("--emit", choices=EMIT, default="ptx",
+                   help="ptx (default); ir (the tile-level IR); resources (registers, shared memory, spills, "
+                        "from ptxas); banks (shared-memory bank report); tg (the spec's canonical .tg text)")
+    c.add_argument("--minimal", action="store_true",
+                   help="with --emit tg: write only the fields that differ from the defaults")
+    c.add_argument("-o", "--output", metavar="FILE", help="write to FILE instead of standard output")
+    _add_spec_args(c, spec_help)
+    c.set_defaults(run=_compile)
+
+    r = _sub(sub, "run", "run a spec on random inputs (GPU or CPU emulator) and check it against numpy",
+             "Compile a spec, run it on random normal inputs (on the GPU, or the CPU emulator when there is "
+             "none or with --device sim) and check the result against numpy in float64: prints the "
+             "relative error, its bound and the time.",
+             "  tilegen run gemm.tg --m 512 --n 512 --k 1024\n"
+             "  tilegen run --dtype tf32 --m 96 --n 80 --k 64 --device sim\n"
+             "  tilegen run gemm.tg --epilogue 'bias=row activation=relu' --device sim --m 64 --n 64 --k 64",
+             EXIT_CODES.replace("a wrong result", "a wrong result (error over the bound)"))
+    r.add_argument("--m", type=int, default=256, help="rows of A and C (default 256)")
+    r.add_argument("--n", type=int, default=256, help="columns of B and C (default 256)")
+    r.add_argument("--k", type=int, default=256, help="columns of A, rows of B (default 256)")
+    r.add_argument("--device", choices=("gpu", "sim"), default=None,
+                   help="gpu, or sim for the CPU emulator (default: the GPU when there is one)")
+    r.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
+    _add_spec_args(r, spec_help)
+    r.set_defaults(run=_run)
+
+    s = _sub(sub, "show", "print or draw an mma atom's fragment maps (lane and register of each element)",
+             "Print (or draw) which lane and register hold each element of an mma atom's A, B and C "
+             "tiles. ATOM is an mma atom (m16n8k16.f16.f32), an operand dtype (f16: the atom a GemmSpec "
+             "of that dtype uses) or an ldmatrix/stmatrix variant (ldmatrix.x4.trans).",
+             "  tilegen show f16 --operand A\n"
+             "  tilegen show m16n8k8.tf32.f32 --png tf32.png\n"
+             "  tilegen show ldmatrix.x4.trans")
+    s.add_argument("atom", metavar="ATOM", help="mma atom, operand dtype or ldmatrix/stmatrix variant")
+    s.add_argument("--operand", choices=("A", "B", "C"), default=None, help="one operand (default: all three)")
+    s.add_argument("--png", metavar="FILE", help="write a picture instead of text (needs matplotlib: "
+                                                 "pip install 'tilegen[plot]')")
+    s.set_defaults(run=_show)
+
+    demo = _sub(sub, "demo", "compile the default GEMM, run it on the GPU (or the CPU emulator) "
+                             "and check it against numpy",
+                "Compile the default GEMM, show its atom's fragment maps, run it on the GPU (the CPU "
+                "emulator without one) and check it against numpy.",
+                "  tilegen demo\n  tilegen demo --dtype tf32 --size 128")
     demo.add_argument("--dtype", default="f16", choices=["tf32", "f16", "bf16"], help="operand dtype (default f16)")
     demo.add_argument("--size", type=int, default=256, help="M = N = K of the check (default 256)")
     demo.set_defaults(run=_demo)
-    sub.add_parser("bench", add_help=False, help="benchmark GEMMs against cuBLAS and Triton (GPU)")
+    sub.add_parser("bench", add_help=False, help="benchmark GEMMs against cuBLAS and Triton (GPU; "
+                                                 "tilegen bench --help)")
+    sub.add_parser("tune", add_help=False, help="search the fastest GemmSpec for a problem on this GPU and "
+                                                "cache it (GPU; tilegen tune --help)")
     sub.add_parser("verify-fragments", add_help=False,
-                   help="run probe kernels on the GPU and compare every lane's registers with the tables")
+                   help="run probe kernels on the GPU and compare every lane's registers with the tables "
+                        "(tilegen verify-fragments --help)")
     return p
 
 
@@ -78,17 +477,31 @@ def main(argv=None) -> int:
     if argv and argv[0] in PASSTHROUGH:
         return PASSTHROUGH[argv[0]](argv[1:])
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = parser.parse_args(argv)  # usage errors exit 2, --help exits 0 (argparse)
     if not getattr(args, "run", None):
         parser.print_help()
-        return 2
-    from .errors import TilegenError
+        return EXIT_USAGE
+    from .errors import LaunchError, SpecError, TilegenError
+    from .show import PlotUnavailable
+    from .textspec import SpecFileError, SpecSyntaxError
 
     try:
         return args.run(args)
+    except (UsageError, SpecError, SpecSyntaxError, SpecFileError, LaunchError, PlotUnavailable) as e:
+        print(f"tilegen {args.command}: error: {e}", file=sys.stderr)
+        return EXIT_USAGE
     except TilegenError as e:
-        print(f"tilegen: error: {e}", file=sys.stderr)
-        return 1
+        print(f"tilegen {args.command}: error: {e}", file=sys.stderr)
+        return EXIT_FAIL
+    except BrokenPipeError:  # `tilegen compile ... | head`: the reader left; not an error
+        try:
+            sys.stdout = open(__import__("os").devnull, "w")
+        except OSError:
+            pass
+        return EXIT_OK
+    except KeyboardInterrupt:
+        print("tilegen: interrupted", file=sys.stderr)
+        return 130
 
 
 if __name__ == "__main__":

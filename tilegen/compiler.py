@@ -9,6 +9,8 @@
 """
 from __future__ import annotations
 
+import os
+
 from . import cache as _cache
 from .codegen import emit_ptx
 from .dsl.kernel import KernelFunction
@@ -24,23 +26,25 @@ def trace(x, **constants):
     if isinstance(x, GemmSpec):
         if constants:
             raise TilegenError(f"compile(GemmSpec) takes no other arguments, got {', '.join(constants)}")
-        if not x.epilogue.is_plain:
-            from .errors import SpecError
-
-            raise SpecError("epilogue", x.epilogue, "Epilogue() (plain)",
-                            "fused epilogues (bias, activation, residual) are not generated yet")
         from .kernels.gemm import gemm, gemm_kernel_name
 
         return gemm.trace(spec=x, target=x.target, name=gemm_kernel_name(x)), x
     if isinstance(x, KernelFunction):
         return x.trace(**constants), None
-    if isinstance(x, str):
-        raise TilegenError("textual .tg specs are not supported yet; pass a GemmSpec or an @tilegen.kernel function")
+    if isinstance(x, (str, os.PathLike)):  # .tg text, or a path to a .tg file
+        from .textspec import parse_spec_text
+
+        return trace(parse_spec_text(x), **constants)
     raise TilegenError(f"tilegen.compile takes a GemmSpec or an @tilegen.kernel function, not {type(x).__name__}")
 
 
 def compile(x, **constants) -> Kernel:  # noqa: A001  (the public name users expect)
-    """Compile a GemmSpec or a DSL kernel into a Kernel (PTX now, GPU module at first call)."""
+    """Compile a GemmSpec, .tg text (or a path to a .tg file) or a DSL kernel into a Kernel
+    (PTX now, GPU module at first call)."""
+    if isinstance(x, (str, os.PathLike)):  # .tg text, or a path to a .tg file
+        from .textspec import parse_spec_text
+
+        x = parse_spec_text(x)
     # -- disk cache (tilegen/cache.py): a GemmSpec compiled before is read back, untraced --
     if isinstance(x, GemmSpec) and not constants:
         cached = _cache.load_kernel(x)

@@ -1,9 +1,13 @@
-"""Calling a GEMM kernel: check the operands, place them on the GPU, launch, return C.
+"""Calling a GEMM kernel: check the operands, place them on the GPU (or the emulator),
+launch, return C.
 
-Host (numpy) operands are copied into pitched device buffers whose rows are padded to
-16 bytes, so any shape runs; GPU arrays (__cuda_array_interface__ or DLPack) are used in
-place and must already meet the kernel's layout and alignment."""
+Host (numpy) operands are copied into pitched buffers whose rows are padded to 16 bytes,
+so any shape runs; GPU arrays (__cuda_array_interface__ or DLPack) are used in place and
+must already meet the kernel's layout and alignment. The fused epilogue's operands (a
+bias vector, a residual matrix) have the output's dtype."""
 from __future__ import annotations
+
+import sys
 
 import numpy as np
 
@@ -17,12 +21,12 @@ def _is_host(x) -> bool:
     return isinstance(x, np.ndarray)
 
 
-def _check_host(x, name: str, want: np.dtype, dtype_name: str):
+def _check_host(x, name: str, want: np.dtype, dtype_name: str, ndim: int = 2):
     if not isinstance(x, np.ndarray):
-        raise LaunchError(f"{name} must be a 2-D array (numpy, or a GPU array with __cuda_array_interface__ "
+        raise LaunchError(f"{name} must be a {ndim}-D array (numpy, or a GPU array with __cuda_array_interface__ "
                           f"or DLPack), got {type(x).__name__}")
-    if x.ndim != 2:
-        raise LaunchError(f"{name} must be 2-D, got shape {x.shape}")
+    if x.ndim != ndim:
+        raise LaunchError(f"{name} must be {ndim}-D, got shape {x.shape}")
     if x.dtype != want:
         raise LaunchError(f"{name} has dtype {x.dtype}; this kernel takes {want} ({dtype_name})")
 
@@ -32,38 +36,9 @@ def _pitched(stored: np.ndarray) -> tuple[np.ndarray, int]:
     rows, cols = stored.shape
     per = ALIGN // stored.itemsize
     ld = max(per, -(-cols // per) * per)
-    buf = np.zeros((rows, ld), dtype=stored.dtype)
-    buf[:, :cols] = stored
+    buf = np.zeros((max(rows, 1), ld), dtype=stored.dtype)  # never empty: addresses must stay mapped
+    buf[:rows, :cols] = stored
     return buf, ld
-
-
-def run_gemm(kernel, A, B, *, out=None, alpha=1.0, beta=0.0, device=None):
-    spec = kernel.spec
-    in_dt = numpy_dtype(spec.dtype)
-    out_dt = numpy_dtype(spec.out_dtype)
-    try:
-        alpha, beta = float(alpha), float(beta)
-    except (TypeError, ValueError):
-        raise LaunchError(f"alpha and beta must be real numbers, got {alpha!r}, {beta!r}") from None
-    if device == "sim":
-        from .sim.gemm import run_gemm_sim
-
-        return run_gemm_sim(kernel, A, B, out=out, alpha=alpha, beta=beta)
-    if device not in (None, "gpu", "cuda") and not isinstance(device, int):
-        raise LaunchError(f"device={device!r}; allowed: None, 'gpu', 'sim' or a GPU index")
-    if all(_is_host(x) for x in (A, B)) and (out is None or _is_host(out)):
-        from . import runtime
-
-        if device is None and not runtime.gpu_available():  # no GPU: the emulator, said plainly
-            import sys
-
-            print("tilegen: no GPU found; running on the CPU emulator (device='sim')", file=sys.stderr)
-            from .sim.gemm import run_gemm_sim
-
-            return run_gemm_sim(kernel, A, B, out=out, alpha=alpha, beta=beta)
-        return _run_host(kernel, A, B, out, alpha, beta, in_dt, out_dt,
-                         device if isinstance(device, int) else 0)
-    return _run_device(kernel, A, B, out, alpha, beta, in_dt, out_dt)
 
 
 def _shapes(A, B, out):
@@ -76,10 +51,96 @@ def _shapes(A, B, out):
     return M, N, K
 
 
-def _run_host(kernel, A, B, out, alpha, beta, in_dt, out_dt, device):
-    from .runtime import DeviceBuffer
+def _check_epilogue(spec, bias, residual):
+    epi = spec.epilogue
+    if (bias is None) != (epi.bias is None):
+        if bias is None:
+            raise LaunchError(f"this kernel adds a bias per {epi.bias}: pass bias=")
+        raise LaunchError("bias= needs a spec with Epilogue(bias='row' or 'col'); this kernel has no bias")
+    if (residual is None) == epi.residual:
+        if residual is None:
+            raise LaunchError("this kernel adds a residual: pass residual=")
+        raise LaunchError("residual= needs a spec with Epilogue(residual=True); this kernel has none")
 
+
+def run_gemm(kernel, A, B, *, out=None, alpha=1.0, beta=0.0, bias=None, residual=None, device=None):
     spec = kernel.spec
+    try:
+        alpha, beta = float(alpha), float(beta)
+    except (TypeError, ValueError):
+        raise LaunchError(f"alpha and beta must be real numbers, got {alpha!r}, {beta!r}") from None
+    _check_epilogue(spec, bias, residual)
+    if device not in (None, "gpu", "cuda", "sim") and not isinstance(device, int):
+        raise LaunchError(f"device={device!r}; allowed: None, 'gpu', 'sim' or a GPU index")
+    host = all(x is None or _is_host(x) for x in (A, B, out, bias, residual))
+    if device == "sim":
+        if not host:
+            raise LaunchError("device='sim' runs on numpy arrays; pass numpy arrays (or run on the GPU)")
+        return _run_host(kernel, A, B, out, alpha, beta, bias, residual, _SimMemory())
+    if host:
+        from . import runtime
+
+        if device is None and not runtime.gpu_available():  # no GPU: the emulator, said plainly
+            print("tilegen: no GPU found; running on the CPU emulator (device='sim')", file=sys.stderr)
+            return _run_host(kernel, A, B, out, alpha, beta, bias, residual, _SimMemory())
+        return _run_host(kernel, A, B, out, alpha, beta, bias, residual,
+                         _GpuMemory(device if isinstance(device, int) else 0))
+    return _run_device(kernel, A, B, out, alpha, beta, bias, residual)
+
+
+class _GpuMemory:
+    """Host arrays through device buffers."""
+
+    def __init__(self, device: int):
+        self.device = device
+        self.buffers = {}
+
+    def put(self, host: np.ndarray) -> int:
+        from .runtime import DeviceBuffer
+
+        buf = DeviceBuffer.from_host(host, self.device)
+        self.buffers[buf.ptr] = buf
+        return buf.ptr
+
+    def get(self, ptr: int, host: np.ndarray):
+        self.buffers[ptr].copy_to_host(host)
+
+    def launch(self, kernel, args, sizes):
+        kernel.launch(args, sizes, device=self.device)
+
+    def close(self):
+        for buf in self.buffers.values():
+            buf.close()
+
+
+class _SimMemory:
+    """Host arrays through the CPU emulator's global memory."""
+
+    def __init__(self):
+        from .sim.memory import GlobalMemory
+
+        self.memory = GlobalMemory()
+
+    def put(self, host: np.ndarray) -> int:
+        ptr = self.memory.alloc(host.nbytes)
+        self.memory.write(ptr, host)
+        return ptr
+
+    def get(self, ptr: int, host: np.ndarray):
+        host[...] = self.memory.read(ptr, host.nbytes).view(host.dtype).reshape(host.shape)
+
+    def launch(self, kernel, args, sizes):
+        from .sim.runner import run_kernel
+
+        run_kernel(kernel, args, sizes, self.memory)
+
+    def close(self):
+        pass
+
+
+def _run_host(kernel, A, B, out, alpha, beta, bias, residual, memory):
+    spec = kernel.spec
+    in_dt, out_dt = numpy_dtype(spec.dtype), numpy_dtype(spec.out_dtype)
     _check_host(A, "A", in_dt, spec.dtype)
     _check_host(B, "B", in_dt, spec.dtype)
     if out is not None:
@@ -96,25 +157,35 @@ def _run_host(kernel, A, B, out, alpha, beta, in_dt, out_dt, device):
     a_stored, lda = _pitched(A if spec.a_layout == "row" else A.T)
     b_stored, ldb = _pitched(B if spec.b_layout == "row" else B.T)
     c_host = np.ascontiguousarray(out)
-    bufs = [DeviceBuffer.from_host(a_stored, device), DeviceBuffer.from_host(b_stored, device),
-            DeviceBuffer.from_host(c_host, device)]
     try:
-        args = {"M": M, "N": N, "K": K, "A_ptr": bufs[0].ptr, "A_ld": lda, "B_ptr": bufs[1].ptr,
-                "B_ld": ldb, "C_ptr": bufs[2].ptr, "C_ld": N, "alpha": alpha, "beta": beta}
-        kernel.launch(args, {"M": M, "N": N, "K": K}, device=device)
-        bufs[2].copy_to_host(c_host)
+        args = {"M": M, "N": N, "K": K, "A_ptr": memory.put(a_stored), "A_ld": lda,
+                "B_ptr": memory.put(b_stored), "B_ld": ldb, "C_ptr": memory.put(c_host), "C_ld": N,
+                "alpha": alpha, "beta": beta}
+        if bias is not None:
+            length = N if spec.epilogue.bias == "col" else M
+            _check_host(bias, "bias", out_dt, spec.out_dtype, ndim=1)
+            if bias.shape[0] != length:
+                raise LaunchError(f"bias has {bias.shape[0]} elements; a bias per {spec.epilogue.bias} needs {length}")
+            args["bias_ptr"] = memory.put(np.ascontiguousarray(bias))
+        if residual is not None:
+            _check_host(residual, "residual", out_dt, spec.out_dtype)
+            if residual.shape != (M, N):
+                raise LaunchError(f"residual has shape {residual.shape}; expected ({M}, {N})")
+            args["R_ptr"], args["R_ld"] = memory.put(np.ascontiguousarray(residual)), N
+        memory.launch(kernel, args, {"M": M, "N": N, "K": K})
+        memory.get(args["C_ptr"], c_host)
     finally:
-        for b in bufs:
-            b.close()
+        memory.close()
     if c_host is not out:
         out[...] = c_host
     return out
 
 
-def _run_device(kernel, A, B, out, alpha, beta, in_dt, out_dt):
+def _run_device(kernel, A, B, out, alpha, beta, bias, residual):
     from .runtime.arrays import describe_array
 
     spec = kernel.spec
+    in_dt, out_dt = numpy_dtype(spec.dtype), numpy_dtype(spec.out_dtype)
     a = describe_array(A, name="A", dtype=in_dt, shape=None, layout=spec.a_layout, writable=False, align=ALIGN)
     b = describe_array(B, name="B", dtype=in_dt, shape=None, layout=spec.b_layout, writable=False, align=ALIGN)
     M, K = a.rows, a.cols
@@ -130,6 +201,16 @@ def _run_device(kernel, A, B, out, alpha, beta, in_dt, out_dt):
         return out
     args = {"M": M, "N": N, "K": K, "A_ptr": a.ptr, "A_ld": a.ld, "B_ptr": b.ptr, "B_ld": b.ld,
             "C_ptr": c.ptr, "C_ld": c.ld, "alpha": alpha, "beta": beta}
+    if bias is not None:
+        length = N if spec.epilogue.bias == "col" else M
+        if tuple(getattr(bias, "shape", ())) != (length,):
+            raise LaunchError(f"bias must have shape ({length},) for a bias per {spec.epilogue.bias}, "
+                              f"got {tuple(getattr(bias, 'shape', ()))}")
+        args["bias_ptr"] = describe_array(bias.reshape(1, length), name="bias", dtype=out_dt, shape=(1, length),
+                                          layout="row").ptr
+    if residual is not None:
+        r = describe_array(residual, name="residual", dtype=out_dt, shape=(M, N), layout="row")
+        args["R_ptr"], args["R_ld"] = r.ptr, r.ld
     kernel.launch(args, {"M": M, "N": N, "K": K}, stream=_stream_of(A))
     return out
 

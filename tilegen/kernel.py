@@ -76,16 +76,16 @@ class Kernel:
             return
         self.function(device).launch(grid, (self.threads, 1, 1), packed, smem=self.smem_bytes, stream=stream)
 
-    def __call__(self, A, B, *, out=None, alpha: float = 1.0, beta: float = 0.0, bias=None, device=None):
-        """C = alpha * A @ B + beta * out for a GEMM kernel. A is M x K and B is K x N whatever
-        their memory layout; numpy in -> numpy out, GPU arrays are used in place."""
+    def __call__(self, A, B, *, out=None, alpha: float = 1.0, beta: float = 0.0, bias=None, residual=None,
+                 device=None):
+        """C = act(alpha * A @ B + beta * C + bias) + residual for a GEMM kernel (the epilogue
+        its spec names). A is M x K and B is K x N whatever their memory layout; numpy in ->
+        numpy out, GPU arrays are used in place; device="sim" runs the CPU emulator."""
         if self.spec is None:
             raise LaunchError(f"{self.name} is not a GEMM: use Kernel.launch(args, sizes)")
-        if bias is not None:
-            raise LaunchError("bias needs a spec with Epilogue(bias=...); fused epilogues are not generated yet")
         from .gemm_call import run_gemm
 
-        return run_gemm(self, A, B, out=out, alpha=alpha, beta=beta, device=device)
+        return run_gemm(self, A, B, out=out, alpha=alpha, beta=beta, bias=bias, residual=residual, device=device)
 
 
 def operand_dtype(spec, which: str) -> np.dtype:

@@ -16,7 +16,7 @@ from .arch.swizzle import SWIZZLE_MODES
 from .arch.targets import TARGETS, Target
 from .errors import SpecError
 
-OPERAND_DTYPES = ("tf32", "f16", "bf16", "e4m3", "e5m2")
+OPERAND_DTYPES = ("tf32", "f16", "bf16", "f32", "e4m3", "e5m2")
 ACC_DTYPES = ("f32", "f16")
 OUT_DTYPES = ("f32", "f16", "bf16")
 LAYOUTS = ("row", "col")
@@ -97,7 +97,7 @@ class Epilogue:
 
 # Defaults per operand dtype: (tile, stages). Tiles give 64 x 64 warp tiles with 2 x 2 warps
 # and k-tiles whose rows are 128 bytes wide (one 128B swizzle span) for K-major operands.
-_DEFAULT_TILE = {"tf32": (128, 128, 32), "f16": (128, 128, 64), "bf16": (128, 128, 64),
+_DEFAULT_TILE = {"tf32": (128, 128, 32), "f16": (128, 128, 64), "bf16": (128, 128, 64), "f32": (128, 64, 32),
                  "e4m3": (128, 128, 128), "e5m2": (128, 128, 128)}
 
 
@@ -107,7 +107,7 @@ class GemmSpec:
 
     | field      | legal values                                    | default                  |
     | ---------- | ----------------------------------------------- | ------------------------ |
-    | dtype      | tf32, f16, bf16, e4m3, e5m2 (operands)          | f16                      |
+    | dtype      | tf32, f16, bf16, f32 (3xTF32), e4m3, e5m2       | f16                      |
     | acc_dtype  | f32; f16 for f16 operands                       | f32                      |
     | out_dtype  | f32, f16, bf16                                  | f32                      |
     | a_layout   | row (K contiguous), col (M contiguous)          | row                      |
@@ -171,7 +171,7 @@ class GemmSpec:
         if self.swizzle == "auto":
             set_("swizzle", self._auto_swizzle())
         if self.frag_buffers is None:  # measured: tf32's larger fragments run out of registers
-            set_("frag_buffers", 1 if self.dtype == "tf32" else 2)
+            set_("frag_buffers", 1 if self.dtype in ("tf32", "f32") else 2)
         self._validate()
 
     # -- derived facts ------------------------------------------------------------------------
@@ -182,6 +182,16 @@ class GemmSpec:
     @property
     def operand_dtype(self) -> _dtypes.DType:
         return _dtypes.dtype(self.dtype)
+
+    @property
+    def mma_dtype(self) -> str:
+        """What the tensor cores see: f32 operands run as three tf32 products (3xTF32)."""
+        return "tf32" if self.dtype == "f32" else self.dtype
+
+    @property
+    def split_tf32(self) -> bool:
+        """f32 accuracy from tf32 tensor cores: A@B ~ Ahi@Bhi + Ahi@Blo + Alo@Bhi."""
+        return self.dtype == "f32"
 
     @property
     def target_info(self) -> Target:
@@ -221,6 +231,19 @@ class GemmSpec:
     def replace(self, **changes) -> "GemmSpec":
         return replace(self, **changes)
 
+    def to_text(self, minimal: bool = False) -> str:
+        """The spec as .tg text (every field; minimal=True: only those off their defaults)."""
+        from .textspec import spec_to_text  # local: the text format imports spec
+
+        return spec_to_text(self, minimal=minimal)
+
+    @classmethod
+    def from_text(cls, text_or_path) -> "GemmSpec":
+        """A spec from .tg text or a path to a .tg file (tilegen/textspec.py)."""
+        from .textspec import parse_spec_text
+
+        return parse_spec_text(text_or_path)
+
     def __str__(self) -> str:
         parts = []
         for f in fields(self):
@@ -253,8 +276,8 @@ class GemmSpec:
         if dt.min_sm > tgt.sm:
             raise SpecError("target", self.target, ", ".join(t for t, x in TARGETS.items() if x.sm >= dt.min_sm),
                             f"{self.dtype} mma needs sm_{dt.min_sm} or newer")
-        if atom.a_type.name != self.dtype or atom.acc_type.name != self.acc_dtype:
-            legal = [a.name for a in atoms_for(self.dtype, acc=self.acc_dtype)]
+        if atom.a_type.name != self.mma_dtype or atom.acc_type.name != self.acc_dtype:
+            legal = [a.name for a in atoms_for(self.mma_dtype, acc=self.acc_dtype)]
             raise SpecError("atom", self.atom, ", ".join(legal) or "none",
                             f"the atom must take {self.dtype} operands and accumulate in {self.acc_dtype}")
         if atom.min_sm > tgt.sm:

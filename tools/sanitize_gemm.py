@@ -8,7 +8,7 @@ import tilegen
 from tilegen.arch.dtypes import numpy_dtype
 
 CASES = [("f16", "row", "col", (133, 70, 45)), ("tf32", "col", "row", (67, 201, 99)),
-         ("bf16", "col", "col", (129, 255, 70))]
+         ("bf16", "col", "col", (129, 255, 70)), ("f32", "row", "row", (77, 90, 130))]
 
 
 def main() -> int:
@@ -20,6 +20,14 @@ def main() -> int:
         B = rng.standard_normal((K, N)).astype(numpy_dtype(dtype))
         C = kernel(A, B, out=np.full((M, N), np.nan, np.float32))
         ref = A.astype(np.float64) @ B.astype(np.float64)
+        if dtype == "bf16":  # the fused epilogue too: bias per column, GELU, residual
+            fused = tilegen.compile(tilegen.GemmSpec(dtype=dtype, a_layout=la, b_layout=lb, tile=(64, 64, 32),
+                                                     epilogue=tilegen.Epilogue("col", "gelu_erf", True)))
+            bias, res = rng.standard_normal(N).astype(np.float32), rng.standard_normal((M, N)).astype(np.float32)
+            F = fused(A, B, bias=bias, residual=res)
+            ok_fused = np.isfinite(F).all()
+            bad += not ok_fused
+            print(f"{dtype} fused epilogue {M}x{N}x{K}: {'ok' if ok_fused else 'WRONG'}")
         rel = np.linalg.norm(C - ref) / np.linalg.norm(ref)
         ok = np.isfinite(C).all() and rel < 2e-3
         bad += not ok

@@ -115,6 +115,7 @@ MMA_ATOMS: dict[str, MmaAtom] = {
 # The atom each operand dtype uses unless a spec names another: the largest k.
 DEFAULT_ATOM = {
     ("tf32", "f32"): "m16n8k8.tf32.f32",
+    ("f32", "f32"): "m16n8k8.tf32.f32",  # f32 operands: split into tf32 high and low parts
     ("f16", "f32"): "m16n8k16.f16.f32",
     ("bf16", "f32"): "m16n8k16.bf16.f32",
     ("f16", "f16"): "m16n8k16.f16.f16",

@@ -20,6 +20,7 @@ KNOWN = {
     "mov", "add", "sub", "mul", "mad", "div", "rem", "min", "max", "and", "or", "xor", "not",
     "shl", "shr", "setp", "selp", "cvt", "cvta", "ld", "st", "ldmatrix", "stmatrix", "mma",
     "bar", "fma", "neg", "abs", "ex2", "rcp", "tanh", "cp.async",
+    "shfl",  # shfl.sync.bfly: row reductions of accumulator fragments (ir/lower/elementwise.py)
 }
 
 

@@ -29,6 +29,14 @@ class Tensor:
         return Block(self, wrap(row), wrap(col))
 
 
+class Vector:
+    """A 1-D kernel parameter array of `size` elements (a size symbol)."""
+
+    def __init__(self, ir, size: str):
+        self.ir = ir
+        self.size = size
+
+
 @dataclass
 class Block:
     tensor: Tensor

@@ -9,7 +9,7 @@ from ..ir import tile as T
 from ..ir.instr import Instr
 from ..ir.values import Addr, Sym, Value
 from ..layout import SmemLayout
-from .objects import Block, Fragment, SharedTile, Stage, Tensor
+from .objects import Block, Fragment, SharedTile, Stage, Tensor, Vector
 from .scalars import Float, Int, raw, wrap
 from .trace import current, fail, user_location
 
@@ -54,6 +54,20 @@ def tensor(name: str, dtype: str, shape: tuple, layout: str = "row") -> Tensor:
     ir = T.GlobalTensor(name, dt, gptr, stored[0].raw, stored[1].raw, ld, layout, shape)
     tr.kernel.tensors.append(ir)
     return Tensor(ir, (rows, cols))
+
+
+def vector(name: str, dtype: str, size: str):
+    """Declare a 1-D array parameter of `size` (a size symbol, e.g. "N") elements: bias vectors."""
+    try:
+        dt = _dtype(dtype)
+    except ValueError as e:
+        fail(str(e))
+    if not isinstance(size, str):
+        fail(f"vector {name}: size must be a size name like 'N', got {size!r}")
+    length = _symbol(size)
+    ptr = _param(f"{name}_ptr", "u64")
+    gptr = current().builder.op("cvta.to.global.u64", "b64", ptr, hint=f"{name}_g")
+    return Vector(T.GlobalVector(name, dt, gptr, length.raw), size)
 
 
 def scalar(name: str, type: str = "f32"):
@@ -188,9 +202,10 @@ def fragment(atom, operand: str, tiles: tuple, name: str = "") -> Fragment:
     return Fragment(frag)
 
 
-def load(frag: Fragment, src: Stage, row, col, comment: str = ""):
+def load(frag: Fragment, src: Stage, row, col, comment: str = "", round: bool = True):
     """Load a fragment from a shared stage; (row, col) is its logical origin:
-    (m, k) for A, (k, n) for B."""
+    (m, k) for A, (k, n) for B. tf32 fragments are rounded to tf32 unless round=False
+    (then split_tf32 must follow)."""
     if not isinstance(frag, Fragment) or not isinstance(src, Stage):
         fail("load(fragment, tile.stage(s), row, col)")
     if frag.operand == "C":
@@ -200,7 +215,19 @@ def load(frag: Fragment, src: Stage, row, col, comment: str = ""):
         fail(f"load: fragment of {want} from a {tile_dt} tile")
     k_major = (frag.operand == "A") == (src.tile.logical == "row")
     _check_stage(src)
-    _tile_op(T.LoadFragment(frag.ir, src.tile.ir, raw(src.index), raw(row), raw(col), k_major, comment=comment))
+    _tile_op(T.LoadFragment(frag.ir, src.tile.ir, raw(src.index), raw(row), raw(col), k_major, comment=comment,
+                            round_tf32=bool(round)))
+
+
+def split_tf32(hi: Fragment, lo: Fragment):
+    """hi holds f32 values (loaded with round=False): afterwards hi = tf32(x) and
+    lo = tf32(x - hi), for three-product (3xTF32) GEMMs with f32 accuracy."""
+    for f in (hi, lo):
+        if not isinstance(f, Fragment) or f.atom.a_type.name != "tf32" or f.operand == "C":
+            fail("split_tf32(hi, lo) takes two tf32 operand fragments")
+    if hi.operand != lo.operand or hi.tiles != lo.tiles or hi.atom is not lo.atom:
+        fail("split_tf32: hi and lo must be fragments of the same operand, atom and shape")
+    _tile_op(T.SplitTF32(hi.ir, lo.ir))
 
 
 def mma(acc: Fragment, a: Fragment, b: Fragment):
@@ -215,16 +242,39 @@ def mma(acc: Fragment, a: Fragment, b: Fragment):
     _tile_op(T.Mma(acc.ir, a.ir, b.ir))
 
 
-def store(dst: Block, acc: Fragment, *, alpha: Float = None, beta: Float = None):
-    """dst = alpha * acc + beta * dst for the accumulator's elements inside dst's tensor."""
+ACTIVATIONS = ("none", "relu", "gelu_tanh", "gelu_erf", "silu")
+
+
+def store(dst: Block, acc: Fragment, *, alpha: Float = None, beta: Float = None, bias=None,
+          activation: str = "none", residual: Block = None):
+    """dst = act(alpha * acc + beta * dst + bias) + residual for the accumulator's elements
+    inside dst's tensor. bias is a vector whose size names dst's rows (one value per row) or
+    columns (one per column); residual a block of a tensor of dst's shape."""
     if not isinstance(dst, Block) or not isinstance(acc, Fragment) or acc.operand != "C":
         fail("store(tensor.block(r, c), accumulator fragment)")
     if dst.tensor.layout != "row":
         fail("store: outputs are row-major")
     if (alpha is None) != (beta is None):
         fail("store: give both alpha and beta or neither")
+    if activation not in ACTIVATIONS:
+        fail(f"store: activation={activation!r}; allowed: {', '.join(ACTIVATIONS)}")
+    axis = "col"
+    if bias is not None:
+        if not isinstance(bias, Vector):
+            fail("store: bias must be a tilegen.vector(...)")
+        names = dst.tensor.ir.shape_names
+        if bias.size not in names:
+            fail(f"store: bias has size {bias.size!r}; it must be {names[0]!r} (per row) or {names[1]!r} (per column)")
+        axis = "row" if bias.size == names[0] else "col"
+    if residual is not None:
+        if not isinstance(residual, Block) or residual.tensor.layout != "row":
+            fail("store: residual must be a row-major tensor.block(r, c)")
+        if residual.tensor.ir.shape_names != dst.tensor.ir.shape_names:
+            fail(f"store: residual has sizes {residual.tensor.ir.shape_names}, the output {dst.tensor.ir.shape_names}")
     _tile_op(T.StoreFragment(dst.tensor.ir, acc.ir, raw(dst.row), raw(dst.col),
-                             alpha.raw if alpha is not None else None, beta.raw if beta is not None else None))
+                             alpha.raw if alpha is not None else None, beta.raw if beta is not None else None,
+                             bias=bias.ir if bias is not None else None, bias_axis=axis, activation=activation,
+                             residual=residual.tensor.ir if residual is not None else None))
 
 
 def range_(start, stop=None):
@@ -247,6 +297,6 @@ def launch(*, threads: int, grid):
     tr.kernel.grid = grid
 
 
-__all__ = ["tensor", "scalar", "program_id", "num_programs", "thread_id", "warp_id", "lane_id", "cdiv",
+__all__ = ["tensor", "vector", "split_tf32", "scalar", "program_id", "num_programs", "thread_id", "warp_id", "lane_id", "cdiv",
            "minimum", "shared", "copy_async", "commit", "wait", "barrier", "fragment", "load", "mma",
            "store", "range_", "launch", "DSLError"]

@@ -83,7 +83,17 @@ def print_ir(kernel) -> str:
             lines.append(f"{pad}{frag(n.acc)} += mma({n.a.name}, {n.b.name})")
         elif isinstance(n, T.StoreFragment):
             ab = f" alpha={val(n.alpha)} beta={val(n.beta)}" if n.alpha is not None else ""
+            if n.bias is not None:
+                ab += f" bias={n.bias.name}[{n.bias_axis}]"
+            if n.activation != "none":
+                ab += f" activation={n.activation}"
+            if n.residual is not None:
+                ab += f" residual={n.residual.name}"
             lines.append(f"{pad}store {n.dst.name}[{val(n.row0)}, {val(n.col0)}] <- {frag(n.frag)}{ab}")
+        elif isinstance(n, T.SplitTF32):
+            lines.append(f"{pad}{frag(n.hi)}, {frag(n.lo)} = split_tf32({n.hi.name})")
+        elif isinstance(n, T.FRAGMENT_ARITH_OPS):
+            lines.append(pad + fragment_arith_text(n, val, frag))
         else:
             lines.append(f"{pad}<{type(n).__name__}>")
         if isinstance(n, T.TileOp) and n.loc:
@@ -93,3 +103,40 @@ def print_ir(kernel) -> str:
     for n in kernel.body:
         node(n, 2)
     return "\n".join(lines) + "\n"
+
+
+def fragment_arith_text(n, val, frag) -> str:
+    """One line for an op of ir/lower/elementwise.py."""
+    def thing(x):
+        if isinstance(x, T.Fragment):
+            return frag(x)
+        if isinstance(x, T.RowVector):
+            return f"{x.name}<rows {x.tm}x{x.atom.m}>"
+        if isinstance(x, (int, float)):
+            return repr(float(x))
+        return val(x)
+
+    def cond(c):
+        if isinstance(c, T.MaskLogic):
+            if c.op == "not":
+                return f"~({cond(c.args[0])})"
+            return "(" + f" {'&' if c.op == 'and' else '|'} ".join(cond(a) for a in c.args) + ")"
+        rel = {"lt": "<", "le": "<=", "gt": ">", "ge": ">=", "eq": "==", "ne": "!="}[c.rel]
+        return f"{side(c.lhs)} {rel} {side(c.rhs)}"
+
+    def side(lin):
+        out = ""
+        for sign, t in lin.terms:
+            text = {"row": "r", "col": "c"}.get(t) if isinstance(t, str) else str(t) if isinstance(t, int) else val(t)
+            out += (" + " if out else "") + text if sign > 0 else (" - " if out else "-") + text
+        return out or "0"
+
+    if isinstance(n, T.Elementwise):
+        args = ", ".join(thing(x) for x in (n.x, n.y) if x is not None)
+        return f"{thing(n.out)} = {n.fn}({args})"
+    if isinstance(n, T.RowReduce):
+        return f"{thing(n.out)} = row_{n.fn}({frag(n.src)})"
+    if isinstance(n, T.MaskFragment):
+        return (f"{frag(n.out)} = mask({n.src.name} at ({val(n.row0)}, {val(n.col0)}): "
+                f"{n.value!r} where {cond(n.cond)})")
+    return f"{frag(n.dst)} = to_operand({n.src.name} columns {n.col0}..{n.col0 + n.dst.atom.k})"

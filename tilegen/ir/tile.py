@@ -41,6 +41,16 @@ class GlobalTensor:
 
 
 @dataclass(eq=False)
+class GlobalVector:
+    """A 1-D array in global memory of `length` elements (bias vectors)."""
+
+    name: str
+    dtype: DType
+    ptr: Value        # b64 global address
+    length: Value     # b32
+
+
+@dataclass(eq=False)
 class SharedTile:
     """`stages` copies of a tile with `layout`, at byte `offset` of the kernel's shared memory."""
 
@@ -140,6 +150,16 @@ class LoadFragment(TileOp):
     row0: object
     col0: object
     k_major: bool = True   # the shared tile's contiguous dimension is K
+    round_tf32: bool = True  # tf32 atoms: round on load (cvt.rna); off when a SplitTF32 follows
+
+
+@dataclass(eq=False)
+class SplitTF32(TileOp):
+    """`hi` holds f32 values; afterwards hi = tf32(x) and lo = tf32(x - tf32(x)), so that
+    hi + lo carries about 21 of x's 24 significant bits (3xTF32)."""
+
+    hi: Fragment
+    lo: Fragment
 
 
 @dataclass(eq=False)
@@ -151,8 +171,9 @@ class Mma(TileOp):
 
 @dataclass(eq=False)
 class StoreFragment(TileOp):
-    """C[row0.., col0..] = alpha * frag + beta * C (beta == 0 never reads C), only the
-    elements inside dst's rows x cols."""
+    """C[row0.., col0..] = act(alpha * frag + beta * C + bias) + residual, only the elements
+    inside dst's rows x cols (beta == 0 never reads C). bias_axis "col" adds bias[col],
+    "row" adds bias[row]; residual is read at the same (row, col) as C."""
 
     dst: GlobalTensor
     frag: Fragment
@@ -160,3 +181,105 @@ class StoreFragment(TileOp):
     col0: object
     alpha: Optional[Value] = None
     beta: Optional[Value] = None
+    bias: Optional[GlobalVector] = None
+    bias_axis: str = "col"
+    activation: str = "none"
+    residual: Optional[GlobalTensor] = None
+
+
+# -- fragment arithmetic: softmax and attention (lowered by ir/lower/elementwise.py) ---------
+def row_slots(atom: MmaAtom) -> tuple:
+    """The rows of an accumulator atom that lane 0 holds, in order: (0, 8) for m16n8. Every
+    lane holds as many rows, at the same offsets from its own first row."""
+    cmap = atom.c
+    return tuple(sorted({cmap.coord(0, r, e)[0] for r in range(cmap.regs) for e in range(cmap.elems)}))
+
+
+@dataclass(eq=False)
+class RowVector:
+    """One f32 value per row of a (16*tm)-row accumulator fragment, held by the lanes that
+    own the row (for m16n8 atoms: the 4 lanes of a quad). regs[(i, s)] is the value of row
+    16*i + row_slots(atom)[s] + (the lane's row offset) of m-atom i."""
+
+    name: str
+    atom: MmaAtom
+    tm: int
+    regs: dict = field(default_factory=dict)
+
+    def __post_init__(self):
+        if not self.regs:
+            self.regs = {(i, s): Value("f32", self.name) for i in range(self.tm)
+                         for s in range(len(row_slots(self.atom)))}
+
+
+ELEMENTWISE_FNS = ("copy", "add", "sub", "mul", "div", "max", "exp", "exp2")
+
+
+@dataclass(eq=False)
+class Elementwise(TileOp):
+    """out = fn(x, y) element by element (unary fns: copy, exp, exp2 read x only).
+
+    out is an f32 accumulator Fragment or a RowVector. x and y are each a Fragment of out's
+    shape, a RowVector (broadcast along the columns of each row), a float constant or an
+    f32 scalar Value. out may be one of its inputs (each element reads only its own)."""
+
+    fn: str
+    out: object
+    x: object
+    y: object = None
+
+
+@dataclass(eq=False)
+class RowReduce(TileOp):
+    """out[row] = max or sum of src's elements in that row, over all of src's columns
+    (within the lane, then across the lanes that share the row, with shfl.sync.bfly)."""
+
+    fn: str            # "max" or "sum"
+    out: RowVector
+    src: Fragment
+
+
+@dataclass(frozen=True)
+class MaskLinear:
+    """A sum of signed terms: "row", "col" (the element's coordinates), Values and ints."""
+
+    terms: tuple       # ((+1 or -1, term), ...)
+
+
+@dataclass(frozen=True)
+class MaskCompare:
+    rel: str           # "lt", "le", "gt", "ge", "eq", "ne" (signed 32-bit)
+    lhs: MaskLinear
+    rhs: MaskLinear
+
+
+@dataclass(frozen=True)
+class MaskLogic:
+    op: str            # "and", "or", "not"
+    args: tuple        # of MaskCompare / MaskLogic
+
+
+@dataclass(eq=False)
+class MaskFragment(TileOp):
+    """out = value where cond(row, col) holds, else src. (row, col) are the element's
+    coordinates: (row0, col0) plus its place in the fragment."""
+
+    out: Fragment
+    src: Fragment
+    row0: object
+    col0: object
+    cond: object       # MaskCompare or MaskLogic
+    value: float
+
+
+@dataclass(eq=False)
+class FragmentToOperand(TileOp):
+    """dst (an A fragment, (tm, 1) atoms of dst.atom) = src's columns col0 .. col0 + dst.atom.k,
+    rounded to dst's 16-bit type: register for register, no data leaves the lane."""
+
+    dst: Fragment
+    src: Fragment
+    col0: int
+
+
+FRAGMENT_ARITH_OPS = (Elementwise, RowReduce, MaskFragment, FragmentToOperand)

@@ -111,6 +111,8 @@ def _check_tile_op(kernel, op, defined):
             raise IRError(f"mma takes (C, A, B) fragments{where}")
         if not (op.acc.atom is op.a.atom is op.b.atom):
             raise IRError(f"mma fragments of different atoms{where}")
+    if isinstance(op, T.FRAGMENT_ARITH_OPS):
+        _check_fragment_arith(op, defined, where)
 
 
 def _fragment_extent(frag):
@@ -121,3 +123,66 @@ def _fragment_extent(frag):
     if frag.operand == "B":
         return atom.k, 8 * tn
     return 16 * tm, 8 * tn
+
+
+def _check_fragment_arith(op, defined, where):
+    """Elementwise ops, row reductions, masks and operand conversions (ir/lower/elementwise.py)."""
+    name = type(op).__name__
+
+    def same_shape(f, g):
+        if isinstance(g, T.Fragment):
+            return isinstance(f, T.Fragment) and f.atom is g.atom and f.tiles == g.tiles
+        return isinstance(f, T.RowVector) and f.atom is g.atom and f.tm == g.tm
+
+    def accumulator(f, what):
+        if not (isinstance(f, T.Fragment) and f.operand == "C" and f.reg_type == "f32"):
+            raise IRError(f"{name}: {what} must be an f32 accumulator fragment{where}")
+
+    def scalar(x, what):
+        if isinstance(x, Value) and (x not in defined or x.type != "f32"):
+            raise IRError(f"{name}: {what} is not a defined f32 value{where}")
+
+    if isinstance(op, T.Elementwise):
+        if op.fn not in T.ELEMENTWISE_FNS:
+            raise IRError(f"elementwise fn {op.fn!r}; known: {', '.join(T.ELEMENTWISE_FNS)}{where}")
+        if isinstance(op.out, T.Fragment):
+            accumulator(op.out, "out")
+        elif not isinstance(op.out, T.RowVector):
+            raise IRError(f"{name}: out must be a fragment or a row vector{where}")
+        unary = op.fn in ("copy", "exp", "exp2")
+        if unary != (op.y is None):
+            raise IRError(f"{name}: {op.fn} takes {'one operand' if unary else 'two operands'}{where}")
+        for what, x in (("x", op.x), ("y", op.y)):
+            if isinstance(x, T.Fragment) and not same_shape(x, op.out):
+                raise IRError(f"{name}: {what} fragment {x.name} does not match out {op.out.name}{where}")
+            if isinstance(x, T.RowVector) and not (x.atom is op.out.atom and x.tm == (
+                    op.out.tiles[0] if isinstance(op.out, T.Fragment) else op.out.tm)):
+                raise IRError(f"{name}: row vector {x.name} does not cover the rows of {op.out.name}{where}")
+            scalar(x, what)
+    elif isinstance(op, T.RowReduce):
+        accumulator(op.src, "src")
+        if op.fn not in ("max", "sum") or not isinstance(op.out, T.RowVector) or op.out.atom is not op.src.atom \
+                or op.out.tm != op.src.tiles[0]:
+            raise IRError(f"{name}: {op.fn} of {op.src.name} into a row vector of its rows{where}")
+    elif isinstance(op, T.MaskFragment):
+        accumulator(op.src, "src")
+        if not same_shape(op.out, op.src):
+            raise IRError(f"{name}: out does not match src{where}")
+
+        def terms(c):
+            if isinstance(c, T.MaskLogic):
+                for a in c.args:
+                    yield from terms(a)
+            else:
+                for _, t in c.lhs.terms + c.rhs.terms:
+                    yield t
+        for t in terms(op.cond):
+            if isinstance(t, Value) and t not in defined:
+                raise IRError(f"{name}: the condition reads {t.hint or t!r} before it is defined{where}")
+    elif isinstance(op, T.FragmentToOperand):
+        accumulator(op.src, "src")
+        d = op.dst
+        if d.operand != "A" or d.tiles != (op.src.tiles[0], 1):
+            raise IRError(f"{name}: dst must be an A fragment of {op.src.tiles[0]} m-atoms{where}")
+        if op.col0 % op.src.atom.n or not 0 <= op.col0 <= op.src.tiles[1] * op.src.atom.n - d.atom.k:
+            raise IRError(f"{name}: columns {op.col0}..{op.col0 + d.atom.k} are not whole atoms of {op.src.name}{where}")

@@ -13,7 +13,13 @@ from .. import dsl as tg
 def gemm_kernel_name(spec) -> str:
     t, w = spec.tile, spec.warps
     return (f"tilegen_gemm_{spec.dtype}_{spec.a_layout[0]}{spec.b_layout[0]}_{spec.out_dtype}_"
-            f"{t.m}x{t.n}x{t.k}_w{w.m}x{w.n}_s{spec.stages}_{spec.swizzle}_fb{spec.frag_buffers}")
+            f"{t.m}x{t.n}x{t.k}_w{w.m}x{w.n}_s{spec.stages}_{spec.swizzle}_fb{spec.frag_buffers}"
+            + _epilogue_suffix(spec.epilogue))
+
+
+def _epilogue_suffix(epi) -> str:
+    parts = ([f"bias{epi.bias}"] if epi.bias else []) + ([epi.activation] if epi.activation != "none" else [])
+    return "".join("_" + p for p in parts + (["residual"] if epi.residual else []))
 
 
 @tg.kernel
@@ -34,6 +40,11 @@ def gemm(spec):
     C = tg.tensor("C", spec.out_dtype, ("M", "N"))
     alpha = tg.scalar("alpha")
     beta = tg.scalar("beta")
+    epi = spec.epilogue
+    # Fused epilogue operands have the output's dtype: a bias per column (N) or per row (M)
+    # and a residual of C's shape.
+    bias = tg.vector("bias", spec.out_dtype, "N" if epi.bias == "col" else "M") if epi.bias else None
+    R = tg.tensor("R", spec.out_dtype, ("M", "N")) if epi.residual else None
     M, K = A.shape
     N = B.shape[1]
 
@@ -58,16 +69,31 @@ def gemm(spec):
     wm = (warp % spec.warps.m) * WM
     wn = (warp // spec.warps.m) * WN
     acc = tg.fragment(atom, "C", (WM // atom.m, WN // atom.n), name="acc")
-    # Two sets of operand fragments: the loads for k-step kk+1 are issued before the mma
-    # of k-step kk, so shared-memory latency hides behind tensor-core work.
+    # With two sets of operand fragments the loads for k-step kk+1 are issued before the
+    # mma of k-step kk, so shared-memory latency hides behind tensor-core work. f32 operands
+    # (3xTF32) keep a low part beside each fragment: A@B ~ Ahi@Bhi + Ahi@Blo + Alo@Bhi.
+    split = spec.split_tf32
     frags = [(tg.fragment(atom, "A", (WM // atom.m, 1), name=f"a{i}"),
               tg.fragment(atom, "B", (1, WN // atom.n), name=f"b{i}")) for i in range(spec.frag_buffers)]
+    lows = [(tg.fragment(atom, "A", (WM // atom.m, 1), name=f"a{i}_lo"),
+             tg.fragment(atom, "B", (1, WN // atom.n), name=f"b{i}_lo")) for i in range(spec.frag_buffers)] if split else []
     steps = BK // atom.k
 
     def load(buf, stage, kk):
         a, b = frags[buf]
-        tg.load(a, sA[stage], wm, kk * atom.k, comment=f"k-step {kk}: fragment a{buf}")
-        tg.load(b, sB[stage], kk * atom.k, wn, comment=f"k-step {kk}: fragment b{buf}")
+        tg.load(a, sA[stage], wm, kk * atom.k, comment=f"k-step {kk}: fragment a{buf}", round=not split)
+        tg.load(b, sB[stage], kk * atom.k, wn, comment=f"k-step {kk}: fragment b{buf}", round=not split)
+        if split:
+            tg.split_tf32(a, lows[buf][0])
+            tg.split_tf32(b, lows[buf][1])
+
+    def mma(buf):
+        a, b = frags[buf]
+        if split:  # the small terms first, so they are not lost against the large one
+            a_lo, b_lo = lows[buf]
+            tg.mma(acc, a, b_lo)
+            tg.mma(acc, a_lo, b)
+        tg.mma(acc, a, b)
 
     def wait_for_tile():
         # Group kt has landed once at most S-2 newer ones are pending; the barrier makes
@@ -103,14 +129,14 @@ def gemm(spec):
                 tg.commit()
             if kk + 1 < steps:
                 load(1 - buf, stage, kk + 1)
-                tg.mma(acc, *frags[buf])
+                mma(buf)
             else:  # last k-step: the next tile's first fragments come from the next stage
                 if buf == 0:  # an odd number of k-steps: buffer 0 is still in use
-                    tg.mma(acc, *frags[buf])
+                    mma(buf)
                 wait_for_tile()
                 load(0, (kt + 1) % S, 0)
                 if buf == 1:
-                    tg.mma(acc, *frags[buf])
+                    mma(buf)
 
     def step_single(kt, prefetch_inside_k):
         # One set of fragments: fewer registers, no overlap of loads with the mma.
@@ -118,7 +144,7 @@ def gemm(spec):
         wait_for_tile()
         for kk in range(steps):
             load(0, stage, kk)
-            tg.mma(acc, *frags[0])
+            mma(0)
         ahead = kt + (S - 1)
         inside = ("K",) if prefetch_inside_k else ()
         tg.copy_async(sA[ahead % S], A.block(m0, ahead * BK), inbounds=inside, comment="prefetch A, S-1 tiles ahead")
@@ -126,7 +152,7 @@ def gemm(spec):
         tg.commit()
 
     # While the tile being prefetched is a whole one, its copies skip the test against K;
-    # the last S-1 iterations prefetch the partial tile and the zeros past the end.
+    # the tail iterations prefetch the partial tile (if any) and the zeros past the end.
     full_tiles = K // BK
     steady = full_tiles - tg.minimum(full_tiles, S - 1)
     for kt in tg.range(0, steady):
@@ -135,4 +161,5 @@ def gemm(spec):
         step(kt, prefetch_inside_k=False)
 
     tg.wait(0)
-    tg.store(C.block(m0 + wm, n0 + wn), acc, alpha=alpha, beta=beta)
+    tg.store(C.block(m0 + wm, n0 + wn), acc, alpha=alpha, beta=beta, bias=bias, activation=epi.activation,
+             residual=R.block(m0 + wm, n0 + wn) if R is not None else None)

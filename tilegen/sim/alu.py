@@ -199,7 +199,18 @@ def build_unary(ins, ctx: Context):
     if dt.kind == "f":
         _check_mods(ctx, ins, mods, FLOAT_MODS)
     ra, put = ctx.reader(ins, a, dt), ctx.writer(ins, d, dt)
+    if dt == np.float32 and "ftz" in mods:  # subnormal inputs and results become sign-preserving zeros
+        return lambda: put(_flush(fn(_flush(ra())).astype(dt)))
     return lambda: put(fn(ra()).astype(dt))
+
+
+_F32_TINY = np.float32(2.0 ** -126)
+
+
+def _flush(x):
+    """.ftz on f32: subnormals to zero of the same sign."""
+    x = np.asarray(x, dtype=np.float32)
+    return np.where(np.abs(x) < _F32_TINY, np.copysign(np.float32(0), x), x).astype(np.float32)
 
 
 # ---- comparisons and selection --------------------------------------------------------------

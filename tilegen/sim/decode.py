@@ -5,10 +5,10 @@ never runs half-way into something the emulator cannot do.
 """
 from __future__ import annotations
 
-from . import alu, control, memops, tensor
+from . import alu, control, memops, tensor, warp
 from .state import Context
 
-BUILDERS = {**alu.BUILDERS, **memops.BUILDERS, **control.BUILDERS, **tensor.BUILDERS}
+BUILDERS = {**alu.BUILDERS, **memops.BUILDERS, **control.BUILDERS, **tensor.BUILDERS, **warp.BUILDERS}
 
 
 def family(opcode: str) -> str:

@@ -274,6 +274,16 @@ def build_cp_async(ins, ctx: Context):
             data = ctx.memory.load_bytes(s, k, size)   # zero-fill past src-size
         except MemoryFault as f:
             ctx.fault(ins, f, tids)
+        empty = np.flatnonzero(k == 0)
+        if empty.size:
+            # src-size 0 reads nothing, but the address is still translated: it must lie in an
+            # allocation (conservative: the H200 faulted on such a copy with a wild address).
+            try:
+                ctx.memory.locate(s[empty], 1)
+            except MemoryFault as f:
+                i = int(empty[f.index])
+                ctx.fail(ins, f"cp.async with src-size 0 from an address outside every allocation "
+                              f"({ctx.memory.describe(int(s[i]))})", kind="bounds", tid=tids[i], address=int(s[i]))
         offs = off[:, None] + span
         v = ctx.shadow.issue_async(tids, offs, ins.line)
         if v:

@@ -7,8 +7,9 @@ from ..builder import Builder
 from ..instr import Comment, If, Instr, Loop
 from .context import LowerContext
 from .copy import lower_copy
-from .fragment import lower_fill, lower_load_fragment, lower_mma
+from .fragment import lower_fill, lower_load_fragment, lower_mma, lower_split
 from .store import lower_store
+from .elementwise import lower_elementwise, lower_mask, lower_row_reduce, lower_to_operand
 
 
 def _commit(b, ctx, op):
@@ -32,8 +33,16 @@ LOWERINGS = {
     T.FillFragment: lower_fill,
     T.LoadFragment: lower_load_fragment,
     T.Mma: lower_mma,
+    T.SplitTF32: lower_split,
     T.StoreFragment: lower_store,
 }
+# Fragment arithmetic (softmax, attention): ir/lower/elementwise.py
+LOWERINGS.update({
+    T.Elementwise: lower_elementwise,
+    T.RowReduce: lower_row_reduce,
+    T.MaskFragment: lower_mask,
+    T.FragmentToOperand: lower_to_operand,
+})
 
 
 def lower_tile_ops(kernel):

@@ -43,8 +43,9 @@ class LowerContext:
         """rows * the tensor's pitch as a 64-bit byte offset, computed once at entry."""
         key = ("row_step", id(tensor), rows)
         if key not in self.addresses:
-            # signed: panel-major chunk orders step back up to row 0 of the next panel
-            self.addresses[key] = self.pro.op("mul.wide.s32", "b64", self.ld_bytes(tensor), rows)
+            # panel-major chunk orders step back up to row 0 of the next panel: signed steps
+            kind = "mul.wide.s32" if rows < 0 else "mul.wide.u32"
+            self.addresses[key] = self.pro.op(kind, "b64", self.ld_bytes(tensor), rows)
         return self.addresses[key]
 
     def ld_bytes(self, tensor) -> object:

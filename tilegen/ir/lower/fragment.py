@@ -46,11 +46,24 @@ def lower_load_fragment(b, ctx, op):
             ctx.kernel.features.add("ldmatrix")
         else:
             b.emit(Instr("ld.shared.b32", outs, (Addr(addr, disp),)))
-    if frag.atom.a_type.name == "tf32":
+    if frag.atom.a_type.name == "tf32" and op.round_tf32:
         ctx.kernel.features.add("cvt.rna.tf32")
         for (i, j, r) in register_list(frag):
             v = frag.regs[(i, j)][r]
             b.emit(Instr("cvt.rna.tf32.f32", (v,), (v,)))
+
+
+def lower_split(b, ctx, op):
+    """hi <- tf32(x), lo <- tf32(x - tf32(x)) for every register (x is hi's f32 content)."""
+    if op.hi.tiles != op.lo.tiles or op.hi.operand != op.lo.operand:
+        raise IRError(f"split: {op.hi.name} and {op.lo.name} differ in shape")
+    ctx.kernel.features.add("cvt.rna.tf32")
+    for key, regs in op.hi.regs.items():
+        for x, lo in zip(regs, op.lo.regs[key]):
+            high = b.op("cvt.rna.tf32.f32", "b32", x)
+            b.emit(Instr("sub.f32", (lo,), (x, high)))
+            b.emit(Instr("cvt.rna.tf32.f32", (lo,), (lo,)))
+            b.emit(Instr("mov.b32", (x,), (high,)))
 
 
 def lower_mma(b, ctx, op):

@@ -7,6 +7,7 @@ from __future__ import annotations
 from ...errors import IRError
 from ..instr import Instr
 from ..values import Addr, Imm, Value, Vec
+from .activations import apply_activation
 from .lanes import fit_bit_linear
 
 
@@ -61,6 +62,7 @@ def lower_store(b, ctx, op):
     vec_ok = b.cmp("eq", b.and_(b.op("or.b32", "b32", low, ld_bytes), 2 * osize - 1), 0)
     rows_cache: dict = {}
     cols_cache: dict = {}
+    bias_cache: dict = {}
     pairs = _pairs(_elements(frag.map))
     tm, tn = frag.tiles
     for i in range(tm):
@@ -72,12 +74,12 @@ def lower_store(b, ctx, op):
                     rkey = (i, br, tuple(d[0] for d in deltas))
                     if rkey not in rows_cache:
                         row = b.add(b.add(op.row0, 16 * i + br), ctx.lane_term(rkey[2]))
-                        rows_cache[rkey] = (b.cmp("lt", row, dst.rows), b.wide_mad(row, ld_bytes, dst.ptr))
+                        rows_cache[rkey] = (b.cmp("lt", row, dst.rows), b.wide_mad(row, ld_bytes, dst.ptr), row)
                     ckey = (j, bc, tuple(d[1] for d in deltas))
                     if ckey not in cols_cache:
                         col = b.add(b.add(op.col0, 8 * j + bc), ctx.lane_term(ckey[2]))
                         cols_cache[ckey] = (col, b.cmp("lt", col, dst.cols))
-                    row_ok, row_addr = rows_cache[rkey]
+                    row_ok, row_addr, _ = rows_cache[rkey]
                     col, col_ok = cols_cache[ckey]
                     inside = b.pred_and(row_ok, col_ok)
                     addr = b.wide_mad(col, osize, row_addr)
@@ -86,6 +88,19 @@ def lower_store(b, ctx, op):
                         value = b.op("mul.f32", "f32", value, op.alpha)
                     if use_beta is not None:
                         value = _add_beta_c(b, value, op.beta, use_beta, inside, addr, out)
+                    if op.bias is not None:
+                        key = ("bias", rkey if op.bias_axis == "row" else ckey)
+                        if key not in bias_cache:
+                            index, ok = (rows_cache[rkey][2], row_ok) if op.bias_axis == "row" else (col, col_ok)
+                            bias_cache[key] = _load_f32(b, op.bias.ptr, index, op.bias.dtype, ok)
+                        value = b.op("add.f32", "f32", value, bias_cache[key])
+                    value = apply_activation(b, op.activation, value)
+                    if op.residual is not None:
+                        res = op.residual
+                        if ("residual", rkey) not in bias_cache:
+                            bias_cache[("residual", rkey)] = b.wide_mad(rows_cache[rkey][2], ctx.ld_bytes(res), res.ptr)
+                        value = b.op("add.f32", "f32", value,
+                                     _load_f32(b, bias_cache[("residual", rkey)], col, res.dtype, inside))
                     places.append((value, addr, inside))
                 if len(places) == 2:
                     _store_pair(b, places, vec_ok, out)
@@ -105,6 +120,18 @@ def _store_pair(b, places, vec_ok, out):
     alone = b.op("not.pred", "pred", vec)
     _store(b, v0, addr, b.pred_and(in0, alone), out)
     _store(b, v1, places[1][1], b.pred_and(in1, alone), out)
+
+
+def _load_f32(b, base, index, dtype, pred) -> Value:
+    """base[index] widened to f32, or 0 where `pred` is false (the address is not touched)."""
+    addr = b.wide_mad(index, dtype.bytes, base)
+    if dtype.name == "f32":
+        v = b.op("mov.f32", "f32", Imm(0.0, "f32"))
+        b.emit(Instr("ld.global.f32", (v,), (Addr(addr),), pred=pred))
+        return v
+    raw = b.op("mov.b32", "b32", Imm(0))
+    b.emit(Instr("ld.global.b16", (raw,), (Addr(addr),), pred=pred))
+    return _to_f32(b, raw, dtype.name)
 
 
 def _accumulator_value(b, frag, reg: Value, e: int) -> Value:

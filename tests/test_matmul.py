@@ -1,0 +1,73 @@
+"""tilegen.matmul: the dispatcher's choices and its results on the emulator."""
+import numpy as np
+import pytest
+
+import ml_dtypes
+import tilegen
+
+
+def _pair(M, N, K, dtype=np.float32, seed=0):
+    rng = np.random.default_rng(seed)
+    return rng.standard_normal((M, K)).astype(dtype), rng.standard_normal((K, N)).astype(dtype)
+
+
+def test_f32_runs_3xtf32_unless_tf32_is_allowed(monkeypatch):
+    A, B = _pair(100, 90, 80)
+    monkeypatch.delenv("TILEGEN_ALLOW_TF32", raising=False)
+    assert tilegen.matmul.explain(A, B).spec.dtype == "f32"
+    assert tilegen.matmul.explain(A, B, allow_tf32=True).spec.dtype == "tf32"
+    monkeypatch.setenv("TILEGEN_ALLOW_TF32", "1")
+    choice = tilegen.matmul.explain(A, B)
+    assert choice.spec.dtype == "tf32" and "tf32 allowed" in choice.reason
+    assert tilegen.matmul.explain(A, B, allow_tf32=False).spec.dtype == "f32"
+
+
+def test_f32_accuracy_on_the_emulator(monkeypatch):
+    monkeypatch.delenv("TILEGEN_ALLOW_TF32", raising=False)
+    A, B = _pair(70, 66, 130, seed=1)
+    ref = A.astype(np.float64) @ B.astype(np.float64)
+    err = np.linalg.norm(tilegen.matmul(A, B, device="sim") - ref) / np.linalg.norm(ref)
+    err_tf32 = np.linalg.norm(tilegen.matmul(A, B, allow_tf32=True, device="sim") - ref) / np.linalg.norm(ref)
+    assert err < 1e-6 < err_tf32
+
+
+def test_dtypes_layouts_and_outputs_follow_the_arrays():
+    A, B = _pair(200, 300, 100, ml_dtypes.bfloat16)
+    spec = tilegen.matmul.explain(A, np.asfortranarray(B)).spec
+    assert (spec.dtype, spec.out_dtype, spec.a_layout, spec.b_layout) == ("bf16", "bf16", "row", "col")
+    assert tilegen.matmul.explain(A, B, out=np.empty((200, 300), np.float32)).spec.out_dtype == "f32"
+
+
+def test_small_dimensions_get_small_tiles():
+    A, B = _pair(16, 4096, 512, np.float16)
+    choice = tilegen.matmul.explain(A, B)
+    assert choice.spec.tile.m == 64 and "small M" in choice.reason
+    big = tilegen.matmul.explain(*_pair(1024, 1024, 512, np.float16))
+    assert big.spec.tile.m == 128 and "default tile" in big.reason
+
+
+def test_bias_axis_from_its_length_and_the_fused_result():
+    A, B = _pair(40, 24, 32, np.float16, seed=2)
+    bias_col = np.linspace(-1, 1, 24).astype(np.float32)
+    bias_row = np.linspace(-1, 1, 40).astype(np.float32)
+    assert tilegen.matmul.explain(A, B, bias=bias_col).spec.epilogue.bias == "col"
+    assert tilegen.matmul.explain(A, B, bias=bias_row).spec.epilogue.bias == "row"
+    out = tilegen.matmul(A, B, bias=bias_col, activation="relu", device="sim")
+    ref = np.maximum(A.astype(np.float64) @ B.astype(np.float64) + bias_col, 0)
+    assert out.dtype == np.float16
+    assert np.abs(out.astype(np.float64) - ref).max() <= 2e-3 * max(1, np.abs(ref).max())
+
+
+@pytest.mark.parametrize("call,message", [
+    (lambda: tilegen.matmul(*_pair(4, 4, 4, np.float64)), "float16, bfloat16 or float32"),
+    (lambda: tilegen.matmul(_pair(4, 4, 4)[0], _pair(4, 4, 4, np.float16)[1]), "one dtype"),
+    (lambda: tilegen.matmul(*_pair(4, 5, 6), bias=np.zeros(7, np.float32)), "N=5 .* M=4"),
+    (lambda: tilegen.matmul(np.zeros((4, 5), np.float32), np.zeros((6, 7), np.float32)), "inner dimensions"),
+])
+def test_bad_arguments_are_explained(call, message):
+    with pytest.raises(tilegen.LaunchError, match=message):
+        call()
+
+
+def test_matmul_fused_is_the_same_function():
+    assert tilegen.matmul_fused is tilegen.matmul

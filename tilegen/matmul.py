@@ -1,0 +1,167 @@
+"""tilegen.matmul: the front door. Picks a GEMM spec for the arrays it is given (dtype,
+layouts, shape, GPU), compiles it (the disk cache makes that free after the first time) and
+runs it with the fused epilogue asked for:
+
+    out = act(alpha * A @ B + beta * out + bias) + residual
+
+f32 inputs run on tf32 tensor cores only when allowed (allow_tf32=True or
+TILEGEN_ALLOW_TF32=1); otherwise through 3xTF32, whose error is at f32's level.
+`tilegen.matmul.explain(A, B, ...)` returns the chosen spec and why.
+"""
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import numpy as np
+
+from .errors import LaunchError
+from .spec import Epilogue, GemmSpec
+
+_DTYPES = {"float16": "f16", "bfloat16": "bf16", "float32": "f32"}
+SMALL = 64  # a dimension this small leaves most of a 128-wide tile idle
+
+
+@dataclass(frozen=True)
+class Choice:
+    spec: GemmSpec
+    reason: str
+
+    def __str__(self) -> str:
+        return f"{self.spec}\n  because: {self.reason}"
+
+
+def _dtype_name(x) -> str:
+    dt = getattr(x, "dtype", None)
+    name = str(dt).replace("torch.", "") if dt is not None else type(x).__name__
+    return {"float": "float32", "half": "float16"}.get(name, name)
+
+
+def _shape(x, name: str) -> tuple:
+    shape = tuple(int(s) for s in getattr(x, "shape", ()))
+    if len(shape) != 2:
+        raise LaunchError(f"{name} must be a 2-D array, got shape {shape}")
+    return shape
+
+
+def _layout(x) -> str:
+    """The memory layout a GPU array is used in; host arrays are copied, so always "row"
+    unless they are plainly column-major."""
+    if isinstance(x, np.ndarray):
+        return "col" if (x.flags.f_contiguous and not x.flags.c_contiguous) else "row"
+    from .runtime.arrays import detect_layout
+
+    return detect_layout(x) or "row"
+
+
+def _target() -> str:
+    from .runtime import device_info, gpu_available
+
+    if not gpu_available():
+        return "sm_80"
+    major, minor = device_info().cc
+    return f"sm_{major}{minor}"
+
+
+def _allow_tf32(allow) -> bool:
+    if allow is not None:
+        return bool(allow)
+    return os.environ.get("TILEGEN_ALLOW_TF32", "") == "1"
+
+
+def explain(A, B, *, bias=None, activation=None, residual=None, out=None, allow_tf32=None, **_ignored) -> Choice:
+    """The spec matmul would run for these arguments, and the reason."""
+    M, K = _shape(A, "A")
+    K2, N = _shape(B, "B")
+    if K != K2:
+        raise LaunchError(f"A is {M} x {K} but B is {K2} x {N}: inner dimensions differ")
+    a_name, b_name = _dtype_name(A), _dtype_name(B)
+    if a_name != b_name:
+        raise LaunchError(f"A is {a_name} and B is {b_name}; matmul takes two arrays of one dtype")
+    if a_name not in _DTYPES:
+        raise LaunchError(f"matmul takes float16, bfloat16 or float32 arrays, not {a_name}")
+    why = []
+    dtype = _DTYPES[a_name]
+    if dtype == "f32":
+        if _allow_tf32(allow_tf32):
+            dtype = "tf32"
+            why.append("f32 inputs with tf32 allowed: one tf32 product (10-bit mantissas)")
+        else:
+            why.append("f32 inputs, tf32 not allowed: 3xTF32 (three tf32 products, f32 accuracy)")
+    out_dtype = _DTYPES.get(_dtype_name(out), "f32") if out is not None else ("f32" if dtype in ("f32", "tf32")
+                                                                              else dtype)
+    bias_axis = None
+    if bias is not None:
+        length = int(getattr(bias, "shape", (0,))[0]) if len(getattr(bias, "shape", ())) == 1 else -1
+        if length == N:
+            bias_axis = "col"
+        elif length == M:
+            bias_axis = "row"
+        else:
+            raise LaunchError(f"bias must be 1-D with N={N} (per column) or M={M} (per row) elements, "
+                              f"got shape {tuple(getattr(bias, 'shape', ()))}")
+    epilogue = Epilogue(bias=bias_axis, activation=activation or "none", residual=residual is not None)
+    a_layout, b_layout = _layout(A), _layout(B)
+    target = _target()
+    base = dict(dtype=dtype, out_dtype=out_dtype, a_layout=a_layout, b_layout=b_layout, epilogue=epilogue,
+                target=target)
+    tuned = _tuned(dtype, a_layout, b_layout, M, N, K, out_dtype)
+    if tuned is not None:
+        spec = tuned.replace(epilogue=epilogue, out_dtype=out_dtype)
+        why.append("tile from the autotuner's cache for this GPU and shape bucket")
+    elif min(M, N) <= SMALL:
+        try:
+            spec = GemmSpec(**base, tile=(64, 64, 32 if dtype in ("tf32", "f32") else 64), warps=(2, 2))
+            why.append(f"small {'M' if M <= N else 'N'} ({min(M, N)}): 64x64 tiles waste less of each tile")
+        except Exception:
+            spec = GemmSpec(**base)
+            why.append("default tile")
+    else:
+        spec = GemmSpec(**base)
+        why.append("default tile for this dtype (no tuned entry)")
+    why.append(f"layouts {a_layout}/{b_layout} as the arrays are stored, target {target}")
+    return Choice(spec, "; ".join(why))
+
+
+def _tuned(dtype, a_layout, b_layout, M, N, K, out_dtype):
+    try:
+        from .runtime import device_info, gpu_available
+        from .tune import lookup
+    except ImportError:
+        return None
+    if not gpu_available():
+        return None
+    info = device_info()
+    try:
+        return lookup(dtype, a_layout, b_layout, M, N, K, out_dtype, info.name, info.driver_version)
+    except Exception:  # a damaged or foreign tuning cache must not break a matmul
+        return None
+
+
+def _as_out_dtype(x, spec, name: str):
+    """Host epilogue operands are converted to the output dtype; GPU ones must match."""
+    if x is None or not isinstance(x, np.ndarray):
+        return x
+    from .arch.dtypes import numpy_dtype
+
+    want = numpy_dtype(spec.out_dtype)
+    return x if x.dtype == want else x.astype(want)
+
+
+def matmul(A, B, *, bias=None, activation=None, residual=None, alpha=1.0, beta=0.0, out=None,
+           allow_tf32=None, device=None):
+    """out = act(alpha * A @ B + beta * out + bias) + residual, on numpy (through the GPU or the
+    emulator), PyTorch or CuPy arrays; see the module docstring."""
+    from .compiler import compile as compile_spec
+
+    choice = explain(A, B, bias=bias, activation=activation, residual=residual, out=out, allow_tf32=allow_tf32)
+    spec = choice.spec
+    if isinstance(A, np.ndarray) and spec.dtype == "f32":
+        A, B = A.astype(np.float32, copy=False), B.astype(np.float32, copy=False)
+    kernel = compile_spec(spec)
+    return kernel(A, B, out=out, alpha=alpha, beta=beta, bias=_as_out_dtype(bias, spec, "bias"),
+                  residual=_as_out_dtype(residual, spec, "residual"), device=device)
+
+
+matmul.explain = explain
+matmul_fused = matmul
