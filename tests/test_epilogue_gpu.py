@@ -34,8 +34,8 @@ def test_fused_epilogue(dtype, out, bias, residual, activation):
     kernel = tilegen.compile(spec)
     worst = 0.0
     for M, N, K in SHAPES:
-        A = torch.randn(M, K, device="cuda").to(tdt[dtype])
-        B = torch.randn(K, N, device="cuda").to(tdt[dtype])
+        A = _padded(torch, M, K, tdt[dtype])  # in place, rows padded to 16 bytes as cp.async needs
+        B = _padded(torch, K, N, tdt[dtype])
         C0 = torch.randn(M, N, device="cuda").to(odt)
         b = torch.randn(N if bias == "col" else M, device="cuda").to(odt) if bias else None
         R = torch.randn(M, N, device="cuda").to(odt) if residual else None
@@ -57,6 +57,11 @@ def test_fused_epilogue(dtype, out, bias, residual, activation):
         assert err <= tol, f"{M}x{N}x{K}: {err:.3g} over {tol:.3g}"
     record("epilogue", dtype=dtype, out=out, bias=bias, residual=residual, activation=activation,
            worst_error_over_tolerance=worst)
+
+
+def _padded(torch, rows, cols, dtype):
+    per = 16 // torch.empty((), dtype=dtype).element_size()
+    return torch.randn(rows, -(-cols // per) * per, device="cuda").to(dtype)[:, :cols]
 
 
 def _tf32(torch, x):
@@ -94,6 +99,15 @@ def test_matmul_on_torch_cupy_and_numpy():
     assert isinstance(C, torch.Tensor) and C.dtype == torch.bfloat16 and C.is_cuda
     ref = torch.nn.functional.gelu(A.double() @ B.double() + bias.double(), approximate="tanh")
     assert float((C.double() - ref).abs().max()) < 1.6e-2 * float(ref.abs().max())
+    # rows of 67 bf16 elements are not 16-byte aligned: matmul re-pitches them
+    Am = torch.randn(129, 67, device="cuda", dtype=torch.bfloat16)
+    Bm = torch.randn(67, 33, device="cuda", dtype=torch.bfloat16)
+    Cm = tilegen.matmul(Am, Bm.t().contiguous().t())
+    torch.cuda.synchronize()
+    refm = Am.double() @ Bm.double()
+    assert float((Cm.double() - refm).abs().max()) < 1.6e-2 * float(refm.abs().max())
+    with pytest.raises(tilegen.LaunchError, match="16 bytes"):
+        tilegen.compile(tilegen.GemmSpec(dtype="bf16"))(Am, Bm)
     An, Bn = A.float().cpu().numpy(), B.float().cpu().numpy()
     Cn = tilegen.matmul(An, Bn)  # numpy f32 through the GPU
     assert np.abs(Cn - An.astype(np.float64) @ Bn).max() < 1e-4

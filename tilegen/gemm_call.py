@@ -63,7 +63,8 @@ def _check_epilogue(spec, bias, residual):
         raise LaunchError("residual= needs a spec with Epilogue(residual=True); this kernel has none")
 
 
-def run_gemm(kernel, A, B, *, out=None, alpha=1.0, beta=0.0, bias=None, residual=None, device=None):
+def run_gemm(kernel, A, B, *, out=None, alpha=1.0, beta=0.0, bias=None, residual=None, device=None,
+             repitch=False):
     spec = kernel.spec
     try:
         alpha, beta = float(alpha), float(beta)
@@ -85,7 +86,7 @@ def run_gemm(kernel, A, B, *, out=None, alpha=1.0, beta=0.0, bias=None, residual
             return _run_host(kernel, A, B, out, alpha, beta, bias, residual, _SimMemory())
         return _run_host(kernel, A, B, out, alpha, beta, bias, residual,
                          _GpuMemory(device if isinstance(device, int) else 0))
-    return _run_device(kernel, A, B, out, alpha, beta, bias, residual)
+    return _run_device(kernel, A, B, out, alpha, beta, bias, residual, repitch)
 
 
 class _GpuMemory:
@@ -181,13 +182,32 @@ def _run_host(kernel, A, B, out, alpha, beta, bias, residual, memory):
     return out
 
 
-def _run_device(kernel, A, B, out, alpha, beta, bias, residual):
+def _aligned(view, stream, keep: list):
+    """(pointer, ld) of `view`, re-pitched into a fresh 16-byte aligned device buffer when its
+    base or row pitch does not allow 16-byte copies."""
+    esize = view.dtype.itemsize
+    if view.ptr % ALIGN == 0 and (view.ld * esize) % ALIGN == 0:
+        return view.ptr, view.ld
+    from .runtime import DeviceBuffer
+    from .runtime.memory import copy_2d
+
+    rows, cols = (view.rows, view.cols) if view.layout == "row" else (view.cols, view.rows)
+    per = ALIGN // esize
+    ld = max(per, -(-cols // per) * per)
+    buf = DeviceBuffer(max(rows, 1) * ld * esize)
+    keep.append(buf)
+    copy_2d(buf.ptr, ld * esize, view.ptr, view.ld * esize, cols * esize, rows, stream)
+    return buf.ptr, ld
+
+
+def _run_device(kernel, A, B, out, alpha, beta, bias, residual, repitch=False):
     from .runtime.arrays import describe_array
 
     spec = kernel.spec
     in_dt, out_dt = numpy_dtype(spec.dtype), numpy_dtype(spec.out_dtype)
-    a = describe_array(A, name="A", dtype=in_dt, shape=None, layout=spec.a_layout, writable=False, align=ALIGN)
-    b = describe_array(B, name="B", dtype=in_dt, shape=None, layout=spec.b_layout, writable=False, align=ALIGN)
+    align = None if repitch else ALIGN
+    a = describe_array(A, name="A", dtype=in_dt, shape=None, layout=spec.a_layout, writable=False, align=align)
+    b = describe_array(B, name="B", dtype=in_dt, shape=None, layout=spec.b_layout, writable=False, align=align)
     M, K = a.rows, a.cols
     if b.rows != K:
         raise LaunchError(f"A is {M} x {K} but B is {b.rows} x {b.cols}: inner dimensions differ")
@@ -199,7 +219,11 @@ def _run_device(kernel, A, B, out, alpha, beta, bias, residual):
     c = describe_array(out, name="out", dtype=out_dt, shape=(M, N), layout="row", writable=True, align=None)
     if M == 0 or N == 0:
         return out
-    args = {"M": M, "N": N, "K": K, "A_ptr": a.ptr, "A_ld": a.ld, "B_ptr": b.ptr, "B_ld": b.ld,
+    stream = _stream_of(A)
+    keep: list = []  # re-pitched copies live until the kernel has run
+    a_ptr, a_ld = _aligned(a, stream, keep) if repitch else (a.ptr, a.ld)
+    b_ptr, b_ld = _aligned(b, stream, keep) if repitch else (b.ptr, b.ld)
+    args = {"M": M, "N": N, "K": K, "A_ptr": a_ptr, "A_ld": a_ld, "B_ptr": b_ptr, "B_ld": b_ld,
             "C_ptr": c.ptr, "C_ld": c.ld, "alpha": alpha, "beta": beta}
     if bias is not None:
         length = N if spec.epilogue.bias == "col" else M
@@ -211,7 +235,13 @@ def _run_device(kernel, A, B, out, alpha, beta, bias, residual):
     if residual is not None:
         r = describe_array(residual, name="residual", dtype=out_dt, shape=(M, N), layout="row")
         args["R_ptr"], args["R_ld"] = r.ptr, r.ld
-    kernel.launch(args, {"M": M, "N": N, "K": K}, stream=_stream_of(A))
+    kernel.launch(args, {"M": M, "N": N, "K": K}, stream=stream)
+    if keep:
+        from .runtime.memory import synchronize
+
+        synchronize()  # the copies must outlive the kernel that reads them
+        for buf in keep:
+            buf.close()
     return out
 
 

@@ -77,15 +77,18 @@ class Kernel:
         self.function(device).launch(grid, (self.threads, 1, 1), packed, smem=self.smem_bytes, stream=stream)
 
     def __call__(self, A, B, *, out=None, alpha: float = 1.0, beta: float = 0.0, bias=None, residual=None,
-                 device=None):
+                 device=None, repitch: bool = False):
         """C = act(alpha * A @ B + beta * C + bias) + residual for a GEMM kernel (the epilogue
         its spec names). A is M x K and B is K x N whatever their memory layout; numpy in ->
-        numpy out, GPU arrays are used in place; device="sim" runs the CPU emulator."""
+        numpy out, GPU arrays are used in place; device="sim" runs the CPU emulator.
+        GPU operands whose rows are not 16-byte aligned are refused, or copied into aligned
+        buffers first with repitch=True (tilegen.matmul does that)."""
         if self.spec is None:
             raise LaunchError(f"{self.name} is not a GEMM: use Kernel.launch(args, sizes)")
         from .gemm_call import run_gemm
 
-        return run_gemm(self, A, B, out=out, alpha=alpha, beta=beta, bias=bias, residual=residual, device=device)
+        return run_gemm(self, A, B, out=out, alpha=alpha, beta=beta, bias=bias, residual=residual, device=device,
+                        repitch=repitch)
 
 
 def operand_dtype(spec, which: str) -> np.dtype:

@@ -160,7 +160,7 @@ def matmul(A, B, *, bias=None, activation=None, residual=None, alpha=1.0, beta=0
         A, B = A.astype(np.float32, copy=False), B.astype(np.float32, copy=False)
     kernel = compile_spec(spec)
     return kernel(A, B, out=out, alpha=alpha, beta=beta, bias=_as_out_dtype(bias, spec, "bias"),
-                  residual=_as_out_dtype(residual, spec, "residual"), device=device)
+                  residual=_as_out_dtype(residual, spec, "residual"), device=device, repitch=True)
 
 
 matmul.explain = explain

@@ -230,8 +230,8 @@ def split_tf32(hi: Fragment, lo: Fragment):
     _tile_op(T.SplitTF32(hi.ir, lo.ir))
 
 
-def mma(acc: Fragment, a: Fragment, b: Fragment):
-    """acc += a @ b over the fragments' atom grid."""
+def mma(acc: Fragment, a: Fragment, b: Fragment, accumulate: bool = True):
+    """acc += a @ b over the fragments' atom grid (acc = a @ b with accumulate=False)."""
     for f, want in ((acc, "C"), (a, "A"), (b, "B")):
         if not isinstance(f, Fragment) or f.operand != want:
             fail(f"mma(acc: C fragment, a: A fragment, b: B fragment); got {getattr(f, 'operand', f)!r} for {want}")
@@ -239,7 +239,7 @@ def mma(acc: Fragment, a: Fragment, b: Fragment):
         fail("mma: fragments of different atoms")
     if a.tiles[0] != acc.tiles[0] or b.tiles[1] != acc.tiles[1]:
         fail(f"mma: A {a.tiles} and B {b.tiles} do not cover accumulator {acc.tiles}")
-    _tile_op(T.Mma(acc.ir, a.ir, b.ir))
+    _tile_op(T.Mma(acc.ir, a.ir, b.ir, accumulate=bool(accumulate)))
 
 
 ACTIVATIONS = ("none", "relu", "gelu_tanh", "gelu_erf", "silu")

@@ -80,7 +80,7 @@ def print_ir(kernel) -> str:
             lines.append(f"{pad}{frag(n.frag)} = load {n.src.name}[{val(n.stage)}] at ({val(n.row0)}, {val(n.col0)})"
                          f" {'K-major' if n.k_major else 'MN-major'}")
         elif isinstance(n, T.Mma):
-            lines.append(f"{pad}{frag(n.acc)} += mma({n.a.name}, {n.b.name})")
+            lines.append(f"{pad}{frag(n.acc)} {'+=' if n.accumulate else '='} mma({n.a.name}, {n.b.name})")
         elif isinstance(n, T.StoreFragment):
             ab = f" alpha={val(n.alpha)} beta={val(n.beta)}" if n.alpha is not None else ""
             if n.bias is not None:

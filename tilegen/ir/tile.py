@@ -164,9 +164,11 @@ class SplitTF32(TileOp):
 
 @dataclass(eq=False)
 class Mma(TileOp):
+    """acc += a @ b; with accumulate=False, acc = a @ b (the old acc is not read)."""
     acc: Fragment
     a: Fragment
     b: Fragment
+    accumulate: bool = True
 
 
 @dataclass(eq=False)

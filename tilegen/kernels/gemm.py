@@ -78,6 +78,10 @@ def gemm(spec):
     lows = [(tg.fragment(atom, "A", (WM // atom.m, 1), name=f"a{i}_lo"),
              tg.fragment(atom, "B", (1, WN // atom.n), name=f"b{i}_lo")) for i in range(spec.frag_buffers)] if split else []
     steps = BK // atom.k
+    # The tensor cores add into their accumulator with truncation, a bias that grows with K:
+    # f32-accuracy GEMMs sum each k-step's three products into a fresh partial fragment and
+    # add that to the total with a correctly rounded f32 add.
+    part = tg.fragment(atom, "C", (WM // atom.m, WN // atom.n), name="part") if split else None
 
     def load(buf, stage, kk):
         a, b = frags[buf]
@@ -89,11 +93,14 @@ def gemm(spec):
 
     def mma(buf):
         a, b = frags[buf]
-        if split:  # the small terms first, so they are not lost against the large one
-            a_lo, b_lo = lows[buf]
-            tg.mma(acc, a, b_lo)
-            tg.mma(acc, a_lo, b)
-        tg.mma(acc, a, b)
+        if not split:
+            tg.mma(acc, a, b)
+            return
+        a_lo, b_lo = lows[buf]  # the small terms first, so they are not lost against the large one
+        tg.mma(part, a, b_lo, accumulate=False)
+        tg.mma(part, a_lo, b)
+        tg.mma(part, a, b)
+        tg.add(acc, part, out=acc)
 
     def wait_for_tile():
         # Group kt has landed once at most S-2 newer ones are pending; the barrier makes

@@ -186,3 +186,22 @@ def synchronize(device: int = 0) -> None:
     d = _drv._driver()
     _drv.ensure_context(device)
     _drv.check(d.cuCtxSynchronize(), "cuCtxSynchronize")
+
+
+def copy_2d(dst: int, dst_pitch: int, src: int, src_pitch: int, width_bytes: int, height: int,
+            stream=None) -> None:
+    """Copy `height` rows of `width_bytes` between two device buffers with their own pitches
+    (cuMemcpy2DAsync), e.g. to re-pitch an operand whose rows are not 16-byte aligned."""
+    if width_bytes <= 0 or height <= 0:
+        return
+    d = _drv._driver()
+    p = d.CUDA_MEMCPY2D()
+    p.srcMemoryType = d.CUmemorytype.CU_MEMORYTYPE_DEVICE
+    p.srcDevice = int(src)
+    p.srcPitch = int(src_pitch)
+    p.dstMemoryType = d.CUmemorytype.CU_MEMORYTYPE_DEVICE
+    p.dstDevice = int(dst)
+    p.dstPitch = int(dst_pitch)
+    p.WidthInBytes = int(width_bytes)
+    p.Height = int(height)
+    _drv.check(d.cuMemcpy2DAsync(p, int(stream or 0)), "cuMemcpy2DAsync")

@@ -71,11 +71,16 @@ def lower_mma(b, ctx, op):
     tm, tn = acc.tiles
     if a.tiles != (tm, 1) or bf.tiles != (1, tn):
         raise IRError(f"mma shapes: acc {acc.tiles}, a {a.tiles}, b {bf.tiles}")
+    zero = None
+    if not op.accumulate:  # acc = a @ b: every atom reads the same zero registers as its C
+        zero = b.op(f"mov.{'f32' if acc.reg_type == 'f32' else 'b32'}", acc.reg_type,
+                    Imm(0.0, "f32") if acc.reg_type == "f32" else Imm(0))
     for i in range(tm):
         for j in range(tn):
             d = acc.regs[(i, j)]
+            c = d if zero is None else [zero] * len(d)
             b.emit(Instr(acc.atom.instruction, (Vec(tuple(d)),),
-                         (Vec(tuple(a.regs[(i, 0)])), Vec(tuple(bf.regs[(0, j)])), Vec(tuple(d)))))
+                         (Vec(tuple(a.regs[(i, 0)])), Vec(tuple(bf.regs[(0, j)])), Vec(tuple(c)))))
     ctx.kernel.features.add("mma.fp8" if acc.atom.a_type.bits == 8 else "mma")
 
 
