@@ -21,6 +21,14 @@ from .spec import Epilogue, GemmSpec
 _DTYPES = {"float16": "f16", "bfloat16": "bf16", "float32": "f32"}
 SMALL = 64  # a dimension this small leaves most of a 128-wide tile idle
 
+# Specs measured best by the autotuner on an H200 for large problems, used when this machine has
+# no tuning cache of its own (docs/results/2026-11-21-h200-runs-3-4.md): (target, dtype) -> fields.
+PRESETS = {
+    ("sm_90", "f16"): dict(tile=(256, 128, 128), warps=(4, 2), stages=2),
+    ("sm_90", "bf16"): dict(tile=(256, 128, 128), warps=(4, 2), stages=2),
+}
+LARGE = 2048  # both M and N at least this: the preset's 256x128 tiles still fill the GPU
+
 
 @dataclass(frozen=True)
 class Choice:
@@ -109,6 +117,9 @@ def explain(A, B, *, bias=None, activation=None, residual=None, out=None, allow_
     if tuned is not None:
         spec = tuned.replace(epilogue=epilogue, out_dtype=out_dtype)
         why.append("tile from the autotuner's cache for this GPU and shape bucket")
+    elif (target, dtype) in PRESETS and min(M, N) >= LARGE and a_layout == b_layout == "row":
+        spec = GemmSpec(**base, **PRESETS[(target, dtype)])
+        why.append(f"large problem on {target}: the autotuner's best {dtype} tile measured on the H200")
     elif min(M, N) <= SMALL:
         try:
             spec = GemmSpec(**base, tile=(64, 64, 32 if dtype in ("tf32", "f32") else 64), warps=(2, 2))
