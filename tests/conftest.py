@@ -4,6 +4,8 @@ import os
 import shutil
 import tempfile
 
+import pytest
+
 
 def pytest_configure(config):
     if "TILEGEN_TEST_KEEP_CACHE" not in os.environ:
@@ -16,3 +18,12 @@ def pytest_unconfigure(config):
     path = getattr(config, "_tilegen_cache_dir", None)
     if path:
         shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture
+def cdir(tmp_path, monkeypatch):
+    """A fresh, enabled cache in tmp_path/cache (not created yet)."""
+    root = tmp_path / "cache"
+    monkeypatch.setenv("TILEGEN_CACHE_DIR", str(root))
+    monkeypatch.delenv("TILEGEN_CACHE", raising=False)
+    return root

@@ -29,15 +29,6 @@ SIZES = [dict(M=m, N=n, K=k) for m, n, k in
           (129, 255, 70), (0, 16, 16), (8192, 8191, 1)]]
 
 
-@pytest.fixture
-def cdir(tmp_path, monkeypatch):
-    """A fresh, enabled cache in tmp_path/cache (not created yet)."""
-    root = tmp_path / "cache"
-    monkeypatch.setenv("TILEGEN_CACHE_DIR", str(root))
-    monkeypatch.delenv("TILEGEN_CACHE", raising=False)
-    return root
-
-
 def fresh(spec):
     """A Kernel compiled from scratch, the cache off."""
     with pytest.MonkeyPatch.context() as mp:

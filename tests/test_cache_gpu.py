@@ -23,14 +23,6 @@ pytestmark = [pytest.mark.gpu, requires_gpu]
 SPEC = tilegen.GemmSpec(dtype="f16", tile=(64, 64, 32), warps=(2, 2), stages=2, group_m=3)
 
 
-@pytest.fixture
-def cdir(tmp_path, monkeypatch):
-    root = tmp_path / "cache"
-    monkeypatch.setenv("TILEGEN_CACHE_DIR", str(root))
-    monkeypatch.delenv("TILEGEN_CACHE", raising=False)
-    return root
-
-
 def driver_version() -> int:
     return int(drv.check(drv._driver().cuDriverGetVersion(), "cuDriverGetVersion"))
 

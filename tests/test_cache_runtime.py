@@ -121,14 +121,6 @@ class FakeLinkDriver:
 
 
 @pytest.fixture
-def cdir(tmp_path, monkeypatch):
-    root = tmp_path / "cache"
-    monkeypatch.setenv("TILEGEN_CACHE_DIR", str(root))
-    monkeypatch.delenv("TILEGEN_CACHE", raising=False)
-    return root
-
-
-@pytest.fixture
 def fake(monkeypatch, cdir):
     d = FakeLinkDriver()
     monkeypatch.setattr(drv, "_driver", lambda: d)

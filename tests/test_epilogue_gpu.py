@@ -1,5 +1,4 @@
 """Fused epilogues, 3xTF32 and tilegen.matmul on the GPU against float64 (marker `gpu`)."""
-import math
 
 import numpy as np
 import pytest

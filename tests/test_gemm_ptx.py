@@ -71,9 +71,14 @@ def test_header_and_annotations():
     assert "prologue: stage 0 of A" in ptx
 
 
+def _without_source_lines(ptx: str) -> str:
+    """Golden copies guard the code, not where the template's lines happen to sit."""
+    return re.sub(r"\((\w+\.py):\d+\)", r"(\1:N)", ptx)
+
+
 @pytest.mark.parametrize("name", sorted(GOLDEN_SPECS))
 def test_golden_ptx(name):
-    ptx = tilegen.compile(GOLDEN_SPECS[name]).ptx
+    ptx = _without_source_lines(tilegen.compile(GOLDEN_SPECS[name]).ptx)
     path = GOLDEN / name
     if os.environ.get("TILEGEN_UPDATE_GOLDEN"):
         path.write_text(ptx)

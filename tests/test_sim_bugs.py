@@ -126,7 +126,7 @@ def async_kernel(wait="    cp.async.wait_group 0;", barrier=True, src_size="", d
     return module("\n".join([
         PROLOGUE, ptr("%rd0", "inp", 16), ptr("%rd2", "out", 16),
         f"    add.s64 %rd0, %rd0, {src_extra};",
-        f"    mad.lo.u32 %r4, %r1, 16, %r2;", f"    add.u32 %r4, %r4, {dst_extra};",
+        "    mad.lo.u32 %r4, %r1, 16, %r2;", f"    add.u32 %r4, %r4, {dst_extra};",
         "    and.b32 %r9, %r1, 15;",
         f"    cp.async.cg.shared.global [%r4], [%rd0], 16{src_size};",
         "    cp.async.commit_group;",

@@ -17,14 +17,6 @@ from tilegen.tune.search import Trial, TuneResult
 REPO = Path(__file__).resolve().parents[1]
 
 
-@pytest.fixture
-def cdir(tmp_path, monkeypatch):
-    root = tmp_path / "cache"
-    monkeypatch.setenv("TILEGEN_CACHE_DIR", str(root))
-    monkeypatch.delenv("TILEGEN_CACHE", raising=False)
-    return root
-
-
 def test_no_gpu_exits_2_with_a_clear_message(monkeypatch, capsys):
     monkeypatch.setattr(runtime, "gpu_available", lambda: False)
     assert cli.main(["--dtype", "f16", "--layout", "rr", "--sizes", "4096"]) == 2

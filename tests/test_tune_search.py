@@ -121,14 +121,6 @@ def best_by_model():
     return min(cands, key=lambda s: (model_ms(s), S.spec_text(s)))
 
 
-@pytest.fixture
-def cdir(tmp_path, monkeypatch):
-    root = tmp_path / "cache"
-    monkeypatch.setenv("TILEGEN_CACHE_DIR", str(root))
-    monkeypatch.delenv("TILEGEN_CACHE", raising=False)
-    return root
-
-
 def test_finds_the_fastest_and_compares_with_the_default():
     res, meas, log = run(budget=600)
     assert res.spec is not None

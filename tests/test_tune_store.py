@@ -15,14 +15,6 @@ SPEC = GemmSpec(dtype="f16", tile=(128, 256, 64), warps=(2, 4), stages=4, swizzl
                 frag_buffers=2, target="sm_90")
 
 
-@pytest.fixture
-def cdir(tmp_path, monkeypatch):
-    root = tmp_path / "cache"
-    monkeypatch.setenv("TILEGEN_CACHE_DIR", str(root))
-    monkeypatch.delenv("TILEGEN_CACHE", raising=False)
-    return root
-
-
 def _entry_path(fields):
     return cache.cache_dir() / store.SUBDIR / (store.cache_key(fields) + store.SUFFIX)
 

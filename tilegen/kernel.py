@@ -4,12 +4,7 @@ from __future__ import annotations
 
 from functools import cached_property
 
-import numpy as np
-
-from .arch.dtypes import numpy_dtype
-from .errors import DeviceError, LaunchError
-
-COPY_ALIGN = 16  # cp.async moves 16 bytes: operand rows and bases must be 16-byte aligned
+from .errors import LaunchError
 
 
 class Kernel:
@@ -91,9 +86,4 @@ class Kernel:
                         repitch=repitch)
 
 
-def operand_dtype(spec, which: str) -> np.dtype:
-    name = spec.dtype if which in "AB" else spec.out_dtype
-    return numpy_dtype(name)
-
-
-__all__ = ["Kernel", "DeviceError"]
+__all__ = ["Kernel"]

@@ -79,7 +79,7 @@ def fused_rows(torch, dtype: str, sizes, opts, log) -> list:
         log(f"{dtype} {M}x{N}x{K}: fused {row['tilegen_fused_tflops']:.0f} TFLOP/s, addmm+gelu "
             f"{row['torch_addmm_gelu_tflops']:.0f}, three ops {row['torch_three_ops_tflops']:.0f}: "
             f"{row['speedup_vs_addmm_gelu']:.2f}x / {row['speedup_vs_three_ops']:.2f}x (error {err:.1e})")
-        del sets
+        sets = []  # free the buffers before the next size
         torch.cuda.empty_cache()
     return rows
 
@@ -130,7 +130,7 @@ def f32_rows(torch, sizes, opts, log) -> list:
         rows.append(row)
         log(f"f32 {M}x{N}x{K}: 3xTF32 {row['tilegen_tflops']:.1f} TFLOP/s (error {err_ours:.1e}), cuBLAS f32 "
             f"{row['cublas_f32_tflops']:.1f} (error {err_cublas:.1e}): {row['speedup']:.2f}x")
-        del sets
+        sets = []  # free the buffers before the next size
         torch.cuda.empty_cache()
     return rows
 

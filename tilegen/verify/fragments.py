@@ -21,7 +21,6 @@ import sys
 import zlib
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
-from typing import Optional
 
 import numpy as np
 
