@@ -43,7 +43,7 @@ from typing import Callable, Optional
 FORMAT = 1                      # bump when the entry layout or the payload fields change
 MAGIC = b"TILEGEN-CACHE/1 "
 KINDS = {"ptx": ".ptx.entry", "cubin": ".cubin.entry"}
-_TMP_PREFIX = ".tmp-"
+TMP_PREFIX = ".tmp-"
 _DISABLED = ("0", "false", "no", "off")
 
 stats = {"hits": 0, "misses": 0, "corrupt": 0, "stores": 0, "errors": 0}  # this process
@@ -70,7 +70,7 @@ def cache_dir() -> Path:
     return Path.home() / ".cache" / "tilegen"
 
 
-def _warn_once(what: str, detail: str) -> None:
+def warn_once(what: str, detail: str) -> None:
     if what not in _warned:
         _warned.add(what)
         warnings.warn(f"tilegen cache: {detail}; continuing without it", RuntimeWarning, stacklevel=3)
@@ -93,19 +93,19 @@ def _root_problem(root: Path) -> Optional[str]:
     return None
 
 
-def _usable_root() -> Optional[Path]:
+def usable_root() -> Optional[Path]:
     root = cache_dir()
     key = str(root)
     if key not in _checked_roots or _checked_roots[key] is not None:
         _checked_roots[key] = _root_problem(root)  # re-checked until it is fine
     problem = _checked_roots[key]
     if problem is not None:
-        _warn_once("root:" + key, problem)
+        warn_once("root:" + key, problem)
         return None
     return root
 
 
-def _ensure_dir(path: Path) -> None:
+def ensure_dir(path: Path) -> None:
     """Create `path` and its tilegen parents user-only (0700); the umask can only narrow that."""
     root = cache_dir()
     os.makedirs(root, mode=0o700, exist_ok=True)
@@ -161,13 +161,13 @@ def _path(kind: str, key: str, root: Path) -> Path:
     return root / kind / (key + KINDS[kind])
 
 
-def _encode(kind: str, key: str, payload: bytes, meta: dict) -> bytes:
+def encode_entry(kind: str, key: str, payload: bytes, meta: dict) -> bytes:
     header = {"format": FORMAT, "kind": kind, "key": key, "size": len(payload),
               "sha256": hashlib.sha256(payload).hexdigest(), "meta": meta}
     return MAGIC + json.dumps(header, separators=(",", ":")).encode() + b"\n" + payload
 
 
-def _decode(kind: str, key: str, data: bytes):
+def decode_entry(kind: str, key: str, data: bytes):
     """(payload, meta) when `data` is an intact entry for (kind, key); else None."""
     if not data.startswith(MAGIC):
         return None
@@ -199,7 +199,7 @@ def _read(kind: str, key: str):
     """(payload, meta) of an intact entry, or None. A damaged entry is deleted."""
     if not enabled():
         return None
-    root = _usable_root()
+    root = usable_root()
     if root is None:
         return None
     path = _path(kind, key, root)
@@ -211,9 +211,9 @@ def _read(kind: str, key: str):
         return None
     except OSError as e:
         stats["errors"] += 1
-        _warn_once("read", f"cannot read {path} ({e})")
+        warn_once("read", f"cannot read {path} ({e})")
         return None
-    entry = _decode(kind, key, data)
+    entry = decode_entry(kind, key, data)
     if entry is None:
         stats["corrupt"] += 1
         stats["misses"] += 1
@@ -226,35 +226,40 @@ def _read(kind: str, key: str):
     return entry
 
 
-def _write(kind: str, key: str, payload: bytes, meta: dict) -> bool:
-    """Store an entry: temp file in the same directory, fsync, os.replace. False if not stored."""
-    if not enabled():
-        return False
-    root = _usable_root()
-    if root is None:
-        return False
-    path = _path(kind, key, root)
-    data = _encode(kind, key, payload, meta)
-    tmp = None
+def write_atomic(path: Path, data: bytes) -> None:
+    """Write `data` to `path` so readers see the old file or the whole new one, never a part:
+    a user-only temp file in the same directory, fsync, os.replace. Raises OSError."""
+    ensure_dir(path.parent)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=TMP_PREFIX, suffix=".part")  # 0600
     try:
-        _ensure_dir(path.parent)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=_TMP_PREFIX, suffix=".part")  # 0600
         with os.fdopen(fd, "wb") as f:
             f.write(data)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
         tmp = None
-    except OSError as e:
-        stats["errors"] += 1
-        _warn_once("write", f"cannot write {path} ({e})")
-        return False
     finally:
         if tmp is not None:
             try:
                 os.unlink(tmp)
             except OSError:
                 pass
+
+
+def _write(kind: str, key: str, payload: bytes, meta: dict) -> bool:
+    """Store an entry atomically. False if not stored."""
+    if not enabled():
+        return False
+    root = usable_root()
+    if root is None:
+        return False
+    path = _path(kind, key, root)
+    try:
+        write_atomic(path, encode_entry(kind, key, payload, meta))
+    except OSError as e:
+        stats["errors"] += 1
+        warn_once("write", f"cannot write {path} ({e})")
+        return False
     stats["stores"] += 1
     return True
 
@@ -284,7 +289,7 @@ def put_ptx(spec, payload: dict) -> bool:
 
 def _drop(kind: str, key: str) -> None:
     """Delete an entry whose checksum held but whose content did not (counted as corrupt)."""
-    root = _usable_root()
+    root = usable_root()
     stats["corrupt"] += 1
     stats["hits"] -= 1
     stats["misses"] += 1
@@ -390,7 +395,7 @@ def store_kernel(spec, kernel) -> bool:
     if not enabled():
         return False
     if not grid_matches(spec, kernel):
-        _warn_once("grid", f"the grid of {kernel.name} does not match tilegen.cache.gemm_grid; "
+        warn_once("grid", f"the grid of {kernel.name} does not match tilegen.cache.gemm_grid; "
                            "kernels/gemm.py and cache.py disagree, so its PTX is not cached")
         return False
     return put_ptx(spec, kernel_payload(kernel))
@@ -424,7 +429,7 @@ def put_cubin(ptx: str, cc, driver: int, cubin: bytes, info_log: str = "") -> bo
 
 def discard_cubin(ptx: str, cc, driver: int) -> None:
     """Delete a cubin entry the driver refused to load (it is rebuilt by the next load)."""
-    root = _usable_root()
+    root = usable_root()
     if root is not None:
         try:
             _discard(_path("cubin", cubin_key(ptx, cc, driver), root))
@@ -440,7 +445,7 @@ def _entry_files(root: Path):
         if not d.is_dir():
             continue
         for p in d.iterdir():
-            if p.name.endswith(suffix) or p.name.startswith(_TMP_PREFIX):
+            if p.name.endswith(suffix) or p.name.startswith(TMP_PREFIX):
                 yield kind, p
 
 
@@ -457,7 +462,7 @@ def info() -> dict:
             size = p.stat().st_size
         except FileNotFoundError:
             continue
-        if p.name.startswith(_TMP_PREFIX):
+        if p.name.startswith(TMP_PREFIX):
             out["temp_files"] += 1
             continue
         out[kind] += 1

@@ -27,7 +27,6 @@ import datetime
 import hashlib
 import json
 import os
-import tempfile
 from pathlib import Path
 from typing import Optional
 
@@ -141,7 +140,7 @@ def read_entry(fields: dict) -> Optional[dict]:
     a damaged entry is deleted)."""
     if not _cache.enabled():
         return None
-    root = _cache._usable_root()
+    root = _cache.usable_root()
     if root is None:
         return None
     key = cache_key(fields)
@@ -152,7 +151,7 @@ def read_entry(fields: dict) -> Optional[dict]:
         return None
     except OSError:
         return None
-    entry = _cache._decode(KIND, key, data)
+    entry = _cache.decode_entry(KIND, key, data)
     payload = None
     if entry is not None:
         try:
@@ -170,30 +169,19 @@ def write_entry(fields: dict, payload: dict) -> Optional[Path]:
     """Store a payload (JSON-able dict) under these key fields; the path, or None if not stored."""
     if not _cache.enabled():
         return None
-    root = _cache._usable_root()
+    root = _cache.usable_root()
     if root is None:
         return None
     key = cache_key(fields)
     path = _path(key, root)
     body = json.dumps(dict(payload, format=FORMAT, key=fields), sort_keys=True, indent=1).encode()
-    data = _cache._encode(KIND, key, body, {"gpu": fields["gpu"], "dtype": fields["dtype"],
-                                            "bucket": fields["bucket"]})
-    tmp = None
+    data = _cache.encode_entry(KIND, key, body, {"gpu": fields["gpu"], "dtype": fields["dtype"],
+                                                 "bucket": fields["bucket"]})
     try:
-        _cache._ensure_dir(path.parent)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=_cache._TMP_PREFIX, suffix=".part")  # 0600
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-        tmp = None
+        _cache.write_atomic(path, data)
     except OSError as e:
-        _cache._warn_once("tune-write", f"cannot write {path} ({e})")
+        _cache.warn_once("tune-write", f"cannot write {path} ({e})")
         return None
-    finally:
-        if tmp is not None:
-            _discard(Path(tmp))
     return path
 
 
@@ -220,7 +208,7 @@ def load(dtype: str, a_layout: str, b_layout: str, m: int, n: int, k: int, out_d
         spec = None
     if (spec is None or spec.dtype != fields["dtype"] or spec.out_dtype != fields["out_dtype"]
             or spec.a_layout[0] + spec.b_layout[0] != fields["layouts"]):
-        root = _cache._usable_root()
+        root = _cache.usable_root()
         if root is not None:
             _discard(_path(cache_key(fields), root))
         return None
@@ -253,7 +241,7 @@ def entries() -> list:
             data = p.read_bytes()
         except OSError:
             continue
-        entry = _cache._decode(KIND, p.name[:-len(SUFFIX)], data)
+        entry = _cache.decode_entry(KIND, p.name[:-len(SUFFIX)], data)
         if entry is None:
             continue
         try:
@@ -272,7 +260,7 @@ def clear() -> int:
     if not d.is_dir():
         return 0
     for p in list(d.iterdir()):
-        if p.name.endswith(SUFFIX) or p.name.startswith(_cache._TMP_PREFIX):
+        if p.name.endswith(SUFFIX) or p.name.startswith(_cache.TMP_PREFIX):
             try:
                 os.unlink(p)
                 n += 1
