@@ -19,6 +19,7 @@ class Kernel:
         self.smem_bytes = ir.smem_bytes
         self.target = ir.target
         self._function = None
+        self._generation = None  # the module cache's generation the function was loaded in
 
     def __repr__(self) -> str:
         return f"<tilegen.Kernel {self.name}: {self.threads} threads, {self.smem_bytes} B shared>"
@@ -51,12 +52,15 @@ class Kernel:
     # -- running ----------------------------------------------------------------------------
     def function(self, device: int = 0):
         """The loaded CUDA function (JIT-compiled by the driver on first use)."""
-        if self._function is None:
+        from .runtime.module import module_generation
+
+        if self._function is None or self._generation != module_generation():
             from .runtime import load_module
 
             fn = load_module(self.ptx, self.name, device=device)
             fn.set_max_dynamic_smem(self.smem_bytes)
             self._function = fn
+            self._generation = module_generation()
         return self._function
 
     def launch(self, args: dict, sizes: dict, stream=None, device: int = 0):

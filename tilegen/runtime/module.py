@@ -218,10 +218,19 @@ def load_module(ptx: str, entry: str, device: int = 0) -> "Function":
         return fn
 
 
+_generation = [0]  # bumped when modules are unloaded: Functions from before are stale
+
+
+def module_generation() -> int:
+    return _generation[0]
+
+
 def clear_module_cache() -> None:
-    """Unload every cached module of this process (their Functions become unusable)."""
+    """Unload every cached module of this process (their Functions become unusable; a
+    tilegen.Kernel notices and loads its module again)."""
     d = _drv._driver()
     with _lock:
+        _generation[0] += 1
         for module, _ in _modules.values():
             try:
                 d.cuModuleUnload(module)
