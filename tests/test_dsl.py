@@ -136,3 +136,18 @@ def test_missing_launch_is_explained():
 def test_unknown_compile_time_argument_is_explained():
     with pytest.raises(DSLError, match="compile-time arguments: stages"):
         tilegen.compile(one_tile, tile=3)
+
+
+def test_instruction_level_ir_is_printed_too():
+    k = tilegen.compile(one_tile)
+    text = k.instructions
+    assert "instr level" in text.splitlines()[0]
+    assert "ldmatrix.sync.aligned.m8n8.x4.shared.b16" in text and "copy_async" not in text
+
+
+def test_instruction_level_ir_of_a_disk_cached_gemm(cdir):
+    spec = tilegen.GemmSpec(dtype="f16", tile=(64, 64, 32))
+    tilegen.compile(spec)
+    cached = tilegen.compile(spec)  # read back from the disk cache: PTX only
+    assert getattr(cached._ir, "from_cache", False)
+    assert "mma.sync.aligned.m16n8k16" in cached.instructions

@@ -36,6 +36,19 @@ class Kernel:
         except PtxasError:
             return None
 
+    @cached_property
+    def instructions(self) -> str:
+        """The instruction-level IR after every pass (what codegen printed as PTX), as text;
+        Kernel.ir is the tile level."""
+        from .ir.printer import print_ir
+
+        if getattr(self._ir, "from_cache", False):  # a disk-cached kernel keeps only its PTX
+            from .compiler import trace
+            from .ir import run_passes
+
+            return print_ir(run_passes(trace(self.spec)[0]))
+        return print_ir(self._ir)
+
     def bank_report(self) -> str:
         """Wavefronts per warp of every shared-memory access, against the ideal."""
         from .ir.bank_report import format_bank_report
