@@ -151,3 +151,83 @@ def test_instruction_level_ir_of_a_disk_cached_gemm(cdir):
     cached = tilegen.compile(spec)  # read back from the disk cache: PTX only
     assert getattr(cached._ir, "from_cache", False)
     assert "mma.sync.aligned.m16n8k16" in cached.instructions
+
+
+@tg.kernel
+def branchy():
+    """CTA p multiplies rows 16p..16p+15 of A; CTA 0 stores them into C, CTA 1 into D:
+    a uniform branch on the CTA's position."""
+    tg.launch(threads=32, grid=lambda size: (2, 1, 1))
+    A = tg.tensor("A", "f16", ("M", "K"))
+    B = tg.tensor("B", "f16", ("K", "N"))
+    C = tg.tensor("C", "f32", ("M", "N"))
+    D = tg.tensor("D", "f32", ("M", "N"))
+    sA = tg.shared("sA", "f16", 16, 32, swizzle="64B")
+    sB = tg.shared("sB", "f16", 32, 16, swizzle="32B")
+    row = tg.program_id() * 16
+    tg.copy_async(sA[0], A.block(row, 0))
+    tg.copy_async(sB[0], B.block(0, 0))
+    tg.commit()
+    tg.wait(0)
+    tg.barrier()
+    acc = tg.fragment(ATOM, "C", (1, 2))
+    a = tg.fragment(ATOM, "A", (1, 1))
+    b = tg.fragment(ATOM, "B", (1, 2))
+    for kk in range(2):
+        tg.load(a, sA[0], 0, 16 * kk)
+        tg.load(b, sB[0], 16 * kk, 0)
+        tg.mma(acc, a, b)
+    with tg.if_(tg.lt(tg.program_id(), 1)):
+        tg.store(C.block(row, 0), acc)
+    with tg.else_():
+        tg.store(D.block(row, 0), acc)
+    with tg.if_(tg.le(3, 2)):  # known at trace time: the block is not traced into the kernel
+        tg.store(C.block(row, 0), acc)
+
+
+def test_uniform_if_else_runs_one_side_per_cta():
+    from tilegen.sim import GlobalMemory, run_kernel
+
+    k = tilegen.compile(branchy)
+    assert k.ptx.count("st.global") > 0 and "$else_" in k.ptx and "bra.uni" in k.ptx
+    assert "if %" in k.ir and "else:" in k.ir
+    rng = np.random.default_rng(5)
+    A = rng.integers(-3, 4, (32, 32)).astype(np.float16)
+    B = rng.integers(-3, 4, (32, 16)).astype(np.float16)
+    mem = GlobalMemory()
+    nan = np.full((32, 16), np.nan, np.float32)
+    ptrs = {}
+    for name, arr in (("A", A), ("B", B), ("C", nan), ("D", nan)):
+        ptrs[name] = mem.alloc(arr.nbytes)
+        mem.write(ptrs[name], arr.tobytes())
+    args = {"M": 32, "K": 32, "N": 16, **{f"{n}_ptr": p for n, p in ptrs.items()},
+            "A_ld": 32, "B_ld": 16, "C_ld": 16, "D_ld": 16}
+    run_kernel(k, args, {"M": 32, "N": 16, "K": 32}, memory=mem)
+    product = A.astype(np.float32) @ B.astype(np.float32)
+    C = np.frombuffer(mem.read(ptrs["C"], 32 * 16 * 4), np.float32).reshape(32, 16)
+    D = np.frombuffer(mem.read(ptrs["D"], 32 * 16 * 4), np.float32).reshape(32, 16)
+    # CTA 0 took the if side only, CTA 1 the else side only
+    assert np.array_equal(C[:16], product[:16]) and np.isnan(C[16:]).all()
+    assert np.array_equal(D[16:], product[16:]) and np.isnan(D[:16]).all()
+
+
+def test_python_truth_of_a_condition_is_explained():
+    @tg.kernel
+    def bad():
+        tg.launch(threads=32, grid=lambda size: (1, 1, 1))
+        if tg.lt(tg.program_id(), 1):
+            pass
+
+    with pytest.raises(DSLError, match="tilegen.if_"):
+        tilegen.compile(bad)
+
+
+def test_else_without_if_is_explained():
+    @tg.kernel
+    def bad():
+        tg.launch(threads=32, grid=lambda size: (1, 1, 1))
+        with tg.else_():
+            pass
+
+    with pytest.raises(DSLError, match="else_ must follow"):
+        tilegen.compile(bad)

@@ -85,3 +85,37 @@ def test_prefetching_into_the_stage_being_read_is_caught(stages):
 def test_ending_with_copies_in_flight_is_caught():
     with pytest.raises(HazardError, match=r"wait_group\(0\)"):
         tilegen.compile(pipeline, stages=3, final_wait=False)
+
+
+@tg.kernel
+def branch_reads_early(bad_side="if"):
+    """One side of a uniform branch reads a stage before waiting for its copy."""
+    tg.launch(threads=32, grid=lambda s: (1, 1, 1))
+    A = tg.tensor("A", "f16", ("M", "K"))
+    sA = tg.shared("sA", "f16", 16, 64, stages=1, swizzle="128B")
+    a = tg.fragment(ATOM, "A", (1, 1))
+    tg.copy_async(sA[0], A.block(0, 0))
+    tg.commit()
+
+    def early():
+        tg.load(a, sA[0], 0, 0)
+        tg.wait(0)
+        tg.barrier()
+
+    def late():
+        tg.wait(0)
+        tg.barrier()
+        tg.load(a, sA[0], 0, 0)
+
+    with tg.if_(tg.lt(tg.program_id(), A.shape[0])):  # true for CTA 0 whenever M > 0
+        (early if bad_side == "if" else late)()
+    with tg.else_():
+        (early if bad_side == "else" else late)()
+
+
+def test_hazards_follow_the_branch_a_cta_takes():
+    with pytest.raises(HazardError, match="may still be in flight"):
+        tilegen.compile(branch_reads_early, bad_side="if")
+    # CTA 0 never takes the else side for the sizes the check tries (M >= 1), so that side is
+    # not reported: the check follows the branch a CTA really takes
+    tilegen.compile(branch_reads_early, bad_side="else")

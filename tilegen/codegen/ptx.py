@@ -109,10 +109,15 @@ class _Printer:
 
     def if_(self, n: If, depth: int):
         end = self.label("endif")
+        other = self.label("else") if n.orelse else end
         if n.comment:
             self.emit(f"// {n.comment}", depth)
-        self.emit(f"@{'' if n.negate else '!'}{self.reg(n.cond)} bra {end};", depth)
+        self.emit(f"@{'' if n.negate else '!'}{self.reg(n.cond)} bra {other};", depth)
         self.region(n.body, depth + 1)
+        if n.orelse:
+            self.emit(f"bra.uni {end};", depth + 1)
+            self.lines.append(f"{other}:")
+            self.region(n.orelse, depth + 1)
         self.lines.append(f"{end}:")
 
 

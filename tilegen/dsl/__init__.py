@@ -1,17 +1,17 @@
 """The kernel DSL: @kernel plus tile primitives, traced into tilegen's IR."""
 from .kernel import KernelFunction, kernel
 from .objects import Block, Fragment, SharedTile, Stage, Tensor, Vector
-from .primitives import (barrier, cdiv, commit, copy_async, fragment, lane_id, launch, load, minimum,
+from .primitives import (else_, ge, gt, if_, le, lt, barrier, cdiv, commit, copy_async, fragment, lane_id, launch, load, minimum,
                          mma, num_programs, program_id, range_, scalar, shared, split_tf32, store, tensor,
                          thread_id, vector, wait, warp_id)
-from .scalars import Float, Int
+from .scalars import Float, Int, Pred
 from .batched import BatchedTensor, batched_tensor
 from .fragment_ops import (RowVector, add, assign, div, exp, exp2, mask, maximum, mul, row_max, row_sum,
                            row_vector, scale, sub, to_operand)
 
 range = range_  # noqa: A001  (tilegen.range is the runtime loop, as in the DSL docs)
 
-__all__ = ["vector", "split_tf32", "Vector", "kernel", "KernelFunction", "Tensor", "Block", "SharedTile", "Stage", "Fragment", "Int", "Float",
+__all__ = ["lt", "le", "gt", "ge", "if_", "else_", "Pred", "vector", "split_tf32", "Vector", "kernel", "KernelFunction", "Tensor", "Block", "SharedTile", "Stage", "Fragment", "Int", "Float",
            "tensor", "scalar", "program_id", "num_programs", "thread_id", "warp_id", "lane_id", "cdiv",
            "minimum", "shared", "copy_async", "commit", "wait", "barrier", "fragment", "load", "mma",
            "store", "range", "launch"]

@@ -10,7 +10,9 @@ from ..ir.instr import Instr
 from ..ir.values import Addr, Sym, Value
 from ..layout import SmemLayout
 from .objects import Block, Fragment, SharedTile, Stage, Tensor, Vector
-from .scalars import Float, Int, raw, wrap
+from contextlib import contextmanager
+
+from .scalars import Float, Int, Pred, raw, wrap
 from .trace import current, fail, user_location
 
 _SPECIAL = {"x": 0, "y": 1, "z": 2}
@@ -102,6 +104,87 @@ def warp_id() -> Int:
 
 def lane_id() -> Int:
     return thread_id() & 31
+
+
+def _compare(rel: str, a, b) -> Pred:
+    x, y = raw(a), raw(b)
+    if isinstance(x, int) and isinstance(y, int):
+        return Pred({"lt": x < y, "le": x <= y, "gt": x > y, "ge": x >= y}[rel])
+    return Pred(current().builder.cmp(rel, x, y))
+
+
+def lt(a, b) -> Pred:
+    """a < b on the GPU (unsigned 32-bit)."""
+    return _compare("lt", a, b)
+
+
+def le(a, b) -> Pred:
+    return _compare("le", a, b)
+
+
+def gt(a, b) -> Pred:
+    return _compare("gt", a, b)
+
+
+def ge(a, b) -> Pred:
+    return _compare("ge", a, b)
+
+
+@contextmanager
+def if_(cond: Pred):
+    """Run the block when `cond` holds. The condition must be the same for every thread of the
+    CTA (e.g. built from program ids and sizes): the branch is uniform. `tilegen.else_()` may follow."""
+    if not isinstance(cond, Pred):
+        fail("if_ takes a condition built with tilegen.lt/le/gt/ge")
+    tr = current()
+    if isinstance(cond.raw, bool):  # known at trace time: trace the taken side only
+        tr.pending_else = not cond.raw
+        if cond.raw:
+            yield
+        else:
+            with _discarded():
+                yield
+        return
+    tr.pending_else = None
+    with tr.builder.if_(cond.raw, comment=f"if ({user_location()})"):
+        yield
+
+
+@contextmanager
+def else_():
+    """The other side of the tilegen.if_ block just above."""
+    tr = current()
+    const = getattr(tr, "pending_else", "missing")
+    if const == "missing":
+        fail("else_ must follow a tilegen.if_ block")
+    tr.pending_else = "missing"
+    if const is True:
+        yield
+        return
+    if const is False:
+        with _discarded():
+            yield
+        return
+    try:
+        cm = tr.builder.else_()
+        cm.__enter__()
+    except ValueError:
+        fail("else_ must directly follow a tilegen.if_ block")
+    try:
+        yield
+    finally:
+        cm.__exit__(None, None, None)
+
+
+@contextmanager
+def _discarded():
+    """Trace into a throw-away region (the side of a constant condition that never runs)."""
+    tr = current()
+    tr.builder._regions.append([])
+    try:
+        yield
+    finally:
+        tr.builder._regions.pop()
 
 
 def cdiv(a, b):
@@ -297,6 +380,6 @@ def launch(*, threads: int, grid):
     tr.kernel.grid = grid
 
 
-__all__ = ["tensor", "vector", "split_tf32", "scalar", "program_id", "num_programs", "thread_id", "warp_id", "lane_id", "cdiv",
+__all__ = ["lt", "le", "gt", "ge", "if_", "else_", "tensor", "vector", "split_tf32", "scalar", "program_id", "num_programs", "thread_id", "warp_id", "lane_id", "cdiv",
            "minimum", "shared", "copy_async", "commit", "wait", "barrier", "fragment", "load", "mma",
            "store", "range_", "launch", "DSLError"]

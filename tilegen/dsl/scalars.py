@@ -72,6 +72,36 @@ def is_value(x) -> bool:
     return isinstance(x, Int) and isinstance(x.raw, Value)
 
 
+class Pred:
+    """A condition known on the GPU (tilegen.le(a, b) ...), for tilegen.if_; combine with & and |."""
+
+    __slots__ = ("raw",)
+
+    def __init__(self, raw):
+        self.raw = raw  # a pred Value, or a Python bool when both sides were constants
+
+    def _combine(self, other, op: str):
+        if not isinstance(other, Pred):
+            fail("conditions combine only with other conditions (tilegen.le, tilegen.lt, ...)")
+        if isinstance(self.raw, bool) and isinstance(other.raw, bool):
+            return Pred(self.raw and other.raw if op == "and" else self.raw or other.raw)
+        if isinstance(self.raw, bool) or isinstance(other.raw, bool):
+            const, var = (self.raw, other.raw) if isinstance(self.raw, bool) else (other.raw, self.raw)
+            if op == "and":
+                return Pred(var) if const else Pred(False)
+            return Pred(True) if const else Pred(var)
+        return Pred(current().builder.op(f"{op}.pred", "pred", self.raw, other.raw))
+
+    def __and__(self, other):
+        return self._combine(other, "and")
+
+    def __or__(self, other):
+        return self._combine(other, "or")
+
+    def __bool__(self):
+        fail("a kernel condition has no value at trace time: use `with tilegen.if_(cond):`, not Python if")
+
+
 class Float:
     """An f32 kernel parameter (alpha, beta). Only passed to primitives that take it."""
 

@@ -49,6 +49,18 @@ class Builder:
         finally:
             self._regions.pop()
 
+    @contextmanager
+    def else_(self):
+        """The other branch of the If just emitted in this region."""
+        last = self.region[-1] if self.region else None
+        if not isinstance(last, If) or last.orelse:
+            raise ValueError("else_ must follow an if_ block (with no else yet) in the same region")
+        self._regions.append(last.orelse)
+        try:
+            yield last
+        finally:
+            self._regions.pop()
+
     # -- instructions producing one new value -----------------------------------------------
     def op(self, opcode: str, type: str, *ins, hint: str = "", pred=None, comment: str = "") -> Value:
         out = Value(type, hint)

@@ -30,6 +30,16 @@ class _State:
         self.read_since_barrier: dict = {}  # (tile, stage) -> op that read it
         self.guessed_trips = False          # some loop's trip count was unknown
 
+    def copy(self) -> "_State":
+        other = _State()
+        other.uncommitted = list(self.uncommitted)
+        other.groups = [list(g) for g in self.groups]
+        other.unpublished = set(self.unpublished)
+        other.written = set(self.written)
+        other.read_since_barrier = dict(self.read_since_barrier)
+        other.guessed_trips = self.guessed_trips
+        return other
+
     def pending(self, key) -> bool:
         return key in self.uncommitted or any(key in g for g in self.groups)
 
@@ -72,7 +82,13 @@ def _walk(nodes, ev, st, trips):
                 ev.env[n.counter] = start + it
                 _walk(n.body, ev, st, trips)
         elif isinstance(n, If):
-            _walk(n.body, ev, st, trips)  # conservatively assume the body runs
+            cond = ev.value(n.cond)
+            if cond is None:  # unknown here: both branches must be safe; go on after the first
+                saved = st.copy()
+                _walk(n.orelse, ev, saved, trips)
+                _walk(n.body, ev, st, trips)
+            else:
+                _walk(n.body if bool(cond) != n.negate else n.orelse, ev, st, trips)
         elif isinstance(n, T.CopyAsync):
             key = (n.dst.name, _stage(ev, n, n.dst))
             reader = st.read_since_barrier.get(key)

@@ -42,9 +42,11 @@ class Loop:
 
 @dataclass(eq=False)
 class If:
-    """Run `body` when `cond` (a pred Value) holds; all threads that reach it evaluate it."""
+    """Run `body` when `cond` (a pred Value) holds, else `orelse`. Every thread of the CTA
+    must see the same `cond` (the branch is uniform)."""
 
     cond: Value
     body: list = field(default_factory=list)
     negate: bool = False
     comment: str = ""
+    orelse: list = field(default_factory=list)

@@ -66,6 +66,10 @@ def print_ir(kernel) -> str:
             lines.append(f"{pad}if {'not ' if n.negate else ''}{val(n.cond)}:")
             for c in n.body:
                 node(c, depth + 1)
+            if n.orelse:
+                lines.append(f"{pad}else:")
+                for c in n.orelse:
+                    node(c, depth + 1)
         elif isinstance(n, T.CopyAsync):
             lines.append(f"{pad}copy_async {n.dst.name}[{val(n.stage)}] <- {n.src.name}[{val(n.row0)}, {val(n.col0)}]")
         elif isinstance(n, T.CommitGroup):

@@ -12,6 +12,8 @@ _BINARY = {
     "min": min, "max": max, "and": lambda a, b: a & b, "or": lambda a, b: a | b,
     "xor": lambda a, b: a ^ b, "shl": lambda a, b: a << b, "shr": lambda a, b: a >> b,
 }
+_COMPARE = {"lt": lambda a, b: a < b, "le": lambda a, b: a <= b, "gt": lambda a, b: a > b,
+            "ge": lambda a, b: a >= b, "eq": lambda a, b: a == b, "ne": lambda a, b: a != b}
 # Special registers with a value that does not matter for stage indices: block 0, thread 0.
 _SPECIAL = {"%tid.x": 0, "%ctaid.x": 0, "%ctaid.y": 0, "%ctaid.z": 0, "%nctaid.x": 1}
 
@@ -42,6 +44,18 @@ class ScalarEval:
         parts = instr.opcode.split(".")
         args = [self.value(x) for x in instr.ins]
         result = None
+        if parts[0] == "setp" and len(args) == 2 and None not in args and instr.pred is None:
+            a, b = args
+            if parts[2] == "s32":
+                a, b = (a - (1 << 32) if a >= 1 << 31 else a), (b - (1 << 32) if b >= 1 << 31 else b)
+            result = _COMPARE.get(parts[1], lambda x, y: None)(a, b)
+            self.env[out] = result
+            return
+        if parts[0] in ("and", "or", "not") and parts[-1] == "pred":
+            if None not in args:
+                result = (all(args) if parts[0] == "and" else any(args) if parts[0] == "or" else not args[0])
+            self.env[out] = result
+            return
         if parts[0] == "ld" and parts[1] == "param":
             src = instr.ins[0]
             result = self.params.get(getattr(getattr(src, "base", None), "name", None))

@@ -59,7 +59,10 @@ def _check_region(kernel, nodes, defined):
         elif isinstance(node, If):
             if node.cond not in defined or node.cond.type != "pred":
                 raise IRError("if: condition is not a defined predicate")
+            # Registers written inside a branch stay visible after it: virtual registers are
+            # mutable and ptxas sees the real control flow.
             _check_region(kernel, node.body, defined)
+            _check_region(kernel, node.orelse, defined)
         elif isinstance(node, T.TileOp):
             if kernel.level == "instr":
                 raise IRError(f"{type(node).__name__} left after lowering")

@@ -69,6 +69,7 @@ def _lower_region(nodes, ctx):
             out.append(node)
         elif isinstance(node, If):
             node.body = _lower_region(node.body, ctx)
+            node.orelse = _lower_region(node.orelse, ctx)
             out.append(node)
         elif type(node) in LOWERINGS:
             if node.comment or node.loc:
