@@ -23,6 +23,7 @@ class SmemLayout:
     cols: int      # contiguous elements per row
     esize: int     # bytes per element
     mode: str      # "128B", "64B", "32B", "pad", "none"
+    pad: int = PAD_BYTES  # bytes added to each row in "pad" mode (a multiple of 16)
 
     def __post_init__(self):
         if self.mode in SWIZZLE_MODES:
@@ -33,6 +34,8 @@ class SmemLayout:
                 raise ValueError(f"{self.rows} rows do not fill whole {self.mode} swizzle periods")
         elif self.mode not in ("pad", "none"):
             raise ValueError(f"unknown layout mode {self.mode!r}")
+        if self.pad <= 0 or self.pad % 16:
+            raise ValueError(f"padding of {self.pad} bytes: rows must stay 16-byte aligned (16, 32, ...)")
 
     @property
     def row_bytes(self) -> int:
@@ -52,7 +55,7 @@ class SmemLayout:
     def row_stride(self) -> int:
         """Bytes between consecutive rows inside a panel."""
         if self.mode == "pad":
-            return self.row_bytes + PAD_BYTES
+            return self.row_bytes + self.pad
         if self.swizzle:
             return self.swizzle.span
         return self.row_bytes
@@ -84,7 +87,22 @@ def operand_layout(rows: int, cols: int, esize: int, mode: str) -> SmemLayout:
     return SmemLayout(rows, cols, esize, mode)
 
 
+# 32-bit MN-major operands are read with single 4-byte loads (ldmatrix cannot transpose 32-bit
+# data): lanes t = 0..3 read rows t, lanes g = 0..7 read columns g. A row pitch of 8 words modulo
+# 32 banks puts those 32 words in 32 banks (ptx.md 5.4); the XOR swizzles leave a 2-way conflict.
+MN_32BIT_PAD = 32
+
+
+def operand_mode(spec, operand: str) -> tuple[str, int]:
+    """(layout mode, padding bytes) of operand "A" or "B" of a GemmSpec: its swizzle, except for
+    32-bit MN-major operands, which take rows padded by 32 bytes (unless swizzle="none")."""
+    if spec.operand_dtype.bytes == 4 and not spec.is_k_major(operand) and spec.swizzle != "none":
+        return "pad", MN_32BIT_PAD
+    return spec.swizzle, PAD_BYTES
+
+
 def smem_layout(spec, operand: str) -> SmemLayout:
     """The layout of one stage of operand "A" or "B" of a GemmSpec."""
     rows, cols = spec.operand_tile(operand)
-    return SmemLayout(rows, cols, spec.operand_dtype.bytes, spec.swizzle)
+    mode, pad = operand_mode(spec, operand)
+    return SmemLayout(rows, cols, spec.operand_dtype.bytes, mode, pad)

@@ -118,7 +118,7 @@ class GemmSpec:
     | stages     | 2..6 shared-memory pipeline stages              | 3                        |
     | swizzle    | auto, 128B, 64B, 32B, pad, none                 | auto (widest that fits)  |
     | group_m    | CTA rows per group in the launch order (L2)     | 8                        |
-    | frag_buffers | 1, or 2 to load k-step kk+1 during kk's mma   | 2; 1 for tf32 (registers)|
+    | frag_buffers | 1, or 2 to load k-step kk+1 during kk's mma   | 2; 1 for f32 (registers) |
     | epilogue   | Epilogue(...)                                   | plain                    |
     | target     | sm_80, sm_86, sm_89, sm_90, sm_90a              | sm_80; sm_89 for fp8     |
     """
@@ -170,8 +170,8 @@ class GemmSpec:
             set_("atom", DEFAULT_ATOM[key])
         if self.swizzle == "auto":
             set_("swizzle", self._auto_swizzle())
-        if self.frag_buffers is None:  # measured: tf32's larger fragments run out of registers
-            set_("frag_buffers", 1 if self.dtype in ("tf32", "f32") else 2)
+        if self.frag_buffers is None:  # 3xTF32's split fragments leave no registers for two sets
+            set_("frag_buffers", 1 if self.dtype == "f32" else 2)
         self._validate()
 
     # -- derived facts ------------------------------------------------------------------------

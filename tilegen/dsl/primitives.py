@@ -197,13 +197,14 @@ def minimum(a, b) -> Int:
 
 
 def shared(name: str, dtype: str, rows: int, cols: int, *, stages: int = 1, swizzle: str = "128B",
-           logical: str = "row") -> SharedTile:
-    """A shared tile of `stages` buffers of rows x cols (cols contiguous)."""
+           logical: str = "row", pad: int = 16) -> SharedTile:
+    """A shared tile of `stages` buffers of rows x cols (cols contiguous); swizzle="pad" adds
+    `pad` bytes to each row."""
     tr = current()
     if not all(isinstance(v, int) and v > 0 for v in (rows, cols, stages)):
         fail(f"shared {name}: rows, cols and stages must be positive Python ints")
     try:
-        layout = SmemLayout(rows, cols, _dtype(dtype).bytes, swizzle)
+        layout = SmemLayout(rows, cols, _dtype(dtype).bytes, swizzle, pad)
     except ValueError as e:
         fail(f"shared {name}: {e}")
     if logical not in ("row", "col"):

@@ -8,6 +8,7 @@ stage, the copies of the next stages are in flight.
 from __future__ import annotations
 
 from .. import dsl as tg
+from ..layout import operand_mode
 
 
 def gemm_kernel_name(spec) -> str:
@@ -61,8 +62,12 @@ def gemm(spec):
 
     a_rows, a_cols = spec.operand_tile("A")
     b_rows, b_cols = spec.operand_tile("B")
-    sA = tg.shared("sA", spec.dtype, a_rows, a_cols, stages=S, swizzle=spec.swizzle, logical=spec.a_layout)
-    sB = tg.shared("sB", spec.dtype, b_rows, b_cols, stages=S, swizzle=spec.swizzle, logical=spec.b_layout)
+    # Each operand's layout (tilegen/layout.py operand_mode): the spec's swizzle, or padded rows
+    # for 32-bit operands read with single loads.
+    mode_a, pad_a = operand_mode(spec, "A")
+    mode_b, pad_b = operand_mode(spec, "B")
+    sA = tg.shared("sA", spec.dtype, a_rows, a_cols, stages=S, swizzle=mode_a, pad=pad_a, logical=spec.a_layout)
+    sB = tg.shared("sB", spec.dtype, b_rows, b_cols, stages=S, swizzle=mode_b, pad=pad_b, logical=spec.b_layout)
 
     # Warps are laid out M-fastest: warp w owns rows (w % warps.m) and columns (w // warps.m).
     warp = tg.warp_id()
