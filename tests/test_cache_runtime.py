@@ -243,3 +243,18 @@ def test_arch_specific_ptx_is_linked_for_that_target(fake):
     mod.load_module(GOOD, "add_one")
     assert fake.options[0][9] == "compute_90a"  # CU_JIT_TARGET = CU_TARGET_COMPUTE_90A
     assert 9 not in fake.options[1]             # a portable target: the context's device
+
+
+def test_precompile_links_and_stores_without_loading(fake, monkeypatch):
+    assert mod.precompile(GOOD) is True
+    image = GOOD.encode() + b"\0"
+    assert fake.links == [image] and fake.loads == []        # stored, not loaded
+    assert cache.get_cubin(GOOD, (9, 0), 13000) == cubin_of(image)
+    assert mod.precompile(GOOD) is True and len(fake.links) == 1  # already there: no new link
+    mod.load_module(GOOD, "add_one")                          # the load then hits the cache
+    assert len(fake.links) == 1 and fake.loads == [cubin_of(image)]
+
+
+def test_precompile_without_a_cache_does_nothing(fake, monkeypatch):
+    monkeypatch.setenv("TILEGEN_CACHE", "0")
+    assert mod.precompile(GOOD) is False and fake.links == []

@@ -186,6 +186,24 @@ def _load(d, ptx: str, cc, arch: str | None):
     return module, info_log
 
 
+def precompile(ptx: str, device: int = 0) -> bool:
+    """Link `ptx` to a cubin and store it in the disk cache without loading it (safe to call
+    from worker threads, so many kernels can be prepared at once). False when there is no
+    cubin cache to fill (cache off, or bindings without the driver linker)."""
+    from .. import cache
+
+    d = _drv._driver()
+    if not cache.enabled() or not all(hasattr(d, n) for n in _LINKER):
+        return False
+    _drv.ensure_context(device)  # contexts are current per thread
+    cc = tuple(_drv.device_info(device).cc)
+    driver = int(_drv.check(d.cuDriverGetVersion(), "cuDriverGetVersion"))
+    if cache.get_cubin_entry(ptx, cc, driver) is not None:
+        return True
+    cubin, info_log = _link(d, ptx, "sm_%d%d" % cc)
+    return cache.put_cubin(ptx, cc, driver, cubin, info_log)
+
+
 def load_module(ptx: str, entry: str, device: int = 0) -> "Function":
     """JIT-load `ptx` (cached per context and PTX text) and return its kernel `entry`."""
     if not isinstance(ptx, str) or not ptx.strip():

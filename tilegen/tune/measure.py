@@ -117,22 +117,9 @@ class GpuMeasurer:
         """Link the kernel's PTX to a cubin in the calling (pool) thread and store it in the disk
         cache, with the runtime's own linker and cache entry, so that prepare() only loads it.
         False (nothing done) when the disk cache is off; failures are left to prepare()."""
-        from .. import cache
-        from ..runtime import driver as drv
-        from ..runtime import module as mod
+        from ..runtime.module import precompile
 
-        if not cache.enabled():
-            return False
-        d = drv._driver()
-        if not all(hasattr(d, name) for name in mod._LINKER):
-            return False
-        drv.ensure_context(self.device)  # contexts are current per thread
-        cc = tuple(self.info.cc)
-        version = int(drv.check(d.cuDriverGetVersion(), "cuDriverGetVersion"))
-        if cache.get_cubin_entry(kernel.ptx, cc, version) is not None:
-            return True
-        cubin, info_log = mod._link(d, kernel.ptx, "sm_%d%d" % cc)
-        return cache.put_cubin(kernel.ptx, cc, version, cubin, info_log)
+        return precompile(kernel.ptx, self.device)
 
     def prepare(self, kernel) -> None:
         """Load the module (driver JIT or the disk cubin cache) outside any timing."""
