@@ -72,7 +72,7 @@ def test_device_target_is_the_default_and_overrides_win():
     (["warps=2,2,2"], "warps takes 2 positive integers"),
     (["dtype=f16"], "use --dtype"),
     (["a_layout=col"], "use --layout"),
-    (["epilogue=relu"], "fused epilogues are not generated yet"),
+    (["epilogue=relu"], "tilegen.bench.fused"),
     (["stages=3", "stages=4"], "given twice"),
     (["swizzle="], "empty value"),
 ])

@@ -98,7 +98,7 @@ def parse_spec_overrides(items) -> dict:
         if key in _OWN_OPTION:
             raise OptionError(f"--spec {key}=...: use {_OWN_OPTION[key]} for {key}")
         if key not in spec_keys():
-            why = " (fused epilogues are not generated yet)" if key == "epilogue" else ""
+            why = " (fused epilogues are benchmarked by python3 -m tilegen.bench.fused)" if key == "epilogue" else ""
             hint = "" if key in known else " is not a GemmSpec field"
             raise OptionError(f"--spec {key!r}{hint}{why}; keys: {', '.join(spec_keys())}")
         if key in out:
