@@ -12,16 +12,12 @@ from tilegen.errors import DSLError
 ATOM = "m16n8k16.f16.f32"
 
 
-@tg.kernel
-def one_tile(stages=1):
-    """C (16 x 16) = A (16 x 32) @ B (32 x 16) by one warp: copy to shared, ldmatrix, mma, store."""
-    tg.launch(threads=32, grid=lambda size: (1, 1, 1))
-    A = tg.tensor("A", "f16", ("M", "K"))
-    B = tg.tensor("B", "f16", ("K", "N"))
-    C = tg.tensor("C", "f32", ("M", "N"))
+def _tile_product(A, B, row=0):
+    """One warp's 16 x 16 product of rows row..row+15 of A (x 32) and B (32 x 16): copy both
+    to shared memory, wait, ldmatrix, two mma k-steps. Python helpers trace inline."""
     sA = tg.shared("sA", "f16", 16, 32, swizzle="64B")
     sB = tg.shared("sB", "f16", 32, 16, swizzle="32B")
-    tg.copy_async(sA[0], A.block(0, 0))
+    tg.copy_async(sA[0], A.block(row, 0))
     tg.copy_async(sB[0], B.block(0, 0))
     tg.commit()
     tg.wait(0)
@@ -33,7 +29,17 @@ def one_tile(stages=1):
         tg.load(a, sA[0], 0, 16 * kk)
         tg.load(b, sB[0], 16 * kk, 0)
         tg.mma(acc, a, b)
-    tg.store(C.block(0, 0), acc)
+    return acc
+
+
+@tg.kernel
+def one_tile(stages=1):
+    """C (16 x 16) = A (16 x 32) @ B (32 x 16) by one warp: copy to shared, ldmatrix, mma, store."""
+    tg.launch(threads=32, grid=lambda size: (1, 1, 1))
+    A = tg.tensor("A", "f16", ("M", "K"))
+    B = tg.tensor("B", "f16", ("K", "N"))
+    C = tg.tensor("C", "f32", ("M", "N"))
+    tg.store(C.block(0, 0), _tile_product(A, B))
 
 
 def _run_one_tile(device):
@@ -162,21 +168,8 @@ def branchy():
     B = tg.tensor("B", "f16", ("K", "N"))
     C = tg.tensor("C", "f32", ("M", "N"))
     D = tg.tensor("D", "f32", ("M", "N"))
-    sA = tg.shared("sA", "f16", 16, 32, swizzle="64B")
-    sB = tg.shared("sB", "f16", 32, 16, swizzle="32B")
     row = tg.program_id() * 16
-    tg.copy_async(sA[0], A.block(row, 0))
-    tg.copy_async(sB[0], B.block(0, 0))
-    tg.commit()
-    tg.wait(0)
-    tg.barrier()
-    acc = tg.fragment(ATOM, "C", (1, 2))
-    a = tg.fragment(ATOM, "A", (1, 1))
-    b = tg.fragment(ATOM, "B", (1, 2))
-    for kk in range(2):
-        tg.load(a, sA[0], 0, 16 * kk)
-        tg.load(b, sB[0], 16 * kk, 0)
-        tg.mma(acc, a, b)
+    acc = _tile_product(A, B, row)
     with tg.if_(tg.lt(tg.program_id(), 1)):
         tg.store(C.block(row, 0), acc)
     with tg.else_():
