@@ -14,7 +14,6 @@ import time
 
 EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
 _clock = time.monotonic  # the run's wall clock (--total-budget-s); tests replace it
-LAYOUT_CODES = ("rr", "rc", "cr", "cc")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -55,18 +54,16 @@ class UsageError(Exception):
 
 
 def parse_args(argv):
-    from ..bench.options import OptionError, parse_size
+    from ..bench.options import OptionError, parse_layout, parse_size
 
     args = build_parser().parse_args(argv)
     args.argv = list(argv) if argv is not None else sys.argv[1:]
     try:
         args.size_list = list(dict.fromkeys(parse_size(s) for s in args.sizes))
+        for x in args.layout:
+            parse_layout(x)  # the bench's check and message
     except OptionError as e:
         raise UsageError(str(e)) from None
-    bad = [x for x in args.layout if x.lower() not in LAYOUT_CODES]
-    if bad:
-        raise UsageError(f"layout {bad[0]!r}: allowed {', '.join(LAYOUT_CODES)} (A then B; r = row-major, "
-                         "c = column-major)")
     args.layouts = list(dict.fromkeys(x.lower() for x in args.layout))
     args.dtype = list(dict.fromkeys(args.dtype))
     if not args.budget_s > 0 or not math.isfinite(args.budget_s):
