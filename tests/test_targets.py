@@ -95,7 +95,16 @@ def test_unknown_target_lists_legal_names(bad):
         assert name in str(e.value)
 
 
-@pytest.mark.parametrize("bad", ["wgmma", "mma.sync", "", "tma"])
+def test_wgmma_needs_the_arch_specific_target():
+    """ptx.md 1.3 / 6.1: wgmma from PTX 8.0, on sm_90a only; fence.proxy.async on sm_90."""
+    assert ptx_version_for("sm_90a", ["wgmma", "fence.proxy.async", "cp.async"]) == (8, 0)
+    assert ptx_version_for("sm_90", ["fence.proxy.async"]) == (8, 0)
+    for name in ("sm_90", "sm_89", "sm_80"):
+        with pytest.raises(ValueError, match="sm_90"):
+            ptx_version_for(name, ["wgmma"])
+
+
+@pytest.mark.parametrize("bad", ["tcgen05", "mma.sync", "", "tma"])
 def test_unknown_feature_lists_known_features(bad):
     with pytest.raises(ValueError) as e:
         ptx_version_for("sm_90", [bad])

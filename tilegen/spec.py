@@ -24,6 +24,7 @@ SWIZZLES = ("auto", *SWIZZLE_MODES, "pad", "none")
 ACTIVATIONS = ("none", "relu", "gelu_tanh", "gelu_erf", "silu")
 BIAS = (None, "row", "col")
 STAGES = range(2, 7)
+INSTRUCTIONS = ("mma.sync", "wgmma")
 COPY_BYTES = 16  # one cp.async moves 16 bytes; tile rows are built from such chunks
 
 
@@ -100,6 +101,9 @@ class Epilogue:
 _DEFAULT_TILE = {"tf32": (128, 128, 32), "f16": (128, 128, 64), "bf16": (128, 128, 64), "f32": (128, 64, 32),
                  "e4m3": (128, 128, 128), "e5m2": (128, 128, 128)}
 
+# wgmma: two warpgroups of m64n256, four stages (192 KB of shared memory).
+_WGMMA_TILE = (128, 256, 64)
+
 
 @dataclass(frozen=True)
 class GemmSpec:
@@ -112,15 +116,23 @@ class GemmSpec:
     | out_dtype  | f32, f16, bf16                                  | f32                      |
     | a_layout   | row (K contiguous), col (M contiguous)          | row                      |
     | b_layout   | row (N contiguous), col (K contiguous)          | row; col for fp8         |
-    | tile       | (M, N, K) per CTA                               | by dtype, 128 x 128 x *  |
-    | warps      | (warps along M, warps along N), 1..16 in all    | (2, 2)                   |
+    | tile       | (M, N, K) per CTA                               | by dtype, 128 x 128 x *; |
+    |            |                                                 | 128 x 256 x 64 for wgmma |
+    | warps      | (warps along M, warps along N), 1..16 in all    | (2, 2); (8, 1) for wgmma |
     | atom       | an mma atom name taking dtype/acc_dtype         | the largest-k atom       |
-    | stages     | 2..6 shared-memory pipeline stages              | 3                        |
+    | stages     | 2..6 shared-memory pipeline stages              | 3; 4 for wgmma           |
     | swizzle    | auto, 128B, 64B, 32B, pad, none                 | auto (widest that fits)  |
     | group_m    | CTA rows per group in the launch order (L2)     | 8                        |
     | frag_buffers | 1, or 2 to load k-step kk+1 during kk's mma   | 2; 1 for f32 (registers) |
     | epilogue   | Epilogue(...)                                   | plain                    |
-    | target     | sm_80, sm_86, sm_89, sm_90, sm_90a              | sm_80; sm_89 for fp8     |
+    | target     | sm_80, sm_86, sm_89, sm_90, sm_90a              | sm_80; sm_89 for fp8;    |
+    |            |                                                 | sm_90a for wgmma         |
+    | instruction| mma.sync, or wgmma (sm_90a, f16/bf16)           | mma.sync                 |
+
+    With instruction="wgmma" each warpgroup (4 warps stacked along M) multiplies a 64-row
+    slice of the tile straight from shared memory: warps.m is a multiple of 4, every warp
+    tile is 16 rows high (tile.m = 16 * warps.m) and at most 256 columns wide; the copies run
+    stages - 2 tiles ahead of the tensor cores (one more stage is still being read by them).
     """
 
     dtype: str = "f16"
@@ -129,14 +141,15 @@ class GemmSpec:
     a_layout: str = "row"
     b_layout: Optional[str] = None
     tile: Union[TileShape, tuple, None] = None
-    warps: Union[WarpLayout, tuple] = (2, 2)
+    warps: Union[WarpLayout, tuple, None] = None
     atom: Optional[str] = None
-    stages: int = 3
+    stages: Optional[int] = None
     swizzle: str = "auto"
     group_m: int = 8
     frag_buffers: Optional[int] = None
     epilogue: Epilogue = field(default_factory=Epilogue)
     target: Optional[str] = None
+    instruction: str = "mma.sync"
 
     def __post_init__(self):
         set_ = lambda k, v: object.__setattr__(self, k, v)  # noqa: E731  (frozen)
@@ -144,8 +157,11 @@ class GemmSpec:
             raise SpecError("dtype", self.dtype, ", ".join(OPERAND_DTYPES))
         if self.b_layout is None:  # fp8 has no transposing load: its B must be K-major
             set_("b_layout", "col" if self.dtype in ("e4m3", "e5m2") else "row")
+        if self.instruction not in INSTRUCTIONS:
+            raise SpecError("instruction", self.instruction, ", ".join(INSTRUCTIONS))
         if self.target is None:
-            set_("target", "sm_89" if self.dtype in ("e4m3", "e5m2") else "sm_80")
+            set_("target", "sm_90a" if self.instruction == "wgmma"
+                 else "sm_89" if self.dtype in ("e4m3", "e5m2") else "sm_80")
         if not isinstance(self.target, str) or self.target not in TARGETS:
             raise SpecError("target", self.target, ", ".join(TARGETS),
                             "tilegen needs sm_80 or newer (mma.sync, cp.async)"
@@ -159,8 +175,12 @@ class GemmSpec:
                 raise SpecError(name, getattr(self, name), "'row', 'col'")
         if not isinstance(self.epilogue, Epilogue):
             raise SpecError("epilogue", self.epilogue, "an Epilogue(...)")
-        set_("tile", TileShape.of(self.tile if self.tile is not None else _DEFAULT_TILE[self.dtype]))
-        set_("warps", WarpLayout.of(self.warps))
+        wgmma = self.instruction == "wgmma"
+        default_tile = _WGMMA_TILE if wgmma and self.dtype in _DEFAULT_TILE else _DEFAULT_TILE[self.dtype]
+        set_("tile", TileShape.of(self.tile if self.tile is not None else default_tile))
+        set_("warps", WarpLayout.of(self.warps if self.warps is not None else ((8, 1) if wgmma else (2, 2))))
+        if self.stages is None:
+            set_("stages", 4 if wgmma else 3)
         if self.atom is None:
             key = (self.dtype, self.acc_dtype)
             if key not in DEFAULT_ATOM:
@@ -170,8 +190,9 @@ class GemmSpec:
             set_("atom", DEFAULT_ATOM[key])
         if self.swizzle == "auto":
             set_("swizzle", self._auto_swizzle())
-        if self.frag_buffers is None:  # 3xTF32's split fragments leave no registers for two sets
-            set_("frag_buffers", 1 if self.dtype == "f32" else 2)
+        if self.frag_buffers is None:  # 3xTF32's split fragments leave no registers for two sets;
+            # wgmma reads its operands from shared memory: no operand fragments at all
+            set_("frag_buffers", 1 if self.dtype == "f32" or self.instruction == "wgmma" else 2)
         self._validate()
 
     # -- derived facts ------------------------------------------------------------------------
@@ -268,6 +289,48 @@ class GemmSpec:
                 return mode
         return "pad"
 
+    @property
+    def wgmma(self):
+        """The wgmma shape each warpgroup issues (instruction="wgmma" only)."""
+        from .arch.wgmma import WgmmaShape
+
+        return WgmmaShape(self.dtype, self.warp_tile[1])
+
+    def _validate_wgmma(self):
+        from .arch import wgmma as W
+
+        t, w = self.tile, self.warps
+        if not self.target_info.arch_specific or self.target_info.sm < 90:
+            raise SpecError("target", self.target, "sm_90a", "wgmma exists only on the arch-specific Hopper target")
+        if self.dtype not in W.K_BY_DTYPE or self.acc_dtype != "f32":
+            raise SpecError("dtype", self.dtype, ", ".join(W.K_BY_DTYPE),
+                            "wgmma kernels take 16-bit operands and accumulate in f32")
+        if self.frag_buffers != 1:
+            raise SpecError("frag_buffers", self.frag_buffers, "1",
+                            "wgmma reads its operands from shared memory: there are no fragments to double-buffer")
+        if w.m % W.WARPGROUP or t.m != 16 * w.m:
+            raise SpecError("warps", (w.m, w.n), f"warps.m a multiple of 4 with tile.m = 16 * warps.m (tile.m is {t.m})",
+                            "each warpgroup of 4 warps stacked along M computes 64 rows")
+        wn = self.warp_tile[1]
+        if wn not in W.N_RANGE:
+            raise SpecError("tile", (t.m, t.n, t.k), "tile.n / warps.n a multiple of 8 up to 256",
+                            f"each warpgroup issues m64n{wn}")
+        if self.swizzle not in W.SWIZZLE_CODE:
+            raise SpecError("swizzle", self.swizzle, ", ".join(W.SWIZZLE_CODE),
+                            "wgmma reads shared memory through descriptors of swizzled layouts")
+        span = SWIZZLE_MODES[self.swizzle].span
+        esize = self.operand_dtype.bytes
+        if self.is_k_major("A") or self.is_k_major("B"):
+            if W.K_BY_DTYPE[self.dtype] * esize > span:
+                raise SpecError("swizzle", self.swizzle, "128B, 64B",
+                                f"one k-step of {W.K_BY_DTYPE[self.dtype] * esize} bytes must fit in a swizzle span")
+        if not self.is_k_major("B") and (wn * esize) % span:
+            raise SpecError("tile", (t.m, t.n, t.k), f"tile.n / warps.n a multiple of {span // esize}",
+                            "an N-major B splits between warpgroups on whole swizzle panels")
+        if self.stages < 3:
+            raise SpecError("stages", self.stages, "3..6", "wgmma kernels keep one stage for the tensor cores "
+                            "still reading the previous tile")
+
     def _validate(self):
         if not isinstance(self.atom, str) or self.atom not in MMA_ATOMS:
             raise SpecError("atom", self.atom, ", ".join(a.name for a in atoms_for(self.dtype, acc=self.acc_dtype))
@@ -294,6 +357,8 @@ class GemmSpec:
             raise SpecError("frag_buffers", self.frag_buffers, "1, 2")
         if isinstance(self.group_m, bool) or not isinstance(self.group_m, int) or not 1 <= self.group_m <= 64:
             raise SpecError("group_m", self.group_m, "an int in 1..64 (1 = plain row-by-row order)")
+        if self.instruction == "wgmma":
+            self._validate_wgmma()
         t, w = self.tile, self.warps
         if t.m % (w.m * atom.m):
             raise SpecError("tile", (t.m, t.n, t.k), f"tile.m a multiple of warps.m * atom.m = {w.m * atom.m}")

@@ -62,11 +62,15 @@ FEATURE_PTX = {
     "stmatrix": (7, 8),
     "cp.async": (7, 0),
     "cvt.rna.tf32": (7, 0),
+    "wgmma": (8, 0),
+    "fence.proxy.async": (8, 0),
 }
 
 
 # Lowest target of the features that are not on every sm_80+ target.
-FEATURE_SM = {"mma.fp8": 89, "stmatrix": 90}
+FEATURE_SM = {"mma.fp8": 89, "stmatrix": 90, "wgmma": 90, "fence.proxy.async": 90}
+# Features of the arch-specific targets only (sm_90a).
+FEATURE_ARCH_SPECIFIC = {"wgmma"}
 
 
 def ptx_version_for(tgt: Target | str, features=()) -> tuple[int, int]:
@@ -78,6 +82,8 @@ def ptx_version_for(tgt: Target | str, features=()) -> tuple[int, int]:
             raise ValueError(f"unknown PTX feature {f!r}; known: {', '.join(FEATURE_PTX)}")
         if FEATURE_SM.get(f, 0) > tgt.sm:
             raise ValueError(f"{f} needs sm_{FEATURE_SM[f]} or newer, not {tgt.name}")
+        if f in FEATURE_ARCH_SPECIFIC and not tgt.arch_specific:
+            raise ValueError(f"{f} needs an arch-specific target (sm_90a), not {tgt.name}")
         v = max(v, FEATURE_PTX[f])
     if v > MAX_PTX:
         raise ValueError(f"PTX {v[0]}.{v[1]} needed, above the supported maximum {MAX_PTX[0]}.{MAX_PTX[1]}")

@@ -51,7 +51,7 @@ def layout_code(a_layout: str, b_layout: str) -> str:
 # GemmSpec fields the bench lets --spec set, and how to read each value. dtype and the
 # layouts come from --dtype and --layout; epilogues are benchmarked elsewhere.
 _INT_FIELDS = ("stages", "group_m", "frag_buffers")
-_STR_FIELDS = ("acc_dtype", "out_dtype", "atom", "swizzle", "target")
+_STR_FIELDS = ("acc_dtype", "out_dtype", "atom", "swizzle", "target", "instruction")
 _TUPLE_FIELDS = {"tile": 3, "warps": 2}
 _OWN_OPTION = {"dtype": "--dtype", "a_layout": "--layout", "b_layout": "--layout"}
 
@@ -119,6 +119,8 @@ def make_spec(dtype: str, a_layout: str, b_layout: str, target: str, overrides: 
     from ..spec import GemmSpec
 
     kw = {"target": target, **overrides}
+    if overrides.get("instruction") == "wgmma" and "target" not in overrides and target == "sm_90":
+        kw["target"] = "sm_90a"  # wgmma exists on the arch-specific Hopper target only
     return GemmSpec(dtype=dtype, a_layout=a_layout, b_layout=b_layout, **kw)
 
 

@@ -21,6 +21,7 @@ KNOWN = {
     "shl", "shr", "setp", "selp", "cvt", "cvta", "ld", "st", "ldmatrix", "stmatrix", "mma",
     "bar", "fma", "neg", "abs", "ex2", "rcp", "tanh", "cp.async",
     "shfl",  # shfl.sync.bfly: row reductions of accumulator fragments (ir/lower/elementwise.py)
+    "wgmma", "fence",  # sm_90a: warpgroup mma from shared memory and its proxy fence (ir/lower/wgmma.py)
 }
 
 

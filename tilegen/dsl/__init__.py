@@ -3,7 +3,8 @@ from .kernel import KernelFunction, kernel
 from .objects import Block, Fragment, SharedTile, Stage, Tensor, Vector
 from .primitives import (else_, ge, gt, if_, le, lt, barrier, cdiv, commit, copy_async, fragment, lane_id, launch, load, minimum,
                          mma, num_programs, program_id, range_, scalar, shared, split_tf32, store, tensor,
-                         thread_id, vector, wait, warp_id)
+                         thread_id, vector, wait, warp_id, wgmma, wgmma_fence, wgmma_commit, wgmma_wait,
+                         fence_proxy_async)
 from .scalars import Float, Int, Pred
 from .batched import BatchedTensor, batched_tensor
 from .fragment_ops import (RowVector, add, assign, div, exp, exp2, mask, maximum, mul, row_max, row_sum,
@@ -15,6 +16,8 @@ __all__ = ["lt", "le", "gt", "ge", "if_", "else_", "Pred", "vector", "split_tf32
            "tensor", "scalar", "program_id", "num_programs", "thread_id", "warp_id", "lane_id", "cdiv",
            "minimum", "shared", "copy_async", "commit", "wait", "barrier", "fragment", "load", "mma",
            "store", "range", "launch"]
+# Hopper (sm_90a) warpgroup mma from shared memory
+__all__ += ["wgmma", "wgmma_fence", "wgmma_commit", "wgmma_wait", "fence_proxy_async"]
 # Batched tensors and fragment arithmetic (dsl/batched.py, dsl/fragment_ops.py)
 __all__ += ["BatchedTensor", "batched_tensor", "RowVector", "add", "sub", "mul", "div", "maximum", "scale",
             "exp", "exp2", "assign", "row_vector", "row_max", "row_sum", "mask", "to_operand"]

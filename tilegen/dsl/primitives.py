@@ -326,6 +326,61 @@ def mma(acc: Fragment, a: Fragment, b: Fragment, accumulate: bool = True):
     _tile_op(T.Mma(acc.ir, a.ir, b.ir, accumulate=bool(accumulate)))
 
 
+def wgmma(acc: Fragment, a: Stage, b: Stage, m0, k0: int, n0):
+    """acc += A[m0 : m0+64, k0 : k0+k] @ B[k0 : k0+k, n0 : n0+n] for the calling warpgroup
+    (sm_90a), both operands read from shared memory; k is 16 for f16/bf16 and n the
+    accumulator's width. m0 and n0 are the warpgroup's origin in the tiles (the same for its
+    4 warps), k0 a Python int; acc is each warp's (1, n/8) accumulator, holding its 16 rows.
+    Issue tilegen.wgmma_fence() before, tilegen.wgmma_commit() and tilegen.wgmma_wait(n)
+    after: the registers and the stages are in use until the wait."""
+    from ..arch.wgmma import WgmmaShape
+
+    if not isinstance(acc, Fragment) or acc.operand != "C" or not isinstance(a, Stage) or not isinstance(b, Stage):
+        fail("wgmma(accumulator fragment, A stage, B stage, m0, k0, n0)")
+    dt = a.tile.ir.dtype.name
+    if b.tile.ir.dtype.name != dt:
+        fail(f"wgmma: A is {dt}, B is {b.tile.ir.dtype.name}")
+    if acc.tiles[0] != 1 or acc.atom.m != 16 or acc.atom.n != 8 or acc.atom.acc_type.name != "f32":
+        fail(f"wgmma: the accumulator must be a (1, n/8) grid of f32 m16n8 atoms, got {acc.tiles} of {acc.atom}")
+    try:
+        shape = WgmmaShape(dt, 8 * acc.tiles[1])
+    except ValueError as e:
+        fail(f"wgmma: {e}")
+    if not isinstance(k0, int) or k0 < 0 or k0 % shape.k:
+        fail(f"wgmma: k0={k0!r} must be a Python int, a multiple of {shape.k}")
+    for st in (a, b):
+        _check_stage(st)
+        if st.tile.ir.layout.mode not in ("128B", "64B", "32B"):
+            fail(f"wgmma: {st.tile.ir.name} has layout {st.tile.ir.layout.mode!r}; wgmma reads swizzled "
+                 f"tiles only (128B, 64B, 32B)")
+    _tile_op(T.Wgmma(acc.ir, a.tile.ir, raw(a.index), raw(m0), k0, b.tile.ir, raw(b.index), k0, raw(n0),
+                     a_k_major=a.tile.logical == "row", b_k_major=b.tile.logical == "col", shape=shape))
+
+
+def wgmma_fence():
+    """Before the first wgmma of a batch: earlier register writes of the accumulators (and
+    reads of their results) are ordered before it."""
+    _tile_op(T.WgmmaFence())
+
+
+def wgmma_commit():
+    _tile_op(T.WgmmaCommit())
+
+
+def wgmma_wait(pending: int):
+    """Wait until at most `pending` committed wgmma groups of this warpgroup are in flight."""
+    if not isinstance(pending, int) or pending < 0:
+        fail(f"wgmma_wait({pending!r}): the number of groups left pending must be an int >= 0")
+    _tile_op(T.WgmmaWait(pending))
+
+
+def fence_proxy_async():
+    """This thread's finished shared-memory writes (st.shared, cp.async after its wait) become
+    visible to wgmma, which reads shared memory through the async proxy. A barrier must
+    still follow before other warps' wgmmas read them."""
+    _tile_op(T.FenceProxyAsync())
+
+
 ACTIVATIONS = ("none", "relu", "gelu_tanh", "gelu_erf", "silu")
 
 
@@ -383,4 +438,5 @@ def launch(*, threads: int, grid):
 
 __all__ = ["lt", "le", "gt", "ge", "if_", "else_", "tensor", "vector", "split_tf32", "scalar", "program_id", "num_programs", "thread_id", "warp_id", "lane_id", "cdiv",
            "minimum", "shared", "copy_async", "commit", "wait", "barrier", "fragment", "load", "mma",
+           "wgmma", "wgmma_fence", "wgmma_commit", "wgmma_wait", "fence_proxy_async",
            "store", "range_", "launch", "DSLError"]

@@ -156,6 +156,13 @@ class Builder:
         align = max(known_align(a) if mask is not None else 1, known_align(mask) if mask is not None else 1)
         return _aligned(self.op("and.b32", "b32", a, b), align if mask is not None else 1)
 
+    def or_(self, a: Scalar, b: Scalar) -> Scalar:
+        if isinstance(a, int) and isinstance(b, int):
+            return a | b
+        if isinstance(b, int) and b == 0:
+            return a
+        return self.op("or.b32", "b32", a, b)
+
     def xor(self, a: Scalar, b: Scalar) -> Scalar:
         if isinstance(a, int) and isinstance(b, int):
             return a ^ b

@@ -8,6 +8,11 @@ covers short problems (fewer tiles than stages), the steady state and the drain.
 trip count cannot be evaluated is unrolled for 1 .. 2*stages+1 iterations instead. Per (tile, stage) it tracks copies issued but not committed, committed groups not
 yet waited for, data landed but not yet published by a barrier, and reads since the last
 barrier. Reads by other warps since the last barrier are what a new copy must not race.
+
+wgmma reads its stages asynchronously: from its issue until the wgmma_wait that retires its
+group the stage may not be written, and after that only once a barrier shows that every
+warpgroup retired it. It reads through the async proxy, so landed copies need a
+fence_proxy_async before it, and its accumulator may not be read until it is retired.
 """
 from __future__ import annotations
 
@@ -29,6 +34,10 @@ class _State:
         self.written: set = set()
         self.read_since_barrier: dict = {}  # (tile, stage) -> op that read it
         self.guessed_trips = False          # some loop's trip count was unknown
+        self.unfenced: set = set()          # landed copies no fence_proxy_async covers yet
+        self.wgmma_open: list = []          # (key, op, acc) of wgmmas not yet committed
+        self.wgmma_groups: list = []        # committed, not yet retired by wgmma_wait
+        self.wgmma_retired: dict = {}       # key -> op: retired by this warpgroup, no barrier since
 
     def copy(self) -> "_State":
         other = _State()
@@ -38,7 +47,18 @@ class _State:
         other.written = set(self.written)
         other.read_since_barrier = dict(self.read_since_barrier)
         other.guessed_trips = self.guessed_trips
+        other.unfenced = set(self.unfenced)
+        other.wgmma_open = list(self.wgmma_open)
+        other.wgmma_groups = [list(g) for g in self.wgmma_groups]
+        other.wgmma_retired = dict(self.wgmma_retired)
         return other
+
+    def wgmma_reading(self, key):
+        return next((op for k, op, _ in self.wgmma_open + [x for g in self.wgmma_groups for x in g] if k == key), None)
+
+    def wgmma_writing(self, frag):
+        return next((op for _, op, acc in self.wgmma_open + [x for g in self.wgmma_groups for x in g]
+                     if acc is frag), None)
 
     def pending(self, key) -> bool:
         return key in self.uncommitted or any(key in g for g in self.groups)
@@ -48,8 +68,8 @@ def _where(op) -> str:
     return f" ({op.loc})" if op.loc else ""
 
 
-def _stage(ev, op, tile):
-    s = ev.value(op.stage)
+def _stage(ev, op, tile, field: str = "stage"):
+    s = ev.value(getattr(op, field))
     if s is None:
         raise HazardError(f"cannot tell which stage of {tile.name} this op touches{_where(op)}")
     return s % tile.stages if s >= tile.stages else s
@@ -91,6 +111,14 @@ def _walk(nodes, ev, st, trips):
                 _walk(n.body if bool(cond) != n.negate else n.orelse, ev, st, trips)
         elif isinstance(n, T.CopyAsync):
             key = (n.dst.name, _stage(ev, n, n.dst))
+            tc = st.wgmma_reading(key)
+            if tc is not None:
+                raise HazardError(f"copy into stage {key[1]} of {key[0]} overwrites a stage a wgmma{_where(tc)} may "
+                                  f"still be reading (no wgmma_wait has retired it){_where(n)}")
+            tc = st.wgmma_retired.get(key)
+            if tc is not None:
+                raise HazardError(f"copy into stage {key[1]} of {key[0]}: this warpgroup's wgmma{_where(tc)} is "
+                                  f"retired, but other warpgroups' may still read it: a barrier must come first{_where(n)}")
             reader = st.read_since_barrier.get(key)
             if reader is not None:
                 raise HazardError(f"copy into stage {key[1]} of {key[0]} overwrites a stage other warps may still "
@@ -106,20 +134,56 @@ def _walk(nodes, ev, st, trips):
                 for key in g:
                     st.unpublished.add(key)
                     st.written.add(key)
+                    st.unfenced.add(key)
         elif isinstance(n, T.Barrier):
             st.unpublished.clear()
             st.read_since_barrier.clear()
+            st.wgmma_retired.clear()
+        elif isinstance(n, T.FenceProxyAsync):
+            st.unfenced.clear()
+        elif isinstance(n, T.Wgmma):
+            for tile in (n.a, n.b):
+                key = (tile.name, _stage(ev, n, tile, "a_stage" if tile is n.a else "b_stage"))
+                _check_read(st, key, n)
+                if key in st.unfenced:
+                    raise HazardError(f"wgmma reads stage {key[1]} of {key[0]} written by cp.async with no "
+                                      f"fence_proxy_async since (wgmma reads through the async proxy){_where(n)}")
+                st.wgmma_open.append((key, n, n.acc))
+        elif isinstance(n, T.WgmmaCommit):
+            st.wgmma_groups.append(st.wgmma_open)
+            st.wgmma_open = []
+        elif isinstance(n, T.WgmmaWait):
+            done = st.wgmma_groups[:len(st.wgmma_groups) - n.pending] if n.pending else st.wgmma_groups
+            st.wgmma_groups = st.wgmma_groups[len(done):]
+            for g in done:
+                for key, op, _ in g:
+                    st.wgmma_retired[key] = op
+        elif isinstance(n, T.StoreFragment) or isinstance(n, T.FRAGMENT_ARITH_OPS):
+            for frag in _fragments_of(n):
+                tc = st.wgmma_writing(frag)
+                if tc is not None:
+                    raise HazardError(f"reads accumulator {frag.name} while a wgmma{_where(tc)} may still be writing "
+                                      f"it: wgmma_wait(0) first{_where(n)}")
         elif isinstance(n, T.LoadFragment):
             key = (n.src.name, _stage(ev, n, n.src))
-            if st.pending(key):
-                raise HazardError(f"reads stage {key[1]} of {key[0]} while a cp.async into it may still be in "
-                                  f"flight (wait for its group first){_where(n)}")
-            if key in st.unpublished:
-                raise HazardError(f"reads stage {key[1]} of {key[0]} before a barrier makes the other threads' "
-                                  f"copies visible{_where(n)}")
-            if key not in st.written:
-                raise HazardError(f"reads stage {key[1]} of {key[0]} before anything was copied into it{_where(n)}")
+            _check_read(st, key, n)
             st.read_since_barrier.setdefault(key, n)
+
+
+def _check_read(st, key, n):
+    if st.pending(key):
+        raise HazardError(f"reads stage {key[1]} of {key[0]} while a cp.async into it may still be in "
+                          f"flight (wait for its group first){_where(n)}")
+    if key in st.unpublished:
+        raise HazardError(f"reads stage {key[1]} of {key[0]} before a barrier makes the other threads' "
+                          f"copies visible{_where(n)}")
+    if key not in st.written:
+        raise HazardError(f"reads stage {key[1]} of {key[0]} before anything was copied into it{_where(n)}")
+
+
+def _fragments_of(op):
+    """The fragments an op reads (epilogue and fragment arithmetic)."""
+    return [v for v in vars(op).values() if isinstance(v, T.Fragment)]
 
 
 SIZES = (1, 7, 16, 33, 64, 100, 128, 192, 256, 320, 384, 512, 640, 1024, 2048)
@@ -139,6 +203,8 @@ def check_hazards(kernel):
                 break
             if st.uncommitted or st.groups:
                 raise HazardError("the kernel ends with cp.async copies in flight: wait_group(0) before the end")
+            if st.wgmma_open or st.wgmma_groups:
+                raise HazardError("the kernel ends with wgmmas in flight: wgmma_commit and wgmma_wait(0) before the end")
             if not st.guessed_trips:
                 break  # every loop ran its real trip count: other guesses change nothing
     return kernel

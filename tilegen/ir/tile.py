@@ -172,6 +172,53 @@ class Mma(TileOp):
 
 
 @dataclass(eq=False)
+class Wgmma(TileOp):
+    """acc += A @ B for a warpgroup, both operands read from shared memory (sm_90a).
+
+    A is the 64 x shape.k slice of stage `a_stage` of `a` at logical (a_m0, a_k0), B the
+    shape.k x shape.n slice of stage `b_stage` of `b` at logical (b_k0, b_n0). The origins
+    are the warpgroup's; acc is each warp's (1, n / 8) grid of m16n8 accumulator atoms (its
+    16 rows of the 64). The instruction only starts the work: the registers and shared
+    memory stay in use until a WgmmaWait retires its group."""
+
+    acc: Fragment
+    a: SharedTile
+    a_stage: object
+    a_m0: object
+    a_k0: int
+    b: SharedTile
+    b_stage: object
+    b_k0: int
+    b_n0: object
+    a_k_major: bool
+    b_k_major: bool
+    shape: object      # arch.wgmma.WgmmaShape
+    accumulate: bool = True
+
+
+@dataclass(eq=False)
+class WgmmaFence(TileOp):
+    """Order earlier register accesses of accumulators before the wgmmas that follow."""
+
+
+@dataclass(eq=False)
+class WgmmaCommit(TileOp):
+    """Close the wgmmas issued since the last commit into one group."""
+
+
+@dataclass(eq=False)
+class WgmmaWait(TileOp):
+    """Wait until at most `pending` wgmma groups of this warpgroup are in flight."""
+    pending: int
+
+
+@dataclass(eq=False)
+class FenceProxyAsync(TileOp):
+    """Make this thread's completed shared-memory writes (st.shared, retired cp.async)
+    visible to the async proxy, which wgmma reads through."""
+
+
+@dataclass(eq=False)
 class StoreFragment(TileOp):
     """C[row0.., col0..] = act(alpha * frag + beta * C + bias) + residual, only the elements
     inside dst's rows x cols (beta == 0 never reads C). bias_axis "col" adds bias[col],

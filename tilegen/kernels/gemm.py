@@ -9,11 +9,13 @@ from __future__ import annotations
 
 from .. import dsl as tg
 from ..layout import operand_mode
+from .wgmma_mainloop import wgmma_mainloop
 
 
 def gemm_kernel_name(spec) -> str:
     t, w = spec.tile, spec.warps
-    return (f"tilegen_gemm_{spec.dtype}_{spec.a_layout[0]}{spec.b_layout[0]}_{spec.out_dtype}_"
+    kind = "_wgmma" if spec.instruction == "wgmma" else ""
+    return (f"tilegen_gemm{kind}_{spec.dtype}_{spec.a_layout[0]}{spec.b_layout[0]}_{spec.out_dtype}_"
             f"{t.m}x{t.n}x{t.k}_w{w.m}x{w.n}_s{spec.stages}_{spec.swizzle}_fb{spec.frag_buffers}"
             + _epilogue_suffix(spec.epilogue))
 
@@ -73,6 +75,10 @@ def gemm(spec):
     warp = tg.warp_id()
     wm = (warp % spec.warps.m) * WM
     wn = (warp // spec.warps.m) * WN
+    if spec.instruction == "wgmma":
+        acc = wgmma_mainloop(spec, A, B, sA, sB, m0, n0, warp, wn)
+        store_tile(spec, C, acc, m0 + wm, n0 + wn, alpha, beta, bias, R)
+        return
     acc = tg.fragment(atom, "C", (WM // atom.m, WN // atom.n), name="acc")
     # With two sets of operand fragments the loads for k-step kk+1 are issued before the
     # mma of k-step kk, so shared-memory latency hides behind tensor-core work. f32 operands
@@ -173,5 +179,11 @@ def gemm(spec):
         step(kt, prefetch_inside_k=False)
 
     tg.wait(0)
-    tg.store(C.block(m0 + wm, n0 + wn), acc, alpha=alpha, beta=beta, bias=bias, activation=epi.activation,
-             residual=R.block(m0 + wm, n0 + wn) if R is not None else None)
+    store_tile(spec, C, acc, m0 + wm, n0 + wn, alpha, beta, bias, R)
+
+
+def store_tile(spec, C, acc, row, col, alpha, beta, bias, R):
+    """The epilogue: the warp's accumulator, through the spec's fused operations, into C."""
+    epi = spec.epilogue
+    tg.store(C.block(row, col), acc, alpha=alpha, beta=beta, bias=bias, activation=epi.activation,
+             residual=R.block(row, col) if R is not None else None)

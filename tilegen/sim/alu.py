@@ -39,7 +39,9 @@ def _n_operands(ctx, ins, n):
 
 
 def _unsigned(dt):
-    return np.dtype({1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}[np.dtype(dt).itemsize])
+    """The unsigned type of dt's width (a dtype) or of that many bytes (an int)."""
+    size = dt if isinstance(dt, int) else np.dtype(dt).itemsize
+    return np.dtype({1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}[size])
 
 
 # ---- two- and three-operand arithmetic --------------------------------------------------------

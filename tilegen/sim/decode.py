@@ -5,10 +5,11 @@ never runs half-way into something the emulator cannot do.
 """
 from __future__ import annotations
 
-from . import alu, control, memops, tensor, warp
+from . import alu, control, memops, tensor, warp, wgmma
 from .state import Context
 
-BUILDERS = {**alu.BUILDERS, **memops.BUILDERS, **control.BUILDERS, **tensor.BUILDERS, **warp.BUILDERS}
+BUILDERS = {**alu.BUILDERS, **memops.BUILDERS, **control.BUILDERS, **tensor.BUILDERS, **warp.BUILDERS,
+            **wgmma.BUILDERS}
 
 
 def family(opcode: str) -> str:

@@ -11,6 +11,13 @@ between them, so within one epoch:
   another warp may still be reading"). The copy becomes the issuing thread's write in the
   epoch of its wait, so other threads need a bar.sync after the wait before reading.
 
+wgmma (sm_90a) reads shared memory through the async proxy, from its issue until the
+wgmma.wait_group that retires it:
+- generic writes (st.shared, retired cp.async) must be followed by fence.proxy.async of the
+  writing thread before a wgmma reads them ("unfenced" bytes);
+- its bytes may not be written while it is in flight; once retired they count as read by
+  its warpgroup in the current epoch, so other warpgroups need a bar.sync before writing.
+
 Each check returns None or a Violation for the first offending (row, byte); the caller
 names the thread and the PTX line.
 """
@@ -23,6 +30,8 @@ import numpy as np
 
 NOBODY = -1
 SEVERAL = -2      # more than one thread read the byte in the current epoch
+WARPGROUP_READER = -3  # readers -3, -4, ...: warpgroup 0, 1, ... (a retired wgmma read)
+WARPGROUP_THREADS = 128
 
 
 @dataclass
@@ -45,11 +54,15 @@ class SharedShadow:
         self.pending = np.zeros(n, dtype=np.int32)           # cp.async copies not yet retired
         self.p_tid = np.full(n, NOBODY, dtype=np.int16)
         self.p_line = np.zeros(n, dtype=np.int32)
+        self.unfenced = np.zeros(n, dtype=bool)              # generic writes no async-proxy fence covers
+        self.inflight = np.zeros(n, dtype=np.int32)          # wgmma reads not yet retired
+        self.i_line = np.zeros(n, dtype=np.int32)
         self.epoch = 0
 
     def reset(self):
         for a, v in ((self.writer, NOBODY), (self.w_epoch, -1), (self.reader, NOBODY),
-                     (self.r_epoch, -1), (self.pending, 0), (self.p_tid, NOBODY)):
+                     (self.r_epoch, -1), (self.pending, 0), (self.p_tid, NOBODY),
+                     (self.unfenced, False), (self.inflight, 0)):
             a.fill(v)
         self.epoch = 0
 
@@ -98,11 +111,19 @@ class SharedShadow:
 
     def _war(self, tids, offs, what: str) -> Optional[Violation]:
         t = tids[:, None]
-        rd = self.reader[offs]
-        hit = self._first((self.r_epoch[offs] == self.epoch) & (rd != t) & (rd != NOBODY), offs)
+        hit = self._first(self.inflight[offs] > 0, offs)
         if hit:
             r, o = hit
-            who = "several threads" if self.reader[o] == SEVERAL else f"thread {self.reader[o]}"
+            return Violation(r, o, f"{what} overwrites shared memory that a wgmma still in flight reads (issued "
+                                   f"at PTX line {self.i_line[o]}; no wgmma.wait_group has retired it)", "war")
+        rd = self.reader[offs]
+        own_group = (rd <= WARPGROUP_READER) & (WARPGROUP_READER - rd == t // WARPGROUP_THREADS)
+        hit = self._first((self.r_epoch[offs] == self.epoch) & (rd != t) & (rd != NOBODY) & ~own_group, offs)
+        if hit:
+            r, o = hit
+            rd_o = int(self.reader[o])
+            who = ("several threads" if rd_o == SEVERAL else f"thread {rd_o}" if rd_o >= 0
+                   else f"the wgmma of warpgroup {WARPGROUP_READER - rd_o}")
             return Violation(r, o, f"{what} overwrites a stage another warp may still be reading: "
                                    f"{who} read these bytes (last at PTX line {self.r_line[o]}) and no "
                                    f"bar.sync separates that read from this write", "war")
@@ -130,6 +151,45 @@ class SharedShadow:
         self.writer[offs] = np.broadcast_to(tids[:, None], offs.shape)
         self.w_epoch[offs] = self.epoch
         self.w_line[offs] = line
+        self.unfenced[offs] = True
+
+    # -- the async proxy (wgmma) -------------------------------------------------------------
+    def fence_async(self, tids: Optional[np.ndarray]):
+        """fence.proxy.async by threads `tids` (None: every thread of the CTA): their
+        completed writes become visible to the async proxy."""
+        if tids is None:
+            self.unfenced[:] = False
+        else:
+            self.unfenced &= ~np.isin(self.writer, tids)
+
+    def issue_async_read(self, group: int, offs: np.ndarray, line: int) -> Optional[Violation]:
+        """A wgmma of warpgroup `group` starts reading bytes `offs` (1-D)."""
+        flat = offs[None, :]
+        hit = self._first(self.pending[flat] > 0, flat)
+        if hit:
+            _, o = hit
+            return Violation(0, o, f"wgmma reads shared memory whose cp.async is still pending (issued by thread "
+                                   f"{self.p_tid[o]} at PTX line {self.p_line[o]})", "pending")
+        hit = self._first(self.w_epoch[flat] == self.epoch, flat)
+        if hit:
+            _, o = hit
+            return Violation(0, o, f"shared-memory race: the wgmma reads bytes that thread {self.writer[o]} wrote "
+                                   f"(PTX line {self.w_line[o]}) with no bar.sync in between", "race")
+        hit = self._first(self.unfenced[flat], flat)
+        if hit:
+            _, o = hit
+            return Violation(0, o, f"the wgmma reads bytes that thread {self.writer[o]} wrote through the generic "
+                                   f"proxy (PTX line {self.w_line[o]}) with no fence.proxy.async after the write: "
+                                   f"wgmma reads shared memory through the async proxy", "proxy")
+        np.add.at(self.inflight, offs, 1)
+        self.i_line[offs] = line
+        return None
+
+    def retire_async_read(self, group: int, offs: np.ndarray):
+        """wgmma.wait_group retired a wgmma: its bytes count as read by its warpgroup now."""
+        np.subtract.at(self.inflight, offs, 1)
+        self.reader[offs] = WARPGROUP_READER - group
+        self.r_epoch[offs] = self.epoch
 
     def issue_async(self, tids: np.ndarray, offs: np.ndarray, line: int) -> Optional[Violation]:
         """A cp.async may write its bytes any time from now until its wait."""

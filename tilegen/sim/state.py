@@ -87,6 +87,8 @@ class Context:
         self.specials = {}
         self.uncommitted: list = []           # cp.async batches not yet in a group
         self.groups: list = []                # committed groups, oldest first
+        self.wgmma_uncommitted: list = []     # (warpgroup, shared byte offsets) of wgmmas not yet in a group
+        self.wgmma_groups: list = []          # committed wgmma groups, oldest first
 
     # -- per launch and per CTA -------------------------------------------------------------
     def bind(self, params: dict, grid: tuple, memory):
@@ -105,6 +107,8 @@ class Context:
         self.shadow.reset()
         self.uncommitted = []
         self.groups = []
+        self.wgmma_uncommitted = []
+        self.wgmma_groups = []
         n = self.threads
         full = lambda v: np.full(n, v, dtype=np.uint32)  # noqa: E731
         tid = self.tid

@@ -9,6 +9,8 @@ from .context import LowerContext
 from .copy import lower_copy
 from .fragment import lower_fill, lower_load_fragment, lower_mma, lower_split
 from .store import lower_store
+from .wgmma import (lower_fence_proxy_async, lower_wgmma, lower_wgmma_commit, lower_wgmma_fence,
+                    lower_wgmma_wait)
 from .elementwise import lower_elementwise, lower_mask, lower_row_reduce, lower_to_operand
 
 
@@ -35,6 +37,12 @@ LOWERINGS = {
     T.Mma: lower_mma,
     T.SplitTF32: lower_split,
     T.StoreFragment: lower_store,
+    # sm_90a: warpgroup mma from shared memory
+    T.Wgmma: lower_wgmma,
+    T.WgmmaFence: lower_wgmma_fence,
+    T.WgmmaCommit: lower_wgmma_commit,
+    T.WgmmaWait: lower_wgmma_wait,
+    T.FenceProxyAsync: lower_fence_proxy_async,
 }
 # Fragment arithmetic (softmax, attention): ir/lower/elementwise.py
 LOWERINGS.update({

@@ -1,0 +1,296 @@
+"""wgmma (sm_90a): the descriptor model, the spec rules, the PTX (assembled by ptxas), the
+pipeline's hazard rules and the GEMM end to end on the emulator, with planted mistakes."""
+import numpy as np
+import pytest
+
+import tilegen
+import tilegen.dsl as tg
+from tilegen.arch import wgmma as W
+from tilegen.arch.mma import mma_atom
+from tilegen.ir.hazards import HazardError
+from tilegen.layout import SmemLayout
+from tilegen.sim import SimError
+from tilegen.sim import wgmma as simw
+from tilegen.codegen.ptxas import resources
+from ptxas_util import assert_assembles, needs_ptxas
+
+ATOM = "m16n8k16.f16.f32"
+
+
+# ---- the descriptor and accumulator model ----------------------------------------------------
+
+@pytest.mark.parametrize("mode", ["128B", "64B", "32B"])
+@pytest.mark.parametrize("k_major", [True, False])
+def test_descriptor_reads_the_panel_layout(mode, k_major):
+    """Element (mn, k) of a slice, read through the descriptor the generator builds, is where
+    tilegen.layout stores it (K-major: stored (mn, k); MN-major: stored (k, mn))."""
+    esize, rows_mn, k = 2, 128, 64
+    rows, cols = (rows_mn, k) if k_major else (k, rows_mn)
+    layout = SmemLayout(rows, cols, esize, mode)
+    base = 4096
+    lead, stride = W.descriptor_strides(mode, rows, k_major)
+    for mn0, k0 in [(0, 0), (64, 16), (64, 32)]:
+        if k_major:
+            start = (mn0 * layout.swizzle.span + (k0 * esize // layout.swizzle.span) * rows * layout.swizzle.span
+                     + (k0 * esize) % layout.swizzle.span)
+        else:
+            start = (mn0 * esize // layout.swizzle.span) * rows * layout.swizzle.span + k0 * layout.swizzle.span
+        if k_major and (k0 * esize) % layout.swizzle.span + 16 * esize > layout.swizzle.span:
+            continue  # a k-step must stay inside one swizzle span
+        d = W.Descriptor.decode(W.encode_descriptor(base + start, mode, lead, stride))
+        mn = np.arange(64)[:, None]
+        kk = np.arange(16)[None, :]
+        got = d.address(mn, kk, esize, k_major)
+        r, c = (mn0 + mn, k0 + kk) if k_major else (k0 + kk, mn0 + mn)
+        want = base + layout.element_offset(r, c)
+        np.testing.assert_array_equal(got, np.broadcast_to(want, got.shape))
+
+
+@pytest.mark.parametrize("k_major", [True, False])
+def test_emulator_decodes_descriptors_like_the_generator(k_major):
+    """The emulator's own descriptor decoding (from the ISA text) agrees with tilegen.arch."""
+    rng = np.random.default_rng(1)
+    for mode in ("128B", "64B", "32B"):
+        for _ in range(20):
+            start = int(rng.integers(0, 1 << 14)) << 4
+            lead, stride = (int(rng.integers(1, 1 << 10)) << 4 for _ in range(2))
+            desc = W.encode_descriptor(start, mode, lead, stride)
+            got = simw.operand_addresses(desc, 64, 16, 2, k_major)
+            want = W.Descriptor.decode(desc).address(np.arange(64)[:, None], np.arange(16)[None, :], 2, k_major)
+            np.testing.assert_array_equal(got, want)
+
+
+def test_descriptor_fields():
+    d = W.encode_descriptor(0x12340, "128B", 16, 1024)
+    assert d & 0x3FFF == 0x1234 and (d >> 16) & 0x3FFF == 1 and (d >> 32) & 0x3FFF == 64 and d >> 62 == 1
+    assert W.Descriptor.decode(d) == W.Descriptor(0x12340, 16, 1024, "128B")
+
+
+def test_accumulator_is_m16n8_fragments_side_by_side():
+    """Register 4j + r of warp w is register r of the m16n8 C atom j, 16w rows down."""
+    c = mma_atom(ATOM).c
+    for w in range(4):
+        for lane in range(32):
+            for i in range(0, 256 // 2):
+                row, col = W.accumulator_coord(w, lane, i)
+                r0, c0 = c.coord(lane, i % 4, 0)
+                assert (row, col) == (16 * w + r0, 8 * (i // 4) + c0)
+    pos = simw._acc_positions(256)
+    want = [[W.accumulator_coord(t // 32, t % 32, i) for i in range(128)] for t in range(128)]
+    np.testing.assert_array_equal(pos, [[r * 256 + cc for r, cc in row] for row in want])
+
+
+def test_shape_rules():
+    assert W.WgmmaShape("bf16", 128).instruction() == "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16"
+    for bad in [("f16", 260), ("f16", 12), ("tf32", 64)]:
+        with pytest.raises(ValueError):
+            W.WgmmaShape(*bad)
+
+
+# ---- spec -------------------------------------------------------------------------------------
+
+def test_wgmma_spec_defaults():
+    s = tilegen.GemmSpec(dtype="bf16", instruction="wgmma")
+    assert (s.target, tuple(s.tile), tuple(s.warps), s.stages, s.frag_buffers) == \
+        ("sm_90a", (128, 256, 64), (8, 1), 4, 1)
+    assert s.wgmma.n == 256
+    assert tilegen.GemmSpec.from_text(s.to_text()) == s
+    assert tilegen.GemmSpec.from_text(s.to_text(minimal=True)) == s
+
+
+@pytest.mark.parametrize("kw, field, says", [
+    (dict(target="sm_90"), "target", "sm_90a"),
+    (dict(dtype="tf32"), "dtype", "16-bit"),
+    (dict(warps=(2, 2), tile=(128, 128, 64)), "warps", "warpgroup"),
+    (dict(swizzle="pad"), "swizzle", "swizzled"),
+    (dict(stages=2), "stages", "3..6"),
+    (dict(frag_buffers=2), "frag_buffers", "no fragments"),
+    (dict(tile=(128, 192, 64), warps=(8, 2)), "tile", "multiple of 64"),
+    (dict(instruction="tcgen05"), "instruction", "mma.sync, wgmma"),
+])
+def test_wgmma_spec_errors(kw, field, says):
+    with pytest.raises(tilegen.SpecError) as e:
+        tilegen.GemmSpec(**{"dtype": "f16", "instruction": "wgmma", **kw})
+    assert e.value.field == field and says in str(e.value)
+
+
+# ---- PTX ---------------------------------------------------------------------------------------
+
+SPECS = [dict(), dict(dtype="bf16", b_layout="col"), dict(a_layout="col", tile=(64, 128, 64), warps=(4, 1), stages=3),
+         dict(a_layout="col", b_layout="col", tile=(128, 128, 64), warps=(8, 2), out_dtype="bf16",
+              epilogue=tilegen.Epilogue(bias="col", activation="gelu_tanh"))]
+
+
+@needs_ptxas
+@pytest.mark.parametrize("kw", SPECS, ids=lambda k: "-".join(f"{a}" for a in k.values()) or "default")
+def test_wgmma_kernels_assemble_without_spills(kw):
+    spec = tilegen.GemmSpec(**{"dtype": "f16", "instruction": "wgmma", **kw})
+    k = tilegen.compile(spec)
+    assert ".target sm_90a" in k.ptx and "fence.proxy.async.shared::cta;" in k.ptx
+    assert k.ptx.count(f"wgmma.mma_async.sync.aligned.m64n{spec.wgmma.n}k16") == 2 * (spec.tile.k // 16)
+    assert_assembles(k.ptx, "sm_90a")
+    info = resources(k.ptx, "sm_90a", k.smem_bytes)
+    assert info.spill_stores == 0 and info.spill_loads == 0, str(info)
+
+
+# ---- the pipeline's hazard rules, on a one-warpgroup main loop -----------------------------------
+
+@tg.kernel
+def wg_pipeline(stages=4, ahead=None, fence=True, barrier=True, retire=1, final_wait=True):
+    S = stages
+    P = S - 2 if ahead is None else ahead
+    tg.launch(threads=128, grid=lambda s: (1, 1, 1))
+    A = tg.tensor("A", "f16", ("M", "K"))
+    B = tg.tensor("B", "f16", ("K", "N"))
+    C = tg.tensor("C", "f32", ("M", "N"))
+    sA = tg.shared("sA", "f16", 64, 64, stages=S)
+    sB = tg.shared("sB", "f16", 64, 64, stages=S)
+    acc = tg.fragment(ATOM, "C", (1, 8))
+
+    def copy(t):
+        tg.copy_async(sA[t % S], A.block(0, t * 64))
+        tg.copy_async(sB[t % S], B.block(t * 64, 0))
+        tg.commit()
+
+    for s in range(P):
+        copy(s)
+    for kt in tg.range(tg.cdiv(A.shape[1], 64)):
+        stage = kt % S
+        tg.wait(P - 1)
+        if fence:
+            tg.fence_proxy_async()
+        if barrier:
+            tg.barrier()
+        tg.wgmma_fence()
+        for kk in range(4):
+            tg.wgmma(acc, sA[stage], sB[stage], 0, kk * 16, 0)
+        tg.wgmma_commit()
+        copy(kt + P)
+        tg.wgmma_wait(retire)
+    if final_wait:
+        tg.wgmma_wait(0)
+    tg.wait(0)
+    tg.store(C.block(tg.warp_id() * 16, 0), acc)
+
+
+def _run_sim(kernel, K=320, ptx=None):
+    from tilegen.sim import GlobalMemory, run_kernel
+
+    rng = np.random.default_rng(3)
+    A = rng.standard_normal((64, K)).astype(np.float16)
+    B = rng.standard_normal((K, 64)).astype(np.float16)
+    mem = GlobalMemory()
+    ptrs = []
+    for x in (A, B, np.full((64, 64), np.nan, np.float32)):
+        ptrs.append(mem.alloc(x.nbytes))
+        mem.write(ptrs[-1], x)
+    k = kernel if ptx is None else _Edited(kernel, ptx)
+    run_kernel(k, {"M": 64, "N": 64, "K": K, "A_ptr": ptrs[0], "A_ld": K, "B_ptr": ptrs[1], "B_ld": 64,
+                   "C_ptr": ptrs[2], "C_ld": 64}, {"M": 64, "N": 64, "K": K}, mem)
+    return mem.read(ptrs[2], 64 * 64 * 4, np.float32).reshape(64, 64), A.astype(np.float64) @ B.astype(np.float64)
+
+
+class _Edited:
+    def __init__(self, kernel, ptx):
+        self._k, self.ptx = kernel, ptx
+        self.name, self.threads, self.params, self.smem_bytes = kernel.name, kernel.threads, kernel.params, kernel.smem_bytes
+
+    def grid(self, sizes):
+        return self._k.grid(sizes)
+
+
+@pytest.mark.parametrize("stages", [3, 4, 5])
+def test_correct_wgmma_pipeline_passes_and_computes(stages):
+    k = tilegen.compile(wg_pipeline, stages=stages, target="sm_90a")
+    C, ref = _run_sim(k)
+    assert np.abs(C - ref).max() < 1e-3
+
+
+@pytest.mark.parametrize("knobs, says", [
+    (dict(fence=False), "fence_proxy_async"),
+    (dict(ahead=3), "wgmma"),                        # refills the stage the last tile's wgmma reads
+    (dict(retire=2), "no wgmma_wait has retired it"),
+    (dict(barrier=False), "barrier"),
+    (dict(final_wait=False), "wgmma_wait(0)"),
+])
+def test_planted_pipeline_mistakes_are_rejected(knobs, says):
+    with pytest.raises(HazardError) as e:
+        tilegen.compile(wg_pipeline, target="sm_90a", **knobs)
+    assert says in str(e.value)
+
+
+# ---- the emulator finds the same mistakes in the PTX --------------------------------------------
+
+@pytest.fixture(scope="module")
+def wg_kernel():
+    return tilegen.compile(wg_pipeline, stages=4, target="sm_90a")
+
+
+def test_emulator_without_proxy_fence(wg_kernel):
+    ptx = wg_kernel.ptx.replace("fence.proxy.async.shared::cta;", "// fence removed")
+    with pytest.raises(SimError) as e:
+        _run_sim(wg_kernel, ptx=ptx)
+    assert e.value.kind == "proxy" and e.value.text.startswith("wgmma.mma_async")
+
+
+def test_emulator_refill_while_wgmma_in_flight(wg_kernel):
+    ptx = wg_kernel.ptx.replace("wgmma.wait_group.sync.aligned 1;", "wgmma.wait_group.sync.aligned 2;")
+    with pytest.raises(SimError) as e:
+        _run_sim(wg_kernel, ptx=ptx)
+    assert e.value.kind == "war" and "wgmma still in flight" in str(e.value)
+
+
+def test_emulator_wgmma_before_copies_land(wg_kernel):
+    ptx = wg_kernel.ptx.replace("cp.async.wait_group 1;", "cp.async.wait_group 2;")
+    with pytest.raises(SimError) as e:
+        _run_sim(wg_kernel, ptx=ptx)
+    assert e.value.kind == "pending"
+
+
+def test_emulator_without_barrier(wg_kernel):
+    ptx = wg_kernel.ptx.replace("bar.sync 0;", "// barrier removed")
+    with pytest.raises(SimError) as e:
+        _run_sim(wg_kernel, ptx=ptx)
+    assert e.value.kind == "race"
+
+
+# ---- the GEMM template on the emulator -------------------------------------------------------------
+
+def _inputs(dtype, M, N, K, a_layout, b_layout, rng):
+    from tilegen.arch.dtypes import numpy_dtype
+
+    A = rng.standard_normal((M, K)).astype(numpy_dtype(dtype))
+    B = rng.standard_normal((K, N)).astype(numpy_dtype(dtype))
+    return (np.asfortranarray(A) if a_layout == "col" else A), (np.asfortranarray(B) if b_layout == "col" else B)
+
+
+@pytest.mark.parametrize("dtype", ["f16", "bf16"])
+@pytest.mark.parametrize("layouts", ["rr", "rc", "cr", "cc"])
+def test_wgmma_gemm_on_the_emulator(dtype, layouts):
+    from bounds import gemm_bound, gemm_error
+
+    al, bl = ({"r": "row", "c": "col"}[x] for x in layouts)
+    spec = tilegen.GemmSpec(dtype=dtype, instruction="wgmma", a_layout=al, b_layout=bl,
+                            tile=(64, 128, 64), warps=(4, 2), stages=3)
+    rng = np.random.default_rng(hash((dtype, layouts)) % 2 ** 32)
+    M, N, K = 70, 150, 200     # ragged in every dimension, several k-tiles
+    A, B = _inputs(dtype, M, N, K, al, bl, rng)
+    out = np.full((M, N), np.nan, np.float32)
+    C = tilegen.compile(spec)(A, B, out=out, device="sim")
+    ref = A.astype(np.float64) @ B.astype(np.float64)
+    assert not np.isnan(C).any()
+    assert gemm_error(C, ref, A, B) <= gemm_bound(dtype, K)
+
+
+def test_wgmma_gemm_with_fused_epilogue_on_the_emulator():
+    from tilegen.arch.dtypes import numpy_dtype
+
+    spec = tilegen.GemmSpec(dtype="f16", instruction="wgmma", tile=(64, 64, 64), warps=(4, 1), stages=3,
+                            out_dtype="f16", epilogue=tilegen.Epilogue(bias="col", activation="relu"))
+    rng = np.random.default_rng(5)
+    M, N, K = 64, 100, 70
+    A, B = _inputs("f16", M, N, K, "row", "row", rng)
+    bias = rng.standard_normal(N).astype(numpy_dtype("f16"))
+    C = tilegen.compile(spec)(A, B, bias=bias, device="sim")
+    ref = np.maximum(A.astype(np.float64) @ B.astype(np.float64) + bias.astype(np.float64), 0)
+    assert np.abs(C.astype(np.float64) - ref).max() <= 1e-2 * max(1.0, np.abs(ref).max())

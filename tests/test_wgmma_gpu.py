@@ -1,0 +1,126 @@
+"""The wgmma GEMM (sm_90a) on the GPU against float64 references (marker `gpu`, Hopper only).
+
+Same checks as the mma.sync GEMM: every layout pair, ragged shapes, alpha/beta, NaN-poisoned
+outputs, fused epilogues, repeat launches; operands are torch tensors used in place."""
+import itertools
+
+import numpy as np
+import pytest
+
+import tilegen
+from bounds import gemm_bound
+from gpu_util import record, requires_gpu
+from test_gemm_layouts_gpu import EDGE, _errors, _matrix
+
+pytestmark = [pytest.mark.gpu, requires_gpu]
+
+LAYOUTS = list(itertools.product(["row", "col"], ["row", "col"]))
+
+
+@pytest.fixture(scope="module")
+def torch():
+    torch = pytest.importorskip("torch")
+    if torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("wgmma needs a Hopper (sm_90) GPU")
+    return torch
+
+
+def _shapes(seed, n=10):
+    rng = np.random.default_rng(seed)
+    return EDGE + [tuple(int(x) for x in rng.integers(1, 4100, size=3)) for _ in range(n)]
+
+
+def _check_all(torch, kernel, spec, shapes, gen, odt=None):
+    odt = odt or torch.float32
+    worst = 0.0
+    for M, N, K in shapes:
+        A = _matrix(torch, M, K, spec.a_layout, spec.dtype, gen)
+        B = _matrix(torch, K, N, spec.b_layout, spec.dtype, gen)
+        C0 = torch.randn(M, N, generator=gen, device="cuda").to(odt)
+        out = C0.clone()
+        kernel(A, B, out=out, alpha=0.75, beta=-1.5)
+        torch.cuda.synchronize()
+        assert not torch.isnan(out).any(), f"NaN in {M}x{N}x{K}"
+        err, _ = _errors(torch, out, A, B, 0.75, -1.5, C0)
+        bound = gemm_bound(spec.dtype, K, spec.out_dtype)
+        worst = max(worst, err / bound)
+        assert err <= bound, f"{spec}: {M}x{N}x{K}: error {err:.3g} over the bound {bound:.3g}"
+        out.fill_(float("nan"))   # beta = 0 never reads C, and every element is written
+        kernel(A, B, out=out)
+        torch.cuda.synchronize()
+        assert not torch.isnan(out).any(), f"unwritten elements in {M}x{N}x{K}"
+        err0, _ = _errors(torch, out, A, B, 1.0, 0.0, C0)
+        assert err0 <= bound
+    return worst
+
+
+@pytest.mark.parametrize("layouts", LAYOUTS, ids=lambda x: "".join(l[0] for l in x))
+@pytest.mark.parametrize("dtype", ["f16", "bf16"])
+def test_wgmma_layouts_and_shapes(torch, dtype, layouts):
+    a_layout, b_layout = layouts
+    spec = tilegen.GemmSpec(dtype=dtype, instruction="wgmma", a_layout=a_layout, b_layout=b_layout)
+    gen = torch.Generator(device="cuda").manual_seed(hash((dtype, layouts)) % 2 ** 31)
+    shapes = _shapes(hash((dtype, layouts, "wgmma")) % 2 ** 31) + [(4096, 4096, 4096)]
+    worst = _check_all(torch, tilegen.compile(spec), spec, shapes, gen)
+    record("wgmma_layouts", dtype=dtype, a_layout=a_layout, b_layout=b_layout, shapes=len(shapes),
+           worst_error_over_bound=worst)
+
+
+SPECS = [dict(tile=(128, 128, 64), warps=(8, 1), stages=3), dict(tile=(256, 128, 64), warps=(16, 1)),
+         dict(tile=(64, 128, 64), warps=(4, 2), stages=3), dict(stages=5, group_m=16),
+         dict(tile=(128, 256, 32), warps=(8, 1), stages=6), dict(tile=(128, 128, 64), warps=(8, 2)),
+         dict(out_dtype="bf16", b_layout="col"), dict(out_dtype="f16", a_layout="col")]
+
+
+@pytest.mark.parametrize("kw", SPECS, ids=lambda k: ",".join(f"{a}={b}" for a, b in k.items()))
+def test_wgmma_spec_variants(torch, kw):
+    spec = tilegen.GemmSpec(**{"dtype": "f16", "instruction": "wgmma", **kw})
+    odt = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}[spec.out_dtype]
+    gen = torch.Generator(device="cuda").manual_seed(11)
+    shapes = EDGE + [(1000, 1001, 999), (2048, 2048, 2048)]
+    worst = _check_all(torch, tilegen.compile(spec), spec, shapes, gen, odt)
+    record("wgmma_spec", spec=str(spec), shapes=len(shapes), worst_error_over_bound=worst)
+
+
+@pytest.mark.parametrize("activation", ["relu", "gelu_tanh", "silu"])
+def test_wgmma_fused_epilogue(torch, activation):
+    """Same tolerance as the mma.sync epilogue tests (test_epilogue_gpu.py)."""
+    from test_epilogue_gpu import TOL, _act
+
+    spec = tilegen.GemmSpec(dtype="bf16", instruction="wgmma", out_dtype="bf16",
+                            epilogue=tilegen.Epilogue(bias="col", activation=activation, residual=True))
+    kernel = tilegen.compile(spec)
+    gen = torch.Generator(device="cuda").manual_seed(3)
+    worst = 0.0
+    for M, N, K in [(1000, 999, 1001), (257, 130, 2049), (4099, 67, 129)]:
+        A = _matrix(torch, M, K, "row", "bf16", gen)
+        B = _matrix(torch, K, N, "row", "bf16", gen)
+        bias = torch.randn(N, generator=gen, device="cuda").bfloat16()
+        R = torch.randn(M, N, generator=gen, device="cuda").bfloat16()
+        C0 = torch.randn(M, N, generator=gen, device="cuda").bfloat16()
+        out = C0.clone()
+        kernel(A, B, out=out, alpha=0.5, beta=0.25, bias=bias, residual=R)
+        torch.cuda.synchronize()
+        x = 0.5 * (A.double() @ B.double()) + 0.25 * C0.double() + bias.double()[None, :]
+        ref = _act(torch, activation, x) + R.double()
+        err = float((out.double() - ref).abs().max() / max(1.0, float(ref.abs().max())))
+        worst = max(worst, err / TOL["bf16"])
+        assert err <= TOL["bf16"], f"{M}x{N}x{K}: {err:.3g} over {TOL['bf16']:.3g}"
+    record("wgmma_epilogue", activation=activation, worst_error_over_tolerance=worst)
+
+
+def test_wgmma_500_launches_bit_identical(torch):
+    gen = torch.Generator(device="cuda").manual_seed(5)
+    A = _matrix(torch, 1000, 999, "row", "bf16", gen)
+    B = _matrix(torch, 999, 1001, "col", "bf16", gen)
+    kernel = tilegen.compile(tilegen.GemmSpec(dtype="bf16", b_layout="col", instruction="wgmma"))
+    first = torch.empty(1000, 1001, device="cuda")
+    kernel(A, B, out=first)
+    out = torch.empty_like(first)
+    same = 0
+    for _ in range(500):
+        out.fill_(float("nan"))
+        kernel(A, B, out=out)
+        same += bool(torch.equal(out, first))
+    record("wgmma_repeat", launches=500, identical=same)
+    assert same == 500

@@ -1,0 +1,182 @@
+"""Warpgroup instructions of sm_90a: wgmma.mma_async from shared memory, wgmma.fence /
+commit_group / wait_group, and fence.proxy.async.
+
+Each warpgroup (128 consecutive threads) runs its wgmma at issue: the operands are gathered
+from shared memory through the two descriptors, multiplied exactly (float64) and added to
+the accumulator registers. What the hardware leaves asynchronous is checked instead: the
+bytes stay "in flight" until the wait_group that retires the group (writes to them are
+errors), and a wgmma must not read bytes written through the generic proxy unless the
+writer issued fence.proxy.async after the write (race.py).
+
+Descriptor decoding follows the PTX ISA's matrix-descriptor section, written out here
+independently of tilegen.arch (tests hold the two together): start address, leading and
+stride byte offsets in 16-byte units, the swizzle mode in bits 62-63, the swizzle applied
+to the computed address.
+"""
+from __future__ import annotations
+
+import re
+from functools import lru_cache
+
+import numpy as np
+
+from . import numerics as nm
+from .memory import MemoryFault
+from .program import Imm, Vec
+from .state import Context, per_thread
+
+GROUP = 128
+_MMA = re.compile(r"wgmma\.mma_async\.sync\.aligned\.m64n(\d+)k(\d+)\.f32\.(f16|bf16)\.(f16|bf16)$")
+_K = {"f16": 16, "bf16": 16}
+# swizzle code -> (span bytes, XOR source shift): address bits [4, 4+b) ^= bits [7, 7+b)
+_SWIZZLE = {1: (128, 3), 2: (64, 2), 3: (32, 1)}
+
+
+def _swizzle(addr, code):
+    span, bits = _SWIZZLE[code]
+    return addr ^ (((addr >> 7) & ((1 << bits) - 1)) << 4)
+
+
+def operand_addresses(desc: int, rows: int, k: int, esize: int, k_major: bool) -> np.ndarray:
+    """(rows, k) byte addresses an operand descriptor selects: rows = M (A) or N (B)."""
+    code = (desc >> 62) & 3
+    if code not in _SWIZZLE:
+        raise ValueError(f"descriptor swizzle mode {code} (only 128B/64B/32B are modelled)")
+    start = (desc & 0x3FFF) << 4
+    lead = ((desc >> 16) & 0x3FFF) << 4
+    stride = ((desc >> 32) & 0x3FFF) << 4
+    span = _SWIZZLE[code][0]
+    mn = np.arange(rows, dtype=np.int64)[:, None]
+    kk = np.arange(k, dtype=np.int64)[None, :]
+    if k_major:   # rows of `span` bytes along K; 8-row groups `stride` apart
+        linear = start + (mn // 8) * stride + (mn % 8) * span + kk * esize
+    else:         # MN runs along the span; 8-deep K groups `stride` apart, span-wide MN blocks `lead` apart
+        per = span // esize
+        linear = start + (mn // per) * lead + (kk // 8) * stride + (kk % 8) * span + (mn % per) * esize
+    return _swizzle(linear, code)
+
+
+@lru_cache(maxsize=None)
+def _acc_positions(n: int):
+    """(warp*32 + lane, register) -> (row, col) of the 64 x n accumulator, as flat indices."""
+    w = np.arange(4)[:, None, None]
+    lane = np.arange(32)[None, :, None]
+    i = np.arange(n // 2)[None, None, :]
+    row = 16 * w + (lane >> 2) + 8 * ((i >> 1) & 1)
+    col = 8 * (i >> 2) + 2 * (lane & 3) + (i & 1)
+    return (row * n + col).reshape(GROUP, n // 2)
+
+
+def _groups(ctx, ins):
+    if ctx.threads % GROUP:
+        ctx.unsupported(ins, f"{ins.opcode.split('.')[0]} in a CTA of {ctx.threads} threads (not whole warpgroups)")
+    return ctx.threads // GROUP
+
+
+def _aligned(ins, ctx):
+    if ins.guard is not None:
+        ctx.unsupported(ins, f"a guarded {ins.opcode} (.sync.aligned: every thread of the warpgroup runs it)")
+
+
+def build_wgmma(ins, ctx: Context):
+    _aligned(ins, ctx)
+    op = ins.opcode
+    if op == "wgmma.fence.sync.aligned":
+        return lambda: None           # the emulator runs each wgmma at issue: nothing to order
+    if op == "wgmma.commit_group.sync.aligned":
+        def commit():
+            ctx.wgmma_groups.append(ctx.wgmma_uncommitted)
+            ctx.wgmma_uncommitted = []
+        _groups(ctx, ins)
+        return commit
+    if op == "wgmma.wait_group.sync.aligned":
+        if len(ins.operands) != 1 or not isinstance(ins.operands[0], Imm):
+            ctx.unsupported(ins, "wgmma.wait_group without an immediate count")
+        keep = int(ins.operands[0].value)
+
+        def wait():
+            while len(ctx.wgmma_groups) > keep:
+                for group, offs in ctx.wgmma_groups.pop(0):
+                    ctx.shadow.retire_async_read(group, offs)
+        return wait
+    m = _MMA.match(op)
+    if m is None:
+        ctx.unsupported(ins, f"the instruction {op} (wgmma m64nNk16 f16/bf16 with f32 accumulators only)")
+    n, k, a_type, b_type = int(m.group(1)), int(m.group(2)), m.group(3), m.group(4)
+    if n % 8 or not 8 <= n <= 256 or k != _K[a_type] or a_type != b_type:
+        ctx.unsupported(ins, f"the shape of {op}")
+    ops = ins.operands
+    if len(ops) != 8 or not all(isinstance(x, Imm) for x in ops[3:]):
+        ctx.unsupported(ins, f"{op} other than {{d}}, desc-a, desc-b, scale-d, 1, 1, trans-a, trans-b with immediates")
+    d_items = ops[0].items if isinstance(ops[0], Vec) else ()
+    if len(d_items) != n // 2:
+        ctx.fail(ins, f"the accumulator of m64n{n} must be a vector of {n // 2} registers", kind="unsupported")
+    scale_d, scale_a, scale_b, trans_a, trans_b = (int(x.value) for x in ops[3:])
+    if (scale_a, scale_b) != (1, 1) or scale_d not in (0, 1) or trans_a not in (0, 1) or trans_b not in (0, 1):
+        ctx.unsupported(ins, f"{op} with scale-a/scale-b other than 1")
+    read_a = ctx.reader(ins, ops[1], np.uint64)
+    read_b = ctx.reader(ins, ops[2], np.uint64)
+    accs = [ctx.reader(ins, x, np.float32) for x in d_items]
+    puts = [ctx.writer(ins, x, np.float32) for x in d_items]
+    G = _groups(ctx, ins)
+    pos = _acc_positions(n)
+    decode = nm.f16_bits_to_f32 if a_type == "f16" else nm.bf16_bits_to_f32
+    nt = ctx.threads
+
+    def descriptor(read, g, what):
+        d = per_thread(read(), nt)[g * GROUP:(g + 1) * GROUP]
+        if (d != d[0]).any():
+            ctx.fail(ins, f"the {what} descriptor differs between the threads of warpgroup {g}; it must be "
+                          f"the same in all 128", kind="divergence", tid=g * GROUP + int(np.flatnonzero(d != d[0])[0]))
+        return int(d[0])
+
+    def gather(desc, rows, k_major, g):
+        try:
+            addr = operand_addresses(desc, rows, k, 2, k_major)
+        except ValueError as e:
+            ctx.unsupported(ins, str(e))
+        try:
+            off = ctx.shared.offsets(addr.reshape(-1).astype(np.uint64), 2)
+        except MemoryFault as f:  # name the warpgroup's first thread
+            ctx.fault(ins, f, np.full(addr.size, g * GROUP))
+        v = ctx.shadow.issue_async_read(g, (off[:, None] + np.arange(2)).reshape(-1), ins.line)
+        if v:
+            ctx.fail(ins, v.message, kind=v.kind, tid=g * GROUP, address=ctx.shared.base + v.offset)
+        flat = (off[:, None] + np.arange(2)).reshape(-1)
+        ctx.wgmma_uncommitted.append((g, flat))
+        if (off % 2).any():
+            ctx.fail(ins, "a wgmma operand element at an odd address", kind="misaligned", tid=g * GROUP)
+        return decode(ctx.shared.words(2)[off // 2]).reshape(rows, k)
+
+    def run():
+        regs = np.stack([per_thread(r(), nt) for r in accs], axis=1).astype(np.float32)   # (threads, n/2)
+        out = regs.copy()
+        for g in range(G):
+            A = gather(descriptor(read_a, g, "A"), 64, trans_a == 0, g)                  # (64, k)
+            B = gather(descriptor(read_b, g, "B"), n, trans_b == 0, g)                   # (n, k)
+            D = A.astype(np.float64) @ B.astype(np.float64).T
+            mine = slice(g * GROUP, (g + 1) * GROUP)
+            if scale_d:
+                D = D.reshape(-1)
+                D[pos] += regs[mine]
+                D = D.reshape(64, n)
+            out[mine] = D.reshape(-1)[pos].astype(np.float32)
+        for i, put in enumerate(puts):
+            put(np.ascontiguousarray(out[:, i]))
+    return run
+
+
+def build_fence(ins, ctx: Context):
+    if ins.opcode != "fence.proxy.async.shared::cta":
+        ctx.unsupported(ins, f"the instruction {ins.opcode} (only fence.proxy.async.shared::cta)")
+    g = ctx.guard(ins)
+
+    def run():
+        if g is None:
+            ctx.shadow.fence_async(None)
+        else:
+            ctx.shadow.fence_async(ctx.all_tids[g()])
+    return run
+
+
+BUILDERS = {"wgmma": build_wgmma, "fence": build_fence}
