@@ -116,7 +116,7 @@ def test_wgmma_spec_errors(kw, field, says):
 
 # ---- PTX ---------------------------------------------------------------------------------------
 
-SPECS = [dict(), dict(dtype="bf16", b_layout="col"), dict(a_layout="col", tile=(64, 128, 64), warps=(4, 1), stages=3),
+SPECS = [dict(), dict(dtype="bf16", b_layout="col"), dict(persistent=True), dict(a_layout="col", tile=(64, 128, 64), warps=(4, 1), stages=3),
          dict(a_layout="col", b_layout="col", tile=(128, 128, 64), warps=(8, 2), out_dtype="bf16",
               epilogue=tilegen.Epilogue(bias="col", activation="gelu_tanh"))]
 
@@ -294,3 +294,30 @@ def test_wgmma_gemm_with_fused_epilogue_on_the_emulator():
     C = tilegen.compile(spec)(A, B, bias=bias, device="sim")
     ref = np.maximum(A.astype(np.float64) @ B.astype(np.float64) + bias.astype(np.float64), 0)
     assert np.abs(C.astype(np.float64) - ref).max() <= 1e-2 * max(1.0, np.abs(ref).max())
+
+
+@pytest.mark.parametrize("layouts", ["rr", "cc"])
+def test_persistent_wgmma_gemm_on_the_emulator(layouts):
+    """Three CTAs (the emulator's persistent grid) walk 35 blocks, each prefetching the next
+    block's first k-tiles before storing its own."""
+    from bounds import gemm_bound, gemm_error
+    from tilegen.runtime.driver import EMULATOR_CTAS
+
+    al, bl = ({"r": "row", "c": "col"}[x] for x in layouts)
+    spec = tilegen.GemmSpec(dtype="f16", instruction="wgmma", persistent=True, a_layout=al, b_layout=bl,
+                            tile=(64, 64, 64), warps=(4, 1), stages=3, group_m=2)
+    kernel = tilegen.compile(spec)
+    M, N, K = 300, 450, 150
+    assert kernel.grid({"M": M, "N": N, "K": K}) == (EMULATOR_CTAS, 1, 1)
+    rng = np.random.default_rng(9)
+    A, B = _inputs("f16", M, N, K, al, bl, rng)
+    C = kernel(A, B, out=np.full((M, N), np.nan, np.float32), device="sim")
+    ref = A.astype(np.float64) @ B.astype(np.float64)
+    assert not np.isnan(C).any()
+    assert gemm_error(C, ref, A, B) <= gemm_bound("f16", K)
+
+
+def test_persistent_needs_wgmma():
+    with pytest.raises(tilegen.SpecError) as e:
+        tilegen.GemmSpec(dtype="f16", persistent=True)
+    assert e.value.field == "persistent" and "wgmma" in str(e.value)

@@ -66,8 +66,9 @@ def test_wgmma_layouts_and_shapes(torch, dtype, layouts):
            worst_error_over_bound=worst)
 
 
-SPECS = [dict(tile=(128, 128, 64), warps=(8, 1), stages=3), dict(tile=(256, 128, 64), warps=(16, 1)),
-         dict(tile=(64, 128, 64), warps=(4, 2), stages=3), dict(stages=5, group_m=16),
+SPECS = [dict(persistent=True), dict(persistent=True, a_layout="col", b_layout="col", group_m=4),
+         dict(tile=(128, 128, 64), warps=(8, 1), stages=3), dict(tile=(256, 128, 64), warps=(16, 1)),
+         dict(tile=(64, 128, 64), warps=(4, 2), stages=3), dict(swizzle="64B", group_m=16),
          dict(tile=(128, 256, 32), warps=(8, 1), stages=6), dict(tile=(128, 128, 64), warps=(8, 2)),
          dict(out_dtype="bf16", b_layout="col"), dict(out_dtype="f16", a_layout="col")]
 

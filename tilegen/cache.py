@@ -301,14 +301,10 @@ def _drop(kind: str, key: str) -> None:
 
 
 def gemm_grid(spec) -> Callable:
-    """The GEMM launch grid as a function of the sizes, from the spec alone: one CTA per
-    tile.m x tile.n block of C, in one dimension (kernels/gemm.py's grid)."""
-    bm, bn, _ = spec.tile
+    """The GEMM launch grid as a function of the sizes, from the spec alone (the template's)."""
+    from .kernels.gemm import launch_grid
 
-    def grid(sizes):
-        return (-(-sizes["M"] // bm) * -(-sizes["N"] // bn), 1, 1)
-
-    return grid
+    return lambda sizes: launch_grid(spec, sizes)
 
 
 def _grid_probes(spec) -> list:

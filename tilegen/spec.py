@@ -128,6 +128,8 @@ class GemmSpec:
     | target     | sm_80, sm_86, sm_89, sm_90, sm_90a              | sm_80; sm_89 for fp8;    |
     |            |                                                 | sm_90a for wgmma         |
     | instruction| mma.sync, or wgmma (sm_90a, f16/bf16)           | mma.sync                 |
+    | persistent | wgmma: one CTA per SM walks the tiles, loading  | False                    |
+    |            | the next tile while storing this one            |                          |
 
     With instruction="wgmma" each warpgroup (4 warps stacked along M) multiplies a 64-row
     slice of the tile straight from shared memory: warps.m is a multiple of 4, every warp
@@ -150,6 +152,7 @@ class GemmSpec:
     epilogue: Epilogue = field(default_factory=Epilogue)
     target: Optional[str] = None
     instruction: str = "mma.sync"
+    persistent: bool = False
 
     def __post_init__(self):
         set_ = lambda k, v: object.__setattr__(self, k, v)  # noqa: E731  (frozen)
@@ -357,6 +360,11 @@ class GemmSpec:
             raise SpecError("frag_buffers", self.frag_buffers, "1, 2")
         if isinstance(self.group_m, bool) or not isinstance(self.group_m, int) or not 1 <= self.group_m <= 64:
             raise SpecError("group_m", self.group_m, "an int in 1..64 (1 = plain row-by-row order)")
+        if not isinstance(self.persistent, bool):
+            raise SpecError("persistent", self.persistent, "True, False")
+        if self.persistent and self.instruction != "wgmma":
+            raise SpecError("persistent", self.persistent, "False for mma.sync kernels",
+                            "persistent CTAs are built for the wgmma main loop (instruction='wgmma')")
         if self.instruction == "wgmma":
             self._validate_wgmma()
         t, w = self.tile, self.warps

@@ -9,12 +9,12 @@ from __future__ import annotations
 
 from .. import dsl as tg
 from ..layout import operand_mode
-from .wgmma_mainloop import wgmma_mainloop
+from .wgmma_mainloop import WgmmaPipeline
 
 
 def gemm_kernel_name(spec) -> str:
     t, w = spec.tile, spec.warps
-    kind = "_wgmma" if spec.instruction == "wgmma" else ""
+    kind = ("_wgmma" if spec.instruction == "wgmma" else "") + ("_persistent" if spec.persistent else "")
     return (f"tilegen_gemm{kind}_{spec.dtype}_{spec.a_layout[0]}{spec.b_layout[0]}_{spec.out_dtype}_"
             f"{t.m}x{t.n}x{t.k}_w{w.m}x{w.n}_s{spec.stages}_{spec.swizzle}_fb{spec.frag_buffers}"
             + _epilogue_suffix(spec.epilogue))
@@ -25,6 +25,29 @@ def _epilogue_suffix(epi) -> str:
     return "".join("_" + p for p in parts + (["residual"] if epi.residual else []))
 
 
+def launch_grid(spec, sizes) -> tuple:
+    """One CTA per tile.m x tile.n block of C, in one dimension; persistent kernels launch
+    at most one CTA per SM, each walking blocks pid, pid + CTAs, ..."""
+    blocks = -(-sizes["M"] // spec.tile.m) * -(-sizes["N"] // spec.tile.n)
+    if spec.persistent:
+        from ..runtime.driver import persistent_ctas
+
+        blocks = min(blocks, persistent_ctas())
+    return (blocks, 1, 1)
+
+
+def block_origin(spec, index, M, N):
+    """(m0, n0) of block `index` in the grouped launch order: spec.group_m consecutive
+    blocks walk down M before moving along N, so the B blocks they share stay in L2."""
+    BM, BN = spec.tile.m, spec.tile.n
+    blocks_m, blocks_n = tg.cdiv(M, BM), tg.cdiv(N, BN)
+    per_group = blocks_n * spec.group_m
+    first_m = (index // per_group) * spec.group_m
+    group_rows = tg.minimum(blocks_m - first_m, spec.group_m)
+    in_group = index % per_group
+    return (first_m + in_group % group_rows) * BM, (in_group // group_rows) * BN
+
+
 @tg.kernel
 def gemm(spec):
     BM, BN, BK = spec.tile
@@ -32,12 +55,7 @@ def gemm(spec):
     S = spec.stages
     atom = spec.mma
 
-    def grid(size):
-        blocks_m = -(-size["M"] // BM)
-        blocks_n = -(-size["N"] // BN)
-        return (blocks_m * blocks_n, 1, 1)
-
-    tg.launch(threads=spec.threads, grid=grid)
+    tg.launch(threads=spec.threads, grid=lambda sizes: launch_grid(spec, sizes))
     A = tg.tensor("A", spec.dtype, ("M", "K"), layout=spec.a_layout)
     B = tg.tensor("B", spec.dtype, ("K", "N"), layout=spec.b_layout)
     C = tg.tensor("C", spec.out_dtype, ("M", "N"))
@@ -51,16 +69,7 @@ def gemm(spec):
     M, K = A.shape
     N = B.shape[1]
 
-    # Grouped launch order: spec.group_m consecutive CTAs walk down M before moving along
-    # N, so the B blocks they share stay in L2.
     pid = tg.program_id()
-    blocks_m, blocks_n = tg.cdiv(M, BM), tg.cdiv(N, BN)
-    per_group = blocks_n * spec.group_m
-    first_m = (pid // per_group) * spec.group_m
-    group_rows = tg.minimum(blocks_m - first_m, spec.group_m)
-    in_group = pid % per_group
-    m0 = (first_m + in_group % group_rows) * BM
-    n0 = (in_group // group_rows) * BN
 
     a_rows, a_cols = spec.operand_tile("A")
     b_rows, b_cols = spec.operand_tile("B")
@@ -76,9 +85,28 @@ def gemm(spec):
     wm = (warp % spec.warps.m) * WM
     wn = (warp // spec.warps.m) * WN
     if spec.instruction == "wgmma":
-        acc = wgmma_mainloop(spec, A, B, sA, sB, m0, n0, warp, wn)
-        store_tile(spec, C, acc, m0 + wm, n0 + wn, alpha, beta, bias, R)
+        pipe = WgmmaPipeline(spec, A, B, sA, sB, warp, wn)
+        if not spec.persistent:
+            m0, n0 = block_origin(spec, pid, M, N)
+            pipe.prologue(m0, n0)
+            acc = pipe.k_loop(m0, n0)
+            store_tile(spec, C, acc, m0 + wm, n0 + wn, alpha, beta, bias, R)
+            return
+        # Persistent: CTA pid takes blocks pid, pid + CTAs, ... While one block's accumulator
+        # is stored, the copies of the next block's first tiles are already in flight.
+        blocks = tg.cdiv(M, BM) * tg.cdiv(N, BN)
+        ctas = tg.num_programs()
+        pipe.prologue(*block_origin(spec, pid, M, N))
+        for i in tg.range(0, tg.cdiv(blocks - pid, ctas)):
+            m0, n0 = block_origin(spec, pid + i * ctas, M, N)
+            acc = pipe.k_loop(m0, n0)
+            tg.barrier()  # every warpgroup is done with the stages: refill them
+            following = pid + (i + 1) * ctas
+            with tg.if_(tg.lt(following, blocks)):
+                pipe.prologue(*block_origin(spec, following, M, N))
+            store_tile(spec, C, acc, m0 + wm, n0 + wn, alpha, beta, bias, R)
         return
+    m0, n0 = block_origin(spec, pid, M, N)
     acc = tg.fragment(atom, "C", (WM // atom.m, WN // atom.n), name="acc")
     # With two sets of operand fragments the loads for k-step kk+1 are issued before the
     # mma of k-step kk, so shared-memory latency hides behind tensor-core work. f32 operands

@@ -169,3 +169,18 @@ def device_info(device: int = 0) -> DeviceInfo:
         driver_version=f"{version // 1000}.{version % 1000 // 10}",
     )
 
+
+
+EMULATOR_CTAS = 3  # persistent kernels on the emulator: a few CTAs, so each walks several tiles
+
+
+def persistent_ctas() -> int:
+    """CTAs a persistent kernel launches: one per SM of the current GPU (the emulator, with no
+    GPU, takes EMULATOR_CTAS)."""
+    global _PERSISTENT
+    if _PERSISTENT is None:
+        _PERSISTENT = device_info().sm_count if gpu_available() else EMULATOR_CTAS
+    return _PERSISTENT
+
+
+_PERSISTENT = None
