@@ -71,3 +71,21 @@ def test_bad_arguments_are_explained(call, message):
 
 def test_matmul_fused_is_the_same_function():
     assert tilegen.matmul_fused is tilegen.matmul
+
+
+def test_large_16bit_problems_on_hopper_take_the_wgmma_kernel(monkeypatch):
+    """On an sm_90 GPU without a tuning cache: wgmma (sm_90a) for large f16/bf16 problems in
+    every layout, mma.sync for small ones and for f32."""
+    import importlib
+
+    mm = importlib.import_module("tilegen.matmul")
+
+    monkeypatch.setattr(mm, "_target", lambda: "sm_90")
+    monkeypatch.setattr(mm, "_tuned", lambda *a, **k: None)
+    A = np.zeros((4096, 2048), np.float16)
+    B = np.asfortranarray(np.zeros((2048, 4096), np.float16))
+    spec = mm.explain(A, B).spec
+    assert (spec.instruction, spec.target, spec.b_layout) == ("wgmma", "sm_90a", "col")
+    assert "wgmma" in mm.explain(A, B).reason
+    assert mm.explain(A[:512], B).spec.instruction == "mma.sync"
+    assert mm.explain(A.astype(np.float32), B.astype(np.float32)).spec.instruction == "mma.sync"

@@ -21,13 +21,14 @@ from .spec import Epilogue, GemmSpec
 _DTYPES = {"float16": "f16", "bfloat16": "bf16", "float32": "f32"}
 SMALL = 64  # a dimension this small leaves most of a 128-wide tile idle
 
-# Specs measured best by the autotuner on an H200 for large problems, used when this machine has
-# no tuning cache of its own (docs/results/2026-11-21-h200-runs-3-4.md): (target, dtype) -> fields.
+# Specs measured best on an H200 for large problems, used when this machine has no tuning cache
+# of its own: (target, dtype) -> fields. The wgmma kernel (128x256 tiles, every layout pair)
+# against the best mma.sync spec: docs/results/2026-11-21-h200-run9.md.
 PRESETS = {
-    ("sm_90", "f16"): dict(tile=(256, 128, 128), warps=(4, 2), stages=2),
-    ("sm_90", "bf16"): dict(tile=(256, 128, 128), warps=(4, 2), stages=2),
+    ("sm_90", "f16"): dict(instruction="wgmma", target="sm_90a"),
+    ("sm_90", "bf16"): dict(instruction="wgmma", target="sm_90a"),
 }
-LARGE = 2048  # both M and N at least this: the preset's 256x128 tiles still fill the GPU
+LARGE = 2048  # both M and N at least this: the preset's 128x256 tiles still fill the GPU
 
 
 @dataclass(frozen=True)
@@ -117,9 +118,10 @@ def explain(A, B, *, bias=None, activation=None, residual=None, out=None, allow_
     if tuned is not None:
         spec = tuned.replace(epilogue=epilogue, out_dtype=out_dtype)
         why.append("tile from the autotuner's cache for this GPU and shape bucket")
-    elif (target, dtype) in PRESETS and min(M, N) >= LARGE and a_layout == b_layout == "row":
-        spec = GemmSpec(**base, **PRESETS[(target, dtype)])
-        why.append(f"large problem on {target}: the autotuner's best {dtype} tile measured on the H200")
+    elif (target, dtype) in PRESETS and min(M, N) >= LARGE:
+        spec = GemmSpec(**{**base, **PRESETS[(target, dtype)]})
+        why.append(f"large problem on {target}: the fastest {dtype} kernel measured on the H200 "
+                   f"({spec.instruction}, {spec.tile.m}x{spec.tile.n} tiles, target {spec.target})")
     elif min(M, N) <= SMALL:
         try:
             spec = GemmSpec(**base, tile=(64, 64, 32 if dtype in ("tf32", "f32") else 64), warps=(2, 2))
