@@ -153,3 +153,15 @@ def test_package_main_is_the_cli():
     import tilegen.bench
 
     assert tilegen.bench.main(["--help"]) == 0
+
+
+def test_wgmma_overrides_take_the_arch_specific_target():
+    ov = O.parse_spec_overrides(["instruction=wgmma", "persistent=true"])
+    assert ov == {"instruction": "wgmma", "persistent": True}
+    spec = O.make_spec("bf16", "row", "col", "sm_90", ov)
+    assert (spec.instruction, spec.target, spec.persistent) == ("wgmma", "sm_90a", True)
+    assert O.make_spec("f16", "row", "row", "sm_90", {"instruction": "wgmma", "persistent": False}).persistent is False
+    with pytest.raises(O.OptionError, match="true or false"):
+        O.parse_spec_overrides(["persistent=maybe"])
+    with pytest.raises(O.OptionError, match="sm_90a"):   # wgmma on an older GPU: the spec's own message
+        O.check_overrides(["f16"], [("row", "row")], "sm_80", {"instruction": "wgmma", "target": "sm_80"})

@@ -53,11 +53,12 @@ def layout_code(a_layout: str, b_layout: str) -> str:
 _INT_FIELDS = ("stages", "group_m", "frag_buffers")
 _STR_FIELDS = ("acc_dtype", "out_dtype", "atom", "swizzle", "target", "instruction")
 _TUPLE_FIELDS = {"tile": 3, "warps": 2}
+_BOOL_FIELDS = ("persistent",)
 _OWN_OPTION = {"dtype": "--dtype", "a_layout": "--layout", "b_layout": "--layout"}
 
 
 def spec_keys() -> list[str]:
-    return sorted((*_INT_FIELDS, *_STR_FIELDS, *_TUPLE_FIELDS))
+    return sorted((*_INT_FIELDS, *_STR_FIELDS, *_TUPLE_FIELDS, *_BOOL_FIELDS))
 
 
 def _int(key: str, value: str) -> int:
@@ -109,6 +110,10 @@ def parse_spec_overrides(items) -> dict:
             out[key] = _int(key, value)
         elif key in _TUPLE_FIELDS:
             out[key] = _ints(key, value, _TUPLE_FIELDS[key])
+        elif key in _BOOL_FIELDS:
+            if value.lower() not in ("true", "false", "1", "0"):
+                raise OptionError(f"--spec {key}={value!r}: {key} takes true or false")
+            out[key] = value.lower() in ("true", "1")
         else:
             out[key] = value
     return out
