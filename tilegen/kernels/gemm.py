@@ -70,6 +70,8 @@ def gemm(spec):
     N = B.shape[1]
 
     pid = tg.program_id()
+    if not spec.persistent:  # this CTA's block of C
+        m0, n0 = block_origin(spec, pid, M, N)
 
     a_rows, a_cols = spec.operand_tile("A")
     b_rows, b_cols = spec.operand_tile("B")
@@ -87,7 +89,6 @@ def gemm(spec):
     if spec.instruction == "wgmma":
         pipe = WgmmaPipeline(spec, A, B, sA, sB, warp, wn)
         if not spec.persistent:
-            m0, n0 = block_origin(spec, pid, M, N)
             pipe.prologue(m0, n0)
             acc = pipe.k_loop(m0, n0)
             store_tile(spec, C, acc, m0 + wm, n0 + wn, alpha, beta, bias, R)
@@ -106,7 +107,6 @@ def gemm(spec):
                 pipe.prologue(*block_origin(spec, following, M, N))
             store_tile(spec, C, acc, m0 + wm, n0 + wn, alpha, beta, bias, R)
         return
-    m0, n0 = block_origin(spec, pid, M, N)
     acc = tg.fragment(atom, "C", (WM // atom.m, WN // atom.n), name="acc")
     # With two sets of operand fragments the loads for k-step kk+1 are issued before the
     # mma of k-step kk, so shared-memory latency hides behind tensor-core work. f32 operands

@@ -17,7 +17,7 @@ prologue copies of the next block start before this block's accumulator is store
 from __future__ import annotations
 
 from .. import dsl as tg
-from ..arch.wgmma import M as WG_ROWS, WARPGROUP
+from ..arch.wgmma import M as WG_ROWS
 
 
 class WgmmaPipeline:
@@ -81,4 +81,4 @@ class WgmmaPipeline:
         return acc
 
 
-__all__ = ["WgmmaPipeline", "WARPGROUP"]
+__all__ = ["WgmmaPipeline"]

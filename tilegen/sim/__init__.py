@@ -9,7 +9,8 @@ the module (ptx.lark, parser.py), each instruction is decoded once into a closur
 It finds bugs and raises SimError naming the PTX line, the thread and the address:
 out-of-bounds global or shared accesses, shared-memory races across a missing bar.sync,
 reads of a cp.async still pending, writes over a stage another thread may still be
-reading, misaligned addresses, and control flow it cannot run (divergent branches).
+reading (or a wgmma still in flight), wgmma reads of generic-proxy writes without
+fence.proxy.async, misaligned addresses, and control flow it cannot run (divergent branches).
 
     mem = tilegen.sim.GlobalMemory()
     a = mem.alloc(A.nbytes); mem.write(a, A)
@@ -22,7 +23,8 @@ Limits:
   exit or barrier whose guard differs between threads is an error; guarded ordinary
   instructions are fine. 1-D thread blocks;
 - state spaces .param, .global, .shared only (no generic, .local, .const, textures);
-  no Hopper instructions (wgmma, TMA, mbarrier, clusters) and no warp-level sync
+  of Hopper's instructions only wgmma (f16/bf16 from shared memory, run at issue; sim/wgmma.py)
+  and fence.proxy.async, no TMA, mbarrier or clusters; no warp-level sync
   (bar.warp.sync), so any exchange through shared memory needs a bar.sync;
 - cp.async groups are modelled per CTA (commit/wait must not be guarded); the source is
   read when the copy is issued, the destination written when its group retires;
