@@ -13,6 +13,7 @@ from tilegen.sim import SimError
 from tilegen.sim import wgmma as simw
 from tilegen.codegen.ptxas import resources
 from ptxas_util import assert_assembles, needs_ptxas
+from test_sim_bugs import PtxKernel
 
 ATOM = "m16n8k16.f16.f32"
 
@@ -184,19 +185,10 @@ def _run_sim(kernel, K=320, ptx=None):
     for x in (A, B, np.full((64, 64), np.nan, np.float32)):
         ptrs.append(mem.alloc(x.nbytes))
         mem.write(ptrs[-1], x)
-    k = kernel if ptx is None else _Edited(kernel, ptx)
+    k = kernel if ptx is None else PtxKernel(kernel, ptx)
     run_kernel(k, {"M": 64, "N": 64, "K": K, "A_ptr": ptrs[0], "A_ld": K, "B_ptr": ptrs[1], "B_ld": 64,
                    "C_ptr": ptrs[2], "C_ld": 64}, {"M": 64, "N": 64, "K": K}, mem)
     return mem.read(ptrs[2], 64 * 64 * 4, np.float32).reshape(64, 64), A.astype(np.float64) @ B.astype(np.float64)
-
-
-class _Edited:
-    def __init__(self, kernel, ptx):
-        self._k, self.ptx = kernel, ptx
-        self.name, self.threads, self.params, self.smem_bytes = kernel.name, kernel.threads, kernel.params, kernel.smem_bytes
-
-    def grid(self, sizes):
-        return self._k.grid(sizes)
 
 
 @pytest.mark.parametrize("stages", [3, 4, 5])

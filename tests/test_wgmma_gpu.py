@@ -10,7 +10,7 @@ import pytest
 import tilegen
 from bounds import gemm_bound
 from gpu_util import record, requires_gpu
-from test_gemm_layouts_gpu import EDGE, _errors, _matrix
+from test_gemm_layouts_gpu import EDGE, _errors, _matrix, repeat_launches
 
 pytestmark = [pytest.mark.gpu, requires_gpu]
 
@@ -111,17 +111,6 @@ def test_wgmma_fused_epilogue(torch, activation):
 
 
 def test_wgmma_500_launches_bit_identical(torch):
-    gen = torch.Generator(device="cuda").manual_seed(5)
-    A = _matrix(torch, 1000, 999, "row", "bf16", gen)
-    B = _matrix(torch, 999, 1001, "col", "bf16", gen)
-    kernel = tilegen.compile(tilegen.GemmSpec(dtype="bf16", b_layout="col", instruction="wgmma"))
-    first = torch.empty(1000, 1001, device="cuda")
-    kernel(A, B, out=first)
-    out = torch.empty_like(first)
-    same = 0
-    for _ in range(500):
-        out.fill_(float("nan"))
-        kernel(A, B, out=out)
-        same += bool(torch.equal(out, first))
+    same = repeat_launches(torch, tilegen.GemmSpec(dtype="bf16", b_layout="col", instruction="wgmma"))
     record("wgmma_repeat", launches=500, identical=same)
     assert same == 500

@@ -353,7 +353,7 @@ def wgmma(acc: Fragment, a: Stage, b: Stage, m0, k0: int, n0):
         if st.tile.ir.layout.mode not in ("128B", "64B", "32B"):
             fail(f"wgmma: {st.tile.ir.name} has layout {st.tile.ir.layout.mode!r}; wgmma reads swizzled "
                  f"tiles only (128B, 64B, 32B)")
-    _tile_op(T.Wgmma(acc.ir, a.tile.ir, raw(a.index), raw(m0), k0, b.tile.ir, raw(b.index), k0, raw(n0),
+    _tile_op(T.Wgmma(acc.ir, a.tile.ir, raw(a.index), raw(m0), k0, b.tile.ir, raw(b.index), raw(n0),
                      a_k_major=a.tile.logical == "row", b_k_major=b.tile.logical == "col", shape=shape))
 
 

@@ -128,8 +128,7 @@ def _walk(nodes, ev, st, trips):
             st.groups.append(st.uncommitted)
             st.uncommitted = []
         elif isinstance(n, T.WaitGroup):
-            done = st.groups[:len(st.groups) - n.pending] if n.pending else st.groups
-            st.groups = st.groups[len(done):]
+            st.groups, done = _retire(st.groups, n.pending)
             for g in done:
                 for key in g:
                     st.unpublished.add(key)
@@ -153,8 +152,7 @@ def _walk(nodes, ev, st, trips):
             st.wgmma_groups.append(st.wgmma_open)
             st.wgmma_open = []
         elif isinstance(n, T.WgmmaWait):
-            done = st.wgmma_groups[:len(st.wgmma_groups) - n.pending] if n.pending else st.wgmma_groups
-            st.wgmma_groups = st.wgmma_groups[len(done):]
+            st.wgmma_groups, done = _retire(st.wgmma_groups, n.pending)
             for g in done:
                 for key, op, _ in g:
                     st.wgmma_retired[key] = op
@@ -168,6 +166,13 @@ def _walk(nodes, ev, st, trips):
             key = (n.src.name, _stage(ev, n, n.src))
             _check_read(st, key, n)
             st.read_since_barrier.setdefault(key, n)
+
+
+def _retire(groups, pending):
+    """(groups still in flight, groups retired) once at most `pending` of them may remain:
+    groups complete in commit order."""
+    done = groups[:len(groups) - pending] if pending else groups
+    return groups[len(done):], done
 
 
 def _check_read(st, key, n):

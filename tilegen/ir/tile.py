@@ -175,8 +175,8 @@ class Mma(TileOp):
 class Wgmma(TileOp):
     """acc += A @ B for a warpgroup, both operands read from shared memory (sm_90a).
 
-    A is the 64 x shape.k slice of stage `a_stage` of `a` at logical (a_m0, a_k0), B the
-    shape.k x shape.n slice of stage `b_stage` of `b` at logical (b_k0, b_n0). The origins
+    A is the 64 x shape.k slice of stage `a_stage` of `a` at logical (a_m0, k0), B the
+    shape.k x shape.n slice of stage `b_stage` of `b` at logical (k0, b_n0). The origins
     are the warpgroup's; acc is each warp's (1, n / 8) grid of m16n8 accumulator atoms (its
     16 rows of the 64). The instruction only starts the work: the registers and shared
     memory stay in use until a WgmmaWait retires its group."""
@@ -185,10 +185,9 @@ class Wgmma(TileOp):
     a: SharedTile
     a_stage: object
     a_m0: object
-    a_k0: int
+    k0: int
     b: SharedTile
     b_stage: object
-    b_k0: int
     b_n0: object
     a_k_major: bool
     b_k_major: bool

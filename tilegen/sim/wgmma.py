@@ -33,7 +33,7 @@ _SWIZZLE = {1: (128, 3), 2: (64, 2), 3: (32, 1)}
 
 
 def _swizzle(addr, code):
-    span, bits = _SWIZZLE[code]
+    bits = _SWIZZLE[code][1]
     return addr ^ (((addr >> 7) & ((1 << bits) - 1)) << 4)
 
 

@@ -16,14 +16,19 @@ from __future__ import annotations
 from ..values import known_align
 
 
+def emit_linear(b, layout, row, col_byte):
+    """The offset of (row, col_byte) in a swizzled layout's panels before the XOR (ints fold)."""
+    span = layout.swizzle.span
+    panel = b.div(col_byte, span)
+    return b.add(b.mad(panel, layout.rows * span, b.mul(row, span)), b.rem(col_byte, span))
+
+
 def emit_offset(b, layout, row, col_byte):
     """The byte offset of (row, col_byte) in one stage of `layout` (Values or ints)."""
     swz = layout.swizzle
     if swz is None:
         return b.mad(row, layout.row_stride, col_byte)
-    span = swz.span
-    panel = b.div(col_byte, span)
-    linear = b.add(b.mad(panel, layout.rows * span, b.mul(row, span)), b.rem(col_byte, span))
+    linear = emit_linear(b, layout, row, col_byte)
     mask = (1 << swz.bits) - 1
     return b.xor(linear, b.shl(b.and_(b.shr(linear, swz.base + swz.shift), mask), swz.base))
 

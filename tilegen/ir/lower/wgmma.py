@@ -12,18 +12,8 @@ from ...arch.wgmma import START_MASK, descriptor_high, descriptor_strides
 from ...errors import IRError
 from ..instr import Instr
 from ..values import Imm, Vec
-from .smem import _ident, _stage_base
-
-
-def _linear(b, layout, row, col_byte):
-    """The unswizzled byte offset of (row, col_byte) in the panel layout (ints fold)."""
-    span = layout.swizzle.span
-    panel = b.div(col_byte, span)
-    return b.add(b.mad(panel, layout.rows * span, b.mul(row, span)), b.rem(col_byte, span))
-
-
-def _split(x):
-    return (0, x) if isinstance(x, int) else (x, 0)
+from .fragment import _split
+from .smem import _ident, _stage_base, emit_linear
 
 
 def descriptor(b, ctx, tile, stage, row, col_byte, k_major: bool):
@@ -36,14 +26,14 @@ def descriptor(b, ctx, tile, stage, row, col_byte, k_major: bool):
     span = layout.swizzle.span
     if (isinstance(col_rt, int) or col_rt.align % span == 0) and col_ct % 16 == 0:
         # The runtime parts stay whole panels / rows: the compile-time part is a pure offset.
-        const = _linear(b, layout, row_ct, col_ct)
+        const = emit_linear(b, layout, row_ct, col_ct)
         rt_row, rt_col = row_rt, col_rt
     else:
         const, rt_row, rt_col = 0, row, col_byte
     key = ("wgmma-desc", tile.name, _ident(stage), _ident(rt_row), _ident(rt_col), k_major, id(b.region))
     base = ctx.addresses.get(key)
     if base is None:
-        addr = b.add(_stage_base(b, ctx, tile, stage), _linear(b, layout, rt_row, rt_col))
+        addr = b.add(_stage_base(b, ctx, tile, stage), emit_linear(b, layout, rt_row, rt_col))
         lo_bits, hi = descriptor_high(layout.mode, leading, stride)
         lo = b.or_(b.shr(b.and_(addr, START_MASK), 4), lo_bits)
         base = b.op("mov.b64", "b64", Vec((lo, ctx.pro.mov(hi))), hint="desc")
@@ -56,8 +46,8 @@ def descriptor(b, ctx, tile, stage, row, col_byte, k_major: bool):
 def lower_wgmma(b, ctx, op):
     esize = op.a.dtype.bytes
     descs = []
-    for tile, stage, mn, k, k_major in ((op.a, op.a_stage, op.a_m0, op.a_k0, op.a_k_major),
-                                        (op.b, op.b_stage, op.b_n0, op.b_k0, op.b_k_major)):
+    for tile, stage, mn, k, k_major in ((op.a, op.a_stage, op.a_m0, op.k0, op.a_k_major),
+                                        (op.b, op.b_stage, op.b_n0, op.k0, op.b_k_major)):
         if k_major:
             row, col = mn, k * esize
         else:
