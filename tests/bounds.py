@@ -4,7 +4,8 @@ The check is ||C - ref||_F <= bound * ||(|A| @ |B|)||_F: a relative error agains
 magnitude the sums run through, so the bound does not blow up when the entries of C cancel.
 Sources of error, in units of 2^-p (p = the type's mantissa bits + 1):
 - operand rounding: tf32 inputs are rounded (cvt.rna) to 11 significant bits, so each
-  product carries up to 2 * 2^-11; f16/bf16 operands are exact in the reference already.
+  product carries up to 2 * 2^-11; wgmma truncates them instead (truncated=True), up to
+  2 * 2^-10; f16/bf16 operands are exact in the reference already.
 - f32 accumulation over K terms: up to K * 2^-24 (the worst case; random data sits far under).
 - f16 accumulation: the worst case K * 2^-11 says nothing for large K, so the bound is the
   probabilistic one for independent rounding errors (Higham and Mary): 4 * sqrt(K) * 2^-11.
@@ -13,8 +14,8 @@ Sources of error, in units of 2^-p (p = the type's mantissa bits + 1):
 UNIT = {"f32": 2.0 ** -24, "tf32": 2.0 ** -11, "f16": 2.0 ** -11, "bf16": 2.0 ** -8}
 
 
-def gemm_bound(dtype: str, K: int, out_dtype: str = "f32", acc_dtype: str = "f32") -> float:
-    operand = 2 * UNIT["tf32"] if dtype == "tf32" else 0.0
+def gemm_bound(dtype: str, K: int, out_dtype: str = "f32", acc_dtype: str = "f32", truncated: bool = False) -> float:
+    operand = 2 * UNIT["tf32"] * (2 if truncated else 1) if dtype == "tf32" else 0.0
     if acc_dtype == "f32":
         accumulate = max(K, 1) * UNIT["f32"]
     else:

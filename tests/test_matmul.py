@@ -89,3 +89,21 @@ def test_large_16bit_problems_on_hopper_take_the_wgmma_kernel(monkeypatch):
     assert "wgmma" in mm.explain(A, B).reason
     assert mm.explain(A[:512], B).spec.instruction == "mma.sync"
     assert mm.explain(A.astype(np.float32), B.astype(np.float32)).spec.instruction == "mma.sync"
+
+
+def test_large_tf32_problems_on_hopper_take_wgmma_unless_both_operands_transpose(monkeypatch):
+    """tf32 (allow_tf32) takes the wgmma kernel, whose reason names the truncation, except with
+    A column-major and B row-major (both operands transposed while copied: mma.sync is as fast)."""
+    import importlib
+
+    mm = importlib.import_module("tilegen.matmul")
+    monkeypatch.setattr(mm, "_target", lambda: "sm_90")
+    monkeypatch.setattr(mm, "_tuned", lambda *a, **k: None)
+    A = np.zeros((4096, 2048), np.float32)
+    B = np.zeros((2048, 4096), np.float32)
+    choice = mm.explain(A, B, allow_tf32=True)
+    assert (choice.spec.dtype, choice.spec.instruction, tuple(choice.spec.tile)) == ("tf32", "wgmma", (256, 128, 32))
+    assert "truncates" in choice.reason
+    assert mm.explain(A, np.asfortranarray(B), allow_tf32=True).spec.tile.n == 256
+    assert mm.explain(np.asfortranarray(A), B, allow_tf32=True).spec.instruction == "mma.sync"
+    assert mm.explain(A, B).spec.dtype == "f32"       # 3xTF32 without allow_tf32

@@ -83,7 +83,9 @@ def test_accumulator_is_m16n8_fragments_side_by_side():
 
 def test_shape_rules():
     assert W.WgmmaShape("bf16", 128).instruction() == "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16"
-    for bad in [("f16", 260), ("f16", 12), ("tf32", 64)]:
+    assert W.WgmmaShape("tf32", 256).instruction() == "wgmma.mma_async.sync.aligned.m64n256k8.f32.tf32.tf32"
+    assert W.WgmmaShape("f16", 8).transposable and not W.WgmmaShape("tf32", 8).transposable
+    for bad in [("f16", 260), ("f16", 12), ("f32", 64), ("e4m3", 64)]:
         with pytest.raises(ValueError):
             W.WgmmaShape(*bad)
 
@@ -99,9 +101,26 @@ def test_wgmma_spec_defaults():
     assert tilegen.GemmSpec.from_text(s.to_text(minimal=True)) == s
 
 
+def test_tf32_wgmma_spec_stages_are_k_major():
+    """wgmma reads tf32 only K-major: the stages of an MN-major operand hold it transposed,
+    and the spec says the tensor cores truncate."""
+    s = tilegen.GemmSpec(dtype="tf32", instruction="wgmma", a_layout="col", b_layout="row")
+    # a row-major B (transposed element by element) takes the 256 x 128 tile of 4 warpgroups
+    assert (tuple(s.tile), tuple(s.warps), s.swizzle, s.wgmma.k) == ((256, 128, 32), (16, 1), "128B", 8)
+    assert (s.stage_layout("A"), s.stage_layout("B")) == ("row", "col")
+    assert s.transposes("A") and s.transposes("B") and s.is_k_major("A") and s.is_k_major("B")
+    assert (s.operand_tile("A"), s.operand_tile("B")) == ((256, 32), (128, 32))
+    assert tuple(tilegen.GemmSpec(dtype="tf32", instruction="wgmma", b_layout="col").tile) == (128, 256, 32)
+    assert s.tf32_truncates and not tilegen.GemmSpec(dtype="tf32").tf32_truncates
+    assert not tilegen.GemmSpec(dtype="tf32", instruction="wgmma", b_layout="col").transposes("B")
+    f16 = tilegen.GemmSpec(dtype="f16", instruction="wgmma", a_layout="col")
+    assert f16.stage_layout("A") == "col" and not f16.transposes("A")
+
+
 @pytest.mark.parametrize("kw, field, says", [
     (dict(target="sm_90"), "target", "sm_90a"),
-    (dict(dtype="tf32"), "dtype", "16-bit"),
+    (dict(dtype="f32"), "dtype", "f16, bf16 or tf32"),
+    (dict(dtype="tf32", warps=(16, 1), tile=(256, 48, 16), swizzle="64B"), "tile", "8 rows x 16 bytes"),
     (dict(warps=(2, 2), tile=(128, 128, 64)), "warps", "warpgroup"),
     (dict(swizzle="pad"), "swizzle", "swizzled"),
     (dict(stages=2), "stages", "3..6"),
@@ -118,6 +137,7 @@ def test_wgmma_spec_errors(kw, field, says):
 # ---- PTX ---------------------------------------------------------------------------------------
 
 SPECS = [dict(), dict(dtype="bf16", b_layout="col"), dict(persistent=True), dict(a_layout="col", tile=(64, 128, 64), warps=(4, 1), stages=3),
+         dict(dtype="tf32"), dict(dtype="tf32", a_layout="col", b_layout="col", persistent=True),
          dict(a_layout="col", b_layout="col", tile=(128, 128, 64), warps=(8, 2), out_dtype="bf16",
               epilogue=tilegen.Epilogue(bias="col", activation="gelu_tanh"))]
 
@@ -128,7 +148,8 @@ def test_wgmma_kernels_assemble_without_spills(kw):
     spec = tilegen.GemmSpec(**{"dtype": "f16", "instruction": "wgmma", **kw})
     k = tilegen.compile(spec)
     assert ".target sm_90a" in k.ptx and "fence.proxy.async.shared::cta;" in k.ptx
-    assert k.ptx.count(f"wgmma.mma_async.sync.aligned.m64n{spec.wgmma.n}k16") == 2 * (spec.tile.k // 16)
+    assert k.ptx.count(f"wgmma.mma_async.sync.aligned.m64n{spec.wgmma.n}k{spec.wgmma.k}") == \
+        2 * (spec.tile.k // spec.wgmma.k)
     assert_assembles(k.ptx, "sm_90a")
     info = resources(k.ptx, "sm_90a", k.smem_bytes)
     assert info.spill_stores == 0 and info.spill_loads == 0, str(info)
@@ -256,14 +277,14 @@ def _inputs(dtype, M, N, K, a_layout, b_layout, rng):
     return (np.asfortranarray(A) if a_layout == "col" else A), (np.asfortranarray(B) if b_layout == "col" else B)
 
 
-@pytest.mark.parametrize("dtype", ["f16", "bf16"])
+@pytest.mark.parametrize("dtype", ["f16", "bf16", "tf32"])
 @pytest.mark.parametrize("layouts", ["rr", "rc", "cr", "cc"])
 def test_wgmma_gemm_on_the_emulator(dtype, layouts):
     from bounds import gemm_bound, gemm_error
 
     al, bl = ({"r": "row", "c": "col"}[x] for x in layouts)
     spec = tilegen.GemmSpec(dtype=dtype, instruction="wgmma", a_layout=al, b_layout=bl,
-                            tile=(64, 128, 64), warps=(4, 2), stages=3)
+                            tile=(64, 128, 64 if dtype != "tf32" else 32), warps=(4, 2), stages=3)
     rng = np.random.default_rng(hash((dtype, layouts)) % 2 ** 32)
     M, N, K = 70, 150, 200     # ragged in every dimension, several k-tiles
     A, B = _inputs(dtype, M, N, K, al, bl, rng)
@@ -271,7 +292,7 @@ def test_wgmma_gemm_on_the_emulator(dtype, layouts):
     C = tilegen.compile(spec)(A, B, out=out, device="sim")
     ref = A.astype(np.float64) @ B.astype(np.float64)
     assert not np.isnan(C).any()
-    assert gemm_error(C, ref, A, B) <= gemm_bound(dtype, K)
+    assert gemm_error(C, ref, A, B) <= gemm_bound(dtype, K, truncated=spec.tf32_truncates)
 
 
 def test_wgmma_gemm_with_fused_epilogue_on_the_emulator():
@@ -313,3 +334,84 @@ def test_persistent_needs_wgmma():
     with pytest.raises(tilegen.SpecError) as e:
         tilegen.GemmSpec(dtype="f16", persistent=True)
     assert e.value.field == "persistent" and "wgmma" in str(e.value)
+
+
+# ---- tf32: transposing copies and truncated operands ---------------------------------------
+
+def truncate_tf32(x):
+    """f32 values with their low 13 mantissa bits dropped: what wgmma reads as tf32."""
+    return (np.asarray(x, np.float32).view(np.uint32) & np.uint32(0xFFFFE000)).view(np.float32)
+
+
+def round_tf32(x):
+    """f32 values rounded to tf32, to nearest with ties away (cvt.rna)."""
+    b = np.asarray(x, np.float32).view(np.uint32).astype(np.uint64)
+    return ((b + 0x1000) & 0xFFFFE000).astype(np.uint32).view(np.float32)
+
+
+def tf32_copy_problems(rng, M=192, N=300, K=72):
+    """(A, B, C) with one exact 1.0 in each sum of A @ B, so C copies elements of the other
+    operand: X @ P selects columns of X, Q @ Y rows of Y. A kernel computes C = the selected
+    elements as its tensor cores read them; X and Y carry full 23-bit mantissas, so reading
+    by truncation and by rounding differ for about half of them."""
+    X = rng.standard_normal((M, K)).astype(np.float32)
+    Y = rng.standard_normal((K, N)).astype(np.float32)
+    cols = rng.integers(0, K, size=N)
+    P = np.zeros((K, N), np.float32)
+    P[cols, np.arange(N)] = 1.0
+    rows = rng.integers(0, K, size=M)
+    Q = np.zeros((M, K), np.float32)
+    Q[np.arange(M), rows] = 1.0
+    out = [(X, P, X[:, cols]), (Q, Y, Y[rows, :])]
+    for _, _, want in out:
+        assert (truncate_tf32(want) != round_tf32(want)).mean() > 0.3
+    return out
+
+
+@pytest.mark.parametrize("layouts", ["rr", "cc"])
+def test_tf32_wgmma_truncates_and_transposes_on_the_emulator(layouts):
+    """Bit-exact: every element of both operands arrives where wgmma reads it (transposed
+    copies for MN-major ones) and is read truncated to tf32."""
+    al, bl = ({"r": "row", "c": "col"}[x] for x in layouts)
+    kernel = tilegen.compile(tilegen.GemmSpec(dtype="tf32", instruction="wgmma", a_layout=al, b_layout=bl,
+                                              tile=(64, 128, 32), warps=(4, 2), stages=3))
+    order = lambda x, lay: np.asfortranarray(x) if lay == "col" else x  # noqa: E731
+    for A, B, want in tf32_copy_problems(np.random.default_rng(4), M=70, N=150, K=40):
+        got = kernel(order(A, al), order(B, bl), out=np.full(want.shape, np.nan, np.float32), device="sim")
+        np.testing.assert_array_equal(got, truncate_tf32(want))
+
+
+def test_transposing_copy_needs_32_bit_elements():
+    @tg.kernel
+    def k():
+        tg.launch(threads=128, grid=lambda s: (1, 1, 1))
+        B = tg.tensor("B", "f16", ("K", "N"))
+        sB = tg.shared("sB", "f16", 64, 64, logical="col")
+        tg.copy_async(sB[0], B.block(0, 0))
+
+    with pytest.raises(tilegen.DSLError) as e:
+        tilegen.compile(k)
+    assert "transposes only 32-bit elements" in str(e.value)
+
+
+def test_tf32_wgmma_rejects_mn_major_stages():
+    @tg.kernel
+    def k():
+        tg.launch(threads=128, grid=lambda s: (1, 1, 1))
+        sA = tg.shared("sA", "tf32", 64, 32)
+        sB = tg.shared("sB", "tf32", 32, 64)      # logical "row": MN-major for B
+        acc = tg.fragment("m16n8k8.tf32.f32", "C", (1, 8))
+        tg.wgmma(acc, sA[0], sB[0], 0, 0, 0)
+
+    with pytest.raises(tilegen.DSLError) as e:
+        tilegen.compile(k, target="sm_90a")
+    assert "must both be K-major" in str(e.value) and "logical='col'" in str(e.value)
+
+
+def test_transposing_copies_are_conflict_free():
+    """Each warp's 32 elements land in 32 banks (bank report), for both swizzles tf32 uses."""
+    for kw in (dict(), dict(swizzle="64B", tile=(128, 256, 16), warps=(8, 1)),
+               dict(a_layout="col", tile=(128, 128, 32), warps=(8, 1))):
+        k = tilegen.compile(tilegen.GemmSpec(dtype="tf32", instruction="wgmma", **kw))
+        rows = [line for line in k.bank_report().splitlines() if "transposing" in line]
+        assert rows and all(line.split()[5:7] == ["1", "1"] for line in rows), k.bank_report()

@@ -42,7 +42,7 @@ def _check_all(torch, kernel, spec, shapes, gen, odt=None):
         torch.cuda.synchronize()
         assert not torch.isnan(out).any(), f"NaN in {M}x{N}x{K}"
         err, _ = _errors(torch, out, A, B, 0.75, -1.5, C0)
-        bound = gemm_bound(spec.dtype, K, spec.out_dtype)
+        bound = gemm_bound(spec.dtype, K, spec.out_dtype, truncated=spec.tf32_truncates)
         worst = max(worst, err / bound)
         assert err <= bound, f"{spec}: {M}x{N}x{K}: error {err:.3g} over the bound {bound:.3g}"
         out.fill_(float("nan"))   # beta = 0 never reads C, and every element is written
@@ -55,7 +55,7 @@ def _check_all(torch, kernel, spec, shapes, gen, odt=None):
 
 
 @pytest.mark.parametrize("layouts", LAYOUTS, ids=lambda x: "".join(l[0] for l in x))
-@pytest.mark.parametrize("dtype", ["f16", "bf16"])
+@pytest.mark.parametrize("dtype", ["f16", "bf16", "tf32"])
 def test_wgmma_layouts_and_shapes(torch, dtype, layouts):
     a_layout, b_layout = layouts
     spec = tilegen.GemmSpec(dtype=dtype, instruction="wgmma", a_layout=a_layout, b_layout=b_layout)
@@ -70,7 +70,10 @@ SPECS = [dict(persistent=True), dict(persistent=True, a_layout="col", b_layout="
          dict(tile=(128, 128, 64), warps=(8, 1), stages=3), dict(tile=(256, 128, 64), warps=(16, 1)),
          dict(tile=(64, 128, 64), warps=(4, 2), stages=3), dict(swizzle="64B", group_m=16),
          dict(tile=(128, 256, 32), warps=(8, 1), stages=6), dict(tile=(128, 128, 64), warps=(8, 2)),
-         dict(out_dtype="bf16", b_layout="col"), dict(out_dtype="f16", a_layout="col")]
+         dict(out_dtype="bf16", b_layout="col"), dict(out_dtype="f16", a_layout="col"),
+         dict(dtype="tf32", tile=(128, 128, 32), warps=(8, 1), stages=6),
+         dict(dtype="tf32", swizzle="64B", tile=(128, 256, 16), warps=(8, 1), stages=4, a_layout="col"),
+         dict(dtype="tf32", persistent=True, b_layout="col")]
 
 
 @pytest.mark.parametrize("kw", SPECS, ids=lambda k: ",".join(f"{a}={b}" for a, b in k.items()))
@@ -114,3 +117,28 @@ def test_wgmma_500_launches_bit_identical(torch):
     same = repeat_launches(torch, tilegen.GemmSpec(dtype="bf16", b_layout="col", instruction="wgmma"))
     record("wgmma_repeat", launches=500, identical=same)
     assert same == 500
+
+
+
+def _to_gpu(torch, x, layout):
+    """A numpy matrix as a CUDA tensor stored in `layout` order."""
+    if layout == "row":
+        return torch.from_numpy(np.ascontiguousarray(x)).cuda()
+    return torch.from_numpy(np.ascontiguousarray(x.T)).cuda().t()
+
+
+@pytest.mark.parametrize("layouts", LAYOUTS, ids=lambda x: "".join(l[0] for l in x))
+def test_wgmma_tf32_truncates_operands(torch, layouts):
+    """wgmma reads tf32 operands as the f32 words in shared memory and keeps their top 19
+    bits: C is each operand element truncated to tf32, bit for bit, on the GPU and on the
+    emulator (test_wgmma.tf32_copy_problems)."""
+    from test_wgmma import tf32_copy_problems, truncate_tf32
+
+    a_layout, b_layout = layouts
+    kernel = tilegen.compile(tilegen.GemmSpec(dtype="tf32", instruction="wgmma", a_layout=a_layout, b_layout=b_layout))
+    for A, B, want in tf32_copy_problems(np.random.default_rng(17)):
+        got = kernel(_to_gpu(torch, A, a_layout), _to_gpu(torch, B, b_layout)).cpu().numpy()
+        np.testing.assert_array_equal(got, truncate_tf32(want))
+        order = lambda x, lay: np.asfortranarray(x) if lay == "col" else x  # noqa: E731
+        np.testing.assert_array_equal(kernel(order(A, a_layout), order(B, b_layout), device="sim"), got)
+    record("wgmma_tf32_truncation", a_layout=a_layout, b_layout=b_layout, bit_exact=True)

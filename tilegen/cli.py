@@ -174,10 +174,10 @@ _UNIT_OUT = {"f32": 2.0 ** -24, "f16": 2.0 ** -11, "bf16": 2.0 ** -8}
 
 def error_bound(spec, K: int) -> float:
     """Largest ||C - ref||_F / ||scale||_F a correct kernel shows (scale = |A| @ |B| plus the
-    epilogue's |bias| and |residual|): operand rounding (tf32), accumulation over K (worst
+    epilogue's |bias| and |residual|): operand rounding (tf32; truncation on wgmma), accumulation over K (worst
     case for f32; for f16 accumulators the probabilistic 4 sqrt(K) u), output rounding, and
     the epilogue's ex2.approx (about 2^-22) with margin."""
-    operand = 2 * _UNIT_IN.get(spec.dtype, 0.0)
+    operand = 2 * _UNIT_IN.get(spec.dtype, 0.0) * (2 if spec.tf32_truncates else 1)  # truncation: twice rna's
     if spec.acc_dtype == "f32":
         accumulate = max(K, 1) * 2.0 ** -24
     else:

@@ -101,8 +101,18 @@ class Epilogue:
 _DEFAULT_TILE = {"tf32": (128, 128, 32), "f16": (128, 128, 64), "bf16": (128, 128, 64), "f32": (128, 64, 32),
                  "e4m3": (128, 128, 128), "e5m2": (128, 128, 128)}
 
-# wgmma: two warpgroups of m64n256, four stages (192 KB of shared memory).
-_WGMMA_TILE = (128, 256, 64)
+# wgmma: two warpgroups of m64n256, four stages of 128-byte K rows (192 KB of shared memory).
+_WGMMA_TILE = {"f16": (128, 256, 64), "bf16": (128, 256, 64), "tf32": (128, 256, 32)}
+# tf32 with a row-major B transposes B element by element while copying it (the slow part):
+# four warpgroups of m64n128 halve B's share of the copies (docs/perf_notes.md section 14).
+_WGMMA_TF32_ROW_B = ((256, 128, 32), (16, 1))
+
+
+def _wgmma_defaults(dtype: str, b_layout: str):
+    """(tile, warps) of a wgmma spec that gives neither."""
+    if dtype == "tf32" and b_layout == "row":
+        return _WGMMA_TF32_ROW_B
+    return _WGMMA_TILE.get(dtype) or _DEFAULT_TILE[dtype], (8, 1)
 
 
 @dataclass(frozen=True)
@@ -117,7 +127,9 @@ class GemmSpec:
     | a_layout   | row (K contiguous), col (M contiguous)          | row                      |
     | b_layout   | row (N contiguous), col (K contiguous)          | row; col for fp8         |
     | tile       | (M, N, K) per CTA                               | by dtype, 128 x 128 x *; |
-    |            |                                                 | 128 x 256 x 64 for wgmma |
+    |            |                                                 | 128 x 256 x * for wgmma  |
+    |            |                                                 | (tf32, row-major B:      |
+    |            |                                                 | 256 x 128 x 32, (16, 1)) |
     | warps      | (warps along M, warps along N), 1..16 in all    | (2, 2); (8, 1) for wgmma |
     | atom       | an mma atom name taking dtype/acc_dtype         | the largest-k atom       |
     | stages     | 2..6 shared-memory pipeline stages              | 3; 4 for wgmma           |
@@ -127,7 +139,7 @@ class GemmSpec:
     | epilogue   | Epilogue(...)                                   | plain                    |
     | target     | sm_80, sm_86, sm_89, sm_90, sm_90a              | sm_80; sm_89 for fp8;    |
     |            |                                                 | sm_90a for wgmma         |
-    | instruction| mma.sync, or wgmma (sm_90a, f16/bf16)           | mma.sync                 |
+    | instruction| mma.sync, or wgmma (sm_90a, f16/bf16/tf32)      | mma.sync                 |
     | persistent | wgmma: one CTA per SM walks the tiles, loading  | False                    |
     |            | the next tile while storing this one            |                          |
 
@@ -135,6 +147,9 @@ class GemmSpec:
     slice of the tile straight from shared memory: warps.m is a multiple of 4, every warp
     tile is 16 rows high (tile.m = 16 * warps.m) and at most 256 columns wide; the copies run
     stages - 2 tiles ahead of the tensor cores (one more stage is still being read by them).
+    wgmma reads tf32 only K-major, so an MN-major tf32 operand is transposed while it is
+    copied (stage_layout), and the tensor cores truncate its f32 values to tf32 where the
+    mma.sync path rounds them (tf32_truncates).
     """
 
     dtype: str = "f16"
@@ -179,9 +194,10 @@ class GemmSpec:
         if not isinstance(self.epilogue, Epilogue):
             raise SpecError("epilogue", self.epilogue, "an Epilogue(...)")
         wgmma = self.instruction == "wgmma"
-        default_tile = _WGMMA_TILE if wgmma and self.dtype in _DEFAULT_TILE else _DEFAULT_TILE[self.dtype]
+        default_tile, default_warps = (_wgmma_defaults(self.dtype, self.b_layout) if wgmma
+                                       else (_DEFAULT_TILE[self.dtype], (2, 2)))
         set_("tile", TileShape.of(self.tile if self.tile is not None else default_tile))
-        set_("warps", WarpLayout.of(self.warps if self.warps is not None else ((8, 1) if wgmma else (2, 2))))
+        set_("warps", WarpLayout.of(self.warps if self.warps is not None else default_warps))
         if self.stages is None:
             set_("stages", 4 if wgmma else 3)
         if self.atom is None:
@@ -229,21 +245,39 @@ class GemmSpec:
     def warp_tile(self) -> tuple[int, int]:
         return self.tile.m // self.warps.m, self.tile.n // self.warps.n
 
-    def operand_tile(self, operand: str) -> tuple[int, int]:
-        """(rows, contiguous columns) of one stage of an operand's shared tile, in elements.
+    def stage_layout(self, operand: str) -> str:
+        """The memory order ("row" or "col") of an operand's shared stages: the tensor's,
+        except in tf32 wgmma kernels, which read both operands K-major (A "row", B "col")
+        and so transpose an MN-major one while copying it."""
+        if operand not in ("A", "B"):
+            raise ValueError(f"operand {operand!r}; allowed: 'A', 'B'")
+        if self.instruction == "wgmma" and self.dtype == "tf32":
+            return "row" if operand == "A" else "col"
+        return self.a_layout if operand == "A" else self.b_layout
 
-        Shared tiles keep the global layout: a row-major A tile is tile.m rows of tile.k;
-        a column-major A tile is tile.k rows of tile.m; likewise for B.
-        """
+    def transposes(self, operand: str) -> bool:
+        """Whether the copies of an operand transpose it into its stages."""
+        return self.stage_layout(operand) != (self.a_layout if operand == "A" else self.b_layout)
+
+    @property
+    def tf32_truncates(self) -> bool:
+        """wgmma reads tf32 operands as the f32 values the copies left in shared memory and
+        truncates them (unit roundoff 2^-10); the mma.sync path rounds them to nearest while
+        loading its fragments (cvt.rna, 2^-11)."""
+        return self.instruction == "wgmma" and self.dtype == "tf32"
+
+    def operand_tile(self, operand: str) -> tuple[int, int]:
+        """(rows, contiguous columns) of one stage of an operand's shared tile, in elements:
+        a row-major A stage is tile.m rows of tile.k, a column-major one tile.k rows of
+        tile.m; likewise for B (stage_layout gives the order)."""
         t = self.tile
-        if operand == "A":
-            return (t.m, t.k) if self.a_layout == "row" else (t.k, t.m)
-        if operand == "B":
-            return (t.k, t.n) if self.b_layout == "row" else (t.n, t.k)
-        raise ValueError(f"operand {operand!r}; allowed: 'A', 'B'")
+        if self.stage_layout(operand) == "row":
+            return (t.m, t.k) if operand == "A" else (t.k, t.n)
+        return (t.k, t.m) if operand == "A" else (t.n, t.k)
 
     def is_k_major(self, operand: str) -> bool:
-        return (self.a_layout == "row") if operand == "A" else (self.b_layout == "col")
+        """Whether the operand's stages run along K (what the shared-memory reads see)."""
+        return self.stage_layout(operand) == ("row" if operand == "A" else "col")
 
     def smem_bytes(self) -> int:
         """Shared memory the pipeline needs (all stages of A and B, alignment slack included)."""
@@ -307,7 +341,7 @@ class GemmSpec:
             raise SpecError("target", self.target, "sm_90a", "wgmma exists only on the arch-specific Hopper target")
         if self.dtype not in W.K_BY_DTYPE or self.acc_dtype != "f32":
             raise SpecError("dtype", self.dtype, ", ".join(W.K_BY_DTYPE),
-                            "wgmma kernels take 16-bit operands and accumulate in f32")
+                            "wgmma kernels take f16, bf16 or tf32 operands and accumulate in f32")
         if self.frag_buffers != 1:
             raise SpecError("frag_buffers", self.frag_buffers, "1",
                             "wgmma reads its operands from shared memory: there are no fragments to double-buffer")
@@ -389,7 +423,14 @@ class GemmSpec:
                 raise SpecError("tile", (t.m, t.n, t.k),
                                 f"operand {op}'s shared rows are {row_bytes} bytes; they must be a multiple of 16 bytes")
             chunks = rows * row_bytes // COPY_BYTES
-            if chunks % self.threads:
+            if self.transposes(op):  # 4-byte elements in 8-row x 16-byte blocks, one per warp
+                blocks = rows // 8 * (row_bytes // COPY_BYTES)
+                if rows % 8 or blocks % self.warps.count:
+                    raise SpecError("tile", (t.m, t.n, t.k),
+                                    f"operand {op} is transposed while copied, in blocks of 8 rows x 16 bytes: "
+                                    f"its {rows} x {row_bytes}-byte stage must split into whole blocks for each "
+                                    f"of the {self.warps.count} warps")
+            elif chunks % self.threads:
                 raise SpecError("tile", (t.m, t.n, t.k),
                                 f"operand {op}'s tile has {chunks} 16-byte chunks, not a multiple of the "
                                 f"{self.threads} threads that copy it")

@@ -7,6 +7,10 @@ through 64-bit matrix descriptors, the accumulator lives in registers:
 | operands    | k  | N                   | accumulator | MN-major operands (transpose) |
 | ----------- | -- | ------------------- | ----------- | ----------------------------- |
 | f16 / bf16  | 16 | 8, 16, ..., 256     | f32         | yes (imm-trans-a / -b = 1)    |
+| tf32        | 8  | 8, 16, ..., 256     | f32         | no: both operands K-major     |
+
+tf32 operands are 32-bit words of which the tensor cores read the top 19 bits: an f32 value
+in shared memory is truncated (rounded toward zero) to tf32, not rounded to nearest.
 
 Accumulator register i of warp w, lane (g = lane >> 2, t = lane & 3) holds
 row 16w + g + 8((i >> 1) & 1), column 8(i >> 2) + 2t + (i & 1): per warp a 16 x N tile
@@ -33,7 +37,8 @@ from .swizzle import SWIZZLE_MODES
 
 WARPGROUP = 4          # warps
 M = 64                 # rows of A per instruction
-K_BY_DTYPE = {"f16": 16, "bf16": 16}
+K_BY_DTYPE = {"f16": 16, "bf16": 16, "tf32": 8}
+TRANSPOSABLE = ("f16", "bf16")   # dtypes whose operands may be MN-major
 N_RANGE = range(8, 257, 8)
 SWIZZLE_CODE = {"128B": 1, "64B": 2, "32B": 3}
 START_MASK = 0x3FFFF   # the descriptor addresses the 256 KB shared window in 16-byte units
@@ -60,6 +65,11 @@ class WgmmaShape:
     def acc_regs(self) -> int:
         """f32 accumulator registers per thread."""
         return self.n // 2
+
+    @property
+    def transposable(self) -> bool:
+        """Whether the operands may be MN-major in shared memory (imm-trans-a / -b)."""
+        return self.dtype in TRANSPOSABLE
 
     def instruction(self) -> str:
         return f"wgmma.mma_async.sync.aligned.m{M}n{self.n}k{self.k}.f32.{self.dtype}.{self.dtype}"

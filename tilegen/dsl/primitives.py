@@ -6,6 +6,7 @@ from ..arch.dtypes import dtype as _dtype
 from ..arch.mma import MmaAtom, mma_atom
 from ..errors import DSLError
 from ..ir import tile as T
+from ..ir.access import TRANSPOSE_BYTES
 from ..ir.instr import Instr
 from ..ir.values import Addr, Sym, Value
 from ..layout import SmemLayout
@@ -224,15 +225,21 @@ def copy_async(dst: Stage, src: Block, comment: str = "", inbounds: tuple = ()):
     """Start copying the block of `src` that matches the stage's extent into `dst`.
     Elements outside the tensor arrive as zeros. `inbounds` names size symbols (e.g. ("K",))
     along which the caller guarantees the block lies inside the tensor: their bounds
-    checks are left out of the copy."""
+    checks are left out of the copy.
+
+    A tile declared with the other memory order than the tensor's (logical="col" for a
+    row-major tensor, or the reverse) receives the block transposed; only 32-bit tiles can,
+    since each element then moves by its own 4-byte cp.async."""
     if not isinstance(dst, Stage) or not isinstance(src, Block):
         fail("copy_async(dst=tile.stage(s), src=tensor.block(r, c))")
     tensor, tile = src.tensor, dst.tile
     if tensor.dtype != tile.ir.dtype:
         fail(f"copy_async: {tensor.ir.name} is {tensor.dtype}, {tile.ir.name} is {tile.ir.dtype}")
-    if tensor.layout != tile.logical:
+    transpose = tensor.layout != tile.logical
+    if transpose and tile.ir.dtype.bytes != TRANSPOSE_BYTES:
         fail(f"copy_async: {tensor.ir.name} is {tensor.layout}-major but {tile.ir.name} is declared "
-             f"logical={tile.logical!r}; shared tiles keep the tensor's memory order")
+             f"logical={tile.logical!r}: a copy transposes only 32-bit elements, {tile.ir.dtype} tiles "
+             f"keep the tensor's memory order")
     r0, c0 = tensor.ir.stored(src.row, src.col)
     _check_stage(dst)
     names = tensor.ir.shape_names
@@ -243,7 +250,8 @@ def copy_async(dst: Stage, src: Block, comment: str = "", inbounds: tuple = ()):
             fail(f"copy_async: inbounds={n!r} is not a size of {tensor.ir.name}; its sizes are {names}")
     stored_names = names if tensor.layout == "row" else names[::-1]
     _tile_op(T.CopyAsync(tile.ir, raw(dst.index), tensor.ir, raw(r0), raw(c0), comment=comment,
-                         check_rows=stored_names[0] not in inbounds, check_cols=stored_names[1] not in inbounds))
+                         check_rows=stored_names[0] not in inbounds, check_cols=stored_names[1] not in inbounds,
+                         transpose=transpose))
 
 
 def _check_stage(stage: Stage):
@@ -328,7 +336,8 @@ def mma(acc: Fragment, a: Fragment, b: Fragment, accumulate: bool = True):
 
 def wgmma(acc: Fragment, a: Stage, b: Stage, m0, k0: int, n0):
     """acc += A[m0 : m0+64, k0 : k0+k] @ B[k0 : k0+k, n0 : n0+n] for the calling warpgroup
-    (sm_90a), both operands read from shared memory; k is 16 for f16/bf16 and n the
+    (sm_90a), both operands read from shared memory; k is 16 for f16/bf16 (8 for tf32, whose
+    operands must both be K-major: A declared logical="row", B logical="col") and n the
     accumulator's width. m0 and n0 are the warpgroup's origin in the tiles (the same for its
     4 warps), k0 a Python int; acc is each warp's (1, n/8) accumulator, holding its 16 rows.
     Issue tilegen.wgmma_fence() before, tilegen.wgmma_commit() and tilegen.wgmma_wait(n)
@@ -353,8 +362,13 @@ def wgmma(acc: Fragment, a: Stage, b: Stage, m0, k0: int, n0):
         if st.tile.ir.layout.mode not in ("128B", "64B", "32B"):
             fail(f"wgmma: {st.tile.ir.name} has layout {st.tile.ir.layout.mode!r}; wgmma reads swizzled "
                  f"tiles only (128B, 64B, 32B)")
+    a_k_major, b_k_major = a.tile.logical == "row", b.tile.logical == "col"
+    if not shape.transposable and not (a_k_major and b_k_major):
+        mn_major = a.tile.ir.name if not a_k_major else b.tile.ir.name
+        fail(f"wgmma: {dt} operands must both be K-major in shared memory, but {mn_major} is MN-major; "
+             f"declare it with logical='{'row' if not a_k_major else 'col'}' (a copy_async into it transposes)")
     _tile_op(T.Wgmma(acc.ir, a.tile.ir, raw(a.index), raw(m0), k0, b.tile.ir, raw(b.index), raw(n0),
-                     a_k_major=a.tile.logical == "row", b_k_major=b.tile.logical == "col", shape=shape))
+                     a_k_major=a_k_major, b_k_major=b_k_major, shape=shape))
 
 
 def wgmma_fence():

@@ -17,6 +17,7 @@ from ..arch.mma import MMA_ATOMS
 from ..errors import IRError
 
 CHUNK = 16  # bytes per cp.async and per ldmatrix row
+TRANSPOSE_BYTES = 4  # bytes per cp.async of a transposing copy: one 32-bit element
 
 
 @dataclass(frozen=True)
@@ -161,3 +162,44 @@ def copy_iterations(tile, threads: int) -> int:
     if total % threads:
         raise IRError(f"{tile.name}: {total} 16-byte chunks do not split evenly over {threads} threads")
     return total // threads
+
+
+# ---- transposing copies -------------------------------------------------------------------
+# The stage holds the tensor's block transposed, one 4-byte element per cp.async. A warp
+# moves an 8-row x 16-byte block of the stage: lane l the element at row (l & 7), bytes
+# 4 (l >> 3): in the tensor, 4 rows of 8 consecutive elements (four full 32-byte sectors);
+# in a swizzled stage, 8 rows whose chunk is permuted by the row, so the 32 words land in
+# 32 banks. Warp w takes blocks w, w + warps, ... (numbered row-block by row-block), so with
+# as many warps as a row has chunks (or a multiple) each warp keeps its chunk column and
+# every iteration steps a whole number of swizzle periods down the stage.
+
+def transpose_element(b, t, layout, threads: int, i: int = 0):
+    """(row, byte column) in the stage of the element thread t moves in iteration i of a
+    transposing copy, with `b` a Builder (Values give instructions, ints fold)."""
+    per_row = layout.row_bytes // CHUNK
+    block = b.add(b.shr(t, 5), (threads // 32) * i)
+    lane = b.and_(t, 31)
+    row = b.mad(b.div(block, per_row), 8, b.and_(lane, 7))
+    col = b.mad(b.rem(block, per_row), CHUNK, b.mul(b.shr(lane, 3), TRANSPOSE_BYTES))
+    return row, col
+
+
+@lru_cache(maxsize=None)
+def transpose_elements(layout, threads: int, i: int):
+    """For iteration i of a transposing copy: per thread, the (row, byte column) it moves."""
+    from .builder import Builder
+
+    b = Builder([])
+    return tuple(transpose_element(b, t, layout, threads, i) for t in range(threads))
+
+
+def transpose_iterations(tile, threads: int) -> int:
+    layout = tile.layout
+    if layout.esize != TRANSPOSE_BYTES:
+        raise IRError(f"{tile.name}: a transposing copy moves {TRANSPOSE_BYTES}-byte elements, "
+                      f"not {layout.esize}-byte ones")
+    blocks = (layout.rows // 8) * (layout.row_bytes // CHUNK)
+    if layout.rows % 8 or threads % 32 or blocks % (threads // 32):
+        raise IRError(f"{tile.name}: a transposing copy moves 8-row x 16-byte blocks, one per warp; "
+                      f"{layout.rows} rows of {layout.row_bytes} bytes do not split evenly over {threads // 32} warps")
+    return blocks // (threads // 32)

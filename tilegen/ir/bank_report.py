@@ -12,7 +12,8 @@ from dataclasses import dataclass
 
 from ..arch.banks import matrix_wavefronts, wavefronts
 from . import tile as T
-from .access import copy_chunks, copy_iterations, fragment_accesses
+from .access import (TRANSPOSE_BYTES, copy_chunks, copy_iterations, fragment_accesses, transpose_elements,
+                     transpose_iterations)
 from .instr import If, Loop
 
 
@@ -50,6 +51,14 @@ def bank_report(kernel) -> list[BankRow]:
                 continue
             seen.add(("copy", tile.name))
             worst = 0
+            if op.transpose:  # every warp of the CTA: each moves its own blocks
+                for i in range(transpose_iterations(tile, kernel.threads)):
+                    lanes = transpose_elements(tile.layout, kernel.threads, i)
+                    for w in range(0, kernel.threads, 32):
+                        addrs = [tile.layout.offset(r, c) for r, c in lanes[w:w + 32]]
+                        worst = max(worst, wavefronts(addrs, TRANSPOSE_BYTES))
+                rows.append(BankRow(f"cp.async 4B transposing -> {tile.name}", op.loc, worst, 1))
+                continue
             for i in range(copy_iterations(tile, kernel.threads)):
                 lanes = copy_chunks(tile, kernel.threads, i)[:32]
                 worst = max(worst, wavefronts([tile.layout.offset(r, c) for r, c in lanes], 16))

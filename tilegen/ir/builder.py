@@ -189,6 +189,9 @@ class Builder:
     def pred_and(self, a: Value, b: Value) -> Value:
         return self.op("and.pred", "pred", a, b)
 
+    def pred_or(self, a: Value, b: Value) -> Value:
+        return self.op("or.pred", "pred", a, b)
+
     def selp(self, a: Scalar, b: Scalar, p: Value, type: str = "b32") -> Value:
         return self.op(f"selp.{'b32' if type == 'b32' else type}", type, a, b, p)
 

@@ -71,7 +71,8 @@ def print_ir(kernel) -> str:
                 for c in n.orelse:
                     node(c, depth + 1)
         elif isinstance(n, T.CopyAsync):
-            lines.append(f"{pad}copy_async {n.dst.name}[{val(n.stage)}] <- {n.src.name}[{val(n.row0)}, {val(n.col0)}]")
+            lines.append(f"{pad}copy_async {n.dst.name}[{val(n.stage)}] <- {n.src.name}[{val(n.row0)}, {val(n.col0)}]"
+                         + (" transposed" if n.transpose else ""))
         elif isinstance(n, T.CommitGroup):
             lines.append(f"{pad}commit_group")
         elif isinstance(n, T.WaitGroup):

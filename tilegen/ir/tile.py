@@ -107,7 +107,10 @@ class CopyAsync(TileOp):
     """Copy one stage of `dst` from the stored block of `src` at (row0, col0), 16 bytes
     per cp.async, zero-filling whatever lies outside src's rows x cols. A front-end that
     knows the block's rows (or columns) lie inside the tensor clears check_rows (check_cols)
-    and the bounds test of that dimension is left out."""
+    and the bounds test of that dimension is left out. With `transpose` the stage holds the
+    block transposed (src's stored rows become the stage's stored columns), each 4-byte
+    element moved by its own cp.async; row0/col0 and the checks still name src's stored
+    dimensions."""
 
     dst: SharedTile
     stage: object      # Value or int
@@ -116,6 +119,7 @@ class CopyAsync(TileOp):
     col0: object       # stored column
     check_rows: bool = True
     check_cols: bool = True
+    transpose: bool = False
 
 
 @dataclass(eq=False)

@@ -79,8 +79,12 @@ def gemm(spec):
     # for 32-bit operands read with single loads.
     mode_a, pad_a = operand_mode(spec, "A")
     mode_b, pad_b = operand_mode(spec, "B")
-    sA = tg.shared("sA", spec.dtype, a_rows, a_cols, stages=S, swizzle=mode_a, pad=pad_a, logical=spec.a_layout)
-    sB = tg.shared("sB", spec.dtype, b_rows, b_cols, stages=S, swizzle=mode_b, pad=pad_b, logical=spec.b_layout)
+    # Stages keep the tensors' memory order, except where a tf32 wgmma kernel transposes an
+    # MN-major operand while copying it (spec.stage_layout).
+    sA = tg.shared("sA", spec.dtype, a_rows, a_cols, stages=S, swizzle=mode_a, pad=pad_a,
+                   logical=spec.stage_layout("A"))
+    sB = tg.shared("sB", spec.dtype, b_rows, b_cols, stages=S, swizzle=mode_b, pad=pad_b,
+                   logical=spec.stage_layout("B"))
 
     # Warps are laid out M-fastest: warp w owns rows (w % warps.m) and columns (w // warps.m).
     warp = tg.warp_id()

@@ -26,8 +26,10 @@ from .program import Imm, Vec
 from .state import Context, per_thread
 
 GROUP = 128
-_MMA = re.compile(r"wgmma\.mma_async\.sync\.aligned\.m64n(\d+)k(\d+)\.f32\.(f16|bf16)\.(f16|bf16)$")
-_K = {"f16": 16, "bf16": 16}
+_MMA = re.compile(r"wgmma\.mma_async\.sync\.aligned\.m64n(\d+)k(\d+)\.f32\.(f16|bf16|tf32)\.(f16|bf16|tf32)$")
+_K = {"f16": 16, "bf16": 16, "tf32": 8}
+_BYTES = {"f16": 2, "bf16": 2, "tf32": 4}
+_TRANSPOSABLE = ("f16", "bf16")   # tf32 takes no imm-trans operands: both K-major
 # swizzle code -> (span bytes, XOR source shift): address bits [4, 4+b) ^= bits [7, 7+b)
 _SWIZZLE = {1: (128, 3), 2: (64, 2), 3: (32, 1)}
 
@@ -101,17 +103,22 @@ def build_wgmma(ins, ctx: Context):
         return wait
     m = _MMA.match(op)
     if m is None:
-        ctx.unsupported(ins, f"the instruction {op} (wgmma m64nNk16 f16/bf16 with f32 accumulators only)")
+        ctx.unsupported(ins, f"the instruction {op} (wgmma m64nNk16 f16/bf16 or m64nNk8 tf32 with f32 "
+                             f"accumulators only)")
     n, k, a_type, b_type = int(m.group(1)), int(m.group(2)), m.group(3), m.group(4)
     if n % 8 or not 8 <= n <= 256 or k != _K[a_type] or a_type != b_type:
         ctx.unsupported(ins, f"the shape of {op}")
     ops = ins.operands
-    if len(ops) != 8 or not all(isinstance(x, Imm) for x in ops[3:]):
-        ctx.unsupported(ins, f"{op} other than {{d}}, desc-a, desc-b, scale-d, 1, 1, trans-a, trans-b with immediates")
+    transposable = a_type in _TRANSPOSABLE
+    if len(ops) != (8 if transposable else 6) or not all(isinstance(x, Imm) for x in ops[3:]):
+        ctx.unsupported(ins, f"{op} other than {{d}}, desc-a, desc-b, scale-d, 1, 1"
+                             f"{', trans-a, trans-b' if transposable else ''} with immediates")
     d_items = ops[0].items if isinstance(ops[0], Vec) else ()
     if len(d_items) != n // 2:
         ctx.fail(ins, f"the accumulator of m64n{n} must be a vector of {n // 2} registers", kind="unsupported")
-    scale_d, scale_a, scale_b, trans_a, trans_b = (int(x.value) for x in ops[3:])
+    imms = [int(x.value) for x in ops[3:]]
+    scale_d, scale_a, scale_b = imms[:3]
+    trans_a, trans_b = imms[3:] if transposable else (0, 0)
     if (scale_a, scale_b) != (1, 1) or scale_d not in (0, 1) or trans_a not in (0, 1) or trans_b not in (0, 1):
         ctx.unsupported(ins, f"{op} with scale-a/scale-b other than 1")
     read_a = ctx.reader(ins, ops[1], np.uint64)
@@ -120,7 +127,9 @@ def build_wgmma(ins, ctx: Context):
     puts = [ctx.writer(ins, x, np.float32) for x in d_items]
     G = _groups(ctx, ins)
     pos = _acc_positions(n)
-    decode = nm.f16_bits_to_f32 if a_type == "f16" else nm.bf16_bits_to_f32
+    # tf32: the f32 words in shared memory, truncated to their top 19 bits
+    decode = {"f16": nm.f16_bits_to_f32, "bf16": nm.bf16_bits_to_f32, "tf32": nm.tf32_operand}[a_type]
+    esize = _BYTES[a_type]
     nt = ctx.threads
 
     def descriptor(read, g, what):
@@ -132,21 +141,21 @@ def build_wgmma(ins, ctx: Context):
 
     def gather(desc, rows, k_major, g):
         try:
-            addr = operand_addresses(desc, rows, k, 2, k_major)
+            addr = operand_addresses(desc, rows, k, esize, k_major)
         except ValueError as e:
             ctx.unsupported(ins, str(e))
         try:
-            off = ctx.shared.offsets(addr.reshape(-1).astype(np.uint64), 2)
+            off = ctx.shared.offsets(addr.reshape(-1).astype(np.uint64), esize)
         except MemoryFault as f:  # name the warpgroup's first thread
             ctx.fault(ins, f, np.full(addr.size, g * GROUP))
-        v = ctx.shadow.issue_async_read(g, (off[:, None] + np.arange(2)).reshape(-1), ins.line)
+        flat = (off[:, None] + np.arange(esize)).reshape(-1)
+        v = ctx.shadow.issue_async_read(g, flat, ins.line)
         if v:
             ctx.fail(ins, v.message, kind=v.kind, tid=g * GROUP, address=ctx.shared.base + v.offset)
-        flat = (off[:, None] + np.arange(2)).reshape(-1)
         ctx.wgmma_uncommitted.append((g, flat))
-        if (off % 2).any():
-            ctx.fail(ins, "a wgmma operand element at an odd address", kind="misaligned", tid=g * GROUP)
-        return decode(ctx.shared.words(2)[off // 2]).reshape(rows, k)
+        if (off % esize).any():
+            ctx.fail(ins, f"a wgmma operand element not aligned to its {esize} bytes", kind="misaligned", tid=g * GROUP)
+        return decode(ctx.shared.words(esize)[off // esize]).reshape(rows, k)
 
     def run():
         regs = np.stack([per_thread(r(), nt) for r in accs], axis=1).astype(np.float32)   # (threads, n/2)

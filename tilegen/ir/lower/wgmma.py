@@ -58,8 +58,12 @@ def lower_wgmma(b, ctx, op):
     if len(regs) != op.shape.acc_regs:
         raise IRError(f"wgmma m64n{op.shape.n}: accumulator {acc.name} has {len(regs)} registers, "
                       f"not {op.shape.acc_regs}")
-    ins = (descs[0], descs[1], Imm(1 if op.accumulate else 0), Imm(1), Imm(1),
-           Imm(0 if op.a_k_major else 1), Imm(0 if op.b_k_major else 1))
+    ins = (descs[0], descs[1], Imm(1 if op.accumulate else 0), Imm(1), Imm(1))
+    if op.shape.transposable:
+        ins += (Imm(0 if op.a_k_major else 1), Imm(0 if op.b_k_major else 1))
+    elif not (op.a_k_major and op.b_k_major):
+        raise IRError(f"wgmma {op.shape.dtype} reads both operands K-major; "
+                      f"{op.a.name if not op.a_k_major else op.b.name} is MN-major")
     b.emit(Instr(op.shape.instruction(), (Vec(tuple(regs)),), ins))
     ctx.kernel.features.add("wgmma")
 
