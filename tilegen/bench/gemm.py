@@ -199,8 +199,9 @@ class GemmBench:
 
 def _truncate_tf32(x: np.ndarray) -> np.ndarray:
     """f32 values as wgmma reads them as tf32: the low 13 mantissa bits dropped."""
-    b = np.asarray(x, dtype=np.float32).view(np.uint32) & np.uint32(0xFFFFE000)
-    return b.view(np.float32).astype(np.float64)
+    from ..sim.numerics import tf32_operand
+
+    return tf32_operand(np.asarray(x, dtype=np.float32).view(np.uint32)).astype(np.float64)
 
 
 def _round_tf32(x: np.ndarray) -> np.ndarray:

@@ -111,8 +111,8 @@ def lower_transposing_copy(b, ctx, op):
 
     for i, (dr, dc) in enumerate(steps):
         if i % 8 == 0:
-            b.comment(f"elements {i}..{min(i + 8, iterations) - 1}: {tile.name}[{op.stage if isinstance(op.stage, int) else 'stage'}] "
-                      f"<- {src.name} transposed")
+            stage = op.stage if isinstance(op.stage, int) else "stage"
+            b.comment(f"elements {i}..{min(i + 8, iterations) - 1}: {tile.name}[{stage}] <- {src.name} transposed")
         dst, disp = shared_address(b, ctx, tile, op.stage, (0, r0, r0_values, dr), (0, c0, c0_values, dc))
         tensor_rows = dc // esize
         if tensor_rows != prev_rows:  # a step down the tensor's rows: its pitch is a runtime value
