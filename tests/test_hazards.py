@@ -119,3 +119,9 @@ def test_hazards_follow_the_branch_a_cta_takes():
     # CTA 0 never takes the else side for the sizes the check tries (M >= 1), so that side is
     # not reported: the check follows the branch a CTA really takes
     tilegen.compile(branch_reads_early, bad_side="else")
+
+
+def test_a_wait_allowing_more_groups_than_are_pending_retires_none():
+    """wait(4) with 3 groups committed leaves all 3 in flight (not the first 2 landed)."""
+    with pytest.raises(HazardError, match=r"stage 0 of sA while a cp.async into it may still be in flight"):
+        tilegen.compile(pipeline, stages=4, wait_pending=4)

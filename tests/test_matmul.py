@@ -91,9 +91,9 @@ def test_large_16bit_problems_on_hopper_take_the_wgmma_kernel(monkeypatch):
     assert mm.explain(A.astype(np.float32), B.astype(np.float32)).spec.instruction == "mma.sync"
 
 
-def test_large_tf32_problems_on_hopper_take_wgmma_unless_both_operands_transpose(monkeypatch):
-    """tf32 (allow_tf32) takes the wgmma kernel, whose reason names the truncation, except with
-    A column-major and B row-major (both operands transposed while copied: mma.sync is as fast)."""
+def test_large_tf32_problems_on_hopper_take_wgmma(monkeypatch):
+    """tf32 (allow_tf32) takes the wgmma kernel in every layout; its reason names the
+    truncation and which operand is rounded instead."""
     import importlib
 
     mm = importlib.import_module("tilegen.matmul")
@@ -103,7 +103,8 @@ def test_large_tf32_problems_on_hopper_take_wgmma_unless_both_operands_transpose
     B = np.zeros((2048, 4096), np.float32)
     choice = mm.explain(A, B, allow_tf32=True)
     assert (choice.spec.dtype, choice.spec.instruction, tuple(choice.spec.tile)) == ("tf32", "wgmma", (256, 128, 32))
-    assert "truncates" in choice.reason
-    assert mm.explain(A, np.asfortranarray(B), allow_tf32=True).spec.tile.n == 256
-    assert mm.explain(np.asfortranarray(A), B, allow_tf32=True).spec.instruction == "mma.sync"
+    assert choice.spec.swaps_operands and "truncates" in choice.reason and "B is rounded" in choice.reason
+    rc = mm.explain(A, np.asfortranarray(B), allow_tf32=True)
+    assert rc.spec.tile.n == 256 and "2.6x" in rc.reason
+    assert mm.explain(np.asfortranarray(A), B, allow_tf32=True).spec.instruction == "wgmma"
     assert mm.explain(A, B).spec.dtype == "f32"       # 3xTF32 without allow_tf32

@@ -101,26 +101,34 @@ def test_wgmma_spec_defaults():
     assert tilegen.GemmSpec.from_text(s.to_text(minimal=True)) == s
 
 
-def test_tf32_wgmma_spec_stages_are_k_major():
-    """wgmma reads tf32 only K-major: the stages of an MN-major operand hold it transposed,
-    and the spec says the tensor cores truncate."""
-    s = tilegen.GemmSpec(dtype="tf32", instruction="wgmma", a_layout="col", b_layout="row")
-    # a row-major B (transposed element by element) takes the 256 x 128 tile of 4 warpgroups
-    assert (tuple(s.tile), tuple(s.warps), s.swizzle, s.wgmma.k) == ((256, 128, 32), (16, 1), "128B", 8)
-    assert (s.stage_layout("A"), s.stage_layout("B")) == ("row", "col")
-    assert s.transposes("A") and s.transposes("B") and s.is_k_major("A") and s.is_k_major("B")
-    assert (s.operand_tile("A"), s.operand_tile("B")) == ((256, 32), (128, 32))
-    assert tuple(tilegen.GemmSpec(dtype="tf32", instruction="wgmma", b_layout="col").tile) == (128, 256, 32)
+def test_tf32_wgmma_spec_reads_mn_major_operands_through_registers():
+    """wgmma reads tf32 from shared memory only K-major and takes only A from registers: a
+    row-major B makes the kernel compute C^T = B^T A^T with B in registers (a column-major
+    A is then transposed while copied); a column-major A with a column-major B goes through
+    registers. The tensor cores truncate what they read from shared memory."""
+    spec = lambda **kw: tilegen.GemmSpec(dtype="tf32", instruction="wgmma", **kw)  # noqa: E731
+    s = spec(a_layout="col", b_layout="row")
+    assert (tuple(s.tile), tuple(s.warps), s.swizzle, s.wgmma.k, s.wgmma.n) == ((256, 128, 32), (1, 8), "128B", 8, 256)
+    assert s.swaps_operands and s.register_operand == "B"
+    assert (s.stage_layout("A"), s.stage_layout("B")) == ("row", "row")
+    assert s.transposes("A") and not s.transposes("B") and s.is_k_major("A") and not s.is_k_major("B")
+    assert (s.operand_tile("A"), s.operand_tile("B")) == ((256, 32), (32, 128))
+    rr, rc, cc = spec(), spec(b_layout="col"), spec(a_layout="col", b_layout="col")
+    assert (rr.swaps_operands, rr.register_operand, rr.transposes("A"), tuple(rr.warps)) == (True, "B", False, (1, 8))
+    assert (rc.swaps_operands, rc.register_operand, tuple(rc.tile)) == (False, None, (128, 256, 32))
+    assert (cc.swaps_operands, cc.register_operand, cc.transposes("A"), cc.wgmma.n) == (False, "A", False, 256)
     assert s.tf32_truncates and not tilegen.GemmSpec(dtype="tf32").tf32_truncates
-    assert not tilegen.GemmSpec(dtype="tf32", instruction="wgmma", b_layout="col").transposes("B")
     f16 = tilegen.GemmSpec(dtype="f16", instruction="wgmma", a_layout="col")
-    assert f16.stage_layout("A") == "col" and not f16.transposes("A")
+    assert f16.stage_layout("A") == "col" and not f16.transposes("A") and f16.register_operand is None
+    assert not tilegen.GemmSpec(dtype="f16", instruction="wgmma").swaps_operands
 
 
 @pytest.mark.parametrize("kw, field, says", [
     (dict(target="sm_90"), "target", "sm_90a"),
     (dict(dtype="f32"), "dtype", "f16, bf16 or tf32"),
-    (dict(dtype="tf32", warps=(16, 1), tile=(256, 48, 16), swizzle="64B"), "tile", "8 rows x 16 bytes"),
+    (dict(dtype="tf32", a_layout="col", warps=(1, 8), tile=(48, 128, 8), swizzle="32B"), "tile", "8 rows x 16 bytes"),
+    (dict(dtype="tf32", warps=(16, 1), tile=(256, 128, 32)), "warps", "C^T = B^T A^T"),
+    (dict(dtype="tf32", warps=(1, 4), tile=(320, 64, 32)), "tile", "tile.m a multiple of 8 up to 256"),
     (dict(warps=(2, 2), tile=(128, 128, 64)), "warps", "warpgroup"),
     (dict(swizzle="pad"), "swizzle", "swizzled"),
     (dict(stages=2), "stages", "3..6"),
@@ -232,6 +240,90 @@ def test_planted_pipeline_mistakes_are_rejected(knobs, says):
     assert says in str(e.value)
 
 
+@tg.kernel
+def rs_pipeline(retire=3, fence=True):
+    """C = A @ B for one warpgroup, tf32, both operands column-major: A is M-major in shared
+    memory, so each warp loads its 16 rows of every k-step into registers."""
+    S, P = 3, 1
+    tg.launch(threads=128, grid=lambda s: (1, 1, 1))
+    A = tg.tensor("A", "tf32", ("M", "K"), layout="col")
+    B = tg.tensor("B", "tf32", ("K", "N"), layout="col")
+    C = tg.tensor("C", "f32", ("M", "N"))
+    sA = tg.shared("sA", "tf32", 32, 64, stages=S, swizzle="pad", pad=32, logical="col")
+    sB = tg.shared("sB", "tf32", 64, 32, stages=S, logical="col")
+    atom = "m16n8k8.tf32.f32"
+    acc = tg.fragment(atom, "C", (1, 8))
+    frags = [tg.fragment(atom, "A", (1, 1), name=f"a{kk}") for kk in range(4)]
+
+    def copy(t):
+        tg.copy_async(sA[t % S], A.block(0, t * 32))
+        tg.copy_async(sB[t % S], B.block(t * 32, 0))
+        tg.commit()
+
+    copy(0)
+    for kt in tg.range(tg.cdiv(A.shape[1], 32)):
+        stage = kt % S
+        tg.wait(P - 1)
+        tg.fence_proxy_async()
+        tg.barrier()
+        for kk in range(4):
+            tg.wgmma_wait(retire)
+            tg.load(frags[kk], sA[stage], tg.warp_id() * 16, kk * 8)
+            if fence:
+                tg.wgmma_fence()
+            tg.wgmma(acc, frags[kk], sB[stage], None, kk * 8, 0)
+            tg.wgmma_commit()
+        copy(kt + P)
+    tg.wgmma_wait(0)
+    tg.wait(0)
+    tg.store(C.block(tg.warp_id() * 16, 0), acc)
+
+
+def test_correct_register_pipeline_passes_and_computes():
+    from bounds import gemm_bound, gemm_error
+
+    from tilegen.sim import GlobalMemory, run_kernel
+
+    k = tilegen.compile(rs_pipeline, target="sm_90a")
+    rng = np.random.default_rng(8)
+    K = 200
+    A, B = rng.standard_normal((64, K)).astype(np.float32), rng.standard_normal((K, 64)).astype(np.float32)
+    mem = GlobalMemory()
+    ptrs = []
+    for x in (A.T, B.T, np.full((64, 64), np.nan, np.float32)):   # column-major A and B
+        ptrs.append(mem.alloc(x.nbytes))
+        mem.write(ptrs[-1], np.ascontiguousarray(x))
+    run_kernel(k, {"M": 64, "N": 64, "K": K, "A_ptr": ptrs[0], "A_ld": 64, "B_ptr": ptrs[1], "B_ld": K,
+                   "C_ptr": ptrs[2], "C_ld": 64}, {"M": 64, "N": 64, "K": K}, mem)
+    C = mem.read(ptrs[2], 64 * 64 * 4, np.float32).reshape(64, 64)
+    assert gemm_error(C, A.astype(np.float64) @ B, A, B) <= gemm_bound("tf32", K, truncated=True)
+
+
+@pytest.mark.parametrize("knobs, says", [
+    (dict(retire=4), "load overwrites fragment a0 while a wgmma"),   # k-step 0 of the last tile may still read it
+    (dict(fence=False), "with no wgmma_fence since"),
+])
+def test_planted_register_operand_mistakes_are_rejected(knobs, says):
+    with pytest.raises(HazardError) as e:
+        tilegen.compile(rs_pipeline, target="sm_90a", **knobs)
+    assert says in str(e.value)
+
+
+def test_wgmma_register_operand_errors():
+    @tg.kernel
+    def k(mistake):
+        tg.launch(threads=128, grid=lambda s: (1, 1, 1))
+        sB = tg.shared("sB", "tf32", 64, 32, logical="col")
+        acc = tg.fragment("m16n8k8.tf32.f32", "C", (1, 8))
+        a = tg.fragment("m16n8k8.tf32.f32", "A", (2, 1) if mistake == "tiles" else (1, 1))
+        tg.wgmma(acc, a, sB[0], 0 if mistake == "m0" else None, 0, 0)
+
+    for mistake, says in (("tiles", "one m16 x k8 A fragment"), ("m0", "pass m0=None")):
+        with pytest.raises(tilegen.DSLError) as e:
+            tilegen.compile(k, mistake=mistake, target="sm_90a")
+        assert says in str(e.value)
+
+
 # ---- the emulator finds the same mistakes in the PTX --------------------------------------------
 
 @pytest.fixture(scope="module")
@@ -283,8 +375,10 @@ def test_wgmma_gemm_on_the_emulator(dtype, layouts):
     from bounds import gemm_bound, gemm_error
 
     al, bl = ({"r": "row", "c": "col"}[x] for x in layouts)
+    swapped = dtype == "tf32" and bl == "row"   # C^T = B^T A^T: warpgroups side by side along N
     spec = tilegen.GemmSpec(dtype=dtype, instruction="wgmma", a_layout=al, b_layout=bl,
-                            tile=(64, 128, 64 if dtype != "tf32" else 32), warps=(4, 2), stages=3)
+                            tile=(64, 128, 64 if dtype != "tf32" else 32), warps=(1, 8) if swapped else (4, 2),
+                            stages=3)
     rng = np.random.default_rng(hash((dtype, layouts)) % 2 ** 32)
     M, N, K = 70, 150, 200     # ragged in every dimension, several k-tiles
     A, B = _inputs(dtype, M, N, K, al, bl, rng)
@@ -309,25 +403,47 @@ def test_wgmma_gemm_with_fused_epilogue_on_the_emulator():
     assert np.abs(C.astype(np.float64) - ref).max() <= 1e-2 * max(1.0, np.abs(ref).max())
 
 
-@pytest.mark.parametrize("layouts", ["rr", "cc"])
-def test_persistent_wgmma_gemm_on_the_emulator(layouts):
+@pytest.mark.parametrize("dtype, layouts", [("f16", "rr"), ("f16", "cc"), ("tf32", "rr")])
+def test_persistent_wgmma_gemm_on_the_emulator(dtype, layouts):
     """Three CTAs (the emulator's persistent grid) walk 35 blocks, each prefetching the next
-    block's first k-tiles before storing its own."""
+    block's first k-tiles before storing its own (tf32 rr: blocks of C^T, stored transposed)."""
     from bounds import gemm_bound, gemm_error
     from tilegen.runtime.driver import EMULATOR_CTAS
 
     al, bl = ({"r": "row", "c": "col"}[x] for x in layouts)
-    spec = tilegen.GemmSpec(dtype="f16", instruction="wgmma", persistent=True, a_layout=al, b_layout=bl,
-                            tile=(64, 64, 64), warps=(4, 1), stages=3, group_m=2)
+    shape = SMALL_TF32["row"] if dtype == "tf32" else dict(tile=(64, 64, 64), warps=(4, 1))
+    spec = tilegen.GemmSpec(dtype=dtype, instruction="wgmma", persistent=True, a_layout=al, b_layout=bl,
+                            stages=3, group_m=2, **shape)
     kernel = tilegen.compile(spec)
     M, N, K = 300, 450, 150
     assert kernel.grid({"M": M, "N": N, "K": K}) == (EMULATOR_CTAS, 1, 1)
     rng = np.random.default_rng(9)
-    A, B = _inputs("f16", M, N, K, al, bl, rng)
+    A, B = _inputs(dtype, M, N, K, al, bl, rng)
     C = kernel(A, B, out=np.full((M, N), np.nan, np.float32), device="sim")
     ref = A.astype(np.float64) @ B.astype(np.float64)
     assert not np.isnan(C).any()
-    assert gemm_error(C, ref, A, B) <= gemm_bound("f16", K)
+    assert gemm_error(C, ref, A, B) <= gemm_bound(dtype, K, truncated=spec.tf32_truncates)
+
+
+@pytest.mark.parametrize("bias", ["row", "col"])
+def test_swapped_tf32_wgmma_epilogue_lands_on_c_on_the_emulator(bias):
+    """A kernel computing C^T = B^T A^T stores its accumulator transposed: alpha, beta * C,
+    the bias (per row or per column of C) and the residual meet C's elements."""
+    from bounds import gemm_bound
+
+    spec = tilegen.GemmSpec(dtype="tf32", instruction="wgmma", stages=3, **SMALL_TF32["row"],
+                            epilogue=tilegen.Epilogue(bias=bias, activation="silu", residual=True))
+    assert spec.swaps_operands
+    rng = np.random.default_rng(6)
+    M, N, K = 70, 100, 40
+    A, B = _inputs("tf32", M, N, K, "row", "row", rng)
+    vec = rng.standard_normal(M if bias == "row" else N).astype(np.float32)
+    R, C0 = (rng.standard_normal((M, N)).astype(np.float32) for _ in range(2))
+    C = tilegen.compile(spec)(A, B, out=C0.copy(), alpha=0.5, beta=0.25, bias=vec, residual=R, device="sim")
+    x = 0.5 * (A.astype(np.float64) @ B) + 0.25 * C0 + (vec[:, None] if bias == "row" else vec[None, :])
+    ref = x / (1 + np.exp(-x)) + R
+    scale = np.abs(A).astype(np.float64) @ np.abs(B) + np.abs(C0) + np.abs(vec).max() + np.abs(R)
+    assert (np.abs(C - ref) <= gemm_bound("tf32", K, truncated=True) * scale).all()
 
 
 def test_persistent_needs_wgmma():
@@ -350,10 +466,10 @@ def round_tf32(x):
 
 
 def tf32_copy_problems(rng, M=192, N=300, K=72):
-    """(A, B, C) with one exact 1.0 in each sum of A @ B, so C copies elements of the other
-    operand: X @ P selects columns of X, Q @ Y rows of Y. A kernel computes C = the selected
-    elements as its tensor cores read them; X and Y carry full 23-bit mantissas, so reading
-    by truncation and by rounding differ for about half of them."""
+    """(A, B, C, source) with one exact 1.0 in each sum of A @ B, so C copies elements of
+    the other operand, `source` ("A" or "B"): X @ P selects columns of X, Q @ Y rows of Y. A
+    kernel computes C = the selected elements as its tensor cores read them; X and Y carry
+    full 23-bit mantissas, so reading by truncation and by rounding differ for about half."""
     X = rng.standard_normal((M, K)).astype(np.float32)
     Y = rng.standard_normal((K, N)).astype(np.float32)
     cols = rng.integers(0, K, size=N)
@@ -362,23 +478,33 @@ def tf32_copy_problems(rng, M=192, N=300, K=72):
     rows = rng.integers(0, K, size=M)
     Q = np.zeros((M, K), np.float32)
     Q[np.arange(M), rows] = 1.0
-    out = [(X, P, X[:, cols]), (Q, Y, Y[rows, :])]
-    for _, _, want in out:
+    out = [(X, P, X[:, cols], "A"), (Q, Y, Y[rows, :], "B")]
+    for _, _, want, _ in out:
         assert (truncate_tf32(want) != round_tf32(want)).mean() > 0.3
     return out
 
 
-@pytest.mark.parametrize("layouts", ["rr", "cc"])
-def test_tf32_wgmma_truncates_and_transposes_on_the_emulator(layouts):
-    """Bit-exact: every element of both operands arrives where wgmma reads it (transposed
-    copies for MN-major ones) and is read truncated to tf32."""
+def tf32_as_read(spec, want, source):
+    """The operand elements `want` of operand `source` as a tf32 wgmma kernel reads them:
+    rounded to nearest when loaded into registers, truncated when read from shared memory."""
+    return round_tf32(want) if spec.register_operand == source else truncate_tf32(want)
+
+
+# (tile, warps) small enough for the emulator: warpgroups side by side along N when swapped
+SMALL_TF32 = {"row": dict(tile=(64, 64, 32), warps=(1, 4)), "col": dict(tile=(64, 128, 32), warps=(4, 2))}
+
+
+@pytest.mark.parametrize("layouts", ["rr", "rc", "cr", "cc"])
+def test_tf32_wgmma_reads_every_element_where_and_as_expected_on_the_emulator(layouts):
+    """Bit-exact: every element of both operands arrives where wgmma reads it (registers,
+    transposed copies, C^T stored transposed) and is read as tf32_as_read says."""
     al, bl = ({"r": "row", "c": "col"}[x] for x in layouts)
-    kernel = tilegen.compile(tilegen.GemmSpec(dtype="tf32", instruction="wgmma", a_layout=al, b_layout=bl,
-                                              tile=(64, 128, 32), warps=(4, 2), stages=3))
+    spec = tilegen.GemmSpec(dtype="tf32", instruction="wgmma", a_layout=al, b_layout=bl, stages=3, **SMALL_TF32[bl])
+    kernel = tilegen.compile(spec)
     order = lambda x, lay: np.asfortranarray(x) if lay == "col" else x  # noqa: E731
-    for A, B, want in tf32_copy_problems(np.random.default_rng(4), M=70, N=150, K=40):
+    for A, B, want, source in tf32_copy_problems(np.random.default_rng(4), M=70, N=150, K=40):
         got = kernel(order(A, al), order(B, bl), out=np.full(want.shape, np.nan, np.float32), device="sim")
-        np.testing.assert_array_equal(got, truncate_tf32(want))
+        np.testing.assert_array_equal(got, tf32_as_read(spec, want, source))
 
 
 def test_transposing_copy_needs_32_bit_elements():
@@ -408,10 +534,15 @@ def test_tf32_wgmma_rejects_mn_major_stages():
     assert "must both be K-major" in str(e.value) and "logical='col'" in str(e.value)
 
 
-def test_transposing_copies_are_conflict_free():
-    """Each warp's 32 elements land in 32 banks (bank report), for both swizzles tf32 uses."""
-    for kw in (dict(), dict(swizzle="64B", tile=(128, 256, 16), warps=(8, 1)),
-               dict(a_layout="col", tile=(128, 128, 32), warps=(8, 1))):
+def test_transposing_copies_and_register_loads_are_conflict_free():
+    """Each warp's 32 elements land in 32 banks (bank report), for both swizzles tf32 uses;
+    the single loads of the register operand read 32 banks too."""
+    for kw in (dict(a_layout="col"), dict(a_layout="col", swizzle="64B", tile=(256, 128, 16), warps=(1, 8)),
+               dict(a_layout="col", tile=(128, 128, 32), warps=(1, 8))):
         k = tilegen.compile(tilegen.GemmSpec(dtype="tf32", instruction="wgmma", **kw))
         rows = [line for line in k.bank_report().splitlines() if "transposing" in line]
         assert rows and all(line.split()[5:7] == ["1", "1"] for line in rows), k.bank_report()
+    for kw in (dict(), dict(a_layout="col", b_layout="col")):
+        k = tilegen.compile(tilegen.GemmSpec(dtype="tf32", instruction="wgmma", **kw))
+        rows = [line for line in k.bank_report().splitlines() if line.startswith("ld.shared.b32")]
+        assert len(rows) == 4 and all(line.split()[-2] == "1.0x" for line in rows), k.bank_report()

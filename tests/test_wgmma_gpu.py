@@ -71,9 +71,10 @@ SPECS = [dict(persistent=True), dict(persistent=True, a_layout="col", b_layout="
          dict(tile=(64, 128, 64), warps=(4, 2), stages=3), dict(swizzle="64B", group_m=16),
          dict(tile=(128, 256, 32), warps=(8, 1), stages=6), dict(tile=(128, 128, 64), warps=(8, 2)),
          dict(out_dtype="bf16", b_layout="col"), dict(out_dtype="f16", a_layout="col"),
-         dict(dtype="tf32", tile=(128, 128, 32), warps=(8, 1), stages=6),
-         dict(dtype="tf32", swizzle="64B", tile=(128, 256, 16), warps=(8, 1), stages=4, a_layout="col"),
-         dict(dtype="tf32", persistent=True, b_layout="col")]
+         dict(dtype="tf32", tile=(128, 128, 32), warps=(1, 8), stages=6),
+         dict(dtype="tf32", swizzle="64B", tile=(256, 128, 16), warps=(1, 8), stages=4, a_layout="col"),
+         dict(dtype="tf32", persistent=True, b_layout="col"), dict(dtype="tf32", persistent=True),
+         dict(dtype="tf32", a_layout="col", b_layout="col", tile=(128, 128, 32), warps=(8, 1), stages=6)]
 
 
 @pytest.mark.parametrize("kw", SPECS, ids=lambda k: ",".join(f"{a}={b}" for a, b in k.items()))
@@ -86,31 +87,35 @@ def test_wgmma_spec_variants(torch, kw):
     record("wgmma_spec", spec=str(spec), shapes=len(shapes), worst_error_over_bound=worst)
 
 
-@pytest.mark.parametrize("activation", ["relu", "gelu_tanh", "silu"])
-def test_wgmma_fused_epilogue(torch, activation):
-    """Same tolerance as the mma.sync epilogue tests (test_epilogue_gpu.py)."""
+@pytest.mark.parametrize("dtype, activation, bias_axis",
+                         [("bf16", "relu", "col"), ("bf16", "gelu_tanh", "col"), ("bf16", "silu", "col"),
+                          ("tf32", "silu", "col"), ("tf32", "gelu_tanh", "row")])
+def test_wgmma_fused_epilogue(torch, dtype, activation, bias_axis):
+    """Same tolerance as the mma.sync epilogue tests (test_epilogue_gpu.py); tf32 with a
+    row-major B stores C^T = B^T A^T transposed, bias and residual included."""
     from test_epilogue_gpu import TOL, _act
 
-    spec = tilegen.GemmSpec(dtype="bf16", instruction="wgmma", out_dtype="bf16",
-                            epilogue=tilegen.Epilogue(bias="col", activation=activation, residual=True))
+    spec = tilegen.GemmSpec(dtype=dtype, instruction="wgmma", out_dtype="bf16",
+                            epilogue=tilegen.Epilogue(bias=bias_axis, activation=activation, residual=True))
     kernel = tilegen.compile(spec)
     gen = torch.Generator(device="cuda").manual_seed(3)
     worst = 0.0
     for M, N, K in [(1000, 999, 1001), (257, 130, 2049), (4099, 67, 129)]:
-        A = _matrix(torch, M, K, "row", "bf16", gen)
-        B = _matrix(torch, K, N, "row", "bf16", gen)
-        bias = torch.randn(N, generator=gen, device="cuda").bfloat16()
+        A = _matrix(torch, M, K, "row", dtype, gen)
+        B = _matrix(torch, K, N, "row", dtype, gen)
+        bias = torch.randn(M if bias_axis == "row" else N, generator=gen, device="cuda").bfloat16()
         R = torch.randn(M, N, generator=gen, device="cuda").bfloat16()
         C0 = torch.randn(M, N, generator=gen, device="cuda").bfloat16()
         out = C0.clone()
         kernel(A, B, out=out, alpha=0.5, beta=0.25, bias=bias, residual=R)
         torch.cuda.synchronize()
-        x = 0.5 * (A.double() @ B.double()) + 0.25 * C0.double() + bias.double()[None, :]
+        x = 0.5 * (A.double() @ B.double()) + 0.25 * C0.double() + (
+            bias.double()[:, None] if bias_axis == "row" else bias.double()[None, :])
         ref = _act(torch, activation, x) + R.double()
         err = float((out.double() - ref).abs().max() / max(1.0, float(ref.abs().max())))
         worst = max(worst, err / TOL["bf16"])
         assert err <= TOL["bf16"], f"{M}x{N}x{K}: {err:.3g} over {TOL['bf16']:.3g}"
-    record("wgmma_epilogue", activation=activation, worst_error_over_tolerance=worst)
+    record("wgmma_epilogue", dtype=dtype, activation=activation, bias=bias_axis, worst_error_over_tolerance=worst)
 
 
 def test_wgmma_500_launches_bit_identical(torch):
@@ -129,16 +134,18 @@ def _to_gpu(torch, x, layout):
 
 @pytest.mark.parametrize("layouts", LAYOUTS, ids=lambda x: "".join(l[0] for l in x))
 def test_wgmma_tf32_truncates_operands(torch, layouts):
-    """wgmma reads tf32 operands as the f32 words in shared memory and keeps their top 19
-    bits: C is each operand element truncated to tf32, bit for bit, on the GPU and on the
-    emulator (test_wgmma.tf32_copy_problems)."""
-    from test_wgmma import tf32_copy_problems, truncate_tf32
+    """wgmma reads tf32 operands in shared memory as their f32 words and keeps the top 19
+    bits; the operand a kernel loads into registers is rounded first (cvt.rna). C is each
+    operand element read that way, bit for bit, on the GPU and on the emulator
+    (test_wgmma.tf32_copy_problems)."""
+    from test_wgmma import tf32_as_read, tf32_copy_problems
 
     a_layout, b_layout = layouts
-    kernel = tilegen.compile(tilegen.GemmSpec(dtype="tf32", instruction="wgmma", a_layout=a_layout, b_layout=b_layout))
-    for A, B, want in tf32_copy_problems(np.random.default_rng(17)):
+    spec = tilegen.GemmSpec(dtype="tf32", instruction="wgmma", a_layout=a_layout, b_layout=b_layout)
+    kernel = tilegen.compile(spec)
+    for A, B, want, source in tf32_copy_problems(np.random.default_rng(17)):
         got = kernel(_to_gpu(torch, A, a_layout), _to_gpu(torch, B, b_layout)).cpu().numpy()
-        np.testing.assert_array_equal(got, truncate_tf32(want))
+        np.testing.assert_array_equal(got, tf32_as_read(spec, want, source))
         order = lambda x, lay: np.asfortranarray(x) if lay == "col" else x  # noqa: E731
         np.testing.assert_array_equal(kernel(order(A, a_layout), order(B, b_layout), device="sim"), got)
     record("wgmma_tf32_truncation", a_layout=a_layout, b_layout=b_layout, bit_exact=True)

@@ -29,10 +29,6 @@ PRESETS = {
     ("sm_90", "bf16"): dict(instruction="wgmma", target="sm_90a"),
     ("sm_90", "tf32"): dict(instruction="wgmma", target="sm_90a"),
 }
-# Layout pairs (A, B) where a preset is no faster than the default spec: tf32 wgmma with A
-# column-major and B row-major transposes both operands while copying them
-# (docs/results/2026-11-21-h200-tf32-wgmma.md).
-PRESET_SKIPS = {("sm_90", "tf32"): {("col", "row")}}
 LARGE = 2048  # both M and N at least this: the preset's 128x256 tiles still fill the GPU
 
 
@@ -123,14 +119,15 @@ def explain(A, B, *, bias=None, activation=None, residual=None, out=None, allow_
     if tuned is not None:
         spec = tuned.replace(epilogue=epilogue, out_dtype=out_dtype)
         why.append("tile from the autotuner's cache for this GPU and shape bucket")
-    elif ((target, dtype) in PRESETS and min(M, N) >= LARGE
-          and (a_layout, b_layout) not in PRESET_SKIPS.get((target, dtype), ())):
+    elif (target, dtype) in PRESETS and min(M, N) >= LARGE:
         spec = GemmSpec(**{**base, **PRESETS[(target, dtype)]})
         why.append(f"large problem on {target}: the fastest {dtype} kernel measured on the H200 "
                    f"({spec.instruction}, {spec.tile.m}x{spec.tile.n} tiles, target {spec.target})")
         if spec.tf32_truncates:
-            why.append("wgmma truncates tf32 operands where mma.sync rounds them: relative error about "
-                       "2.6x cuBLAS's tf32 (still 10-bit mantissas)")
+            why.append("wgmma truncates the tf32 operands it reads from shared memory where mma.sync rounds "
+                       + ("them: relative error about 2.6x cuBLAS's tf32" if spec.register_operand is None else
+                          f"them ({'AB'.replace(spec.register_operand, '')}; {spec.register_operand} is rounded): "
+                          f"relative error about 1.6x cuBLAS's tf32"))
     elif min(M, N) <= SMALL:
         try:
             spec = GemmSpec(**base, tile=(64, 64, 32 if dtype in ("tf32", "f32") else 64), warps=(2, 2))

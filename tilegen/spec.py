@@ -103,9 +103,9 @@ _DEFAULT_TILE = {"tf32": (128, 128, 32), "f16": (128, 128, 64), "bf16": (128, 12
 
 # wgmma: two warpgroups of m64n256, four stages of 128-byte K rows (192 KB of shared memory).
 _WGMMA_TILE = {"f16": (128, 256, 64), "bf16": (128, 256, 64), "tf32": (128, 256, 32)}
-# tf32 with a row-major B transposes B element by element while copying it (the slow part):
-# four warpgroups of m64n128 halve B's share of the copies (docs/perf_notes.md section 14).
-_WGMMA_TF32_ROW_B = ((256, 128, 32), (16, 1))
+# tf32 with a row-major B computes C^T = B^T A^T: two warpgroups of 64 columns of C, each
+# issuing m64n256 over the tile's 256 rows, B^T from registers (docs/perf_notes.md section 15).
+_WGMMA_TF32_ROW_B = ((256, 128, 32), (1, 8))
 
 
 def _wgmma_defaults(dtype: str, b_layout: str):
@@ -129,7 +129,7 @@ class GemmSpec:
     | tile       | (M, N, K) per CTA                               | by dtype, 128 x 128 x *; |
     |            |                                                 | 128 x 256 x * for wgmma  |
     |            |                                                 | (tf32, row-major B:      |
-    |            |                                                 | 256 x 128 x 32, (16, 1)) |
+    |            |                                                 | 256 x 128 x 32, (1, 8))  |
     | warps      | (warps along M, warps along N), 1..16 in all    | (2, 2); (8, 1) for wgmma |
     | atom       | an mma atom name taking dtype/acc_dtype         | the largest-k atom       |
     | stages     | 2..6 shared-memory pipeline stages              | 3; 4 for wgmma           |
@@ -147,9 +147,13 @@ class GemmSpec:
     slice of the tile straight from shared memory: warps.m is a multiple of 4, every warp
     tile is 16 rows high (tile.m = 16 * warps.m) and at most 256 columns wide; the copies run
     stages - 2 tiles ahead of the tensor cores (one more stage is still being read by them).
-    wgmma reads tf32 only K-major, so an MN-major tf32 operand is transposed while it is
-    copied (stage_layout), and the tensor cores truncate its f32 values to tf32 where the
-    mma.sync path rounds them (tf32_truncates).
+    wgmma reads tf32 from shared memory only K-major; only its A may come from registers.
+    So a tf32 kernel with a row-major (N-major) B computes C^T = B^T A^T (swaps_operands):
+    its warpgroups are 4 warps side by side along N (warps (1, 4k), tile.n = 16 * warps.n,
+    tile.m at most 256), each loading its 64 columns of B into registers. A column-major A
+    goes through registers too (register_operand), or, in a swapped kernel, is transposed
+    while copied (stage_layout). The tensor cores truncate the f32 values they read from
+    shared memory to tf32; register operands are rounded to nearest (tf32_truncates).
     """
 
     dtype: str = "f16"
@@ -245,14 +249,31 @@ class GemmSpec:
     def warp_tile(self) -> tuple[int, int]:
         return self.tile.m // self.warps.m, self.tile.n // self.warps.n
 
+    @property
+    def swaps_operands(self) -> bool:
+        """tf32 wgmma with a row-major B: the kernel computes C^T = B^T A^T, so that the
+        N-major B (which wgmma cannot read from shared memory as tf32) is the A operand,
+        fed from registers, and A^T, K-major, is read from shared memory."""
+        return self.instruction == "wgmma" and self.dtype == "tf32" and self.b_layout == "row"
+
+    @property
+    def register_operand(self):
+        """The operand ("A", "B" or None) a wgmma kernel loads into registers: the MN-major
+        tf32 one that becomes wgmma's A."""
+        if self.instruction != "wgmma" or self.dtype != "tf32":
+            return None
+        if self.swaps_operands:
+            return "B"
+        return "A" if self.a_layout == "col" else None
+
     def stage_layout(self, operand: str) -> str:
         """The memory order ("row" or "col") of an operand's shared stages: the tensor's,
-        except in tf32 wgmma kernels, which read both operands K-major (A "row", B "col")
-        and so transpose an MN-major one while copying it."""
+        except for a column-major A in a swapped tf32 wgmma kernel (swaps_operands), where
+        wgmma reads A^T K-major from shared memory: its copies transpose it."""
         if operand not in ("A", "B"):
             raise ValueError(f"operand {operand!r}; allowed: 'A', 'B'")
-        if self.instruction == "wgmma" and self.dtype == "tf32":
-            return "row" if operand == "A" else "col"
+        if operand == "A" and self.swaps_operands:
+            return "row"
         return self.a_layout if operand == "A" else self.b_layout
 
     def transposes(self, operand: str) -> bool:
@@ -263,7 +284,8 @@ class GemmSpec:
     def tf32_truncates(self) -> bool:
         """wgmma reads tf32 operands as the f32 values the copies left in shared memory and
         truncates them (unit roundoff 2^-10); the mma.sync path rounds them to nearest while
-        loading its fragments (cvt.rna, 2^-11)."""
+        loading its fragments (cvt.rna, 2^-11), as wgmma kernels do for the operand they load
+        into registers (register_operand)."""
         return self.instruction == "wgmma" and self.dtype == "tf32"
 
     def operand_tile(self, operand: str) -> tuple[int, int]:
@@ -331,7 +353,7 @@ class GemmSpec:
         """The wgmma shape each warpgroup issues (instruction="wgmma" only)."""
         from .arch.wgmma import WgmmaShape
 
-        return WgmmaShape(self.dtype, self.warp_tile[1])
+        return WgmmaShape(self.dtype, self.warp_tile[0] if self.swaps_operands else self.warp_tile[1])
 
     def _validate_wgmma(self):
         from .arch import wgmma as W
@@ -345,11 +367,19 @@ class GemmSpec:
         if self.frag_buffers != 1:
             raise SpecError("frag_buffers", self.frag_buffers, "1",
                             "wgmma reads its operands from shared memory: there are no fragments to double-buffer")
-        if w.m % W.WARPGROUP or t.m != 16 * w.m:
+        if self.swaps_operands:
+            if w.m != 1 or w.n % W.WARPGROUP or t.n != 16 * w.n:
+                raise SpecError("warps", (w.m, w.n), f"(1, a multiple of 4) with tile.n = 16 * warps.n (tile.n is {t.n})",
+                                "tf32 with a row-major B computes C^T = B^T A^T: each warpgroup of 4 warps "
+                                "side by side along N computes 64 columns")
+            if t.m not in W.N_RANGE:
+                raise SpecError("tile", (t.m, t.n, t.k), "tile.m a multiple of 8 up to 256",
+                                f"each warpgroup issues m64n{t.m} over the tile's rows (C^T = B^T A^T)")
+        elif w.m % W.WARPGROUP or t.m != 16 * w.m:
             raise SpecError("warps", (w.m, w.n), f"warps.m a multiple of 4 with tile.m = 16 * warps.m (tile.m is {t.m})",
                             "each warpgroup of 4 warps stacked along M computes 64 rows")
         wn = self.warp_tile[1]
-        if wn not in W.N_RANGE:
+        if not self.swaps_operands and wn not in W.N_RANGE:
             raise SpecError("tile", (t.m, t.n, t.k), "tile.n / warps.n a multiple of 8 up to 256",
                             f"each warpgroup issues m64n{wn}")
         if self.swizzle not in W.SWIZZLE_CODE:
@@ -361,7 +391,7 @@ class GemmSpec:
             if W.K_BY_DTYPE[self.dtype] * esize > span:
                 raise SpecError("swizzle", self.swizzle, "128B, 64B",
                                 f"one k-step of {W.K_BY_DTYPE[self.dtype] * esize} bytes must fit in a swizzle span")
-        if not self.is_k_major("B") and (wn * esize) % span:
+        if not self.is_k_major("B") and self.register_operand != "B" and (wn * esize) % span:
             raise SpecError("tile", (t.m, t.n, t.k), f"tile.n / warps.n a multiple of {span // esize}",
                             "an N-major B splits between warpgroups on whole swizzle panels")
         if self.stages < 3:

@@ -1,7 +1,7 @@
 """The DSL's handles on tensors, shared tiles and fragments."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from ..ir import tile as T
 from .scalars import Int, wrap
@@ -14,6 +14,7 @@ class Tensor:
     def __init__(self, ir: T.GlobalTensor, shape: tuple):
         self.ir = ir
         self.shape = shape  # (Int, Int), logical
+        self._transpose = None
 
     @property
     def layout(self) -> str:
@@ -22,6 +23,16 @@ class Tensor:
     @property
     def dtype(self):
         return self.ir.dtype
+
+    @property
+    def T(self) -> "Tensor":
+        """The transpose: the same memory indexed (col, row), with the other layout."""
+        if self._transpose is None:
+            flip = "col" if self.ir.logical == "row" else "row"
+            ir = replace(self.ir, logical=flip, shape_names=self.ir.shape_names[::-1])
+            self._transpose = Tensor(ir, self.shape[::-1])
+            self._transpose._transpose = self
+        return self._transpose
 
     def block(self, row, col) -> "Block":
         """The block whose top-left logical element is (row, col); its extent is that of
@@ -50,6 +61,11 @@ class SharedTile:
     def __init__(self, ir: T.SharedTile, logical: str):
         self.ir = ir
         self.logical = logical  # "row": logical (r, c) stored at (r, c); "col": at (c, r)
+
+    @property
+    def T(self) -> "SharedTile":
+        """The transpose: the same buffers indexed (col, row)."""
+        return SharedTile(self.ir, "col" if self.logical == "row" else "row")
 
     def stage(self, s) -> "Stage":
         return Stage(self, wrap(s))

@@ -334,21 +334,27 @@ def mma(acc: Fragment, a: Fragment, b: Fragment, accumulate: bool = True):
     _tile_op(T.Mma(acc.ir, a.ir, b.ir, accumulate=bool(accumulate)))
 
 
-def wgmma(acc: Fragment, a: Stage, b: Stage, m0, k0: int, n0):
+def wgmma(acc: Fragment, a, b: Stage, m0, k0: int, n0):
     """acc += A[m0 : m0+64, k0 : k0+k] @ B[k0 : k0+k, n0 : n0+n] for the calling warpgroup
-    (sm_90a), both operands read from shared memory; k is 16 for f16/bf16 (8 for tf32, whose
-    operands must both be K-major: A declared logical="row", B logical="col") and n the
-    accumulator's width. m0 and n0 are the warpgroup's origin in the tiles (the same for its
-    4 warps), k0 a Python int; acc is each warp's (1, n/8) accumulator, holding its 16 rows.
-    Issue tilegen.wgmma_fence() before, tilegen.wgmma_commit() and tilegen.wgmma_wait(n)
-    after: the registers and the stages are in use until the wait."""
+    (sm_90a); k is 16 for f16/bf16 (8 for tf32) and n the accumulator's width. B is read
+    from shared memory, A from shared memory (`a` a stage) or from registers (`a` each warp's
+    A fragment of one atom: its 16 rows of the 64, loaded with tilegen.load; m0 is then None).
+    tf32 stages must be K-major (A declared logical="row", B logical="col"); a tf32 A that is
+    MN-major in shared memory goes through registers. m0 and n0 are the warpgroup's origin
+    in the tiles (the same for its 4 warps), k0 a Python int; acc is each warp's (1, n/8)
+    accumulator, holding its 16 rows. Issue tilegen.wgmma_fence() before (after the loads
+    of register operands), tilegen.wgmma_commit() and tilegen.wgmma_wait(n) after: the
+    registers and the stages are in use until the wait."""
     from ..arch.wgmma import WgmmaShape
 
-    if not isinstance(acc, Fragment) or acc.operand != "C" or not isinstance(a, Stage) or not isinstance(b, Stage):
-        fail("wgmma(accumulator fragment, A stage, B stage, m0, k0, n0)")
-    dt = a.tile.ir.dtype.name
-    if b.tile.ir.dtype.name != dt:
-        fail(f"wgmma: A is {dt}, B is {b.tile.ir.dtype.name}")
+    from_registers = isinstance(a, Fragment)
+    if (not isinstance(acc, Fragment) or acc.operand != "C" or not isinstance(b, Stage)
+            or not (isinstance(a, Stage) or from_registers)):
+        fail("wgmma(accumulator fragment, A stage or A fragment, B stage, m0, k0, n0)")
+    dt = b.tile.ir.dtype.name
+    a_dt = a.atom.a_type.name if from_registers else a.tile.ir.dtype.name
+    if a_dt != dt:
+        fail(f"wgmma: A is {a_dt}, B is {dt}")
     if acc.tiles[0] != 1 or acc.atom.m != 16 or acc.atom.n != 8 or acc.atom.acc_type.name != "f32":
         fail(f"wgmma: the accumulator must be a (1, n/8) grid of f32 m16n8 atoms, got {acc.tiles} of {acc.atom}")
     try:
@@ -357,16 +363,30 @@ def wgmma(acc: Fragment, a: Stage, b: Stage, m0, k0: int, n0):
         fail(f"wgmma: {e}")
     if not isinstance(k0, int) or k0 < 0 or k0 % shape.k:
         fail(f"wgmma: k0={k0!r} must be a Python int, a multiple of {shape.k}")
-    for st in (a, b):
+    if from_registers:
+        if a.operand != "A" or a.tiles != (1, 1) or a.atom.m != 16 or a.atom.k != shape.k:
+            fail(f"wgmma: a register A must be one m16 x k{shape.k} A fragment (tiles (1, 1)), "
+                 f"got operand {a.operand} {a.tiles} of {a.atom}")
+        if m0 is not None:
+            fail("wgmma: an A fragment already holds the warp's rows; pass m0=None")
+    stages = (b,) if from_registers else (a, b)
+    for st in stages:
         _check_stage(st)
         if st.tile.ir.layout.mode not in ("128B", "64B", "32B"):
             fail(f"wgmma: {st.tile.ir.name} has layout {st.tile.ir.layout.mode!r}; wgmma reads swizzled "
                  f"tiles only (128B, 64B, 32B)")
-    a_k_major, b_k_major = a.tile.logical == "row", b.tile.logical == "col"
+    a_k_major = from_registers or a.tile.logical == "row"
+    b_k_major = b.tile.logical == "col"
     if not shape.transposable and not (a_k_major and b_k_major):
         mn_major = a.tile.ir.name if not a_k_major else b.tile.ir.name
         fail(f"wgmma: {dt} operands must both be K-major in shared memory, but {mn_major} is MN-major; "
-             f"declare it with logical='{'row' if not a_k_major else 'col'}' (a copy_async into it transposes)")
+             f"declare it with logical='{'row' if not a_k_major else 'col'}' (a copy_async into it transposes)"
+             + ("" if a_k_major else "; an MN-major A can go through registers (tilegen.load, then "
+                "wgmma with the fragment)"))
+    if from_registers:
+        _tile_op(T.Wgmma(acc.ir, a.ir, None, None, k0, b.tile.ir, raw(b.index), raw(n0),
+                         a_k_major=True, b_k_major=b_k_major, shape=shape))
+        return
     _tile_op(T.Wgmma(acc.ir, a.tile.ir, raw(a.index), raw(m0), k0, b.tile.ir, raw(b.index), raw(n0),
                      a_k_major=a_k_major, b_k_major=b_k_major, shape=shape))
 
@@ -405,8 +425,6 @@ def store(dst: Block, acc: Fragment, *, alpha: Float = None, beta: Float = None,
     columns (one per column); residual a block of a tensor of dst's shape."""
     if not isinstance(dst, Block) or not isinstance(acc, Fragment) or acc.operand != "C":
         fail("store(tensor.block(r, c), accumulator fragment)")
-    if dst.tensor.layout != "row":
-        fail("store: outputs are row-major")
     if (alpha is None) != (beta is None):
         fail("store: give both alpha and beta or neither")
     if activation not in ACTIVATIONS:
@@ -420,8 +438,11 @@ def store(dst: Block, acc: Fragment, *, alpha: Float = None, beta: Float = None,
             fail(f"store: bias has size {bias.size!r}; it must be {names[0]!r} (per row) or {names[1]!r} (per column)")
         axis = "row" if bias.size == names[0] else "col"
     if residual is not None:
-        if not isinstance(residual, Block) or residual.tensor.layout != "row":
-            fail("store: residual must be a row-major tensor.block(r, c)")
+        if not isinstance(residual, Block):
+            fail("store: residual must be a tensor.block(r, c)")
+        if residual.tensor.layout != dst.tensor.layout:
+            fail(f"store: residual is {residual.tensor.layout}-major, the output {dst.tensor.layout}-major; "
+                 f"they must share a layout (one address serves both)")
         if residual.tensor.ir.shape_names != dst.tensor.ir.shape_names:
             fail(f"store: residual has sizes {residual.tensor.ir.shape_names}, the output {dst.tensor.ir.shape_names}")
     _tile_op(T.StoreFragment(dst.tensor.ir, acc.ir, raw(dst.row), raw(dst.col),

@@ -13,6 +13,8 @@ wgmma reads its stages asynchronously: from its issue until the wgmma_wait that 
 group the stage may not be written, and after that only once a barrier shows that every
 warpgroup retired it. It reads through the async proxy, so landed copies need a
 fence_proxy_async before it, and its accumulator may not be read until it is retired.
+An A operand in registers is read the same way: loaded before a wgmma_fence, and not
+loaded again until the wgmma that reads it is retired.
 """
 from __future__ import annotations
 
@@ -38,6 +40,7 @@ class _State:
         self.wgmma_open: list = []          # (key, op, acc) of wgmmas not yet committed
         self.wgmma_groups: list = []        # committed, not yet retired by wgmma_wait
         self.wgmma_retired: dict = {}       # key -> op: retired by this warpgroup, no barrier since
+        self.unfenced_frags: dict = {}      # fragment id -> load since the last wgmma_fence
 
     def copy(self) -> "_State":
         other = _State()
@@ -51,6 +54,7 @@ class _State:
         other.wgmma_open = list(self.wgmma_open)
         other.wgmma_groups = [list(g) for g in self.wgmma_groups]
         other.wgmma_retired = dict(self.wgmma_retired)
+        other.unfenced_frags = dict(self.unfenced_frags)
         return other
 
     def wgmma_reading(self, key):
@@ -141,13 +145,22 @@ def _walk(nodes, ev, st, trips):
         elif isinstance(n, T.FenceProxyAsync):
             st.unfenced.clear()
         elif isinstance(n, T.Wgmma):
-            for tile in (n.a, n.b):
+            from_registers = isinstance(n.a, T.Fragment)
+            for tile in ((n.b,) if from_registers else (n.a, n.b)):
                 key = (tile.name, _stage(ev, n, tile, "a_stage" if tile is n.a else "b_stage"))
                 _check_read(st, key, n)
                 if key in st.unfenced:
                     raise HazardError(f"wgmma reads stage {key[1]} of {key[0]} written by cp.async with no "
                                       f"fence_proxy_async since (wgmma reads through the async proxy){_where(n)}")
                 st.wgmma_open.append((key, n, n.acc))
+            if from_registers:  # A's registers, too, are read until the group retires
+                load = st.unfenced_frags.get(id(n.a))
+                if load is not None:
+                    raise HazardError(f"wgmma reads fragment {n.a.name}, loaded{_where(load)} with no wgmma_fence "
+                                      f"since (the fence orders register writes before the wgmma){_where(n)}")
+                st.wgmma_open.append((_registers(n.a), n, n.acc))
+        elif isinstance(n, T.WgmmaFence):
+            st.unfenced_frags.clear()
         elif isinstance(n, T.WgmmaCommit):
             st.wgmma_groups.append(st.wgmma_open)
             st.wgmma_open = []
@@ -163,15 +176,25 @@ def _walk(nodes, ev, st, trips):
                     raise HazardError(f"reads accumulator {frag.name} while a wgmma{_where(tc)} may still be writing "
                                       f"it: wgmma_wait(0) first{_where(n)}")
         elif isinstance(n, T.LoadFragment):
+            tc = st.wgmma_reading(_registers(n.frag))
+            if tc is not None:
+                raise HazardError(f"load overwrites fragment {n.frag.name} while a wgmma{_where(tc)} may still be "
+                                  f"reading it: a wgmma_wait must retire that wgmma first{_where(n)}")
+            st.unfenced_frags[id(n.frag)] = n
             key = (n.src.name, _stage(ev, n, n.src))
             _check_read(st, key, n)
             st.read_since_barrier.setdefault(key, n)
 
 
+def _registers(frag):
+    """The key under which a wgmma's register operand is tracked while in flight."""
+    return ("registers", id(frag))
+
+
 def _retire(groups, pending):
     """(groups still in flight, groups retired) once at most `pending` of them may remain:
     groups complete in commit order."""
-    done = groups[:len(groups) - pending] if pending else groups
+    done = groups[:max(0, len(groups) - pending)]
     return groups[len(done):], done
 
 

@@ -177,16 +177,17 @@ class Mma(TileOp):
 
 @dataclass(eq=False)
 class Wgmma(TileOp):
-    """acc += A @ B for a warpgroup, both operands read from shared memory (sm_90a).
+    """acc += A @ B for a warpgroup (sm_90a), B read from shared memory.
 
-    A is the 64 x shape.k slice of stage `a_stage` of `a` at logical (a_m0, k0), B the
-    shape.k x shape.n slice of stage `b_stage` of `b` at logical (k0, b_n0). The origins
-    are the warpgroup's; acc is each warp's (1, n / 8) grid of m16n8 accumulator atoms (its
-    16 rows of the 64). The instruction only starts the work: the registers and shared
-    memory stay in use until a WgmmaWait retires its group."""
+    A is the 64 x shape.k slice of stage `a_stage` of `a` at logical (a_m0, k0), or, when
+    `a` is a Fragment, each warp's 16 x shape.k rows of it in registers (a_stage, a_m0 None);
+    B is the shape.k x shape.n slice of stage `b_stage` of `b` at logical (k0, b_n0). The
+    origins are the warpgroup's; acc is each warp's (1, n / 8) grid of m16n8 accumulator
+    atoms (its 16 rows of the 64). The instruction only starts the work: the registers and
+    shared memory stay in use until a WgmmaWait retires its group."""
 
     acc: Fragment
-    a: SharedTile
+    a: object          # SharedTile, or Fragment (A from registers)
     a_stage: object
     a_m0: object
     k0: int

@@ -91,7 +91,7 @@ def gemm(spec):
     wm = (warp % spec.warps.m) * WM
     wn = (warp // spec.warps.m) * WN
     if spec.instruction == "wgmma":
-        pipe = WgmmaPipeline(spec, A, B, sA, sB, warp, wn)
+        pipe = WgmmaPipeline(spec, A, B, sA, sB, warp, wm, wn)
         if not spec.persistent:
             pipe.prologue(m0, n0)
             acc = pipe.k_loop(m0, n0)
@@ -215,7 +215,10 @@ def gemm(spec):
 
 
 def store_tile(spec, C, acc, row, col, alpha, beta, bias, R):
-    """The epilogue: the warp's accumulator, through the spec's fused operations, into C."""
+    """The epilogue: the warp's accumulator, through the spec's fused operations, into C at
+    (row, col); a kernel that computes C^T = B^T A^T holds a block of C^T, stored transposed."""
     epi = spec.epilogue
+    if spec.swaps_operands:
+        C, R, row, col = C.T, (R.T if R is not None else None), col, row
     tg.store(C.block(row, col), acc, alpha=alpha, beta=beta, bias=bias, activation=epi.activation,
              residual=R.block(row, col) if R is not None else None)

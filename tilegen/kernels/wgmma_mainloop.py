@@ -11,6 +11,14 @@ barrier of the following tile). Hence the copies run stages - 2 tiles ahead:
               reads through the async proxy); barrier; issue its wgmmas; refill the stage
               of tile kt - 2 with tile kt + stages - 2; wgmma_wait(1) (tile kt - 1 retired)
 
+A tf32 operand that is MN-major in shared memory cannot be read by wgmma (spec.register_operand):
+wgmma takes it as A from registers instead. Each warp loads its 16 rows of every k-step
+(rounded to tf32) and issues, commits and later retires every k-step's wgmma on its own, so
+that the load of k-step kk waits only for the wgmma that read the same registers one tile
+earlier. With a row-major B the kernel computes C^T = B^T A^T (spec.swaps_operands): wgmma's
+A is the warpgroup's 64 columns of B, its B the whole tile of A read as A^T, and the
+accumulator holds a block of C^T, stored transposed.
+
 Persistent kernels (spec.persistent) run one CTA per SM over several blocks of C: the
 prologue copies of the next block start before this block's accumulator is stored.
 """
@@ -27,13 +35,21 @@ class WgmmaPipeline:
     runs the block's K loop and returns each warp's accumulator (its 16 rows of the
     warpgroup's 64), with every copy and wgmma finished."""
 
-    def __init__(self, spec, A, B, sA, sB, warp, wn):
-        self.spec, self.A, self.B, self.sA, self.sB, self.wn = spec, A, B, sA, sB, wn
+    def __init__(self, spec, A, B, sA, sB, warp, wm, wn):
+        self.spec, self.A, self.B, self.sA, self.sB = spec, A, B, sA, sB
         self.S = spec.stages
         self.ahead = self.S - 2
         self.shape = spec.wgmma
-        # The warpgroup's first row in the tile: warps 4g .. 4g+3 are consecutive along M.
-        self.wg_m = ((warp % spec.warps.m) >> 2) * WG_ROWS
+        steps = spec.tile.k // self.shape.k
+        # wgmma's operands and origins: (stage tile, first row) of A, (stage tile, first column) of B.
+        if spec.swaps_operands:   # C^T = B^T A^T: the warp's 16 columns of B, all rows of A
+            self.a_src, self.a_origin, self.b_src, self.b_origin = sB.T, wn, sA.T, wm
+        elif spec.register_operand == "A":   # the warp's 16 rows
+            self.a_src, self.a_origin, self.b_src, self.b_origin = sA, wm, sB, wn
+        else:  # the warpgroup's first row in the tile: warps 4g .. 4g+3 are consecutive along M
+            self.a_src, self.a_origin, self.b_src, self.b_origin = sA, ((warp % spec.warps.m) >> 2) * WG_ROWS, sB, wn
+        self.frags = ([tg.fragment(spec.mma, "A", (1, 1), name=f"a{kk}") for kk in range(steps)]
+                      if spec.register_operand else None)
 
     def copy(self, m0, n0, tile_index, inside_k):
         BK, S = self.spec.tile.k, self.S
@@ -57,17 +73,29 @@ class WgmmaPipeline:
         K = self.A.shape[1]
         acc = tg.fragment(spec.mma, "C", (1, shape.n // spec.mma.n), name="acc")
 
+        steps = BK // shape.k
+        a_src, b_src, frags = self.a_src, self.b_src, self.frags
+
         def step(kt, inside_k):
             stage = kt % S
             tg.wait(ahead - 1)        # k-tile kt has landed for this thread
             tg.fence_proxy_async()    # ... and is visible to the tensor cores' reads
             tg.barrier()              # ... for every thread; k-tile kt - 2's wgmmas are retired everywhere
-            tg.wgmma_fence()
-            for kk in range(BK // shape.k):
-                tg.wgmma(acc, sA[stage], sB[stage], self.wg_m, kk * shape.k, self.wn)
-            tg.wgmma_commit()
+            if frags is None:
+                tg.wgmma_fence()
+                for kk in range(steps):
+                    tg.wgmma(acc, a_src[stage], b_src[stage], self.a_origin, kk * shape.k, self.b_origin)
+                tg.wgmma_commit()
+            else:
+                for kk in range(steps):
+                    tg.wgmma_wait(steps - 1)  # k-step kk of k-tile kt - 1 retired: its registers are free
+                    tg.load(frags[kk], a_src[stage], self.a_origin, kk * shape.k, comment=f"k-step {kk} of A")
+                    tg.wgmma_fence()
+                    tg.wgmma(acc, frags[kk], b_src[stage], None, kk * shape.k, self.b_origin)
+                    tg.wgmma_commit()
             self.copy(m0, n0, kt + ahead, inside_k)
-            tg.wgmma_wait(1)          # k-tile kt - 1 retired for this warpgroup
+            if frags is None:
+                tg.wgmma_wait(1)      # k-tile kt - 1 retired for this warpgroup
 
         k_tiles = tg.cdiv(K, BK)
         full_tiles = K // BK

@@ -1,5 +1,5 @@
-"""Warpgroup instructions of sm_90a: wgmma.mma_async from shared memory, wgmma.fence /
-commit_group / wait_group, and fence.proxy.async.
+"""Warpgroup instructions of sm_90a: wgmma.mma_async (operands from shared memory, or A
+from registers), wgmma.fence / commit_group / wait_group, and fence.proxy.async.
 
 Each warpgroup (128 consecutive threads) runs its wgmma at issue: the operands are gathered
 from shared memory through the two descriptors, multiplied exactly (float64) and added to
@@ -69,6 +69,21 @@ def _acc_positions(n: int):
     return (row * n + col).reshape(GROUP, n // 2)
 
 
+@lru_cache(maxsize=None)
+def _a_positions(k: int):
+    """(warp*32 + lane, register, half) -> flat index into the 64 x k A of a register A
+    operand: each warp's 16 rows in the mma.sync A order (ptx.md 6.2). tf32 (k 8): one
+    element per register; 16-bit (k 16): element 2j in the low half of register j."""
+    w = np.arange(4)[:, None, None, None]
+    lane = np.arange(32)[None, :, None, None]
+    j = np.arange(4)[None, None, :, None]
+    half = np.arange(2 if k == 16 else 1)[None, None, None, :]
+    g, t = lane >> 2, lane & 3
+    row = 16 * w + g + 8 * (j & 1)
+    col = (t + 4 * (j >> 1)) if k == 8 else (2 * t + half + 8 * (j >> 1))
+    return (row * k + col + 0 * half).reshape(GROUP, 4, -1)
+
+
 def _groups(ctx, ins):
     if ctx.threads % GROUP:
         ctx.unsupported(ins, f"{ins.opcode.split('.')[0]} in a CTA of {ctx.threads} threads (not whole warpgroups)")
@@ -110,18 +125,23 @@ def build_wgmma(ins, ctx: Context):
         ctx.unsupported(ins, f"the shape of {op}")
     ops = ins.operands
     transposable = a_type in _TRANSPOSABLE
-    if len(ops) != (8 if transposable else 6) or not all(isinstance(x, Imm) for x in ops[3:]):
-        ctx.unsupported(ins, f"{op} other than {{d}}, desc-a, desc-b, scale-d, 1, 1"
-                             f"{', trans-a, trans-b' if transposable else ''} with immediates")
+    a_regs = ops[1].items if len(ops) > 1 and isinstance(ops[1], Vec) else None   # A from registers
+    trans = (("trans-b",) if a_regs is not None else ("trans-a", "trans-b")) if transposable else ()
+    if len(ops) != 6 + len(trans) or not all(isinstance(x, Imm) for x in ops[3:]):
+        ctx.unsupported(ins, f"{op} other than {{d}}, {'{a0..a3}' if a_regs is not None else 'desc-a'}, "
+                             f"desc-b, scale-d, 1, 1{''.join(', ' + x for x in trans)} with immediates")
+    if a_regs is not None and len(a_regs) != 4:
+        ctx.fail(ins, f"a register A of {op} must be a vector of 4 registers", kind="unsupported")
     d_items = ops[0].items if isinstance(ops[0], Vec) else ()
     if len(d_items) != n // 2:
         ctx.fail(ins, f"the accumulator of m64n{n} must be a vector of {n // 2} registers", kind="unsupported")
     imms = [int(x.value) for x in ops[3:]]
     scale_d, scale_a, scale_b = imms[:3]
-    trans_a, trans_b = imms[3:] if transposable else (0, 0)
+    trans_a, trans_b = (0, 0) if not trans else ((0, imms[3]) if a_regs is not None else tuple(imms[3:]))
     if (scale_a, scale_b) != (1, 1) or scale_d not in (0, 1) or trans_a not in (0, 1) or trans_b not in (0, 1):
         ctx.unsupported(ins, f"{op} with scale-a/scale-b other than 1")
-    read_a = ctx.reader(ins, ops[1], np.uint64)
+    read_a = (ctx.reader(ins, ops[1], np.uint64) if a_regs is None
+              else [ctx.reader(ins, x, np.uint32) for x in a_regs])
     read_b = ctx.reader(ins, ops[2], np.uint64)
     accs = [ctx.reader(ins, x, np.float32) for x in d_items]
     puts = [ctx.writer(ins, x, np.float32) for x in d_items]
@@ -157,11 +177,20 @@ def build_wgmma(ins, ctx: Context):
             ctx.fail(ins, f"a wgmma operand element not aligned to its {esize} bytes", kind="misaligned", tid=g * GROUP)
         return decode(ctx.shared.words(esize)[off // esize]).reshape(rows, k)
 
+    def registers(g):
+        """The warpgroup's 64 x k A from its threads' four registers."""
+        words = np.stack([per_thread(r(), nt)[g * GROUP:(g + 1) * GROUP] for r in read_a], axis=1)
+        if esize == 2:  # two 16-bit elements per register, the lower-indexed in the low half
+            words = np.stack([words & 0xFFFF, words >> 16], axis=2)
+        A = np.zeros(64 * k, np.float32)
+        A[_a_positions(k)] = decode(words.reshape(GROUP, 4, -1).astype(np.uint32 if esize == 4 else np.uint16))
+        return A.reshape(64, k)
+
     def run():
         regs = np.stack([per_thread(r(), nt) for r in accs], axis=1).astype(np.float32)   # (threads, n/2)
         out = regs.copy()
         for g in range(G):
-            A = gather(descriptor(read_a, g, "A"), 64, trans_a == 0, g)                  # (64, k)
+            A = registers(g) if a_regs is not None else gather(descriptor(read_a, g, "A"), 64, trans_a == 0, g)
             B = gather(descriptor(read_b, g, "B"), n, trans_b == 0, g)                   # (n, k)
             D = A.astype(np.float64) @ B.astype(np.float64).T
             mine = slice(g * GROUP, (g + 1) * GROUP)

@@ -53,17 +53,39 @@ def lower_store(b, ctx, op):
     out = dst.dtype.name
     osize = dst.dtype.bytes
     ld_bytes = ctx.ld_bytes(dst)
+    # A column-major destination (or a .T view) stores logical (r, c) at (c, r): fragment rows
+    # run along the stored rows, so neighbouring columns are no longer neighbours in memory.
+    flip = dst.logical == "col"
+    extent = {"r": dst.cols if flip else dst.rows, "c": dst.rows if flip else dst.cols}
     use_beta = None
     if op.beta is not None:
         use_beta = b.op("setp.neu.f32", "pred", op.beta, Imm(0.0, "f32"))
     # Two neighbouring columns go out as one store when the base and the row pitch keep
     # every pair aligned to its size: checked once, at run time.
-    low = b.op("cvt.u32.u64", "b32", dst.ptr)
-    vec_ok = b.cmp("eq", b.and_(b.op("or.b32", "b32", low, ld_bytes), 2 * osize - 1), 0)
-    rows_cache: dict = {}
-    cols_cache: dict = {}
+    vec_ok = None
+    if not flip:
+        low = b.op("cvt.u32.u64", "b32", dst.ptr)
+        vec_ok = b.cmp("eq", b.and_(b.op("or.b32", "b32", low, ld_bytes), 2 * osize - 1), 0)
+    coords: dict = {}
+    row_addrs: dict = {}
     bias_cache: dict = {}
-    pairs = _pairs(_elements(frag.map))
+
+    def coord(axis, key):
+        """(value, inside) of a logical row ("r") or column ("c") of the fragment's elements."""
+        if (axis, key) not in coords:
+            origin, step = (op.row0, 16) if axis == "r" else (op.col0, 8)
+            v = b.add(b.add(origin, step * key[0] + key[1]), ctx.lane_term(key[2]))
+            coords[(axis, key)] = (v, b.cmp("lt", v, extent[axis]))
+        return coords[(axis, key)]
+
+    def row_address(tensor, stored_row):
+        """The byte address of a stored row of `tensor` (dst or the residual)."""
+        key = (tensor.name, stored_row)
+        if key not in row_addrs:
+            row_addrs[key] = b.wide_mad(coord(*stored_row)[0], ctx.ld_bytes(tensor), tensor.ptr)
+        return row_addrs[key]
+
+    pairs = _pairs(_elements(frag.map)) if not flip else [(e,) for e in _elements(frag.map)]
     tm, tn = frag.tiles
     for i in range(tm):
         for j in range(tn):
@@ -71,36 +93,29 @@ def lower_store(b, ctx, op):
             for group in pairs:
                 places = []
                 for (r, e, ((br, bc), deltas)) in group:
-                    rkey = (i, br, tuple(d[0] for d in deltas))
-                    if rkey not in rows_cache:
-                        row = b.add(b.add(op.row0, 16 * i + br), ctx.lane_term(rkey[2]))
-                        rows_cache[rkey] = (b.cmp("lt", row, dst.rows), b.wide_mad(row, ld_bytes, dst.ptr), row)
-                    ckey = (j, bc, tuple(d[1] for d in deltas))
-                    if ckey not in cols_cache:
-                        col = b.add(b.add(op.col0, 8 * j + bc), ctx.lane_term(ckey[2]))
-                        cols_cache[ckey] = (col, b.cmp("lt", col, dst.cols))
-                    row_ok, row_addr, _ = rows_cache[rkey]
-                    col, col_ok = cols_cache[ckey]
-                    inside = b.pred_and(row_ok, col_ok)
-                    addr = b.wide_mad(col, osize, row_addr)
+                    rkey = ("r", (i, br, tuple(d[0] for d in deltas)))
+                    ckey = ("c", (j, bc, tuple(d[1] for d in deltas)))
+                    stored_row, stored_col = (ckey, rkey) if flip else (rkey, ckey)
+                    row_base = row_address(dst, stored_row)
+                    col = coord(*stored_col)[0]
+                    inside = b.pred_and(coord(*rkey)[1], coord(*ckey)[1])
+                    addr = b.wide_mad(col, osize, row_base)
                     value = _accumulator_value(b, frag, frag.regs[(i, j)][r], e)
                     if op.alpha is not None:
                         value = b.op("mul.f32", "f32", value, op.alpha)
                     if use_beta is not None:
                         value = _add_beta_c(b, value, op.beta, use_beta, inside, addr, out)
                     if op.bias is not None:
-                        key = ("bias", rkey if op.bias_axis == "row" else ckey)
-                        if key not in bias_cache:
-                            index, ok = (rows_cache[rkey][2], row_ok) if op.bias_axis == "row" else (col, col_ok)
-                            bias_cache[key] = _load_f32(b, op.bias.ptr, index, op.bias.dtype, ok)
-                        value = b.op("add.f32", "f32", value, bias_cache[key])
+                        along = rkey if op.bias_axis == "row" else ckey
+                        if along not in bias_cache:
+                            index, ok = coord(*along)
+                            bias_cache[along] = _load_f32(b, op.bias.ptr, index, op.bias.dtype, ok)
+                        value = b.op("add.f32", "f32", value, bias_cache[along])
                     value = apply_activation(b, op.activation, value)
                     if op.residual is not None:
                         res = op.residual
-                        if ("residual", rkey) not in bias_cache:
-                            bias_cache[("residual", rkey)] = b.wide_mad(rows_cache[rkey][2], ctx.ld_bytes(res), res.ptr)
                         value = b.op("add.f32", "f32", value,
-                                     _load_f32(b, bias_cache[("residual", rkey)], col, res.dtype, inside))
+                                     _load_f32(b, row_address(res, stored_row), col, res.dtype, inside))
                     places.append((value, addr, inside))
                 if len(places) == 2:
                     _store_pair(b, places, vec_ok, out)

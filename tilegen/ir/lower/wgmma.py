@@ -1,4 +1,5 @@
-"""Wgmma -> wgmma.mma_async with two shared-memory descriptors; its fences, commits and waits.
+"""Wgmma -> wgmma.mma_async with two shared-memory descriptors (or A's four registers and
+B's descriptor); its fences, commits and waits.
 
 A descriptor holds the unswizzled start address of the operand slice (the hardware applies
 the swizzle itself) and the layout's strides (tilegen/arch/wgmma.py). The part that depends
@@ -10,6 +11,7 @@ from __future__ import annotations
 
 from ...arch.wgmma import START_MASK, descriptor_high, descriptor_strides
 from ...errors import IRError
+from .. import tile as T
 from ..instr import Instr
 from ..values import Imm, Vec
 from .fragment import _split
@@ -44,23 +46,31 @@ def descriptor(b, ctx, tile, stage, row, col_byte, k_major: bool):
 
 
 def lower_wgmma(b, ctx, op):
-    esize = op.a.dtype.bytes
+    esize = op.b.dtype.bytes
+    from_registers = isinstance(op.a, T.Fragment)
+    operands = [(op.b, op.b_stage, op.b_n0, op.k0, op.b_k_major)]
+    if not from_registers:
+        operands.insert(0, (op.a, op.a_stage, op.a_m0, op.k0, op.a_k_major))
     descs = []
-    for tile, stage, mn, k, k_major in ((op.a, op.a_stage, op.a_m0, op.k0, op.a_k_major),
-                                        (op.b, op.b_stage, op.b_n0, op.k0, op.b_k_major)):
+    for tile, stage, mn, k, k_major in operands:
         if k_major:
             row, col = mn, k * esize
         else:
             row, col = k, ctx.scaled(b, mn, esize)
         descs.append(descriptor(b, ctx, tile, stage, row, col, k_major))
+    if from_registers:  # each warp's 16 rows, in the mma.sync A order (ptx.md 6.2)
+        a_regs = op.a.regs[(0, 0)]
+        if len(a_regs) != 4:
+            raise IRError(f"wgmma from registers: fragment {op.a.name} has {len(a_regs)} registers, not 4")
+        descs.insert(0, Vec(tuple(a_regs)))
     acc = op.acc
     regs = [v for j in range(acc.tiles[1]) for v in acc.regs[(0, j)]]
     if len(regs) != op.shape.acc_regs:
         raise IRError(f"wgmma m64n{op.shape.n}: accumulator {acc.name} has {len(regs)} registers, "
                       f"not {op.shape.acc_regs}")
     ins = (descs[0], descs[1], Imm(1 if op.accumulate else 0), Imm(1), Imm(1))
-    if op.shape.transposable:
-        ins += (Imm(0 if op.a_k_major else 1), Imm(0 if op.b_k_major else 1))
+    if op.shape.transposable:  # A from registers takes no imm-trans-a
+        ins += ((Imm(0 if op.a_k_major else 1),) if not from_registers else ()) + (Imm(0 if op.b_k_major else 1),)
     elif not (op.a_k_major and op.b_k_major):
         raise IRError(f"wgmma {op.shape.dtype} reads both operands K-major; "
                       f"{op.a.name if not op.a_k_major else op.b.name} is MN-major")
