@@ -224,3 +224,68 @@ def test_else_without_if_is_explained():
 
     with pytest.raises(DSLError, match="else_ must follow"):
         tilegen.compile(bad)
+
+
+# ---- transposed views and column-major stores ------------------------------------------------
+
+@tg.kernel
+def transposed_product(c_layout, swap):
+    """C = A @ B for one 16 x 16 tile; with swap=True computed as C^T = B^T A^T through .T
+    views of the shared tiles, stored into C.T."""
+    atom = "m16n8k16.f16.f32"
+    tg.launch(threads=32, grid=lambda size: (1, 1, 1))
+    A = tg.tensor("A", "f16", ("M", "K"))
+    B = tg.tensor("B", "f16", ("K", "N"))
+    C = tg.tensor("C", "f32", ("M", "N"), layout=c_layout)
+    sA = tg.shared("sA", "f16", 16, 32, swizzle="64B")
+    sB = tg.shared("sB", "f16", 32, 16, swizzle="32B")
+    tg.copy_async(sA[0], A.block(0, 0))
+    tg.copy_async(sB[0], B.block(0, 0))
+    tg.commit()
+    tg.wait(0)
+    tg.barrier()
+    acc = tg.fragment(atom, "C", (1, 2))
+    a = tg.fragment(atom, "A", (1, 1))
+    b = tg.fragment(atom, "B", (1, 2))
+    first, second = (sB.T, sA.T) if swap else (sA, sB)
+    for kk in range(2):
+        tg.load(a, first[0], 0, 16 * kk)
+        tg.load(b, second[0], 16 * kk, 0)
+        tg.mma(acc, a, b)
+    tg.store((C.T if swap else C).block(0, 0), acc)
+
+
+@pytest.mark.parametrize("c_layout", ["row", "col"])
+@pytest.mark.parametrize("swap", [False, True])
+def test_transposed_views_and_column_major_stores(c_layout, swap):
+    from tilegen.sim import GlobalMemory, run_kernel
+
+    k = tilegen.compile(transposed_product, c_layout=c_layout, swap=swap)
+    rng = np.random.default_rng(12)
+    A = rng.standard_normal((16, 32)).astype(np.float16)
+    B = rng.standard_normal((32, 16)).astype(np.float16)
+    mem = GlobalMemory()
+    ptrs = []
+    for x in (A, B, np.full((16, 16), np.nan, np.float32)):
+        ptrs.append(mem.alloc(x.nbytes))
+        mem.write(ptrs[-1], x)
+    run_kernel(k, {"M": 16, "N": 16, "K": 32, "A_ptr": ptrs[0], "A_ld": 32, "B_ptr": ptrs[1], "B_ld": 16,
+                   "C_ptr": ptrs[2], "C_ld": 16}, {"M": 16, "N": 16, "K": 32}, mem)
+    stored = mem.read(ptrs[2], 16 * 16 * 4, np.float32).reshape(16, 16)
+    C = stored.T if c_layout == "col" else stored
+    ref = A.astype(np.float64) @ B.astype(np.float64)
+    assert np.abs(C - ref).max() < 1e-3 * np.abs(ref).max()
+
+
+def test_residual_must_share_the_output_layout():
+    @tg.kernel
+    def k():
+        tg.launch(threads=32, grid=lambda size: (1, 1, 1))
+        C = tg.tensor("C", "f32", ("M", "N"))
+        R = tg.tensor("R", "f32", ("M", "N"), layout="col")
+        acc = tg.fragment("m16n8k16.f16.f32", "C", (1, 1))
+        tg.store(C.block(0, 0), acc, residual=R.block(0, 0))
+
+    with pytest.raises(tilegen.DSLError) as e:
+        tilegen.compile(k)
+    assert "residual is col-major, the output row-major" in str(e.value)

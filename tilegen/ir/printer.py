@@ -94,7 +94,18 @@ def print_ir(kernel) -> str:
                 ab += f" activation={n.activation}"
             if n.residual is not None:
                 ab += f" residual={n.residual.name}"
-            lines.append(f"{pad}store {n.dst.name}[{val(n.row0)}, {val(n.col0)}] <- {frag(n.frag)}{ab}")
+            view = "" if any(t is n.dst for t in kernel.tensors) else ".T"   # a transposed view
+            lines.append(f"{pad}store {n.dst.name}{view}[{val(n.row0)}, {val(n.col0)}] <- {frag(n.frag)}{ab}")
+        elif isinstance(n, T.Wgmma):
+            a = (frag(n.a) if isinstance(n.a, T.Fragment) else
+                 f"{n.a.name}[{val(n.a_stage)}] at ({val(n.a_m0)}, {n.k0}) {'K' if n.a_k_major else 'MN'}-major")
+            b = f"{n.b.name}[{val(n.b_stage)}] at ({n.k0}, {val(n.b_n0)}) {'K' if n.b_k_major else 'MN'}-major"
+            lines.append(f"{pad}{frag(n.acc)} {'+=' if n.accumulate else '='} wgmma m64n{n.shape.n}k{n.shape.k}({a}, {b})")
+        elif isinstance(n, (T.WgmmaFence, T.WgmmaCommit, T.FenceProxyAsync)):
+            lines.append(pad + {T.WgmmaFence: "wgmma_fence", T.WgmmaCommit: "wgmma_commit",
+                                T.FenceProxyAsync: "fence_proxy_async"}[type(n)])
+        elif isinstance(n, T.WgmmaWait):
+            lines.append(f"{pad}wgmma_wait {n.pending}")
         elif isinstance(n, T.SplitTF32):
             lines.append(f"{pad}{frag(n.hi)}, {frag(n.lo)} = split_tf32({n.hi.name})")
         elif isinstance(n, T.FRAGMENT_ARITH_OPS):
