@@ -12,10 +12,11 @@ barrier of the following tile). Hence the copies run stages - 2 tiles ahead:
               of tile kt - 2 with tile kt + stages - 2; wgmma_wait(1) (tile kt - 1 retired)
 
 A tf32 operand that is MN-major in shared memory cannot be read by wgmma (spec.register_operand):
-wgmma takes it as A from registers instead. Each warp loads its 16 rows of every k-step
-(rounded to tf32) and issues, commits and later retires every k-step's wgmma on its own, so
-that the load of k-step kk waits only for the wgmma that read the same registers one tile
-earlier. With a row-major B the kernel computes C^T = B^T A^T (spec.swaps_operands): wgmma's
+wgmma takes it as A from registers instead. Each warp retires its previous k-tile's wgmmas
+(wgmma_wait(0): the registers are free again), loads its 16 rows of every k-step (rounded
+to tf32), fences once and issues the k-tile's wgmmas; the other warpgroup's wgmmas keep the
+tensor cores busy meanwhile (measured faster than retiring and reloading one k-step at a
+time, docs/perf_notes.md section 15). With a row-major B the kernel computes C^T = B^T A^T (spec.swaps_operands): wgmma's
 A is the warpgroup's 64 columns of B, its B the whole tile of A read as A^T, and the
 accumulator holds a block of C^T, stored transposed.
 
@@ -87,12 +88,13 @@ class WgmmaPipeline:
                     tg.wgmma(acc, a_src[stage], b_src[stage], self.a_origin, kk * shape.k, self.b_origin)
                 tg.wgmma_commit()
             else:
+                tg.wgmma_wait(0)      # k-tile kt - 1 retired: its registers are free
                 for kk in range(steps):
-                    tg.wgmma_wait(steps - 1)  # k-step kk of k-tile kt - 1 retired: its registers are free
                     tg.load(frags[kk], a_src[stage], self.a_origin, kk * shape.k, comment=f"k-step {kk} of A")
-                    tg.wgmma_fence()
+                tg.wgmma_fence()
+                for kk in range(steps):
                     tg.wgmma(acc, frags[kk], b_src[stage], None, kk * shape.k, self.b_origin)
-                    tg.wgmma_commit()
+                tg.wgmma_commit()
             self.copy(m0, n0, kt + ahead, inside_k)
             if frags is None:
                 tg.wgmma_wait(1)      # k-tile kt - 1 retired for this warpgroup
