@@ -108,3 +108,15 @@ def test_large_tf32_problems_on_hopper_take_wgmma(monkeypatch):
     assert rc.spec.tile.n == 256 and "2.6x" in rc.reason
     assert mm.explain(np.asfortranarray(A), B, allow_tf32=True).spec.instruction == "wgmma"
     assert mm.explain(A, B).spec.dtype == "f32"       # 3xTF32 without allow_tf32
+
+
+def test_a_tuned_mma_sync_spec_does_not_replace_the_faster_wgmma_preset(monkeypatch):
+    import importlib
+
+    mm = importlib.import_module("tilegen.matmul")
+    monkeypatch.setattr(mm, "_target", lambda: "sm_90")
+    monkeypatch.setattr(mm, "_tuned", lambda *a, **k: tilegen.GemmSpec(dtype="f16", tile=(128, 256, 32), warps=(2, 4)))
+    A = np.zeros((4096, 4096), np.float16)
+    choice = mm.explain(A, A)
+    assert choice.spec.instruction == "wgmma" and "autotuner's mma.sync spec skipped" in choice.reason
+    assert mm.explain(A[:512], A).spec.tile.n == 256      # small problems keep the tuned spec

@@ -116,11 +116,16 @@ def explain(A, B, *, bias=None, activation=None, residual=None, out=None, allow_
     base = dict(dtype=dtype, out_dtype=out_dtype, a_layout=a_layout, b_layout=b_layout, epilogue=epilogue,
                 target=target)
     tuned = _tuned(dtype, a_layout, b_layout, M, N, K, out_dtype)
+    preset = PRESETS.get((target, dtype)) if min(M, N) >= LARGE else None
+    if tuned is not None and preset is not None and tuned.instruction != preset["instruction"]:
+        # the autotuner searches mma.sync specs only: the preset's instruction measured faster
+        why.append(f"the autotuner's {tuned.instruction} spec skipped for the faster {preset['instruction']} preset")
+        tuned = None
     if tuned is not None:
         spec = tuned.replace(epilogue=epilogue, out_dtype=out_dtype)
         why.append("tile from the autotuner's cache for this GPU and shape bucket")
-    elif (target, dtype) in PRESETS and min(M, N) >= LARGE:
-        spec = GemmSpec(**{**base, **PRESETS[(target, dtype)]})
+    elif preset is not None:
+        spec = GemmSpec(**{**base, **preset})
         why.append(f"large problem on {target}: the fastest {dtype} kernel measured on the H200 "
                    f"({spec.instruction}, {spec.tile.m}x{spec.tile.n} tiles, target {spec.target})")
         if spec.tf32_truncates:
