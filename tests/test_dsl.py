@@ -12,9 +12,10 @@ from tilegen.errors import DSLError
 ATOM = "m16n8k16.f16.f32"
 
 
-def _tile_product(A, B, row=0):
+def _tile_product(A, B, row=0, swap=False):
     """One warp's 16 x 16 product of rows row..row+15 of A (x 32) and B (32 x 16): copy both
-    to shared memory, wait, ldmatrix, two mma k-steps. Python helpers trace inline."""
+    to shared memory, wait, ldmatrix, two mma k-steps. Python helpers trace inline. With
+    swap=True the product is transposed, B^T A^T, read through .T views of the tiles."""
     sA = tg.shared("sA", "f16", 16, 32, swizzle="64B")
     sB = tg.shared("sB", "f16", 32, 16, swizzle="32B")
     tg.copy_async(sA[0], A.block(row, 0))
@@ -25,9 +26,10 @@ def _tile_product(A, B, row=0):
     acc = tg.fragment(ATOM, "C", (1, 2))
     a = tg.fragment(ATOM, "A", (1, 1))
     b = tg.fragment(ATOM, "B", (1, 2))
+    first, second = (sB.T, sA.T) if swap else (sA, sB)
     for kk in range(2):
-        tg.load(a, sA[0], 0, 16 * kk)
-        tg.load(b, sB[0], 16 * kk, 0)
+        tg.load(a, first[0], 0, 16 * kk)
+        tg.load(b, second[0], 16 * kk, 0)
         tg.mma(acc, a, b)
     return acc
 
@@ -42,10 +44,11 @@ def one_tile(stages=1):
     tg.store(C.block(0, 0), _tile_product(A, B))
 
 
-def _run_one_tile(device):
+def _run_one_tile(device, k=None):
+    """(C as stored, A @ B) of a one-tile kernel (one_tile unless given) on small integers."""
     from tilegen.sim import GlobalMemory, run_kernel
 
-    k = tilegen.compile(one_tile)
+    k = k or tilegen.compile(one_tile)
     rng = np.random.default_rng(4)
     A = rng.integers(-3, 4, (16, 32)).astype(np.float16)
     B = rng.integers(-3, 4, (32, 16)).astype(np.float16)
@@ -232,48 +235,18 @@ def test_else_without_if_is_explained():
 def transposed_product(c_layout, swap):
     """C = A @ B for one 16 x 16 tile; with swap=True computed as C^T = B^T A^T through .T
     views of the shared tiles, stored into C.T."""
-    atom = "m16n8k16.f16.f32"
     tg.launch(threads=32, grid=lambda size: (1, 1, 1))
     A = tg.tensor("A", "f16", ("M", "K"))
     B = tg.tensor("B", "f16", ("K", "N"))
     C = tg.tensor("C", "f32", ("M", "N"), layout=c_layout)
-    sA = tg.shared("sA", "f16", 16, 32, swizzle="64B")
-    sB = tg.shared("sB", "f16", 32, 16, swizzle="32B")
-    tg.copy_async(sA[0], A.block(0, 0))
-    tg.copy_async(sB[0], B.block(0, 0))
-    tg.commit()
-    tg.wait(0)
-    tg.barrier()
-    acc = tg.fragment(atom, "C", (1, 2))
-    a = tg.fragment(atom, "A", (1, 1))
-    b = tg.fragment(atom, "B", (1, 2))
-    first, second = (sB.T, sA.T) if swap else (sA, sB)
-    for kk in range(2):
-        tg.load(a, first[0], 0, 16 * kk)
-        tg.load(b, second[0], 16 * kk, 0)
-        tg.mma(acc, a, b)
-    tg.store((C.T if swap else C).block(0, 0), acc)
+    tg.store((C.T if swap else C).block(0, 0), _tile_product(A, B, swap=swap))
 
 
 @pytest.mark.parametrize("c_layout", ["row", "col"])
 @pytest.mark.parametrize("swap", [False, True])
 def test_transposed_views_and_column_major_stores(c_layout, swap):
-    from tilegen.sim import GlobalMemory, run_kernel
-
-    k = tilegen.compile(transposed_product, c_layout=c_layout, swap=swap)
-    rng = np.random.default_rng(12)
-    A = rng.standard_normal((16, 32)).astype(np.float16)
-    B = rng.standard_normal((32, 16)).astype(np.float16)
-    mem = GlobalMemory()
-    ptrs = []
-    for x in (A, B, np.full((16, 16), np.nan, np.float32)):
-        ptrs.append(mem.alloc(x.nbytes))
-        mem.write(ptrs[-1], x)
-    run_kernel(k, {"M": 16, "N": 16, "K": 32, "A_ptr": ptrs[0], "A_ld": 32, "B_ptr": ptrs[1], "B_ld": 16,
-                   "C_ptr": ptrs[2], "C_ld": 16}, {"M": 16, "N": 16, "K": 32}, mem)
-    stored = mem.read(ptrs[2], 16 * 16 * 4, np.float32).reshape(16, 16)
+    stored, ref = _run_one_tile("sim", tilegen.compile(transposed_product, c_layout=c_layout, swap=swap))
     C = stored.T if c_layout == "col" else stored
-    ref = A.astype(np.float64) @ B.astype(np.float64)
     assert np.abs(C - ref).max() < 1e-3 * np.abs(ref).max()
 
 

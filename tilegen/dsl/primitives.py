@@ -383,11 +383,8 @@ def wgmma(acc: Fragment, a, b: Stage, m0, k0: int, n0):
              f"declare it with logical='{'row' if not a_k_major else 'col'}' (a copy_async into it transposes)"
              + ("" if a_k_major else "; an MN-major A can go through registers (tilegen.load, then "
                 "wgmma with the fragment)"))
-    if from_registers:
-        _tile_op(T.Wgmma(acc.ir, a.ir, None, None, k0, b.tile.ir, raw(b.index), raw(n0),
-                         a_k_major=True, b_k_major=b_k_major, shape=shape))
-        return
-    _tile_op(T.Wgmma(acc.ir, a.tile.ir, raw(a.index), raw(m0), k0, b.tile.ir, raw(b.index), raw(n0),
+    a_ir, a_stage, a_m0 = (a.ir, None, None) if from_registers else (a.tile.ir, raw(a.index), raw(m0))
+    _tile_op(T.Wgmma(acc.ir, a_ir, a_stage, a_m0, k0, b.tile.ir, raw(b.index), raw(n0),
                      a_k_major=a_k_major, b_k_major=b_k_major, shape=shape))
 
 

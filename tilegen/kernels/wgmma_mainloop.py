@@ -16,9 +16,9 @@ wgmma takes it as A from registers instead. Each warp retires its previous k-til
 (wgmma_wait(0): the registers are free again), loads its 16 rows of every k-step (rounded
 to tf32), fences once and issues the k-tile's wgmmas; the other warpgroup's wgmmas keep the
 tensor cores busy meanwhile (measured faster than retiring and reloading one k-step at a
-time, docs/perf_notes.md section 15). With a row-major B the kernel computes C^T = B^T A^T (spec.swaps_operands): wgmma's
-A is the warpgroup's 64 columns of B, its B the whole tile of A read as A^T, and the
-accumulator holds a block of C^T, stored transposed.
+time, docs/perf_notes.md section 15). With a row-major B the kernel computes
+C^T = B^T A^T (spec.swaps_operands): wgmma's A is the warpgroup's 64 columns of B, its B
+the whole tile of A read as A^T, and the accumulator holds a block of C^T, stored transposed.
 
 Persistent kernels (spec.persistent) run one CTA per SM over several blocks of C: the
 prologue copies of the next block start before this block's accumulator is stored.

@@ -81,7 +81,7 @@ def _a_positions(k: int):
     g, t = lane >> 2, lane & 3
     row = 16 * w + g + 8 * (j & 1)
     col = (t + 4 * (j >> 1)) if k == 8 else (2 * t + half + 8 * (j >> 1))
-    return (row * k + col + 0 * half).reshape(GROUP, 4, -1)
+    return np.broadcast_to(row * k + col, (4, 32, 4, half.size)).reshape(GROUP, 4, -1)
 
 
 def _groups(ctx, ins):
