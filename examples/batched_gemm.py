@@ -36,7 +36,7 @@ def batched_gemm(dtype="f16", block=(128, 128, 32), warps=(2, 2), stages=3):
     S = stages
     atom = f"m16n8k16.{dtype}.f32"
     tg.launch(threads=32 * warps[0] * warps[1],
-              grid=lambda size: (-(-size["M"] // BM) * -(-size["N"] // BN), size["BATCH"], 1))
+              grid=(tg.cdiv("M", BM) * tg.cdiv("N", BN), "BATCH", 1))
 
     A = tg.batched_tensor("A", dtype, ("M", "K"))
     B = tg.batched_tensor("B", dtype, ("K", "N"))

@@ -52,7 +52,7 @@ def flash_attention(head_dim=64, dtype="f16", out_dtype="f16", causal=False, blo
     D, BM, BN = head_dim, block_m, block_n
     WM = BM // warps                      # query rows per warp: warps are stacked along M only
     atom = f"m16n8k16.{dtype}.f32"
-    tg.launch(threads=32 * warps, grid=lambda size: (-(-size["S"] // BM), size["BH"], 1))
+    tg.launch(threads=32 * warps, grid=(tg.cdiv("S", BM), "BH", 1))
 
     Q = tg.batched_tensor("Q", dtype, ("S", "D"))
     K = tg.batched_tensor("K", dtype, ("D", "S"), layout="col")  # K^T (D x S), stored S x D

@@ -33,7 +33,7 @@ def gemm_softmax(dtype="f16", block_n=128, block_m=64, block_k=32, warps=4, stag
     BM, BN, BK, S = block_m, block_n, block_k, stages
     WM = BM // warps
     atom = f"m16n8k16.{dtype}.f32"
-    tg.launch(threads=32 * warps, grid=lambda size: (-(-size["M"] // BM), 1, 1))
+    tg.launch(threads=32 * warps, grid=(tg.cdiv("M", BM), 1, 1))
 
     A = tg.tensor("A", dtype, ("M", "K"))
     B = tg.tensor("B", dtype, ("K", "N"))

@@ -22,8 +22,12 @@ def pytest_unconfigure(config):
 
 @pytest.fixture
 def cdir(tmp_path, monkeypatch):
-    """A fresh, enabled cache in tmp_path/cache (not created yet)."""
+    """A fresh, enabled cache in tmp_path/cache (not created yet), and no kernels remembered
+    in this process, so compiles go through the disk cache."""
+    from tilegen import compiler
+
     root = tmp_path / "cache"
     monkeypatch.setenv("TILEGEN_CACHE_DIR", str(root))
     monkeypatch.delenv("TILEGEN_CACHE", raising=False)
+    compiler.forget()
     return root

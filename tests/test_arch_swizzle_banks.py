@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tilegen.arch import SWIZZLE_MODES, Swizzle, matrix_wavefronts, swizzle_mode, wavefronts
-from tilegen.layout import SmemLayout
+from tilegen.ir.layout import SmemLayout
 
 WARP = 32
 

@@ -32,4 +32,4 @@ def test_tf32_mn_major_scalar_loads_are_reported():
 
 def test_report_text_names_source_lines():
     text = tilegen.compile(tilegen.GemmSpec(dtype="f16")).bank_report()
-    assert "gemm.py:" in text and "wavefronts" in text
+    assert "mma_sync.py:" in text and "wavefronts" in text

@@ -8,7 +8,8 @@ import types
 
 import pytest
 
-from tilegen import cache
+from tilegen import compiler, store
+from tilegen.runtime import cubins
 from tilegen.errors import DeviceError
 from tilegen.runtime import driver as drv
 from tilegen.runtime import module as mod
@@ -145,8 +146,8 @@ def test_miss_links_stores_and_loads_the_cubin(fake, cdir):
     assert fake.loads == [cubin_of(image)]                  # copied out before cuLinkDestroy
     assert all(s.destroyed for s in fake.states)
     assert f.info_log == REPORT
-    assert cache.get_cubin(GOOD, (9, 0), 13000) == cubin_of(image)
-    assert cache.info()["cubin"] == 1
+    assert cubins.get_cubin(GOOD, (9, 0), 13000) == cubin_of(image)
+    assert store.info()["cubin"] == 1
     assert mod.load_module(GOOD, "add_one") is f           # in-process cache, no new load
     assert len(fake.loads) == 1
 
@@ -173,7 +174,7 @@ def test_other_device_or_driver_is_a_miss(fake, monkeypatch):
     forget(monkeypatch)
     fake.version = 13010
     mod.load_module(GOOD, "add_one")
-    assert len(fake.links) == 3 and cache.info()["cubin"] == 3
+    assert len(fake.links) == 3 and store.info()["cubin"] == 3
 
 
 def test_jit_error_on_the_linker_path(fake):
@@ -190,7 +191,7 @@ def test_jit_error_on_the_linker_path(fake):
     finally:
         os.unlink(err.ptx_path)
     assert all(s.destroyed for s in fake.states)
-    assert cache.info()["cubin"] == 0 and fake.loads == []
+    assert store.info()["cubin"] == 0 and fake.loads == []
 
 
 @pytest.mark.parametrize("how", ["flip", "truncate", "empty"])
@@ -222,7 +223,7 @@ def test_a_cubin_the_driver_refuses_is_discarded_and_relinked(fake, monkeypatch,
     monkeypatch.setattr(fake, "cuModuleLoadData", refuse_first)
     mod.load_module(GOOD, "add_one")
     assert len(calls) == 2 and len(fake.links) == 2
-    assert cache.info()["cubin"] == 1
+    assert store.info()["cubin"] == 1
 
 
 def test_tilegen_cache_0_uses_the_jit(fake, monkeypatch, cdir):
@@ -249,7 +250,7 @@ def test_precompile_links_and_stores_without_loading(fake, monkeypatch):
     assert mod.precompile(GOOD) is True
     image = GOOD.encode() + b"\0"
     assert fake.links == [image] and fake.loads == []        # stored, not loaded
-    assert cache.get_cubin(GOOD, (9, 0), 13000) == cubin_of(image)
+    assert cubins.get_cubin(GOOD, (9, 0), 13000) == cubin_of(image)
     assert mod.precompile(GOOD) is True and len(fake.links) == 1  # already there: no new link
     mod.load_module(GOOD, "add_one")                          # the load then hits the cache
     assert len(fake.links) == 1 and fake.loads == [cubin_of(image)]

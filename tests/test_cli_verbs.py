@@ -12,7 +12,7 @@ import pytest
 import tilegen
 from tilegen import Epilogue, GemmSpec
 from tilegen.cli import error_bound, main
-from tilegen.textspec import parse_spec_text, spec_to_text
+from tilegen.gemm import parse_spec_text, spec_to_text
 
 REPO = Path(__file__).resolve().parents[1]
 SMALL = "gemm {\n  dtype = bf16\n  tile = 64 x 64 x 32\n  stages = 2\n}\n"
@@ -203,16 +203,16 @@ def test_run_on_a_gpu_that_is_not_there_exits_2(capsys, small_tg, no_gpu):
 
 
 def test_run_reports_a_wrong_result_with_exit_1(capsys, small_tg, monkeypatch):
-    from tilegen.kernel import Kernel
+    from tilegen import GemmKernel
 
-    real = Kernel.__call__
+    real = GemmKernel.__call__
 
     def off_by_a_little(self, A, B, **kw):
         C = real(self, A, B, **kw)
         C[3, 5] += 0.5  # one element: far over the f32 bound
         return C
 
-    monkeypatch.setattr(Kernel, "__call__", off_by_a_little)
+    monkeypatch.setattr(GemmKernel, "__call__", off_by_a_little)
     assert main(["run", str(small_tg), "--m", "32", "--n", "32", "--k", "32", "--device", "sim"]) == 1
     assert _run_lines(capsys.readouterr().out)["error"].endswith(": WRONG")
 

@@ -37,7 +37,7 @@ def _tile_product(A, B, row=0, swap=False):
 @tg.kernel
 def one_tile(stages=1):
     """C (16 x 16) = A (16 x 32) @ B (32 x 16) by one warp: copy to shared, ldmatrix, mma, store."""
-    tg.launch(threads=32, grid=lambda size: (1, 1, 1))
+    tg.launch(threads=32, grid=(1, 1, 1))
     A = tg.tensor("A", "f16", ("M", "K"))
     B = tg.tensor("B", "f16", ("K", "N"))
     C = tg.tensor("C", "f32", ("M", "N"))
@@ -83,7 +83,7 @@ def _line_of(fn, text):
 
 @tg.kernel
 def wrong_copy():
-    tg.launch(threads=32, grid=lambda size: (1, 1, 1))
+    tg.launch(threads=32, grid=(1, 1, 1))
     A = tg.tensor("A", "f16", ("M", "K"))
     sA = tg.shared("sA", "f16", 16, 64)
     tg.copy_async(A.block(0, 0), sA[0])  # arguments swapped
@@ -91,7 +91,7 @@ def wrong_copy():
 
 @tg.kernel
 def python_if_on_runtime_value():
-    tg.launch(threads=32, grid=lambda size: (1, 1, 1))
+    tg.launch(threads=32, grid=(1, 1, 1))
     A = tg.tensor("A", "f16", ("M", "K"))
     if A.shape[0] > 0:  # a runtime value has no truth value at trace time
         pass
@@ -99,13 +99,13 @@ def python_if_on_runtime_value():
 
 @tg.kernel
 def bad_dtype():
-    tg.launch(threads=32, grid=lambda size: (1, 1, 1))
+    tg.launch(threads=32, grid=(1, 1, 1))
     tg.tensor("A", "f64", ("M", "K"))
 
 
 @tg.kernel
 def fragment_from_wrong_tile():
-    tg.launch(threads=32, grid=lambda size: (1, 1, 1))
+    tg.launch(threads=32, grid=(1, 1, 1))
     sA = tg.shared("sA", "bf16", 16, 64)
     a = tg.fragment(ATOM, "A", (1, 1))
     tg.load(a, sA[0], 0, 0)
@@ -154,19 +154,24 @@ def test_instruction_level_ir_is_printed_too():
     assert "ldmatrix.sync.aligned.m8n8.x4.shared.b16" in text and "copy_async" not in text
 
 
-def test_instruction_level_ir_of_a_disk_cached_gemm(cdir):
+def test_instruction_level_ir_of_a_disk_cached_gemm(cdir, monkeypatch):
+    from tilegen import compiler
+
     spec = tilegen.GemmSpec(dtype="f16", tile=(64, 64, 32))
-    tilegen.compile(spec)
-    cached = tilegen.compile(spec)  # read back from the disk cache: PTX only
-    assert getattr(cached._ir, "from_cache", False)
+    fresh = tilegen.compile(spec)
+    compiler.forget()  # the next compile reads the disk cache, without tracing
+    monkeypatch.setattr(compiler, "build", lambda *a, **k: pytest.fail("traced again"))
+    cached = tilegen.compile(spec)
+    assert cached is not fresh
     assert "mma.sync.aligned.m16n8k16" in cached.instructions
+    assert cached.instructions == fresh.instructions
 
 
 @tg.kernel
 def branchy():
     """CTA p multiplies rows 16p..16p+15 of A; CTA 0 stores them into C, CTA 1 into D:
     a uniform branch on the CTA's position."""
-    tg.launch(threads=32, grid=lambda size: (2, 1, 1))
+    tg.launch(threads=32, grid=(2, 1, 1))
     A = tg.tensor("A", "f16", ("M", "K"))
     B = tg.tensor("B", "f16", ("K", "N"))
     C = tg.tensor("C", "f32", ("M", "N"))
@@ -210,7 +215,7 @@ def test_uniform_if_else_runs_one_side_per_cta():
 def test_python_truth_of_a_condition_is_explained():
     @tg.kernel
     def bad():
-        tg.launch(threads=32, grid=lambda size: (1, 1, 1))
+        tg.launch(threads=32, grid=(1, 1, 1))
         if tg.lt(tg.program_id(), 1):
             pass
 
@@ -221,7 +226,7 @@ def test_python_truth_of_a_condition_is_explained():
 def test_else_without_if_is_explained():
     @tg.kernel
     def bad():
-        tg.launch(threads=32, grid=lambda size: (1, 1, 1))
+        tg.launch(threads=32, grid=(1, 1, 1))
         with tg.else_():
             pass
 
@@ -235,7 +240,7 @@ def test_else_without_if_is_explained():
 def transposed_product(c_layout, swap):
     """C = A @ B for one 16 x 16 tile; with swap=True computed as C^T = B^T A^T through .T
     views of the shared tiles, stored into C.T."""
-    tg.launch(threads=32, grid=lambda size: (1, 1, 1))
+    tg.launch(threads=32, grid=(1, 1, 1))
     A = tg.tensor("A", "f16", ("M", "K"))
     B = tg.tensor("B", "f16", ("K", "N"))
     C = tg.tensor("C", "f32", ("M", "N"), layout=c_layout)
@@ -253,7 +258,7 @@ def test_transposed_views_and_column_major_stores(c_layout, swap):
 def test_residual_must_share_the_output_layout():
     @tg.kernel
     def k():
-        tg.launch(threads=32, grid=lambda size: (1, 1, 1))
+        tg.launch(threads=32, grid=(1, 1, 1))
         C = tg.tensor("C", "f32", ("M", "N"))
         R = tg.tensor("R", "f32", ("M", "N"), layout="col")
         acc = tg.fragment("m16n8k16.f16.f32", "C", (1, 1))

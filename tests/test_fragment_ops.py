@@ -60,7 +60,7 @@ def _padded_k(tn):
 def lab(body, tiles=(1, 2), atom=F16, dtype="f16"):
     tm, tn = tiles
     KP, NP = _padded_k(tn), max(8 * tn, 16)
-    tg.launch(threads=32, grid=lambda size: (1, 1, 1))
+    tg.launch(threads=32, grid=(1, 1, 1))
     X = tg.tensor("X", dtype, ("M", "K"))
     Y = tg.tensor("Y", dtype, ("M", "K"))
     eye = tg.tensor("I", dtype, ("K", "N"))
@@ -377,7 +377,7 @@ def test_mistakes_point_at_the_users_line(body, marker, message):
 
 @tg.kernel
 def unbatched_block():
-    tg.launch(threads=32, grid=lambda size: (1, 1, 1))
+    tg.launch(threads=32, grid=(1, 1, 1))
     A = tg.batched_tensor("A", "f16", ("M", "K"))
     A.block(0, 0)  # forgot .batch(b)
 
@@ -390,7 +390,7 @@ def test_batched_tensor_needs_a_batch_index():
 def test_scalar_arithmetic_folds_numbers_and_emits_for_floats():
     @tg.kernel
     def scalars():
-        tg.launch(threads=32, grid=lambda size: (1, 1, 1))
+        tg.launch(threads=32, grid=(1, 1, 1))
         s = tg.scalar("s")
         assert tg.mul(2.0, 3.0) == 6.0 and tg.exp2(3.0) == 8.0
         assert isinstance(tg.mul(s, 2.0), tg.Float) and isinstance(tg.exp(s), tg.Float)

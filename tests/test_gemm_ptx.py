@@ -67,7 +67,7 @@ def test_header_and_annotations():
     assert "cvt.rna.tf32.f32" in ptx
     assert "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32" in ptx
     # comments name the k-step, fragment and the kernel source line they come from
-    assert re.search(r"// k-step 0: fragment a0 \(gemm\.py:\d+\)", ptx)
+    assert re.search(r"// k-step 0: fragment a0 \(mma_sync\.py:\d+\)", ptx)
     assert "prologue: stage 0 of A" in ptx
 
 

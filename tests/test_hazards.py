@@ -13,7 +13,7 @@ ATOM = "m16n8k16.f16.f32"
 def pipeline(stages, wait_pending=None, barrier=True, ahead=None, final_wait=True, barrier_after=False):
     """A one-warp GEMM main loop with the knobs a mistake would turn."""
     S = stages
-    tg.launch(threads=32, grid=lambda s: (1, 1, 1))
+    tg.launch(threads=32, grid=(1, 1, 1))
     A = tg.tensor("A", "f16", ("M", "K"))
     B = tg.tensor("B", "f16", ("K", "N"), layout="col")
     C = tg.tensor("C", "f32", ("M", "N"))
@@ -90,7 +90,7 @@ def test_ending_with_copies_in_flight_is_caught():
 @tg.kernel
 def branch_reads_early(bad_side="if"):
     """One side of a uniform branch reads a stage before waiting for its copy."""
-    tg.launch(threads=32, grid=lambda s: (1, 1, 1))
+    tg.launch(threads=32, grid=(1, 1, 1))
     A = tg.tensor("A", "f16", ("M", "K"))
     sA = tg.shared("sA", "f16", 16, 64, stages=1, swizzle="128B")
     a = tg.fragment(ATOM, "A", (1, 1))

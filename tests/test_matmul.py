@@ -78,7 +78,7 @@ def test_large_16bit_problems_on_hopper_take_the_wgmma_kernel(monkeypatch):
     every layout, mma.sync for small ones and for f32."""
     import importlib
 
-    mm = importlib.import_module("tilegen.matmul")
+    mm = importlib.import_module("tilegen.gemm.matmul")
 
     monkeypatch.setattr(mm, "_target", lambda: "sm_90")
     monkeypatch.setattr(mm, "_tuned", lambda *a, **k: None)
@@ -96,7 +96,7 @@ def test_large_tf32_problems_on_hopper_take_wgmma(monkeypatch):
     truncation and which operand is rounded instead."""
     import importlib
 
-    mm = importlib.import_module("tilegen.matmul")
+    mm = importlib.import_module("tilegen.gemm.matmul")
     monkeypatch.setattr(mm, "_target", lambda: "sm_90")
     monkeypatch.setattr(mm, "_tuned", lambda *a, **k: None)
     A = np.zeros((4096, 2048), np.float32)
@@ -113,7 +113,7 @@ def test_large_tf32_problems_on_hopper_take_wgmma(monkeypatch):
 def test_a_tuned_mma_sync_spec_does_not_replace_the_faster_wgmma_preset(monkeypatch):
     import importlib
 
-    mm = importlib.import_module("tilegen.matmul")
+    mm = importlib.import_module("tilegen.gemm.matmul")
     monkeypatch.setattr(mm, "_target", lambda: "sm_90")
     monkeypatch.setattr(mm, "_tuned", lambda *a, **k: tilegen.GemmSpec(dtype="f16", tile=(128, 256, 32), warps=(2, 4)))
     A = np.zeros((4096, 4096), np.float16)

@@ -45,6 +45,9 @@ def fake(monkeypatch):
         d = FakeDriver(**kw)
         monkeypatch.setattr(drv, "_driver", lambda: d)
         monkeypatch.setattr(drv, "_contexts", {})
+        monkeypatch.setattr(drv, "_available", {})   # probed once per process: probe the fake
+        monkeypatch.setattr(drv, "_infos", {})
+        drv.forget_current()
         return d
     return install
 

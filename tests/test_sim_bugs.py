@@ -324,12 +324,12 @@ class PtxKernel:
         self.name, self.threads, self.params = kernel.name, kernel.threads, kernel.params
         self.smem_bytes = kernel.smem_bytes
 
-    def grid(self, sizes):
-        return self._k.grid(sizes)
+    def grid(self, sizes, sm_count=None):
+        return self._k.grid(sizes, sm_count)
 
 
 def run_gemm_ptx(kernel, ptx, M=40, N=40, K=70, smem=None):
-    from tilegen.gemm_call import _pitched
+    from tilegen.gemm.call import _pitched
 
     rng = np.random.default_rng(0)
     A = rng.standard_normal((M, K)).astype(np.float16)

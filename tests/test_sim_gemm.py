@@ -109,7 +109,7 @@ def test_k_zero_gives_beta_c():
 def test_run_kernel_on_global_memory():
     """The lower-level API: pointers are addresses in an emulated GlobalMemory."""
     import tilegen.sim as sim
-    from tilegen.gemm_call import _pitched
+    from tilegen.gemm.call import _pitched
 
     k = small(dtype="f16", b_layout="col")
     M, N, K = 33, 20, 40

@@ -8,7 +8,7 @@ from tilegen.arch.dtypes import dtype
 from tilegen.ir.builder import Builder
 from tilegen.ir.lower.smem import shared_address
 from tilegen.ir.tile import SharedTile
-from tilegen.layout import SmemLayout
+from tilegen.ir.layout import SmemLayout
 
 
 class _Ctx:

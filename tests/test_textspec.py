@@ -16,8 +16,8 @@ from hypothesis import strategies as st
 
 import tilegen
 from tilegen import Epilogue, GemmSpec, SpecError, TilegenError
-from tilegen.textspec import (SpecFileError, SpecSyntaxError, dataclass_from_text, dataclass_to_text,
-                              parse_spec_text, spec_to_text)
+from tilegen.gemm import parse_spec_text, spec_to_text
+from tilegen.gemm.textspec import SpecFileError, SpecSyntaxError, dataclass_from_text, dataclass_to_text
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -153,11 +153,11 @@ def test_minimal_text_keeps_only_what_differs_from_the_defaults():
 
 
 def test_module_does_not_import_lark_until_it_parses():
-    code = ("import sys, tilegen, tilegen.textspec, tilegen.cli, tilegen.show\n"
+    code = ("import sys, tilegen, tilegen.gemm.textspec, tilegen.cli, tilegen.show\n"
             "assert 'lark' not in sys.modules\n"
-            "tilegen.textspec.spec_to_text(tilegen.GemmSpec())\n"
+            "tilegen.gemm.spec_to_text(tilegen.GemmSpec())\n"
             "assert 'lark' not in sys.modules\n"
-            "tilegen.textspec.parse_spec_text('gemm { }')\n"
+            "tilegen.gemm.parse_spec_text('gemm { }')\n"
             "assert 'lark' in sys.modules\n")
     p = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60)
     assert p.returncode == 0, p.stderr
@@ -183,7 +183,8 @@ def _valid_spec(kw: dict) -> GemmSpec:
 def gemm_specs(draw):
     from tilegen.arch.mma import MMA_ATOMS
     from tilegen.arch.targets import TARGETS
-    from tilegen.spec import ACC_DTYPES, ACTIVATIONS, BIAS, LAYOUTS, OPERAND_DTYPES, OUT_DTYPES, SWIZZLES
+    from tilegen.gemm.spec import ACC_DTYPES, BIAS, LAYOUTS, OPERAND_DTYPES, OUT_DTYPES, SWIZZLES
+    from tilegen.ir.tile import ACTIVATIONS
 
     maybe = lambda s: st.one_of(st.none(), s)  # noqa: E731  (None: leave the field out)
     draws = {
@@ -220,10 +221,11 @@ def test_round_trip_over_the_spec_space(spec, minimal):
 
 
 def test_round_trip_strategy_reaches_far_from_the_defaults():
-    # The repair loop must not collapse every draw to GemmSpec(dtype=...): look at a sample.
+    # The repair loop must not collapse every draw to GemmSpec(dtype=...): look at a sample
+    # (a fixed one: a random sample of 60 showed only two stage counts about one run in ten).
     seen = []
 
-    @settings(max_examples=60, deadline=None, database=None)
+    @settings(max_examples=60, deadline=None, database=None, derandomize=True)
     @given(gemm_specs())
     def collect(spec):
         seen.append(spec)
@@ -353,7 +355,7 @@ def test_file_errors_name_the_file(tmp_path):
 @pytest.mark.parametrize("text,match", [
     ("gemm {\n  stagez = 3\n}", r"^line 2: stagez=3 is invalid: GemmSpec has no field 'stagez' \(did you mean stages\?\)"),
     ("gemm {\n  stages = 3\n  stages = 4\n}", r"^line 3: stages=4 is invalid: stages is already set on line 2"),
-    ("gemm {\n  epilogue {\n    activation = gelu\n  }\n}", r"^line 3: epilogue.activation='gelu' is invalid"),
+    ("gemm {\n  epilogue {\n    activation = gelu_fast\n  }\n}", r"^line 3: epilogue.activation='gelu_fast' is invalid"),
     ("gemm {\n  epilogue {\n    bais = col\n  }\n}", r"^line 3: epilogue.bais='col' is invalid: epilogue has no field"),
     ("gemm {\n  stages { a = 1 }\n}", r"^line 2: stages='\{ \.\.\. \}' is invalid"),
     ("gemm {\n  tile = 128 x 128\n}", r"^line 2: tile=\(128, 128\) is invalid"),
@@ -405,3 +407,10 @@ def test_gemmspec_to_text_and_compile_of_text(tmp_path):
     assert tilegen.compile(p).spec == spec
     with pytest.raises(SpecError, match="line 1: stages=1"):
         tilegen.compile("gemm { stages = 1 }")
+
+
+def test_gelu_is_the_erf_gelu_in_text_too():
+    """PyTorch's F.gelu default is the erf form: "gelu" names it, in .tg text as in Python."""
+    spec = parse_spec_text("gemm { epilogue { bias = col  activation = gelu } }")
+    assert spec.epilogue.activation == "gelu_erf"
+    assert spec == GemmSpec(epilogue=Epilogue(bias="col", activation="gelu"))

@@ -11,7 +11,7 @@ import pytest
 from tilegen import runtime
 from tilegen.tune import cli
 from tilegen.tune import space as S
-from tilegen.tune import store
+from tilegen.gemm import tuned as store
 from tilegen.tune.search import Trial, TuneResult
 
 REPO = Path(__file__).resolve().parents[1]

@@ -10,7 +10,7 @@ import pytest
 from tilegen import GemmSpec
 from tilegen.tune import lookup, tune
 from tilegen.tune import space as S
-from tilegen.tune import store
+from tilegen.gemm import tuned as store
 from tilegen.tune.search import SCREEN_FACTOR, KernelPool, Gate, format_table, tflops
 
 M = N = K = 4096

@@ -6,9 +6,11 @@ import stat
 import pytest
 
 import tilegen
-from tilegen import GemmSpec, cache
+from tilegen import GemmSpec, version
+from tilegen import store as disk
+from tilegen.compiler import cache
+from tilegen.gemm import tuned as store
 from tilegen.tune import lookup, shape_bucket
-from tilegen.tune import store
 
 GPU, DRIVER = "NVIDIA H200", "13.0"
 SPEC = GemmSpec(dtype="f16", tile=(128, 256, 64), warps=(2, 4), stages=4, swizzle="128B", group_m=16,
@@ -16,7 +18,7 @@ SPEC = GemmSpec(dtype="f16", tile=(128, 256, 64), warps=(2, 4), stages=4, swizzl
 
 
 def _entry_path(fields):
-    return cache.cache_dir() / store.SUBDIR / (store.cache_key(fields) + store.SUFFIX)
+    return disk.cache_dir() / store.KIND / (store.cache_key(fields) + store.SUFFIX)
 
 
 def _fields(**over):
@@ -51,12 +53,13 @@ def test_keys_differ_by_every_field_and_agree_within_a_bucket():
 
 def test_tilegen_version_is_part_of_the_key(monkeypatch):
     base = store.cache_key(_fields())
-    monkeypatch.setattr(tilegen, "__version__", "99.0.0")
+    monkeypatch.setattr(version, "__version__", "99.0.0")
     assert store.cache_key(_fields()) != base
 
 
 def test_round_trip(cdir):
-    path = store.store(SPEC, 4096, 4096, 4096, GPU, DRIVER, tflops=512.5, default_tflops=420.0)
+    path = store.store(SPEC, 4096, 4096, 4096, GPU, DRIVER, source=cache.source_hash(), tflops=512.5,
+                       default_tflops=420.0)
     assert path is not None and path.parent == cdir / "tune"
     assert lookup("f16", "row", "row", 4096, 4096, 4096, "f32", GPU, DRIVER) == SPEC
     assert lookup("f16", "row", "row", 2500, 4000, 3333, "f32", GPU, 13000) == SPEC
@@ -158,8 +161,8 @@ def test_entries_list_and_clear(cdir):
     items = store.entries()
     assert sorted(e["tflops"] for e in items) == [1.0, 2.0]
     assert {e["key"]["out_dtype"] for e in items} == {"f32", "f16"}
-    # the kernel cache's own listing and clearing leave tuned configs alone
-    assert cache.info()["entries"] == 0
+    # the kernel cache's clearing leaves tuned configs alone
+    assert cache.clear() == 0 and disk.info()["tune"] == 3  # two entries and the junk file
     assert store.clear() == 3
     assert store.entries() == []
 

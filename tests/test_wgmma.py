@@ -8,7 +8,7 @@ import tilegen.dsl as tg
 from tilegen.arch import wgmma as W
 from tilegen.arch.mma import mma_atom
 from tilegen.ir.hazards import HazardError
-from tilegen.layout import SmemLayout
+from tilegen.ir.layout import SmemLayout
 from tilegen.sim import SimError
 from tilegen.sim import wgmma as simw
 from tilegen.codegen.ptxas import resources
@@ -96,7 +96,7 @@ def test_wgmma_spec_defaults():
     s = tilegen.GemmSpec(dtype="bf16", instruction="wgmma")
     assert (s.target, tuple(s.tile), tuple(s.warps), s.stages, s.frag_buffers) == \
         ("sm_90a", (128, 256, 64), (8, 1), 4, 1)
-    assert s.wgmma.n == 256
+    assert s.mainloop.shape(s).n == 256
     assert tilegen.GemmSpec.from_text(s.to_text()) == s
     assert tilegen.GemmSpec.from_text(s.to_text(minimal=True)) == s
 
@@ -108,7 +108,7 @@ def test_tf32_wgmma_spec_reads_mn_major_operands_through_registers():
     registers. The tensor cores truncate what they read from shared memory."""
     spec = lambda **kw: tilegen.GemmSpec(dtype="tf32", instruction="wgmma", **kw)  # noqa: E731
     s = spec(a_layout="col", b_layout="row")
-    assert (tuple(s.tile), tuple(s.warps), s.swizzle, s.wgmma.k, s.wgmma.n) == ((256, 128, 32), (1, 8), "128B", 8, 256)
+    assert (tuple(s.tile), tuple(s.warps), s.swizzle, s.mainloop.shape(s).k, s.mainloop.shape(s).n) == ((256, 128, 32), (1, 8), "128B", 8, 256)
     assert s.swaps_operands and s.register_operand == "B"
     assert (s.stage_layout("A"), s.stage_layout("B")) == ("row", "row")
     assert s.transposes("A") and not s.transposes("B") and s.is_k_major("A") and not s.is_k_major("B")
@@ -116,7 +116,7 @@ def test_tf32_wgmma_spec_reads_mn_major_operands_through_registers():
     rr, rc, cc = spec(), spec(b_layout="col"), spec(a_layout="col", b_layout="col")
     assert (rr.swaps_operands, rr.register_operand, rr.transposes("A"), tuple(rr.warps)) == (True, "B", False, (1, 8))
     assert (rc.swaps_operands, rc.register_operand, tuple(rc.tile)) == (False, None, (128, 256, 32))
-    assert (cc.swaps_operands, cc.register_operand, cc.transposes("A"), cc.wgmma.n) == (False, "A", False, 256)
+    assert (cc.swaps_operands, cc.register_operand, cc.transposes("A"), cc.mainloop.shape(cc).n) == (False, "A", False, 256)
     assert s.tf32_truncates and not tilegen.GemmSpec(dtype="tf32").tf32_truncates
     f16 = tilegen.GemmSpec(dtype="f16", instruction="wgmma", a_layout="col")
     assert f16.stage_layout("A") == "col" and not f16.transposes("A") and f16.register_operand is None
@@ -156,8 +156,8 @@ def test_wgmma_kernels_assemble_without_spills(kw):
     spec = tilegen.GemmSpec(**{"dtype": "f16", "instruction": "wgmma", **kw})
     k = tilegen.compile(spec)
     assert ".target sm_90a" in k.ptx and "fence.proxy.async.shared::cta;" in k.ptx
-    assert k.ptx.count(f"wgmma.mma_async.sync.aligned.m64n{spec.wgmma.n}k{spec.wgmma.k}") == \
-        2 * (spec.tile.k // spec.wgmma.k)
+    assert k.ptx.count(f"wgmma.mma_async.sync.aligned.m64n{spec.mainloop.shape(spec).n}k{spec.mainloop.shape(spec).k}") == \
+        2 * (spec.tile.k // spec.mainloop.shape(spec).k)
     assert_assembles(k.ptx, "sm_90a")
     info = resources(k.ptx, "sm_90a", k.smem_bytes)
     assert info.spill_stores == 0 and info.spill_loads == 0, str(info)
@@ -169,7 +169,7 @@ def test_wgmma_kernels_assemble_without_spills(kw):
 def wg_pipeline(stages=4, ahead=None, fence=True, barrier=True, retire=1, final_wait=True):
     S = stages
     P = S - 2 if ahead is None else ahead
-    tg.launch(threads=128, grid=lambda s: (1, 1, 1))
+    tg.launch(threads=128, grid=(1, 1, 1))
     A = tg.tensor("A", "f16", ("M", "K"))
     B = tg.tensor("B", "f16", ("K", "N"))
     C = tg.tensor("C", "f32", ("M", "N"))
@@ -245,7 +245,7 @@ def rs_pipeline(retire=3, fence=True):
     """C = A @ B for one warpgroup, tf32, both operands column-major: A is M-major in shared
     memory, so each warp loads its 16 rows of every k-step into registers."""
     S, P = 3, 1
-    tg.launch(threads=128, grid=lambda s: (1, 1, 1))
+    tg.launch(threads=128, grid=(1, 1, 1))
     A = tg.tensor("A", "tf32", ("M", "K"), layout="col")
     B = tg.tensor("B", "tf32", ("K", "N"), layout="col")
     C = tg.tensor("C", "f32", ("M", "N"))
@@ -312,7 +312,7 @@ def test_planted_register_operand_mistakes_are_rejected(knobs, says):
 def test_wgmma_register_operand_errors():
     @tg.kernel
     def k(mistake):
-        tg.launch(threads=128, grid=lambda s: (1, 1, 1))
+        tg.launch(threads=128, grid=(1, 1, 1))
         sB = tg.shared("sB", "tf32", 64, 32, logical="col")
         acc = tg.fragment("m16n8k8.tf32.f32", "C", (1, 8))
         a = tg.fragment("m16n8k8.tf32.f32", "A", (2, 1) if mistake == "tiles" else (1, 1))
@@ -408,7 +408,7 @@ def test_persistent_wgmma_gemm_on_the_emulator(dtype, layouts):
     """Three CTAs (the emulator's persistent grid) walk 35 blocks, each prefetching the next
     block's first k-tiles before storing its own (tf32 rr: blocks of C^T, stored transposed)."""
     from bounds import gemm_bound, gemm_error
-    from tilegen.runtime.driver import EMULATOR_CTAS
+    from tilegen.sim import EMULATOR_SM_COUNT
 
     al, bl = ({"r": "row", "c": "col"}[x] for x in layouts)
     shape = SMALL_TF32["row"] if dtype == "tf32" else dict(tile=(64, 64, 64), warps=(4, 1))
@@ -416,7 +416,8 @@ def test_persistent_wgmma_gemm_on_the_emulator(dtype, layouts):
                             stages=3, group_m=2, **shape)
     kernel = tilegen.compile(spec)
     M, N, K = 300, 450, 150
-    assert kernel.grid({"M": M, "N": N, "K": K}) == (EMULATOR_CTAS, 1, 1)
+    assert kernel.grid({"M": M, "N": N, "K": K}, EMULATOR_SM_COUNT) == (EMULATOR_SM_COUNT, 1, 1)
+    assert kernel.grid({"M": 64, "N": 64, "K": K}, 132) == (1, 1, 1)   # fewer blocks than SMs
     rng = np.random.default_rng(9)
     A, B = _inputs(dtype, M, N, K, al, bl, rng)
     C = kernel(A, B, out=np.full((M, N), np.nan, np.float32), device="sim")
@@ -510,7 +511,7 @@ def test_tf32_wgmma_reads_every_element_where_and_as_expected_on_the_emulator(la
 def test_transposing_copy_needs_32_bit_elements():
     @tg.kernel
     def k():
-        tg.launch(threads=128, grid=lambda s: (1, 1, 1))
+        tg.launch(threads=128, grid=(1, 1, 1))
         B = tg.tensor("B", "f16", ("K", "N"))
         sB = tg.shared("sB", "f16", 64, 64, logical="col")
         tg.copy_async(sB[0], B.block(0, 0))
@@ -523,7 +524,7 @@ def test_transposing_copy_needs_32_bit_elements():
 def test_tf32_wgmma_rejects_mn_major_stages():
     @tg.kernel
     def k():
-        tg.launch(threads=128, grid=lambda s: (1, 1, 1))
+        tg.launch(threads=128, grid=(1, 1, 1))
         sA = tg.shared("sA", "tf32", 64, 32)
         sB = tg.shared("sB", "tf32", 32, 64)      # logical "row": MN-major for B
         acc = tg.fragment("m16n8k8.tf32.f32", "C", (1, 8))

@@ -37,14 +37,14 @@ def _progress(msg: str):
 # -- specs from files and options ----------------------------------------------------------
 
 def _spec_fields() -> list:
-    from .spec import GemmSpec
+    from .gemm.spec import GemmSpec
 
     return [f for f in dataclasses.fields(GemmSpec) if f.init]
 
 
 def _field_help() -> dict:
     """field -> 'legal values (default ...)' from GemmSpec's docstring table."""
-    from .spec import GemmSpec
+    from .gemm.spec import GemmSpec
 
     out = {}
     for line in (GemmSpec.__doc__ or "").splitlines():
@@ -73,9 +73,9 @@ def _value_hint(f) -> str:
     """How to write a field's value on the command line, from its type."""
     import typing
 
-    from .textspec import _int_dataclass, _options
+    from .gemm.textspec import int_dataclass as _int_dataclass, type_options as _options
 
-    from .spec import GemmSpec
+    from .gemm.spec import GemmSpec
 
     opts = _options(typing.get_type_hints(GemmSpec).get(f.name))
     for t in opts:
@@ -91,7 +91,7 @@ def _value_hint(f) -> str:
 
 def spec_from_args(args):
     """The GemmSpec a verb works on: SPEC.tg (a path, '-' for stdin, or none) plus the options."""
-    from .textspec import parse_spec_text
+    from .gemm.spec import parse_spec_text
 
     overrides = {f.name: getattr(args, f"field_{f.name}") for f in _spec_fields()
                  if getattr(args, f"field_{f.name}", None) is not None}
@@ -119,7 +119,7 @@ def _compile(args) -> int:
     if args.emit == "tg":
         text = _spec_text(spec, args.minimal)
     else:
-        from .compiler import compile as compile_spec
+        from .frontend import compile as compile_spec
 
         kernel = compile_spec(spec)
         if args.emit == "ptx":
@@ -154,13 +154,13 @@ def _compile(args) -> int:
 
 
 def _spec_text(spec, minimal: bool = False) -> str:
-    from .textspec import spec_to_text
+    from .gemm.spec import spec_to_text
 
     return spec_to_text(spec, minimal=minimal)
 
 
 def _kernel_name(spec) -> str:
-    from .kernels.gemm import gemm_kernel_name
+    from .gemm.template import gemm_kernel_name
 
     return gemm_kernel_name(spec)
 
@@ -221,7 +221,7 @@ def _run(args) -> int:
     import numpy as np
 
     from .arch.dtypes import numpy_dtype
-    from .compiler import compile as compile_spec
+    from .frontend import compile as compile_spec
     from .runtime import gpu_available
 
     for name in ("m", "n", "k"):
@@ -265,8 +265,10 @@ def _run(args) -> int:
         ref, scale = ref + r, scale + np.abs(r)
 
     where = "the GPU" if device == "gpu" else "the CPU emulator"
-    blocks = kernel.grid({"M": M, "N": N, "K": K})
     if device == "sim":
+        from .sim import EMULATOR_SM_COUNT
+
+        blocks = kernel.grid({"M": M, "N": N, "K": K}, EMULATOR_SM_COUNT)
         ctas = blocks[0] * blocks[1] * blocks[2]
         _progress(f"running {M}x{N}x{K} on the CPU emulator: {ctas} CTA{'s' if ctas != 1 else ''} of "
                   f"{kernel.threads} threads, each PTX instruction interpreted")
@@ -329,9 +331,9 @@ def _demo(args) -> int:
     import numpy as np
 
     from .arch.dtypes import numpy_dtype
-    from .compiler import compile as compile_spec
+    from .frontend import compile as compile_spec
     from .runtime import gpu_available
-    from .spec import GemmSpec
+    from .gemm.spec import GemmSpec
 
     spec = GemmSpec(dtype=args.dtype)
     print(spec)
@@ -483,7 +485,7 @@ def main(argv=None) -> int:
         return EXIT_USAGE
     from .errors import LaunchError, SpecError, TilegenError
     from .show import PlotUnavailable
-    from .textspec import SpecFileError, SpecSyntaxError
+    from .gemm.textspec import SpecFileError, SpecSyntaxError
 
     try:
         return args.run(args)

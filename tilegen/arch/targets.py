@@ -17,6 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 MAX_PTX = (9, 0)  # the newest ISA CUDA 13.0's ptxas and driver 580's JIT accept
+STATIC_SMEM_MAX = 48 * 1024  # above this, dynamic shared memory needs the opt-in attribute
 
 
 @dataclass(frozen=True)
@@ -26,7 +27,7 @@ class Target:
     arch_specific: bool
     smem_per_block: int          # opt-in maximum, bytes
     min_ptx: tuple[int, int]     # the floor the target itself imposes
-    smem_static_max: int = 48 * 1024
+    smem_static_max: int = STATIC_SMEM_MAX
     regs_per_thread: int = 255
     regs_per_sm: int = 65536
     max_threads: int = 1024

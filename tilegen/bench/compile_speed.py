@@ -114,7 +114,7 @@ def _launch_new(tilegen, spec) -> tuple[float, float]:
 def _spec_kwargs(spec) -> dict:
     from dataclasses import fields
 
-    from ..spec import TileShape, WarpLayout
+    from ..gemm.spec import TileShape, WarpLayout
 
     kw = {}
     for f in fields(spec):

@@ -60,7 +60,7 @@ def versions() -> dict:
     import numpy
 
     out["numpy"] = numpy.__version__
-    from .. import __version__
+    from ..version import __version__
 
     out["tilegen"] = __version__
     for mod, attr in (("torch", "__version__"), ("triton", "__version__"), ("cupy", "__version__")):

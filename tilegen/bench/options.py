@@ -87,7 +87,7 @@ def parse_spec_overrides(items) -> dict:
 
     Unknown keys, malformed values and repeated keys raise OptionError naming the legal set;
     whether the values make a valid kernel is GemmSpec's to say (check_overrides)."""
-    from ..spec import GemmSpec
+    from ..gemm.spec import GemmSpec
 
     known = {f.name for f in fields(GemmSpec)}
     out: dict = {}
@@ -121,7 +121,7 @@ def parse_spec_overrides(items) -> dict:
 
 def make_spec(dtype: str, a_layout: str, b_layout: str, target: str, overrides: dict):
     """The GemmSpec of one bench row; overrides win over the device's target."""
-    from ..spec import GemmSpec
+    from ..gemm.spec import GemmSpec
 
     kw = {"target": target, **overrides}
     if overrides.get("instruction") == "wgmma" and "target" not in overrides and target == "sm_90":

@@ -65,7 +65,8 @@ def mma_peak(cfg):
     tm, tn = cfg.tiles_m, cfg.tiles_n
     if tm * atom.m > SMEM_ROWS or tn * atom.n > SMEM_ROWS:
         raise ValueError(f"peak kernel: {tm} x {tn} atoms do not fit the {SMEM_ROWS}-row shared tiles")
-    tg.launch(threads=cfg.threads, grid=lambda size: (size["ctas"], 1, 1))
+    # one CTA per cfg.warps blocks of tm x tn atoms of C's rows
+    tg.launch(threads=cfg.threads, grid=(tg.cdiv("M", cfg.warps * tm * atom.m), 1, 1))
     # A tiny A (row-major, K contiguous) and B (column-major, K contiguous), shared by all CTAs.
     A = tg.tensor("A", cfg.dtype, ("AM", "AK"))
     B = tg.tensor("B", cfg.dtype, ("BK", "BN"), layout="col")
@@ -95,7 +96,7 @@ def mma_peak(cfg):
 
 
 def compile_peak(cfg: PeakConfig, target: str = "sm_80"):
-    from ..compiler import compile as tg_compile
+    from ..frontend import compile as tg_compile
 
     return tg_compile(mma_peak, cfg=cfg, target=target, name=cfg.kernel_name())
 
@@ -127,7 +128,7 @@ class PeakProblem:
                 "M": self.rows, "N": self.n, "C_ptr": c_ptr, "C_ld": self.n, "iters": int(iters)}
 
     def sizes(self) -> dict:
-        return {"ctas": self.ctas}
+        return {"M": self.rows}
 
     def expected_block(self, iters: int):
         """What every warp's block holds after `iters` iterations: the fragments' product

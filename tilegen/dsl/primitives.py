@@ -2,31 +2,34 @@
 and checks its arguments, pointing errors at the caller's line."""
 from __future__ import annotations
 
-from ..arch.dtypes import dtype as _dtype
-from ..arch.mma import MmaAtom, mma_atom
-from ..errors import DSLError
-from ..ir import tile as T
-from ..ir.access import TRANSPOSE_BYTES
-from ..ir.instr import Instr
-from ..ir.values import Addr, Sym, Value
-from ..layout import SmemLayout
-from .objects import Block, Fragment, SharedTile, Stage, Tensor, Vector
 from contextlib import contextmanager
 
+from ..arch.dtypes import dtype as _dtype
+from ..arch.mma import MmaAtom, mma_atom
+from ..arch.wgmma import WgmmaShape
+from ..errors import DSLError
+from ..ir import grid as G
+from ..ir import tile as T
+from ..ir.access import TRANSPOSE_BYTES
+from ..ir.layout import SmemLayout
+from ..ir.values import Value
+from .objects import Block, Fragment, SharedTile, Stage, Tensor, Vector
 from .scalars import Float, Int, Pred, raw, wrap
 from .trace import current, fail, user_location
 
 _SPECIAL = {"x": 0, "y": 1, "z": 2}
 
 
-def _param(name: str, ptype: str) -> Value:
+def _param(name: str, ptype: str, pointer: bool = False) -> Value:
+    """Declare a kernel parameter (loaded at the entry by lowering); a pointer's value is
+    its global address."""
     tr = current()
     if any(p.name == name for p in tr.kernel.params):
         fail(f"parameter {name!r} is declared twice")
     reg = Value("b64" if ptype == "u64" else ("f32" if ptype == "f32" else "b32"), name)
-    tr.kernel.params.append(T.Param(name, ptype, reg))
-    tr.builder.emit(Instr(f"ld.param.{ptype}", (reg,), (Addr(Sym(name)),)))
-    return reg
+    param = T.Param(name, ptype, reg, Value("b64", name[:-len("_ptr")] + "_g") if pointer else None)
+    tr.kernel.params.append(param)
+    return param.global_value if pointer else reg
 
 
 def _symbol(name: str) -> Int:
@@ -50,8 +53,7 @@ def tensor(name: str, dtype: str, shape: tuple, layout: str = "row") -> Tensor:
     if not (isinstance(shape, tuple) and len(shape) == 2 and all(isinstance(s, str) for s in shape)):
         fail(f"tensor {name}: shape must be two size names like ('M', 'K'), got {shape!r}")
     rows, cols = _symbol(shape[0]), _symbol(shape[1])
-    ptr = _param(f"{name}_ptr", "u64")
-    gptr = tr.builder.op("cvta.to.global.u64", "b64", ptr, hint=f"{name}_g")
+    gptr = _param(f"{name}_ptr", "u64", pointer=True)
     ld = _param(f"{name}_ld", "u32")
     stored = (rows, cols) if layout == "row" else (cols, rows)
     ir = T.GlobalTensor(name, dt, gptr, stored[0].raw, stored[1].raw, ld, layout, shape)
@@ -68,8 +70,7 @@ def vector(name: str, dtype: str, size: str):
     if not isinstance(size, str):
         fail(f"vector {name}: size must be a size name like 'N', got {size!r}")
     length = _symbol(size)
-    ptr = _param(f"{name}_ptr", "u64")
-    gptr = current().builder.op("cvta.to.global.u64", "b64", ptr, hint=f"{name}_g")
+    gptr = _param(f"{name}_ptr", "u64", pointer=True)
     return Vector(T.GlobalVector(name, dt, gptr, length.raw), size)
 
 
@@ -188,12 +189,32 @@ def _discarded():
         tr.builder._regions.pop()
 
 
+SM_COUNT = G.SM_COUNT  # in a launch grid: the launching GPU's multiprocessor count
+
+
+def _grid_operand(x) -> bool:
+    return isinstance(x, (str, G.GridExpr))
+
+
 def cdiv(a, b):
-    """Ceiling division."""
+    """Ceiling division. On a size name or grid expression (cdiv("M", 128)) it describes
+    part of the launch grid instead (tilegen.launch)."""
+    if _grid_operand(a):
+        try:
+            return G.CeilDiv(G.as_expr(a), b)
+        except ValueError as e:
+            fail(f"cdiv: {e}")
     return (wrap(a) + (b - 1)) // b
 
 
-def minimum(a, b) -> Int:
+def minimum(a, b):
+    """The smaller of two Ints; of two grid expressions (minimum(blocks, tilegen.SM_COUNT)),
+    a grid expression."""
+    if _grid_operand(a) or _grid_operand(b):
+        try:
+            return G.Min(G.as_expr(a), G.as_expr(b))
+        except ValueError as e:
+            fail(f"minimum: {e}")
     return Int(current().builder.min(raw(a), raw(b)))
 
 
@@ -345,8 +366,6 @@ def wgmma(acc: Fragment, a, b: Stage, m0, k0: int, n0):
     accumulator, holding its 16 rows. Issue tilegen.wgmma_fence() before (after the loads
     of register operands), tilegen.wgmma_commit() and tilegen.wgmma_wait(n) after: the
     registers and the stages are in use until the wait."""
-    from ..arch.wgmma import WgmmaShape
-
     from_registers = isinstance(a, Fragment)
     if (not isinstance(acc, Fragment) or acc.operand != "C" or not isinstance(b, Stage)
             or not (isinstance(a, Stage) or from_registers)):
@@ -412,9 +431,6 @@ def fence_proxy_async():
     _tile_op(T.FenceProxyAsync())
 
 
-ACTIVATIONS = ("none", "relu", "gelu_tanh", "gelu_erf", "silu")
-
-
 def store(dst: Block, acc: Fragment, *, alpha: Float = None, beta: Float = None, bias=None,
           activation: str = "none", residual: Block = None):
     """dst = act(alpha * acc + beta * dst + bias) + residual for the accumulator's elements
@@ -424,8 +440,9 @@ def store(dst: Block, acc: Fragment, *, alpha: Float = None, beta: Float = None,
         fail("store(tensor.block(r, c), accumulator fragment)")
     if (alpha is None) != (beta is None):
         fail("store: give both alpha and beta or neither")
-    if activation not in ACTIVATIONS:
-        fail(f"store: activation={activation!r}; allowed: {', '.join(ACTIVATIONS)}")
+    act = T.canonical_activation(activation)
+    if act is None:
+        fail(f"store: activation={activation!r}; allowed: {T.activation_choices()}")
     axis = "col"
     if bias is not None:
         if not isinstance(bias, Vector):
@@ -444,7 +461,7 @@ def store(dst: Block, acc: Fragment, *, alpha: Float = None, beta: Float = None,
             fail(f"store: residual has sizes {residual.tensor.ir.shape_names}, the output {dst.tensor.ir.shape_names}")
     _tile_op(T.StoreFragment(dst.tensor.ir, acc.ir, raw(dst.row), raw(dst.col),
                              alpha.raw if alpha is not None else None, beta.raw if beta is not None else None,
-                             bias=bias.ir if bias is not None else None, bias_axis=axis, activation=activation,
+                             bias=bias.ir if bias is not None else None, bias_axis=axis, activation=act,
                              residual=residual.tensor.ir if residual is not None else None))
 
 
@@ -458,17 +475,27 @@ def range_(start, stop=None):
 
 
 def launch(*, threads: int, grid):
-    """Set the CTA size and the grid: `grid(sizes)` maps the size symbols (a dict) to (x, y, z)."""
+    """Set the CTA size and the grid: (x, y, z), each an int, a size name or an expression
+    of them, e.g. grid=(tilegen.cdiv("M", 128) * tilegen.cdiv("N", 128), "BATCH"); a
+    persistent kernel takes tilegen.minimum(blocks, tilegen.SM_COUNT). The grid is data,
+    evaluated at each launch from the sizes (tilegen/ir/grid.py); a size no tensor declares
+    (such as "BATCH" above) is given at launch only."""
     tr = current()
     if not isinstance(threads, int) or not 32 <= threads <= 1024 or threads % 32:
         fail(f"threads={threads!r}; allowed: a multiple of 32 from 32 to 1024")
-    if not callable(grid):
-        fail("grid must be a function of the size symbols returning (x, y, z)")
+    if callable(grid):
+        fail("grid is data, not a function: write it as (x, y, z) of ints, size names and "
+             "tilegen.cdiv / tilegen.minimum of them, e.g. (tilegen.cdiv('M', 128), 'BATCH', 1)")
+    if _grid_operand(grid) or isinstance(grid, int):
+        grid = (grid,)
+    try:
+        tr.kernel.grid = G.LaunchGrid(tuple(grid) if isinstance(grid, (tuple, list)) else grid)
+    except ValueError as e:
+        fail(f"launch: {e}")
     tr.kernel.threads = threads
-    tr.kernel.grid = grid
 
 
 __all__ = ["lt", "le", "gt", "ge", "if_", "else_", "tensor", "vector", "split_tf32", "scalar", "program_id", "num_programs", "thread_id", "warp_id", "lane_id", "cdiv",
            "minimum", "shared", "copy_async", "commit", "wait", "barrier", "fragment", "load", "mma",
            "wgmma", "wgmma_fence", "wgmma_commit", "wgmma_wait", "fence_proxy_async",
-           "store", "range_", "launch", "DSLError"]
+           "store", "range_", "launch", "SM_COUNT", "DSLError"]

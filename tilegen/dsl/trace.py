@@ -1,24 +1,25 @@
 """The tracing state: which kernel is being built, and where in the user's source we are."""
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import threading
 
 from ..errors import DSLError
 
-_HERE = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))  # the tilegen package
+_DSL = os.path.dirname(os.path.abspath(__file__))  # this package: the DSL's own frames
+_CONTEXTLIB = os.path.abspath(contextlib.__file__)  # `with tilegen.if_(...)` enters through it
 _state = threading.local()
 
 
 def user_location() -> str:
-    """file:line of the innermost frame outside tilegen (the user's kernel source)."""
+    """file:line of the innermost frame outside the DSL package: the kernel source that
+    called the primitive (a user's, or one of tilegen's own kernels such as the GEMM)."""
     f = sys._getframe(1)
     while f is not None:
         path = os.path.abspath(f.f_code.co_filename)
-        # tilegen's own kernels (kernels/, bench/) are DSL user code too
-        inside = path[len(_HERE):]
-        if not path.startswith(_HERE + os.sep) or inside.startswith((os.sep + "kernels" + os.sep, os.sep + "bench" + os.sep)):
+        if not path.startswith(_DSL + os.sep) and path != _CONTEXTLIB:
             return f"{os.path.basename(path)}:{f.f_lineno}"
         f = f.f_back
     return "?"

@@ -1,7 +1,7 @@
 """Shared-memory allocation: each shared tile gets a 1024-byte aligned offset."""
 from __future__ import annotations
 
-from ..layout import STAGE_ALIGN
+from .layout import STAGE_ALIGN
 
 # The runtime base is rounded up to 1024 bytes inside the kernel, so allocate that much slack.
 BASE_SLACK = 1024

@@ -113,77 +113,129 @@ def _walk(nodes, ev, st, trips):
                 _walk(n.body, ev, st, trips)
             else:
                 _walk(n.body if bool(cond) != n.negate else n.orelse, ev, st, trips)
-        elif isinstance(n, T.CopyAsync):
-            key = (n.dst.name, _stage(ev, n, n.dst))
-            tc = st.wgmma_reading(key)
-            if tc is not None:
-                raise HazardError(f"copy into stage {key[1]} of {key[0]} overwrites a stage a wgmma{_where(tc)} may "
-                                  f"still be reading (no wgmma_wait has retired it){_where(n)}")
-            tc = st.wgmma_retired.get(key)
-            if tc is not None:
-                raise HazardError(f"copy into stage {key[1]} of {key[0]}: this warpgroup's wgmma{_where(tc)} is "
-                                  f"retired, but other warpgroups' may still read it: a barrier must come first{_where(n)}")
-            reader = st.read_since_barrier.get(key)
-            if reader is not None:
-                raise HazardError(f"copy into stage {key[1]} of {key[0]} overwrites a stage other warps may still "
-                                  f"be reading (read{_where(reader)} with no barrier since){_where(n)}")
-            st.uncommitted.append(key)
-        elif isinstance(n, T.CommitGroup):
-            st.groups.append(st.uncommitted)
-            st.uncommitted = []
-        elif isinstance(n, T.WaitGroup):
-            st.groups, done = _retire(st.groups, n.pending)
-            for g in done:
-                for key in g:
-                    st.unpublished.add(key)
-                    st.written.add(key)
-                    st.unfenced.add(key)
-        elif isinstance(n, T.Barrier):
-            st.unpublished.clear()
-            st.read_since_barrier.clear()
-            st.wgmma_retired.clear()
-        elif isinstance(n, T.FenceProxyAsync):
-            st.unfenced.clear()
-        elif isinstance(n, T.Wgmma):
-            from_registers = isinstance(n.a, T.Fragment)
-            for tile in ((n.b,) if from_registers else (n.a, n.b)):
-                key = (tile.name, _stage(ev, n, tile, "a_stage" if tile is n.a else "b_stage"))
-                _check_read(st, key, n)
-                if key in st.unfenced:
-                    raise HazardError(f"wgmma reads stage {key[1]} of {key[0]} written by cp.async with no "
-                                      f"fence_proxy_async since (wgmma reads through the async proxy){_where(n)}")
-                st.wgmma_open.append((key, n, n.acc))
-            if from_registers:  # A's registers, too, are read until the group retires
-                load = st.unfenced_frags.get(id(n.a))
-                if load is not None:
-                    raise HazardError(f"wgmma reads fragment {n.a.name}, loaded{_where(load)} with no wgmma_fence "
-                                      f"since (the fence orders register writes before the wgmma){_where(n)}")
-                st.wgmma_open.append((_registers(n.a), n, n.acc))
-        elif isinstance(n, T.WgmmaFence):
-            st.unfenced_frags.clear()
-        elif isinstance(n, T.WgmmaCommit):
-            st.wgmma_groups.append(st.wgmma_open)
-            st.wgmma_open = []
-        elif isinstance(n, T.WgmmaWait):
-            st.wgmma_groups, done = _retire(st.wgmma_groups, n.pending)
-            for g in done:
-                for key, op, _ in g:
-                    st.wgmma_retired[key] = op
-        elif isinstance(n, T.StoreFragment) or isinstance(n, T.FRAGMENT_ARITH_OPS):
-            for frag in _fragments_of(n):
-                tc = st.wgmma_writing(frag)
-                if tc is not None:
-                    raise HazardError(f"reads accumulator {frag.name} while a wgmma{_where(tc)} may still be writing "
-                                      f"it: wgmma_wait(0) first{_where(n)}")
-        elif isinstance(n, T.LoadFragment):
-            tc = st.wgmma_reading(_registers(n.frag))
-            if tc is not None:
-                raise HazardError(f"load overwrites fragment {n.frag.name} while a wgmma{_where(tc)} may still be "
-                                  f"reading it: a wgmma_wait must retire that wgmma first{_where(n)}")
-            st.unfenced_frags[id(n.frag)] = n
-            key = (n.src.name, _stage(ev, n, n.src))
-            _check_read(st, key, n)
-            st.read_since_barrier.setdefault(key, n)
+        else:
+            RULES[type(n)](n, ev, st)
+
+
+def _copy_async(n, ev, st):
+    key = (n.dst.name, _stage(ev, n, n.dst))
+    tc = st.wgmma_reading(key)
+    if tc is not None:
+        raise HazardError(f"copy into stage {key[1]} of {key[0]} overwrites a stage a wgmma{_where(tc)} may "
+                          f"still be reading (no wgmma_wait has retired it){_where(n)}")
+    tc = st.wgmma_retired.get(key)
+    if tc is not None:
+        raise HazardError(f"copy into stage {key[1]} of {key[0]}: this warpgroup's wgmma{_where(tc)} is "
+                          f"retired, but other warpgroups' may still read it: a barrier must come first{_where(n)}")
+    reader = st.read_since_barrier.get(key)
+    if reader is not None:
+        raise HazardError(f"copy into stage {key[1]} of {key[0]} overwrites a stage other warps may still "
+                          f"be reading (read{_where(reader)} with no barrier since){_where(n)}")
+    st.uncommitted.append(key)
+
+
+def _commit(n, ev, st):
+    st.groups.append(st.uncommitted)
+    st.uncommitted = []
+
+
+def _wait(n, ev, st):
+    st.groups, done = _retire(st.groups, n.pending)
+    for g in done:
+        for key in g:
+            st.unpublished.add(key)
+            st.written.add(key)
+            st.unfenced.add(key)
+
+
+def _barrier(n, ev, st):
+    st.unpublished.clear()
+    st.read_since_barrier.clear()
+    st.wgmma_retired.clear()
+
+
+def _fence_proxy_async(n, ev, st):
+    st.unfenced.clear()
+
+
+def _wgmma(n, ev, st):
+    from_registers = isinstance(n.a, T.Fragment)
+    for tile in ((n.b,) if from_registers else (n.a, n.b)):
+        key = (tile.name, _stage(ev, n, tile, "a_stage" if tile is n.a else "b_stage"))
+        _check_read(st, key, n)
+        if key in st.unfenced:
+            raise HazardError(f"wgmma reads stage {key[1]} of {key[0]} written by cp.async with no "
+                              f"fence_proxy_async since (wgmma reads through the async proxy){_where(n)}")
+        st.wgmma_open.append((key, n, n.acc))
+    if from_registers:  # A's registers, too, are read until the group retires
+        load = st.unfenced_frags.get(id(n.a))
+        if load is not None:
+            raise HazardError(f"wgmma reads fragment {n.a.name}, loaded{_where(load)} with no wgmma_fence "
+                              f"since (the fence orders register writes before the wgmma){_where(n)}")
+        st.wgmma_open.append((_registers(n.a), n, n.acc))
+
+
+def _wgmma_fence(n, ev, st):
+    st.unfenced_frags.clear()
+
+
+def _wgmma_commit(n, ev, st):
+    st.wgmma_groups.append(st.wgmma_open)
+    st.wgmma_open = []
+
+
+def _wgmma_wait(n, ev, st):
+    st.wgmma_groups, done = _retire(st.wgmma_groups, n.pending)
+    for g in done:
+        for key, op, _ in g:
+            st.wgmma_retired[key] = op
+
+
+def _reads_accumulators(n, ev, st):
+    for frag in _fragments_of(n):
+        tc = st.wgmma_writing(frag)
+        if tc is not None:
+            raise HazardError(f"reads accumulator {frag.name} while a wgmma{_where(tc)} may still be writing "
+                              f"it: wgmma_wait(0) first{_where(n)}")
+
+
+def _load_fragment(n, ev, st):
+    tc = st.wgmma_reading(_registers(n.frag))
+    if tc is not None:
+        raise HazardError(f"load overwrites fragment {n.frag.name} while a wgmma{_where(tc)} may still be "
+                          f"reading it: a wgmma_wait must retire that wgmma first{_where(n)}")
+    st.unfenced_frags[id(n.frag)] = n
+    key = (n.src.name, _stage(ev, n, n.src))
+    _check_read(st, key, n)
+    st.read_since_barrier.setdefault(key, n)
+
+
+def _no_hazard(n, ev, st):
+    """Register-only ops the pipeline schedule cannot break."""
+
+
+# The rule of each tile op (a new op adds its entry; ops that touch only registers take
+# _no_hazard).
+RULES = {
+    T.CopyAsync: _copy_async,
+    T.CommitGroup: _commit,
+    T.WaitGroup: _wait,
+    T.Barrier: _barrier,
+    T.FillFragment: _no_hazard,
+    T.LoadFragment: _load_fragment,
+    T.Mma: _no_hazard,
+    T.SplitTF32: _no_hazard,
+    T.StoreFragment: _reads_accumulators,
+    T.Wgmma: _wgmma,
+    T.WgmmaFence: _wgmma_fence,
+    T.WgmmaCommit: _wgmma_commit,
+    T.WgmmaWait: _wgmma_wait,
+    T.FenceProxyAsync: _fence_proxy_async,
+    T.Elementwise: _reads_accumulators,
+    T.RowReduce: _reads_accumulators,
+    T.MaskFragment: _reads_accumulators,
+    T.FragmentToOperand: _reads_accumulators,
+}
 
 
 def _registers(frag):
@@ -226,7 +278,7 @@ def check_hazards(kernel):
             params = {p.name: (size if p.name in symbols else 4096) for p in kernel.params if p.type == "u32"}
             st = _State()
             try:
-                _walk(kernel.body, ScalarEval(params), st, trips)
+                _walk(kernel.body, ScalarEval(params, kernel.params), st, trips)
             except _TooLong:
                 break
             if st.uncommitted or st.groups:

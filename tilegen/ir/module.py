@@ -2,8 +2,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Callable, Optional
+from typing import Optional
 
+from .grid import LaunchGrid
 from .tile import GlobalTensor, Param, SharedTile
 
 
@@ -12,14 +13,14 @@ class KernelIR:
     name: str
     threads: int
     target: str
-    params: list = field(default_factory=list)      # Param, in launch order
+    params: list = field(default_factory=list)      # Param, in launch order (loaded at entry)
     tensors: list = field(default_factory=list)     # GlobalTensor (their ptr/ld/extents are Params)
     shared: list = field(default_factory=list)      # SharedTile
     body: list = field(default_factory=list)
     features: set = field(default_factory=set)      # PTX features used, for .version
     smem_bytes: int = 0                             # set by the allocation pass
     level: str = "tile"                             # "tile" until lowered, then "instr"
-    grid: Optional[Callable] = None                 # shape symbols -> (gx, gy, gz)
+    grid: Optional[LaunchGrid] = None               # (x, y, z) over the size symbols, as data
     symbols: dict = field(default_factory=dict)     # shape symbol name -> Param
 
     def param(self, name: str) -> Param:

@@ -19,9 +19,13 @@ _SPECIAL = {"%tid.x": 0, "%ctaid.x": 0, "%ctaid.y": 0, "%ctaid.z": 0, "%nctaid.x
 
 
 class ScalarEval:
-    def __init__(self, params: dict | None = None):
+    def __init__(self, params: dict | None = None, declared=()):
+        """params: parameter name -> value; declared: the kernel's Params, whose registers
+        hold those values from the start (tile level: the loads come with lowering)."""
         self.env: dict[Value, object] = {}
         self.params = params or {}  # parameter name -> value, for ld.param
+        for p in declared:
+            self.env[p.value] = self.params.get(p.name)
 
     def value(self, x):
         if isinstance(x, bool):

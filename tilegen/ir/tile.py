@@ -7,18 +7,21 @@ from typing import Optional
 
 from ..arch.dtypes import DType
 from ..arch.mma import MmaAtom
-from ..layout import SmemLayout
+from .layout import SmemLayout
 from .values import Value
 
 
 # -- objects ---------------------------------------------------------------------------------
 @dataclass(eq=False)
 class Param:
-    """A scalar kernel parameter (.param .u32 / .f32 / .u64)."""
+    """A scalar kernel parameter (.param .u32 / .f32 / .u64), loaded into `value` at the
+    kernel's entry; a pointer to global memory is also converted to a global address,
+    `global_value` (cvta.to.global)."""
 
     name: str
     type: str  # "u32", "s32", "f32", "u64"
-    value: Value  # the register it is loaded into at entry
+    value: Value
+    global_value: Optional[Value] = None
 
 
 @dataclass(eq=False)
@@ -93,6 +96,23 @@ class Fragment:
         if self.operand == "C" and self.atom.acc_type.bits == 32:
             return "f32"
         return "b32"
+
+
+# Activations a StoreFragment applies (ir/lower/activations.py emits each). "gelu" names
+# PyTorch's default GELU, the erf form.
+ACTIVATIONS = ("none", "relu", "gelu_tanh", "gelu_erf", "silu")
+ACTIVATION_ALIASES = {"gelu": "gelu_erf"}
+
+
+def canonical_activation(name):
+    """The ACTIVATIONS entry `name` spells (aliases resolved), or None if it is none."""
+    name = ACTIVATION_ALIASES.get(name, name) if isinstance(name, str) else name
+    return name if name in ACTIVATIONS else None
+
+
+def activation_choices() -> str:
+    """The legal spellings, for messages."""
+    return ", ".join(ACTIVATIONS + tuple(f"{a} (= {c})" for a, c in ACTIVATION_ALIASES.items()))
 
 
 # -- ops -------------------------------------------------------------------------------------
@@ -334,5 +354,3 @@ class FragmentToOperand(TileOp):
     src: Fragment
     col0: int
 
-
-FRAGMENT_ARITH_OPS = (Elementwise, RowReduce, MaskFragment, FragmentToOperand)

@@ -14,7 +14,10 @@ from .values import Addr, Value, Vec
 
 
 def verify(kernel):
-    defined: set = set()  # parameter registers are defined by their ld.param in the body
+    defined: set = set()
+    if kernel.level == "tile":  # loaded at the entry by lowering; afterwards by their ld.param
+        for p in kernel.params:
+            defined.update(v for v in (p.value, p.global_value) if v is not None)
     _check_region(kernel, kernel.body, defined)
     if kernel.level == "instr":
         end = 0
@@ -72,6 +75,8 @@ def _check_region(kernel, nodes, defined):
 
 
 def _check_tile_op(kernel, op, defined):
+    """What every tile op must meet (its operands defined, its fragments whole), then its
+    own rules (CHECKS)."""
     where = f" ({op.loc})" if op.loc else ""
     for name in ("stage", "row0", "col0", "alpha", "beta"):
         v = getattr(op, name, None)
@@ -81,41 +86,54 @@ def _check_tile_op(kernel, op, defined):
         f = getattr(op, frag_name, None)
         if isinstance(f, T.Fragment) and set(f.regs) != {(i, j) for i in range(f.tiles[0]) for j in range(f.tiles[1])}:
             raise IRError(f"fragment {f.name} registers do not match its {f.tiles} atoms{where}")
-    if isinstance(op, (T.CopyAsync, T.LoadFragment)):
-        tile = op.dst if isinstance(op, T.CopyAsync) else op.src
-        if tile not in kernel.shared:
-            raise IRError(f"shared tile {tile.name} is not declared in this kernel{where}")
-        if isinstance(op.stage, int) and not 0 <= op.stage < tile.stages:
-            raise IRError(f"stage {op.stage} outside {tile.name}'s {tile.stages} stages{where}")
-    if isinstance(op, T.CopyAsync) and op.src.dtype != op.dst.dtype:
+    CHECKS[type(op)](kernel, op, defined, where)
+
+
+def _declared_stage(kernel, tile, stage, where):
+    if tile not in kernel.shared:
+        raise IRError(f"shared tile {tile.name} is not declared in this kernel{where}")
+    if isinstance(stage, int) and not 0 <= stage < tile.stages:
+        raise IRError(f"stage {stage} outside {tile.name}'s {tile.stages} stages{where}")
+
+
+def _check_copy(kernel, op, defined, where):
+    _declared_stage(kernel, op.dst, op.stage, where)
+    if op.src.dtype != op.dst.dtype:
         raise IRError(f"copy from {op.src.dtype} into a {op.dst.dtype} tile{where}")
-    if isinstance(op, T.LoadFragment):
-        frag, tile = op.frag, op.src
-        rows, cols = _fragment_extent(frag)
-        st_rows, st_cols = tile.layout.rows, tile.layout.cols
-        logical = (rows, cols)
-        if frag.operand == "A":
-            need = logical if op.k_major else (cols, rows)
-        else:
-            need = (cols, rows) if op.k_major else logical
-        origin = (op.row0, op.col0)
-        if frag.operand == "A":
-            o = origin if op.k_major else origin[::-1]
-        else:
-            o = origin[::-1] if op.k_major else origin
-        for n, extent, limit in zip(o, need, (st_rows, st_cols)):
-            if isinstance(n, int) and not 0 <= n <= limit - extent:
-                raise IRError(f"fragment {frag.name} at {origin} does not fit in {tile.name} "
-                              f"({st_rows}x{st_cols}){where}")
-            if extent > limit:
-                raise IRError(f"fragment {frag.name} ({extent}) larger than {tile.name}{where}")
-    if isinstance(op, T.Mma):
-        if not (op.acc.operand, op.a.operand, op.b.operand) == ("C", "A", "B"):
-            raise IRError(f"mma takes (C, A, B) fragments{where}")
-        if not (op.acc.atom is op.a.atom is op.b.atom):
-            raise IRError(f"mma fragments of different atoms{where}")
-    if isinstance(op, T.FRAGMENT_ARITH_OPS):
-        _check_fragment_arith(op, defined, where)
+
+
+def _check_load(kernel, op, defined, where):
+    _declared_stage(kernel, op.src, op.stage, where)
+    frag, tile = op.frag, op.src
+    rows, cols = _fragment_extent(frag)
+    st_rows, st_cols = tile.layout.rows, tile.layout.cols
+    logical = (rows, cols)
+    if frag.operand == "A":
+        need = logical if op.k_major else (cols, rows)
+    else:
+        need = (cols, rows) if op.k_major else logical
+    origin = (op.row0, op.col0)
+    if frag.operand == "A":
+        o = origin if op.k_major else origin[::-1]
+    else:
+        o = origin[::-1] if op.k_major else origin
+    for n, extent, limit in zip(o, need, (st_rows, st_cols)):
+        if isinstance(n, int) and not 0 <= n <= limit - extent:
+            raise IRError(f"fragment {frag.name} at {origin} does not fit in {tile.name} "
+                          f"({st_rows}x{st_cols}){where}")
+        if extent > limit:
+            raise IRError(f"fragment {frag.name} ({extent}) larger than {tile.name}{where}")
+
+
+def _check_mma(kernel, op, defined, where):
+    if not (op.acc.operand, op.a.operand, op.b.operand) == ("C", "A", "B"):
+        raise IRError(f"mma takes (C, A, B) fragments{where}")
+    if not (op.acc.atom is op.a.atom is op.b.atom):
+        raise IRError(f"mma fragments of different atoms{where}")
+
+
+def _nothing_more(kernel, op, defined, where):
+    """Ops whose own rules the DSL already enforced when it built them."""
 
 
 def _fragment_extent(frag):
@@ -128,7 +146,7 @@ def _fragment_extent(frag):
     return 16 * tm, 8 * tn
 
 
-def _check_fragment_arith(op, defined, where):
+def _check_fragment_arith(kernel, op, defined, where):
     """Elementwise ops, row reductions, masks and operand conversions (ir/lower/elementwise.py)."""
     name = type(op).__name__
 
@@ -189,3 +207,26 @@ def _check_fragment_arith(op, defined, where):
             raise IRError(f"{name}: dst must be an A fragment of {op.src.tiles[0]} m-atoms{where}")
         if op.col0 % op.src.atom.n or not 0 <= op.col0 <= op.src.tiles[1] * op.src.atom.n - d.atom.k:
             raise IRError(f"{name}: columns {op.col0}..{op.col0 + d.atom.k} are not whole atoms of {op.src.name}{where}")
+
+
+# The rules of each tile op beyond the common ones (a new op adds its entry).
+CHECKS = {
+    T.CopyAsync: _check_copy,
+    T.CommitGroup: _nothing_more,
+    T.WaitGroup: _nothing_more,
+    T.Barrier: _nothing_more,
+    T.FillFragment: _nothing_more,
+    T.LoadFragment: _check_load,
+    T.Mma: _check_mma,
+    T.SplitTF32: _nothing_more,
+    T.StoreFragment: _nothing_more,
+    T.Wgmma: _nothing_more,
+    T.WgmmaFence: _nothing_more,
+    T.WgmmaCommit: _nothing_more,
+    T.WgmmaWait: _nothing_more,
+    T.FenceProxyAsync: _nothing_more,
+    T.Elementwise: _check_fragment_arith,
+    T.RowReduce: _check_fragment_arith,
+    T.MaskFragment: _check_fragment_arith,
+    T.FragmentToOperand: _check_fragment_arith,
+}

@@ -3,17 +3,31 @@
 Importing this package needs neither cuda-python nor a GPU: the driver is imported when a
 function first needs it, and its absence is reported as a DeviceError naming the CPU
 emulator (device="sim").
+
+| module     | what                                                                      |
+| ---------- | ------------------------------------------------------------------------- |
+| driver     | cuInit, the primary context per device, device attributes (read once)     |
+| module     | PTX -> CUDA module (JIT or linked cubin), Function, stream handles        |
+| cubins     | linked cubins in the disk store                                           |
+| params     | kernel arguments checked and packed; launch dimensions                    |
+| launch     | Launcher: a prepared launch (parameter buffer + one driver call)          |
+| memory     | device buffers, stream-ordered buffers, streams, events, 2-D copies       |
+| arrays     | any array (numpy, __cuda_array_interface__, DLPack) described and checked |
+| interop    | PyTorch / CuPy arrays on the hot path: probe, current stream, allocator   |
+| dlpack     | DLPack capsules read with ctypes                                          |
 """
-from .driver import DeviceInfo, check, device_info, ensure_context, gpu_available
+from .driver import DeviceInfo, check, device_info, ensure_context, forget_current, gpu_available
 from .params import ARG_KINDS, check_launch_dims, pack_arg, pack_args
-from .module import Function, clear_module_cache, jit_error_line, load_module
-from .memory import DeviceBuffer, Event, Stream, elapsed_ms, synchronize
+from .module import Function, clear_module_cache, jit_error_line, load_module, precompile, stream_handle
+from .launch import Launcher, ParamBuffer, launch_route
+from .memory import DeviceBuffer, Event, Stream, StreamBuffer, copy_2d, elapsed_ms, synchronize
 from .arrays import OperandView, describe_array, detect_layout
 
 __all__ = [
-    "DeviceInfo", "check", "device_info", "ensure_context", "gpu_available",
+    "DeviceInfo", "check", "device_info", "ensure_context", "forget_current", "gpu_available",
     "ARG_KINDS", "check_launch_dims", "pack_arg", "pack_args",
-    "Function", "clear_module_cache", "jit_error_line", "load_module",
-    "DeviceBuffer", "Event", "Stream", "elapsed_ms", "synchronize",
+    "Function", "clear_module_cache", "jit_error_line", "load_module", "precompile", "stream_handle",
+    "Launcher", "ParamBuffer", "launch_route",
+    "DeviceBuffer", "Event", "Stream", "StreamBuffer", "copy_2d", "elapsed_ms", "synchronize",
     "OperandView", "describe_array", "detect_layout",
 ]

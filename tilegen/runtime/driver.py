@@ -22,6 +22,9 @@ _CUDA_ERROR_NO_DEVICE = 100
 
 _lock = threading.Lock()
 _contexts: dict = {}  # (pid, device ordinal) -> CUcontext; per process, so a fork starts afresh
+_infos: dict = {}     # (pid, device ordinal) -> DeviceInfo, read once
+_available: dict = {}  # pid -> whether a driver and a GPU are present
+_current = threading.local()  # .key: the (pid, device) whose context this thread made current
 
 
 def _driver():
@@ -106,10 +109,15 @@ def ensure_context(device: int = 0):
     """Make `device`'s primary context current on this thread and return it (CUcontext).
 
     The context is retained once per process and device; later calls only set it current
-    again (contexts are current per thread).
+    again (contexts are current per thread). A thread that already made it current and
+    has not switched since (`forget_current` after anything that may switch) pays one dict
+    lookup.
     """
-    d = _driver()
     key = (os.getpid(), int(device))
+    ctx = _contexts.get(key)
+    if ctx is not None and getattr(_current, "key", None) == key:
+        return ctx
+    d = _driver()
     with _lock:
         ctx = _contexts.get(key)
         if ctx is None:
@@ -123,15 +131,26 @@ def ensure_context(device: int = 0):
     current = check(d.cuCtxGetCurrent(), "cuCtxGetCurrent")
     if current is None or int(current) != int(ctx):
         check(d.cuCtxSetCurrent(ctx), "cuCtxSetCurrent")
+    _current.key = key
     return ctx
 
 
+def forget_current() -> None:
+    """This thread's current context may have changed (a launch failed on it): the next
+    ensure_context checks with the driver again."""
+    _current.key = None
+
+
 def gpu_available() -> bool:
-    """True when a driver and at least one GPU are present; never raises."""
-    try:
-        return device_count() > 0
-    except Exception:
-        return False
+    """True when a driver and at least one GPU are present; never raises. Probed once per
+    process."""
+    pid = os.getpid()
+    if pid not in _available:
+        try:
+            _available[pid] = device_count() > 0
+        except Exception:
+            _available[pid] = False
+    return _available[pid]
 
 
 @dataclass(frozen=True)
@@ -149,6 +168,16 @@ class DeviceInfo:
 
 
 def device_info(device: int = 0) -> DeviceInfo:
+    """Name, compute capability, SM count, shared-memory limit and driver version of
+    `device`, read from the driver once per process."""
+    key = (os.getpid(), int(device))
+    info = _infos.get(key)
+    if info is None:
+        info = _infos[key] = _read_device_info(device)
+    return info
+
+
+def _read_device_info(device: int) -> DeviceInfo:
     d = _driver()
     ensure_context(device)
     dev = check(d.cuDeviceGet(int(device)), "cuDeviceGet")
@@ -170,17 +199,3 @@ def device_info(device: int = 0) -> DeviceInfo:
     )
 
 
-
-EMULATOR_CTAS = 3  # persistent kernels on the emulator: a few CTAs, so each walks several tiles
-
-
-def persistent_ctas() -> int:
-    """CTAs a persistent kernel launches: one per SM of the current GPU (the emulator, with no
-    GPU, takes EMULATOR_CTAS)."""
-    global _PERSISTENT
-    if _PERSISTENT is None:
-        _PERSISTENT = device_info().sm_count if gpu_available() else EMULATOR_CTAS
-    return _PERSISTENT
-
-
-_PERSISTENT = None

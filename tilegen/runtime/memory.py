@@ -110,6 +110,47 @@ class DeviceBuffer:
         self.close()
 
 
+class StreamBuffer:
+    """`nbytes` of device memory allocated and freed in the order of `stream`'s work
+    (cuMemAllocAsync / cuMemFreeAsync): no synchronisation, and usable inside CUDA graph
+    capture. `free()` once the work that reads it is enqueued. A driver without memory
+    pools gets a plain allocation, freed after that stream's work completes."""
+
+    def __init__(self, nbytes: int, stream=0, device: int = 0):
+        d = _drv._driver()
+        _drv.ensure_context(device)
+        self.device, self.nbytes = device, int(nbytes)
+        self.stream = int(stream or 0)
+        self._pid = os.getpid()
+        r = d.cuMemAllocAsync(max(self.nbytes, 1), self.stream) if hasattr(d, "cuMemAllocAsync") else (None,)
+        if r[0] is not None and int(r[0]) == 0:
+            self._async = True
+            self._dptr = r[1]
+        else:  # no stream-ordered allocator: a plain allocation
+            self._async = False
+            self._dptr = _drv.check(d.cuMemAlloc(max(self.nbytes, 1)), f"cuMemAlloc({self.nbytes})")
+        self.ptr = int(self._dptr)
+
+    def free(self) -> None:
+        """Free after the work enqueued on the stream so far. Safe to call twice."""
+        dptr, self._dptr = self._dptr, None
+        if dptr is None or os.getpid() != self._pid or sys.is_finalizing():
+            return
+        d = _drv._driver()
+        _drv.ensure_context(self.device)
+        if self._async:
+            _drv.check(d.cuMemFreeAsync(dptr, self.stream), "cuMemFreeAsync")
+        else:
+            _drv.check(d.cuStreamSynchronize(self.stream), "cuStreamSynchronize")
+            _drv.check(d.cuMemFree(dptr), "cuMemFree")
+
+    def __del__(self):
+        try:
+            self.free()
+        except Exception:
+            pass
+
+
 class Stream:
     """A non-blocking CUDA stream (does not synchronise with the legacy default stream)."""
 

@@ -4,8 +4,8 @@
 (ptx.md 7.2). A failure saves the PTX to a temp file and raises a DeviceError that shows
 the JIT log, the failing PTX line and the file, so the error can be reproduced with ptxas.
 Modules are cached per (context, PTX hash): loading the same text twice is free.
-With the disk cache on (tilegen/cache.py, TILEGEN_CACHE != 0) the PTX is linked to a cubin
-by the driver linker instead, stored, and later processes load the stored cubin.
+With the disk store on (tilegen/store.py, TILEGEN_CACHE != 0) the PTX is linked to a cubin
+by the driver linker instead, stored (runtime/cubins.py), and later processes load it.
 """
 from __future__ import annotations
 
@@ -15,11 +15,13 @@ import re
 import tempfile
 import threading
 
+from ..arch.targets import STATIC_SMEM_MAX
 from ..errors import DeviceError, LaunchError
+from .. import store
+from . import cubins
 from . import driver as _drv
 from .params import check_launch_dims, pack_args
 
-STATIC_SMEM_MAX = 48 * 1024   # above this, dynamic shared memory needs the opt-in attribute
 _LOG_BYTES = 1 << 16
 
 _lock = threading.Lock()
@@ -113,7 +115,7 @@ def _jit_failure(ptx: str, code, log: str, info_log: str, arch: str | None) -> D
     return e
 
 
-# ---- disk-cached cubins (tilegen/cache.py) ---------------------------------------------
+# ---- disk-cached cubins (runtime/cubins.py) --------------------------------------------
 # With the cache on, PTX goes through the driver linker (ptx.md 7.5): cuLinkCreate with log
 # buffers, cuLinkAddData(PTX), cuLinkComplete; the cubin is copied out before cuLinkDestroy,
 # stored under (PTX, compute capability, cuDriverGetVersion), and loaded with
@@ -168,20 +170,18 @@ def _link(d, ptx: str, arch: str | None):
 
 def _load(d, ptx: str, cc, arch: str | None):
     """CUmodule and info log for `ptx`: a stored cubin, else linked, stored and loaded."""
-    from .. import cache
-
-    if cc is None or not cache.enabled() or not all(hasattr(d, n) for n in _LINKER):
+    if cc is None or not store.enabled() or not all(hasattr(d, n) for n in _LINKER):
         return _jit(d, ptx, arch)
     driver = int(_drv.check(d.cuDriverGetVersion(), "cuDriverGetVersion"))
-    hit = cache.get_cubin_entry(ptx, cc, driver)
+    hit = cubins.get_cubin_entry(ptx, cc, driver)
     if hit is not None:
         cubin, info_log = hit
         r = d.cuModuleLoadData(cubin)
         if int(r[0]) == 0:
             return r[1], info_log
-        cache.discard_cubin(ptx, cc, driver)  # refused by this driver: rebuild it
+        cubins.discard_cubin(ptx, cc, driver)  # refused by this driver: rebuild it
     cubin, info_log = _link(d, ptx, arch)
-    cache.put_cubin(ptx, cc, driver, cubin, info_log)
+    cubins.put_cubin(ptx, cc, driver, cubin, info_log)
     module = _drv.check(d.cuModuleLoadData(cubin), "cuModuleLoadData(linked cubin)")
     return module, info_log
 
@@ -190,18 +190,16 @@ def precompile(ptx: str, device: int = 0) -> bool:
     """Link `ptx` to a cubin and store it in the disk cache without loading it (safe to call
     from worker threads, so many kernels can be prepared at once). False when there is no
     cubin cache to fill (cache off, or bindings without the driver linker)."""
-    from .. import cache
-
     d = _drv._driver()
-    if not cache.enabled() or not all(hasattr(d, n) for n in _LINKER):
+    if not store.enabled() or not all(hasattr(d, n) for n in _LINKER):
         return False
     _drv.ensure_context(device)  # contexts are current per thread
     cc = tuple(_drv.device_info(device).cc)
     driver = int(_drv.check(d.cuDriverGetVersion(), "cuDriverGetVersion"))
-    if cache.get_cubin_entry(ptx, cc, driver) is not None:
+    if cubins.get_cubin_entry(ptx, cc, driver) is not None:
         return True
     cubin, info_log = _link(d, ptx, "sm_%d%d" % cc)
-    return cache.put_cubin(ptx, cc, driver, cubin, info_log)
+    return cubins.put_cubin(ptx, cc, driver, cubin, info_log)
 
 
 def load_module(ptx: str, entry: str, device: int = 0) -> "Function":
@@ -258,10 +256,19 @@ def clear_module_cache() -> None:
         _functions.clear()
 
 
-def _stream_handle(stream):
+def stream_handle(stream):
+    """A stream as the handle the driver takes (an int or a CUstream): None is 0 (the
+    legacy default stream); a tilegen Stream (.handle), a torch stream (.cuda_stream), a
+    CuPy stream (.ptr); a CUstream or an int as it is."""
     if stream is None:
-        return 0  # the legacy default stream
-    return getattr(stream, "handle", stream)
+        return 0
+    if isinstance(stream, int):
+        return stream
+    for attr in ("handle", "cuda_stream", "ptr"):
+        v = getattr(stream, attr, None)
+        if v is not None:
+            return v
+    return stream
 
 
 class Function:
@@ -321,6 +328,6 @@ class Function:
         self.set_max_dynamic_smem(smem)
         d = _drv._driver()
         _drv.ensure_context(self.device)
-        _drv.check(d.cuLaunchKernel(self.handle, *g, *b, smem, _stream_handle(stream),
+        _drv.check(d.cuLaunchKernel(self.handle, *g, *b, smem, stream_handle(stream),
                                     params if params[0] else None, 0),
                    f"launching {self.entry} (grid {g}, block {b}, {smem} B dynamic smem)")

@@ -23,6 +23,8 @@ Limits:
   exit or barrier whose guard differs between threads is an error; guarded ordinary
   instructions are fine. 1-D thread blocks;
 - state spaces .param, .global, .shared only (no generic, .local, .const, textures);
+  persistent kernels see EMULATOR_SM_COUNT multiprocessors (a few CTAs, each walking
+  several tiles);
   of Hopper's instructions only wgmma (f16/bf16 from shared memory, run at issue; sim/wgmma.py)
   and fence.proxy.async, no TMA, mbarrier or clusters; no warp-level sync
   (bar.warp.sync), so any exchange through shared memory needs a bar.sync;
@@ -43,14 +45,7 @@ Limits:
 from .errors import PtxSyntaxError, SimError
 from .memory import GlobalMemory
 from .parser import parse_ptx
-from .runner import LaunchStats, global_memory, launch, run_kernel
+from .runner import EMULATOR_SM_COUNT, LaunchStats, global_memory, launch, run_kernel
 
 __all__ = ["SimError", "PtxSyntaxError", "GlobalMemory", "parse_ptx", "launch", "run_kernel",
-           "global_memory", "LaunchStats", "run_gemm"]
-
-
-def run_gemm(kernel, A, B, *, out=None, alpha=1.0, beta=0.0):
-    """C = alpha * A @ B + beta * out on the emulator, with numpy arrays (see gemm.py)."""
-    from .gemm import run_gemm_sim
-
-    return run_gemm_sim(kernel, A, B, out=out, alpha=alpha, beta=beta)
+           "global_memory", "LaunchStats", "EMULATOR_SM_COUNT"]

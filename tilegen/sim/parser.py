@@ -255,7 +255,7 @@ _LOCK = threading.Lock()
 
 
 @lru_cache(maxsize=1)
-def _lark() -> tuple:
+def grammar_parser() -> tuple:
     """The parser with the transformer applied while parsing (no parse tree is built)."""
     build = _Build([])
     return Lark(GRAMMAR.read_text(), parser="lalr", lexer="contextual", maybe_placeholders=True,
@@ -266,7 +266,7 @@ def _lark() -> tuple:
 def parse_ptx(text: str) -> Program:
     """Parse a PTX module (cached per text). Raises PtxSyntaxError with the line."""
     lines = text.splitlines()
-    parser, build = _lark()
+    parser, build = grammar_parser()
     try:
         with _LOCK:  # the transformer holds the lines of the text being parsed
             build.lines = lines

@@ -146,16 +146,20 @@ def _run_cta(ctx: Context, code: list) -> int:
     return steps
 
 
+EMULATOR_SM_COUNT = 3  # persistent kernels on the emulator: a few CTAs, so each walks several tiles
+
+
 def run_kernel(kernel, args: dict, sizes: dict, memory: Optional[GlobalMemory] = None, *,
                shared_base: int = SHARED_BASE) -> LaunchStats:
     """Run a tilegen.Kernel on the emulator: args by parameter name (pointers are addresses
-    in `memory`, default tilegen.sim.global_memory()), grid from kernel.grid(sizes)."""
+    in `memory`, default tilegen.sim.global_memory()), grid from kernel.grid(sizes) with
+    EMULATOR_SM_COUNT multiprocessors."""
     memory = memory if memory is not None else global_memory()
     names = [n for n, _ in kernel.params]
     missing = [n for n in names if n not in args]
     if missing:
         raise SimError(f"{kernel.name}: missing arguments {', '.join(missing)}")
-    return launch(kernel.ptx, kernel.grid(sizes), kernel.threads, {n: args[n] for n in names},
+    return launch(kernel.ptx, kernel.grid(sizes, EMULATOR_SM_COUNT), kernel.threads, {n: args[n] for n in names},
                   memory=memory, entry=kernel.name, shared_bytes=kernel.smem_bytes, shared_base=shared_base)
 
 

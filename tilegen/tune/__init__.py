@@ -10,7 +10,7 @@ command line. The search space, the pruning, the timing and the cache are in doc
 """
 from .search import KernelPool, Trial, TuneResult, format_table, tune
 from .space import SearchSpace, enumerate_space, register_estimate, spec_text
-from .store import cache_key, clear as clear_cache, entries, key_fields, lookup, shape_bucket
+from ..gemm.tuned import cache_key, clear as clear_cache, entries, key_fields, lookup, shape_bucket
 
 
 def current_device_key(device: int = 0) -> tuple:

@@ -138,7 +138,7 @@ def _save(path: str, doc: dict) -> None:
 
 
 def _list_cache() -> int:
-    from . import store
+    from ..gemm import tuned as store
 
     items = store.entries()
     print(f"tuned-config cache: {store.tune_dir()} ({len(items)} entries)")
@@ -165,7 +165,7 @@ def main(argv=None) -> int:
     if args.list:
         return _list_cache()
     if args.clear_cache:
-        from . import store
+        from ..gemm import tuned as store
 
         print(f"deleted {store.clear()} tuned configs from {store.tune_dir()}")
         return EXIT_OK

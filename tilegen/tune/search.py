@@ -36,9 +36,10 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
-from ..spec import GemmSpec, OUT_DTYPES
+from ..gemm.spec import GemmSpec, OUT_DTYPES
 from . import space as S
-from . import store as _store
+from ..compiler.cache import source_hash
+from ..gemm import tuned as _store
 
 INF = math.inf
 PHASE1_SHARE = 0.65
@@ -207,9 +208,8 @@ class KernelPool:
     tilegen.compile and Kernel.resources; tests pass fakes."""
 
     def __init__(self, compile_fn: Optional[Callable] = None, resources_fn: Optional[Callable] = None):
-        self._real = compile_fn is None
         if compile_fn is None:
-            from ..compiler import compile as compile_fn
+            from ..frontend import compile as compile_fn
         self.compile_fn = compile_fn
         self.resources_fn = resources_fn or (lambda kernel: kernel.resources)
         self._done: dict = {}
@@ -242,10 +242,6 @@ class KernelPool:
         t0 = time.perf_counter()
         try:
             kernel = self.compile_fn(spec)
-            if self._real:  # the disk cache's copy holds no IR objects: lighter to keep
-                from .. import cache as _cache
-
-                kernel = _cache.load_kernel(spec) or kernel
         except Exception as e:  # noqa: BLE001  (a codegen bug must not stop the search)
             return Compiled(error=_first_line(e, 500), seconds=time.perf_counter() - t0)
         c = Compiled(kernel=kernel)
@@ -626,7 +622,7 @@ def tune(dtype: str, a_layout: str, b_layout: str, M: int, N: int, K: int, *, ou
          clock: Callable = time.monotonic, log_stream=None, prelink: bool = True) -> TuneResult:
     """Search tile, warps, stages, swizzle, group_m and frag_buffers for C = A @ B on GPU `device`
     within about `budget_s` seconds; the best spec is checked against a reference and stored in
-    the tuned-config cache (see tilegen.tune.store, docs/tuning.md).
+    the tuned-config store (see tilegen.gemm.tuned, docs/tuning.md).
 
     a_layout / b_layout: "row" or "col" ("r" / "c" accepted). `measurer` and `pool` replace the
     GPU and the compiler (tests); without a GPU the GpuMeasurer raises tilegen.DeviceError.
@@ -669,7 +665,7 @@ def tune(dtype: str, a_layout: str, b_layout: str, M: int, N: int, K: int, *, ou
     if gpu is not None:
         result.gpu, result.driver = gpu[0], _store.normalize_driver(gpu[1])
     if store and result.spec is not None and gpu is not None:
-        path = _store.store(result.spec, M, N, K, gpu[0], gpu[1], tflops=round(result.tflops, 2),
+        path = _store.store(result.spec, M, N, K, gpu[0], gpu[1], source=source_hash(), tflops=round(result.tflops, 2),
                             ms=result.ms, default_tflops=round(result.default_tflops, 2),
                             default_spec=S.spec_text(result.default_spec), budget_s=budget_s,
                             tried=result.tried, rel_err=result.rel_err)

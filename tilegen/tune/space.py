@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 from typing import Iterable, Optional
 
 from ..errors import SpecError
-from ..spec import GemmSpec
+from ..gemm.spec import GemmSpec
 
 TUNE_DTYPES = ("tf32", "f16", "bf16")
 K_TILES = {"tf32": (16, 32, 64), "f16": (32, 64, 128), "bf16": (32, 64, 128)}

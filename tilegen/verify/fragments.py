@@ -241,7 +241,7 @@ def verify_fragments(atoms=None, record_path=None, *, device: int = 0, seed: int
         if res.mismatches:
             res.status, res.note = "fail", f"{len(res.mismatches)} mismatching words"
         entry["out"], entry["passed"] = out.tolist(), not res.mismatches
-    from .. import __version__
+    from ..version import __version__
 
     record = {"format": RECORD_FORMAT, "gpu": info.name, "cc": list(info.cc),
               "driver_version": info.driver_version,

@@ -5,6 +5,7 @@ from ...errors import IRError
 from .. import tile as T
 from ..builder import Builder
 from ..instr import Comment, If, Instr, Loop
+from ..values import Addr, Sym
 from .context import LowerContext
 from .copy import lower_copy
 from .fragment import lower_fill, lower_load_fragment, lower_mma, lower_split
@@ -53,15 +54,25 @@ LOWERINGS.update({
 })
 
 
+def load_params(kernel) -> list:
+    """The kernel's parameters in registers, in declaration order: ld.param each, and a
+    pointer's global address (cvta.to.global) right after it."""
+    out: list = []
+    for p in kernel.params:
+        out.append(Instr(f"ld.param.{p.type}", (p.value,), (Addr(Sym(p.name)),)))
+        if p.global_value is not None:
+            out.append(Instr("cvta.to.global.u64", (p.global_value,), (p.value,)))
+    return out
+
+
 def lower_tile_ops(kernel):
-    """Replace every tile op by instructions; entry-time setup goes before the body."""
+    """Replace every tile op by instructions; the parameters are loaded first (they define
+    values the entry-time setup reads), then that setup, then the body."""
     prologue: list = []
     ctx = LowerContext(kernel, prologue)
     body = _lower_region(kernel.body, ctx)
-    # Parameter loads stay first (they define values the prologue reads).
-    params = [n for n in body if isinstance(n, Instr) and n.opcode.startswith(("ld.param", "cvta.to.global"))]
-    rest = [n for n in body if not (isinstance(n, Instr) and n.opcode.startswith(("ld.param", "cvta.to.global")))]
-    kernel.body = params + [Comment("entry: thread ids, shared base, lane-dependent offsets")] + prologue + rest
+    entry = [Comment("entry: thread ids, shared base, lane-dependent offsets")]
+    kernel.body = load_params(kernel) + entry + prologue + body
     kernel.level = "instr"
     return kernel
 

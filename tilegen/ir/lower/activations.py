@@ -65,12 +65,10 @@ def gelu_erf(b, x):
     return b.op("mul.f32", "f32", b.op("mul.f32", "f32", x, _f(0.5)), one_plus_erf)
 
 
-ACTIVATIONS = {"relu": relu, "silu": silu, "gelu_tanh": gelu_tanh, "gelu_erf": gelu_erf}
+EMITTERS = {"none": lambda b, x: x, "relu": relu, "silu": silu, "gelu_tanh": gelu_tanh, "gelu_erf": gelu_erf}
 
 
 def apply_activation(b, name: str, x):
-    if name == "none":
-        return x
-    if name not in ACTIVATIONS:
-        raise IRError(f"no lowering for activation {name!r}; known: {', '.join(ACTIVATIONS)}")
-    return ACTIVATIONS[name](b, x)
+    if name not in EMITTERS:
+        raise IRError(f"no lowering for activation {name!r}; known: {', '.join(EMITTERS)}")
+    return EMITTERS[name](b, x)

@@ -1,7 +1,7 @@
 """Time the emulator on one GEMM (a benchmark, not a test).
 
-    python3 -m tilegen.sim.bench                    # 128x128x64 tf32, GemmSpec(dtype="tf32")
-    python3 -m tilegen.sim.bench --dtype f16 --shape 256 256 128 --profile
+    python3 -m tilegen.bench.emulator                    # 128x128x64 tf32, GemmSpec(dtype="tf32")
+    python3 -m tilegen.bench.emulator --dtype f16 --shape 256 256 128 --profile
 
 "first run" includes parsing the PTX and decoding it into closures (the parse is cached
 per PTX text, the decoded closures per launch shape); "warm run" repeats the call.
@@ -15,7 +15,7 @@ import numpy as np
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python3 -m tilegen.sim.bench", description=__doc__,
+    ap = argparse.ArgumentParser(prog="python3 -m tilegen.bench.emulator", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--dtype", default="tf32")
     ap.add_argument("--shape", type=int, nargs=3, default=(128, 128, 64), metavar=("M", "N", "K"))
@@ -26,8 +26,8 @@ def main(argv=None) -> int:
     import tilegen
     from tilegen.arch.dtypes import numpy_dtype
     from tilegen.sim import parse_ptx
-    from tilegen.sim.parser import _lark
-    from tilegen.sim.gemm import run_gemm_sim
+    from tilegen.sim import EMULATOR_SM_COUNT
+    from tilegen.sim.parser import grammar_parser
 
     spec = tilegen.GemmSpec(dtype=args.dtype)
     t0 = time.perf_counter()
@@ -39,7 +39,7 @@ def main(argv=None) -> int:
     A, B = rng.standard_normal((M, K)).astype(nd), rng.standard_normal((K, N)).astype(nd)
 
     t0 = time.perf_counter()
-    _lark()                                   # the grammar, built once per process
+    grammar_parser()                                   # the grammar, built once per process
     t_grammar = time.perf_counter() - t0
     parse_ptx.cache_clear()
     t0 = time.perf_counter()
@@ -47,17 +47,17 @@ def main(argv=None) -> int:
     t_parse = time.perf_counter() - t0
     parse_ptx.cache_clear()
     t0 = time.perf_counter()
-    C = run_gemm_sim(kernel, A, B)
+    C = kernel(A, B, device="sim")
     t_first = time.perf_counter() - t0
     warm = []
     for _ in range(max(args.repeat, 1)):
         t0 = time.perf_counter()
-        run_gemm_sim(kernel, A, B)
+        kernel(A, B, device="sim")
         warm.append(time.perf_counter() - t0)
     err = float(np.abs(C - A.astype(np.float64) @ B.astype(np.float64)).max())
 
     print(f"kernel     {kernel.name} ({kernel.threads} threads, {len(kernel.ptx.splitlines())} PTX lines)")
-    print(f"problem    {M}x{N}x{K} {spec.dtype}, grid {kernel.grid({'M': M, 'N': N, 'K': K})}")
+    print(f"problem    {M}x{N}x{K} {spec.dtype}, grid {kernel.grid({'M': M, 'N': N, 'K': K}, EMULATOR_SM_COUNT)}")
     print(f"compile    {t_compile:.3f} s (tilegen, not the emulator)")
     print(f"grammar    {t_grammar:.3f} s (lark, once per process)")
     print(f"parse      {t_parse:.3f} s")
@@ -69,7 +69,7 @@ def main(argv=None) -> int:
         import pstats
 
         prof = cProfile.Profile()
-        prof.runcall(run_gemm_sim, kernel, A, B)
+        prof.runcall(kernel, A, B, device="sim")
         pstats.Stats(prof).sort_stats("tottime").print_stats(20)
     return 0
 

@@ -1,12 +1,15 @@
 """The tuned-config cache: the best GemmSpec per GPU, driver, problem kind and shape bucket.
 
-Entries live in tilegen's disk cache directory (tilegen.cache.cache_dir()), in their own
-subfolder `tune/`, one file per key, in the cache's checksummed entry format (MAGIC, a JSON
-header with the payload's size and sha256, the payload). Writes go to a temporary file in the
-same folder and are renamed over the entry (atomic: readers see the old entry, the new one or
-none). An entry that fails its checksum, names another key, or holds a spec GemmSpec refuses
-is deleted on read and counts as missing, so the next tuning rewrites it. TILEGEN_CACHE=0
-turns this cache off too (no reads, no writes); TILEGEN_CACHE_DIR moves it.
+Entries live in tilegen's disk store (tilegen/store.py: store.cache_dir()), kind `tune`,
+one file per key, in the store's checksummed entry format. Writes are atomic (readers see
+the old entry, the new one or none). An entry that fails its checksum, names another key,
+or holds a spec GemmSpec refuses is deleted on read and counts as missing, so the next
+tuning rewrites it. TILEGEN_CACHE=0 turns this store off too (no reads, no writes);
+TILEGEN_CACHE_DIR moves it.
+
+`lookup` reads an entry from disk once per process: later lookups of the same key are
+answered from memory until the store changes on disk (`generation`, the folder's
+modification time, which every write and delete moves).
 
 Key (`key_fields`):
 
@@ -30,14 +33,15 @@ import os
 from pathlib import Path
 from typing import Optional
 
-from .. import cache as _cache
+from .. import store as _store
+from .. import version
 from ..errors import SpecError
-from ..spec import GemmSpec, LAYOUTS, OUT_DTYPES
+from .spec import LAYOUTS, OUT_DTYPES, GemmSpec
 
-SUBDIR = "tune"
-SUFFIX = ".tune.entry"
 KIND = "tune"
+SUFFIX = _store.suffix(KIND)
 FORMAT = 1
+_lookups: dict = {}   # (generation, key) -> GemmSpec or None, read from disk once
 _LAYOUT_SHORT = {"r": "row", "c": "col", "row": "row", "col": "col"}
 SPEC_FIELDS = ("dtype", "acc_dtype", "out_dtype", "a_layout", "b_layout", "tile", "warps", "atom",
                "stages", "swizzle", "group_m", "frag_buffers", "target")
@@ -79,14 +83,12 @@ def normalize_driver(driver) -> str:
 
 def key_fields(dtype: str, a_layout: str, b_layout: str, m: int, n: int, k: int, out_dtype: str,
                gpu_name: str, driver) -> dict:
-    from .. import __version__
-
     if out_dtype not in OUT_DTYPES:
         raise ValueError(f"out_dtype {out_dtype!r}: allowed {', '.join(OUT_DTYPES)}")
     a, b = normalize_layout(a_layout), normalize_layout(b_layout)
     return {"gpu": str(gpu_name).strip(), "driver": normalize_driver(driver), "dtype": str(dtype),
             "layouts": a[0] + b[0], "out_dtype": out_dtype, "bucket": list(shape_bucket(m, n, k)),
-            "tilegen": __version__}
+            "tilegen": version.__version__}
 
 
 def cache_key(fields: dict) -> str:
@@ -121,77 +123,50 @@ def spec_from_dict(d: dict) -> GemmSpec:
 # ---- files -----------------------------------------------------------------------------
 
 def tune_dir() -> Path:
-    return _cache.cache_dir() / SUBDIR
+    return _store.cache_dir() / KIND
 
 
-def _path(key: str, root: Path) -> Path:
-    return root / SUBDIR / (key + SUFFIX)
-
-
-def _discard(path: Path) -> None:
+def generation() -> int:
+    """Changes whenever an entry is written or deleted (the folder's mtime); 0 without one."""
     try:
-        os.unlink(path)
+        return os.stat(tune_dir()).st_mtime_ns
     except OSError:
-        pass
+        return 0
 
 
 def read_entry(fields: dict) -> Optional[dict]:
-    """The stored payload for these key fields, or None (missing, cache off, or damaged:
+    """The stored payload for these key fields, or None (missing, store off, or damaged:
     a damaged entry is deleted)."""
-    if not _cache.enabled():
-        return None
-    root = _cache.usable_root()
-    if root is None:
-        return None
     key = cache_key(fields)
-    path = _path(key, root)
+    entry = _store.read(KIND, key)
+    if entry is None:
+        return None
     try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        return None
-    except OSError:
-        return None
-    entry = _cache.decode_entry(KIND, key, data)
-    payload = None
-    if entry is not None:
-        try:
-            payload = json.loads(entry[0])
-        except ValueError:
-            payload = None
+        payload = json.loads(entry[0])
+    except ValueError:
+        payload = None
     if (not isinstance(payload, dict) or payload.get("format") != FORMAT
             or payload.get("key") != fields or not isinstance(payload.get("spec"), dict)):
-        _discard(path)
+        _store.discard(KIND, key, corrupt=True)
         return None
     return payload
 
 
 def write_entry(fields: dict, payload: dict) -> Optional[Path]:
     """Store a payload (JSON-able dict) under these key fields; the path, or None if not stored."""
-    if not _cache.enabled():
-        return None
-    root = _cache.usable_root()
-    if root is None:
-        return None
-    key = cache_key(fields)
-    path = _path(key, root)
     body = json.dumps(dict(payload, format=FORMAT, key=fields), sort_keys=True, indent=1).encode()
-    data = _cache.encode_entry(KIND, key, body, {"gpu": fields["gpu"], "dtype": fields["dtype"],
-                                                 "bucket": fields["bucket"]})
-    try:
-        _cache.write_atomic(path, data)
-    except OSError as e:
-        _cache.warn_once("tune-write", f"cannot write {path} ({e})")
-        return None
-    return path
+    return _store.write(KIND, cache_key(fields), body, {"gpu": fields["gpu"], "dtype": fields["dtype"],
+                                                        "bucket": fields["bucket"]})
 
 
-def store(spec: GemmSpec, m: int, n: int, k: int, gpu_name: str, driver, **info) -> Optional[Path]:
+def store(spec: GemmSpec, m: int, n: int, k: int, gpu_name: str, driver, source: str = "", **info) -> Optional[Path]:
     """Record `spec` as the tuned config of its problem kind and (m, n, k)'s bucket.
-    `info` (TFLOP/s, default TFLOP/s, budget, ...) is kept in the entry for people to read."""
+    `info` (TFLOP/s, default TFLOP/s, budget, ...) and `source` (the hash of the tilegen
+    source that measured it) are kept in the entry for people to read."""
     fields = key_fields(spec.dtype, spec.a_layout, spec.b_layout, m, n, k, spec.out_dtype, gpu_name, driver)
     payload = {"spec": spec_to_dict(spec), "spec_text": str(spec), "tuned_shape": [m, n, k],
                "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-               "tilegen_source": _cache.source_hash(), **info}
+               "tilegen_source": source, **info}
     return write_entry(fields, payload)
 
 
@@ -208,9 +183,7 @@ def load(dtype: str, a_layout: str, b_layout: str, m: int, n: int, k: int, out_d
         spec = None
     if (spec is None or spec.dtype != fields["dtype"] or spec.out_dtype != fields["out_dtype"]
             or spec.a_layout[0] + spec.b_layout[0] != fields["layouts"]):
-        root = _cache.usable_root()
-        if root is not None:
-            _discard(_path(cache_key(fields), root))
+        _store.discard(KIND, cache_key(fields))
         return None
     return dict(payload, spec=spec)
 
@@ -220,19 +193,26 @@ def lookup(dtype: str, a_layout: str, b_layout: str, M: int, N: int, K: int, out
     """The tuned GemmSpec for this problem on this GPU and driver, or None. No GPU needed.
 
     gpu_name and driver as tilegen.runtime.device_info(d) reports them (.name, .driver_version),
-    or as `current_device_key()` returns them."""
+    or as `current_device_key()` returns them. Read from disk once per key until the store
+    changes (see the module docstring)."""
     try:
-        entry = load(dtype, a_layout, b_layout, M, N, K, out_dtype, gpu_name, driver)
+        fields = key_fields(dtype, a_layout, b_layout, M, N, K, out_dtype, gpu_name, driver)
     except ValueError:
         return None
-    return None if entry is None else entry["spec"]
+    memo = (generation(), _store.enabled(), str(_store.cache_dir()), json.dumps(fields, sort_keys=True))
+    if memo not in _lookups:
+        entry = load(dtype, a_layout, b_layout, M, N, K, out_dtype, gpu_name, driver)
+        if len(_lookups) > 4096:
+            _lookups.clear()
+        _lookups[memo] = None if entry is None else entry["spec"]
+    return _lookups[memo]
 
 
 def entries() -> list:
     """Every intact stored entry's payload (key fields under "key"), for listing."""
     d = tune_dir()
     out = []
-    if not _cache.enabled() or not d.is_dir():
+    if not _store.enabled() or not d.is_dir():
         return out
     for p in sorted(d.iterdir()):
         if not p.name.endswith(SUFFIX):
@@ -241,7 +221,7 @@ def entries() -> list:
             data = p.read_bytes()
         except OSError:
             continue
-        entry = _cache.decode_entry(KIND, p.name[:-len(SUFFIX)], data)
+        entry = _store.decode_entry(KIND, p.name[:-len(SUFFIX)], data)
         if entry is None:
             continue
         try:
@@ -255,19 +235,8 @@ def entries() -> list:
 
 def clear() -> int:
     """Delete every tuned-config entry (and leftover temporary file); returns how many."""
-    d = tune_dir()
-    n = 0
-    if not d.is_dir():
-        return 0
-    for p in list(d.iterdir()):
-        if p.name.endswith(SUFFIX) or p.name.startswith(_cache.TMP_PREFIX):
-            try:
-                os.unlink(p)
-                n += 1
-            except OSError:
-                pass
-    return n
+    return _store.clear((KIND,))
 
 
 __all__ = ["shape_bucket", "key_fields", "cache_key", "spec_to_dict", "spec_from_dict", "store", "load",
-           "lookup", "entries", "clear", "tune_dir", "normalize_driver", "normalize_layout"]
+           "lookup", "entries", "clear", "tune_dir", "generation", "normalize_driver", "normalize_layout"]

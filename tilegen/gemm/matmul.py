@@ -7,15 +7,26 @@ runs it with the fused epilogue asked for:
 f32 inputs run on tf32 tensor cores only when allowed (allow_tf32=True or
 TILEGEN_ALLOW_TF32=1); otherwise through 3xTF32, whose error is at f32's level.
 `tilegen.matmul.explain(A, B, ...)` returns the chosen spec and why.
+
+The choice depends on the dtypes, the layouts, the GPU, the epilogue, allow_tf32 and the
+shape only through `size_class`; for PyTorch and CuPy arrays it is made once per such key
+and remembered (the tuned-config store is looked at again when it changes on disk), so a
+call after the first is a dictionary lookup and one prepared launch (gemm/call.py).
 """
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import dataclass
 
 import numpy as np
 
-from .errors import LaunchError
+from .. import runtime
+from ..arch.dtypes import numpy_dtype
+from ..errors import LaunchError
+from ..runtime import interop
+from . import tuned
+from .kernel import compile_gemm
 from .spec import Epilogue, GemmSpec
 
 _DTYPES = {"float16": "f16", "bfloat16": "bf16", "float32": "f32"}
@@ -59,18 +70,21 @@ def _layout(x) -> str:
     unless they are plainly column-major."""
     if isinstance(x, np.ndarray):
         return "col" if (x.flags.f_contiguous and not x.flags.c_contiguous) else "row"
-    from .runtime.arrays import detect_layout
-
-    return detect_layout(x) or "row"
+    return runtime.detect_layout(x) or "row"
 
 
 def _target() -> str:
-    from .runtime import device_info, gpu_available
-
-    if not gpu_available():
+    if not runtime.gpu_available():
         return "sm_80"
-    major, minor = device_info().cc
+    major, minor = runtime.device_info().cc
     return f"sm_{major}{minor}"
+
+
+def size_class(M: int, N: int, K: int) -> tuple:
+    """All that explain's choice reads of the shape: each dimension's power-of-two bucket
+    (the tuned store's key) and which side of SMALL and LARGE the smaller of M, N lies."""
+    m = min(M, N)
+    return (M - 1).bit_length(), (N - 1).bit_length(), (K - 1).bit_length(), m <= SMALL, m >= LARGE
 
 
 def _allow_tf32(allow) -> bool:
@@ -148,16 +162,11 @@ def explain(A, B, *, bias=None, activation=None, residual=None, out=None, allow_
 
 
 def _tuned(dtype, a_layout, b_layout, M, N, K, out_dtype):
-    try:
-        from .runtime import device_info, gpu_available
-        from .tune import lookup
-    except ImportError:
+    if not runtime.gpu_available():
         return None
-    if not gpu_available():
-        return None
-    info = device_info()
+    info = runtime.device_info()
     try:
-        return lookup(dtype, a_layout, b_layout, M, N, K, out_dtype, info.name, info.driver_version)
+        return tuned.lookup(dtype, a_layout, b_layout, M, N, K, out_dtype, info.name, info.driver_version)
     except Exception:  # a damaged or foreign tuning cache must not break a matmul
         return None
 
@@ -166,23 +175,76 @@ def _as_out_dtype(x, spec, name: str):
     """Host epilogue operands are converted to the output dtype; GPU ones must match."""
     if x is None or not isinstance(x, np.ndarray):
         return x
-    from .arch.dtypes import numpy_dtype
-
     want = numpy_dtype(spec.out_dtype)
     return x if x.dtype == want else x.astype(want)
+
+
+# ---- the remembered choices (GPU arrays) -------------------------------------------------
+
+_chosen: dict = {}          # key -> GemmKernel
+_checked = [0.0, None]      # when the tuned store was last looked at, and its generation then
+RECHECK_S = 1.0             # how often a change of the tuned store on disk is looked for
+
+
+def _remembered(key):
+    now = time.monotonic()
+    if now - _checked[0] > RECHECK_S:
+        _checked[0] = now
+        gen = tuned.generation()
+        if gen != _checked[1]:
+            _checked[1] = gen
+            _chosen.clear()
+    return _chosen.get(key)
+
+
+def _fast_matmul(lib, A, B, out, bias, activation, residual, alpha, beta, allow_tf32):
+    """matmul for PyTorch / CuPy arrays through the remembered choice; None when the general
+    path must run (its first call, or anything unusual)."""
+    pa, pb = lib.probe(A), lib.probe(B)
+    if not pa or not pb or len(pa.shape) != 2 or len(pb.shape) != 2:
+        return None
+    (M, K), N = pa.shape, pb.shape[1]
+    sa, sb = pa.strides, pb.strides
+    la = "row" if sa[1] == 1 else "col" if sa[0] == 1 else None
+    lb = "row" if sb[1] == 1 else "col" if sb[0] == 1 else None
+    out_name = None
+    if out is not None:
+        po = lib.probe(out)
+        if not po:
+            return None
+        out_name = po.dtype
+    axis = None
+    if bias is not None:
+        length = bias.shape[0] if len(bias.shape) == 1 else -1
+        axis = "col" if length == N else "row" if length == M else None
+        if axis is None:
+            return None
+    tf32 = _allow_tf32(allow_tf32)
+    key = (pa.dtype, pb.dtype, out_name, la, lb, size_class(M, N, K), axis, activation, residual is not None,
+           pa.device, tf32)
+    kernel = _remembered(key)
+    if kernel is None:
+        choice = explain(A, B, bias=bias, activation=activation, residual=residual, out=out, allow_tf32=tf32)
+        kernel = _chosen[key] = compile_gemm(choice.spec)
+    return kernel.fast_call(A, B, out, bias, residual, alpha, beta, True)
 
 
 def matmul(A, B, *, bias=None, activation=None, residual=None, alpha=1.0, beta=0.0, out=None,
            allow_tf32=None, device=None):
     """out = act(alpha * A @ B + beta * out + bias) + residual, on numpy (through the GPU or the
-    emulator), PyTorch or CuPy arrays; see the module docstring."""
-    from .compiler import compile as compile_spec
-
+    emulator), PyTorch or CuPy arrays; see the module docstring. The result has out's dtype,
+    or, without out, the inputs' dtype (float32 for float32 inputs)."""
+    if device is None:
+        lib = interop.library(A)
+        if lib is not None:
+            done = _fast_matmul(lib, A, B, out, bias, activation, residual, alpha, beta, allow_tf32)
+            if done is not None:
+                return done
     choice = explain(A, B, bias=bias, activation=activation, residual=residual, out=out, allow_tf32=allow_tf32)
     spec = choice.spec
     if isinstance(A, np.ndarray) and spec.dtype == "f32":
         A, B = A.astype(np.float32, copy=False), B.astype(np.float32, copy=False)
-    kernel = compile_spec(spec)
+    kernel = compile_gemm(spec)
     return kernel(A, B, out=out, alpha=alpha, beta=beta, bias=_as_out_dtype(bias, spec, "bias"),
                   residual=_as_out_dtype(residual, spec, "residual"), device=device, repitch=True)
 

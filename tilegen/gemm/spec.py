@@ -10,21 +10,24 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields, replace
 from typing import Optional, Union
 
-from .arch import dtypes as _dtypes
-from .arch.mma import DEFAULT_ATOM, MMA_ATOMS, MmaAtom, atoms_for
-from .arch.swizzle import SWIZZLE_MODES
-from .arch.targets import TARGETS, Target
-from .errors import SpecError
+from ..arch import dtypes as _dtypes
+from ..arch.mma import DEFAULT_ATOM, MMA_ATOMS, MmaAtom, atoms_for
+from ..arch.swizzle import SWIZZLE_MODES
+from ..arch.targets import TARGETS, Target
+from ..errors import SpecError
+from ..ir.tile import activation_choices, canonical_activation
+from . import textspec
+from .layouts import smem_layout
+from .mainloops import MAINLOOPS
 
 OPERAND_DTYPES = ("tf32", "f16", "bf16", "f32", "e4m3", "e5m2")
 ACC_DTYPES = ("f32", "f16")
 OUT_DTYPES = ("f32", "f16", "bf16")
 LAYOUTS = ("row", "col")
 SWIZZLES = ("auto", *SWIZZLE_MODES, "pad", "none")
-ACTIVATIONS = ("none", "relu", "gelu_tanh", "gelu_erf", "silu")
 BIAS = (None, "row", "col")
 STAGES = range(2, 7)
-INSTRUCTIONS = ("mma.sync", "wgmma")
+INSTRUCTIONS = tuple(MAINLOOPS)
 COPY_BYTES = 16  # one cp.async moves 16 bytes; tile rows are built from such chunks
 
 
@@ -77,7 +80,8 @@ class Epilogue:
     """What happens between the accumulator and the single store of C.
 
     C = act(alpha * A @ B + beta * C0 + bias) + residual; alpha and beta are launch
-    arguments. bias: None, "row" (length M) or "col" (length N).
+    arguments. bias: None, "row" (length M) or "col" (length N). activation: none, relu,
+    gelu_tanh, gelu_erf, silu; "gelu" is PyTorch's default GELU and means gelu_erf.
     """
     bias: Optional[str] = None
     activation: str = "none"
@@ -86,33 +90,16 @@ class Epilogue:
     def __post_init__(self):
         if self.bias not in BIAS:
             raise SpecError("epilogue.bias", self.bias, "None, 'row' (length M), 'col' (length N)")
-        if self.activation not in ACTIVATIONS:
-            raise SpecError("epilogue.activation", self.activation, ", ".join(ACTIVATIONS))
+        act = canonical_activation(self.activation)
+        if act is None:
+            raise SpecError("epilogue.activation", self.activation, activation_choices())
+        object.__setattr__(self, "activation", act)
         if not isinstance(self.residual, bool):
             raise SpecError("epilogue.residual", self.residual, "True or False")
 
     @property
     def is_plain(self) -> bool:
         return self.bias is None and self.activation == "none" and not self.residual
-
-
-# Defaults per operand dtype: (tile, stages). Tiles give 64 x 64 warp tiles with 2 x 2 warps
-# and k-tiles whose rows are 128 bytes wide (one 128B swizzle span) for K-major operands.
-_DEFAULT_TILE = {"tf32": (128, 128, 32), "f16": (128, 128, 64), "bf16": (128, 128, 64), "f32": (128, 64, 32),
-                 "e4m3": (128, 128, 128), "e5m2": (128, 128, 128)}
-
-# wgmma: two warpgroups of m64n256, four stages of 128-byte K rows (192 KB of shared memory).
-_WGMMA_TILE = {"f16": (128, 256, 64), "bf16": (128, 256, 64), "tf32": (128, 256, 32)}
-# tf32 with a row-major B computes C^T = B^T A^T: two warpgroups of 64 columns of C, each
-# issuing m64n256 over the tile's 256 rows, B^T from registers (docs/perf_notes.md section 15).
-_WGMMA_TF32_ROW_B = ((256, 128, 32), (1, 8))
-
-
-def _wgmma_defaults(dtype: str, b_layout: str):
-    """(tile, warps) of a wgmma spec that gives neither."""
-    if dtype == "tf32" and b_layout == "row":
-        return _WGMMA_TF32_ROW_B
-    return _WGMMA_TILE.get(dtype) or _DEFAULT_TILE[dtype], (8, 1)
 
 
 @dataclass(frozen=True)
@@ -143,17 +130,8 @@ class GemmSpec:
     | persistent | wgmma: one CTA per SM walks the tiles, loading  | False                    |
     |            | the next tile while storing this one            |                          |
 
-    With instruction="wgmma" each warpgroup (4 warps stacked along M) multiplies a 64-row
-    slice of the tile straight from shared memory: warps.m is a multiple of 4, every warp
-    tile is 16 rows high (tile.m = 16 * warps.m) and at most 256 columns wide; the copies run
-    stages - 2 tiles ahead of the tensor cores (one more stage is still being read by them).
-    wgmma reads tf32 from shared memory only K-major; only its A may come from registers.
-    So a tf32 kernel with a row-major (N-major) B computes C^T = B^T A^T (swaps_operands):
-    its warpgroups are 4 warps side by side along N (warps (1, 4k), tile.n = 16 * warps.n,
-    tile.m at most 256), each loading its 64 columns of B into registers. A column-major A
-    goes through registers too (register_operand), or, in a swapped kernel, is transposed
-    while copied (stage_layout). The tensor cores truncate the f32 values they read from
-    shared memory to tf32; register operands are rounded to nearest (tf32_truncates).
+    `instruction` names the main-loop family (tilegen/gemm/mainloops/): its defaults, its
+    rules and its pipeline; the wgmma family's rules are in WgmmaLoop's docstring.
     """
 
     dtype: str = "f16"
@@ -179,11 +157,11 @@ class GemmSpec:
             raise SpecError("dtype", self.dtype, ", ".join(OPERAND_DTYPES))
         if self.b_layout is None:  # fp8 has no transposing load: its B must be K-major
             set_("b_layout", "col" if self.dtype in ("e4m3", "e5m2") else "row")
-        if self.instruction not in INSTRUCTIONS:
+        if self.instruction not in MAINLOOPS:
             raise SpecError("instruction", self.instruction, ", ".join(INSTRUCTIONS))
+        family = MAINLOOPS[self.instruction]
         if self.target is None:
-            set_("target", "sm_90a" if self.instruction == "wgmma"
-                 else "sm_89" if self.dtype in ("e4m3", "e5m2") else "sm_80")
+            set_("target", family.default_target(self.dtype))
         if not isinstance(self.target, str) or self.target not in TARGETS:
             raise SpecError("target", self.target, ", ".join(TARGETS),
                             "tilegen needs sm_80 or newer (mma.sync, cp.async)"
@@ -197,13 +175,11 @@ class GemmSpec:
                 raise SpecError(name, getattr(self, name), "'row', 'col'")
         if not isinstance(self.epilogue, Epilogue):
             raise SpecError("epilogue", self.epilogue, "an Epilogue(...)")
-        wgmma = self.instruction == "wgmma"
-        default_tile, default_warps = (_wgmma_defaults(self.dtype, self.b_layout) if wgmma
-                                       else (_DEFAULT_TILE[self.dtype], (2, 2)))
+        default_tile, default_warps = family.default_tile_warps(self.dtype, self.b_layout)
         set_("tile", TileShape.of(self.tile if self.tile is not None else default_tile))
         set_("warps", WarpLayout.of(self.warps if self.warps is not None else default_warps))
         if self.stages is None:
-            set_("stages", 4 if wgmma else 3)
+            set_("stages", family.default_stages)
         if self.atom is None:
             key = (self.dtype, self.acc_dtype)
             if key not in DEFAULT_ATOM:
@@ -213,12 +189,16 @@ class GemmSpec:
             set_("atom", DEFAULT_ATOM[key])
         if self.swizzle == "auto":
             set_("swizzle", self._auto_swizzle())
-        if self.frag_buffers is None:  # 3xTF32's split fragments leave no registers for two sets;
-            # wgmma reads its operands from shared memory: no operand fragments at all
-            set_("frag_buffers", 1 if self.dtype == "f32" or self.instruction == "wgmma" else 2)
+        if self.frag_buffers is None:
+            set_("frag_buffers", family.default_frag_buffers(self.dtype))
         self._validate()
 
     # -- derived facts ------------------------------------------------------------------------
+    @property
+    def mainloop(self):
+        """The main-loop family (tilegen/gemm/mainloops/) `instruction` names."""
+        return MAINLOOPS[self.instruction]
+
     @property
     def mma(self) -> MmaAtom:
         return MMA_ATOMS[self.atom]
@@ -251,30 +231,20 @@ class GemmSpec:
 
     @property
     def swaps_operands(self) -> bool:
-        """tf32 wgmma with a row-major B: the kernel computes C^T = B^T A^T, so that the
-        N-major B (which wgmma cannot read from shared memory as tf32) is the A operand,
-        fed from registers, and A^T, K-major, is read from shared memory."""
-        return self.instruction == "wgmma" and self.dtype == "tf32" and self.b_layout == "row"
+        """Whether the kernel computes C^T = B^T A^T (the family decides)."""
+        return self.mainloop.swaps_operands(self)
 
     @property
     def register_operand(self):
-        """The operand ("A", "B" or None) a wgmma kernel loads into registers: the MN-major
-        tf32 one that becomes wgmma's A."""
-        if self.instruction != "wgmma" or self.dtype != "tf32":
-            return None
-        if self.swaps_operands:
-            return "B"
-        return "A" if self.a_layout == "col" else None
+        """The operand ("A", "B" or None) loaded into registers for the tensor cores."""
+        return self.mainloop.register_operand(self)
 
     def stage_layout(self, operand: str) -> str:
         """The memory order ("row" or "col") of an operand's shared stages: the tensor's,
-        except for a column-major A in a swapped tf32 wgmma kernel (swaps_operands), where
-        wgmma reads A^T K-major from shared memory: its copies transpose it."""
+        unless the family transposes it while copying."""
         if operand not in ("A", "B"):
             raise ValueError(f"operand {operand!r}; allowed: 'A', 'B'")
-        if operand == "A" and self.swaps_operands:
-            return "row"
-        return self.a_layout if operand == "A" else self.b_layout
+        return self.mainloop.stage_layout(self, operand)
 
     def transposes(self, operand: str) -> bool:
         """Whether the copies of an operand transpose it into its stages."""
@@ -282,11 +252,9 @@ class GemmSpec:
 
     @property
     def tf32_truncates(self) -> bool:
-        """wgmma reads tf32 operands as the f32 values the copies left in shared memory and
-        truncates them (unit roundoff 2^-10); the mma.sync path rounds them to nearest while
-        loading its fragments (cvt.rna, 2^-11), as wgmma kernels do for the operand they load
-        into registers (register_operand)."""
-        return self.instruction == "wgmma" and self.dtype == "tf32"
+        """Whether the tensor cores truncate tf32 operands (unit roundoff 2^-10) instead of
+        rounding them to nearest while loading fragments (cvt.rna, 2^-11)."""
+        return self.mainloop.tf32_truncates(self)
 
     def operand_tile(self, operand: str) -> tuple[int, int]:
         """(rows, contiguous columns) of one stage of an operand's shared tile, in elements:
@@ -303,8 +271,6 @@ class GemmSpec:
 
     def smem_bytes(self) -> int:
         """Shared memory the pipeline needs (all stages of A and B, alignment slack included)."""
-        from .layout import smem_layout  # local: layout depends on spec's fields only
-
         total = sum(smem_layout(self, op).stage_bytes for op in "AB") * self.stages
         return total + 1024  # dynamic shared memory is rounded up to a 1024-byte boundary
 
@@ -313,15 +279,11 @@ class GemmSpec:
 
     def to_text(self, minimal: bool = False) -> str:
         """The spec as .tg text (every field; minimal=True: only those off their defaults)."""
-        from .textspec import spec_to_text  # local: the text format imports spec
-
         return spec_to_text(self, minimal=minimal)
 
     @classmethod
     def from_text(cls, text_or_path) -> "GemmSpec":
-        """A spec from .tg text or a path to a .tg file (tilegen/textspec.py)."""
-        from .textspec import parse_spec_text
-
+        """A spec from .tg text or a path to a .tg file (gemm/textspec.py)."""
         return parse_spec_text(text_or_path)
 
     def __str__(self) -> str:
@@ -347,56 +309,6 @@ class GemmSpec:
             if all(w % swz.span == 0 and r * swz.span % swz.period == 0 for w, r in zip(widths, rows)):
                 return mode
         return "pad"
-
-    @property
-    def wgmma(self):
-        """The wgmma shape each warpgroup issues (instruction="wgmma" only)."""
-        from .arch.wgmma import WgmmaShape
-
-        return WgmmaShape(self.dtype, self.warp_tile[0] if self.swaps_operands else self.warp_tile[1])
-
-    def _validate_wgmma(self):
-        from .arch import wgmma as W
-
-        t, w = self.tile, self.warps
-        if not self.target_info.arch_specific or self.target_info.sm < 90:
-            raise SpecError("target", self.target, "sm_90a", "wgmma exists only on the arch-specific Hopper target")
-        if self.dtype not in W.K_BY_DTYPE or self.acc_dtype != "f32":
-            raise SpecError("dtype", self.dtype, ", ".join(W.K_BY_DTYPE),
-                            "wgmma kernels take f16, bf16 or tf32 operands and accumulate in f32")
-        if self.frag_buffers != 1:
-            raise SpecError("frag_buffers", self.frag_buffers, "1",
-                            "wgmma reads its operands from shared memory: there are no fragments to double-buffer")
-        if self.swaps_operands:
-            if w.m != 1 or w.n % W.WARPGROUP or t.n != 16 * w.n:
-                raise SpecError("warps", (w.m, w.n), f"(1, a multiple of 4) with tile.n = 16 * warps.n (tile.n is {t.n})",
-                                "tf32 with a row-major B computes C^T = B^T A^T: each warpgroup of 4 warps "
-                                "side by side along N computes 64 columns")
-            if t.m not in W.N_RANGE:
-                raise SpecError("tile", (t.m, t.n, t.k), "tile.m a multiple of 8 up to 256",
-                                f"each warpgroup issues m64n{t.m} over the tile's rows (C^T = B^T A^T)")
-        elif w.m % W.WARPGROUP or t.m != 16 * w.m:
-            raise SpecError("warps", (w.m, w.n), f"warps.m a multiple of 4 with tile.m = 16 * warps.m (tile.m is {t.m})",
-                            "each warpgroup of 4 warps stacked along M computes 64 rows")
-        wn = self.warp_tile[1]
-        if not self.swaps_operands and wn not in W.N_RANGE:
-            raise SpecError("tile", (t.m, t.n, t.k), "tile.n / warps.n a multiple of 8 up to 256",
-                            f"each warpgroup issues m64n{wn}")
-        if self.swizzle not in W.SWIZZLE_CODE:
-            raise SpecError("swizzle", self.swizzle, ", ".join(W.SWIZZLE_CODE),
-                            "wgmma reads shared memory through descriptors of swizzled layouts")
-        span = SWIZZLE_MODES[self.swizzle].span
-        esize = self.operand_dtype.bytes
-        if self.is_k_major("A") or self.is_k_major("B"):
-            if W.K_BY_DTYPE[self.dtype] * esize > span:
-                raise SpecError("swizzle", self.swizzle, "128B, 64B",
-                                f"one k-step of {W.K_BY_DTYPE[self.dtype] * esize} bytes must fit in a swizzle span")
-        if not self.is_k_major("B") and self.register_operand != "B" and (wn * esize) % span:
-            raise SpecError("tile", (t.m, t.n, t.k), f"tile.n / warps.n a multiple of {span // esize}",
-                            "an N-major B splits between warpgroups on whole swizzle panels")
-        if self.stages < 3:
-            raise SpecError("stages", self.stages, "3..6", "wgmma kernels keep one stage for the tensor cores "
-                            "still reading the previous tile")
 
     def _validate(self):
         if not isinstance(self.atom, str) or self.atom not in MMA_ATOMS:
@@ -426,11 +338,12 @@ class GemmSpec:
             raise SpecError("group_m", self.group_m, "an int in 1..64 (1 = plain row-by-row order)")
         if not isinstance(self.persistent, bool):
             raise SpecError("persistent", self.persistent, "True, False")
-        if self.persistent and self.instruction != "wgmma":
-            raise SpecError("persistent", self.persistent, "False for mma.sync kernels",
-                            "persistent CTAs are built for the wgmma main loop (instruction='wgmma')")
-        if self.instruction == "wgmma":
-            self._validate_wgmma()
+        family = self.mainloop
+        if self.persistent and not family.persistent:
+            raise SpecError("persistent", self.persistent, f"False for {family.instruction} kernels",
+                            "persistent CTAs are built for the " + " and ".join(
+                                f"{f.instruction} main loop" for f in MAINLOOPS.values() if f.persistent))
+        family.validate(self)
         t, w = self.tile, self.warps
         if t.m % (w.m * atom.m):
             raise SpecError("tile", (t.m, t.n, t.k), f"tile.m a multiple of warps.m * atom.m = {w.m * atom.m}")
@@ -476,3 +389,28 @@ class GemmSpec:
         if need > tgt.smem_per_block:
             raise SpecError("stages", self.stages, f"a pipeline within {tgt.smem_per_block} bytes on {tgt.name}",
                             f"tile {t.m}x{t.n}x{t.k} with {self.stages} stages needs {need} bytes of shared memory")
+
+
+KINDS = {"gemm": GemmSpec}  # the blocks a .tg file may hold
+
+
+def parse_spec_text(text_or_path, overrides: Optional[dict] = None, *, source: Optional[str] = None) -> GemmSpec:
+    """A GemmSpec from .tg text or a path to a .tg file (a str holding '{' is text; any
+    other str, or a PathLike, is a path). With `source` (a name for error messages, such as
+    "<stdin>") the first argument is always the text.
+
+    `overrides` maps field names to values written as in the text ({"stages": "4",
+    "tile": "64x64x32", "epilogue": "bias = col"}); each replaces the file's item and is
+    reported as `--<field>` in errors (the CLI's shortcuts)."""
+    return textspec.parse_text(text_or_path, KINDS, overrides=overrides, source=source)
+
+
+def spec_to_text(spec, minimal: bool = False) -> str:
+    """The canonical .tg text of a spec: every field (or, minimal=True, only those that differ
+    from what the defaults give), in the dataclass's field order; parse_spec_text reads it
+    back to an equal spec."""
+    keyword = next((k for k, cls in KINDS.items() if type(spec) is cls), None)
+    if keyword is None:
+        raise SpecError("spec", type(spec).__name__, ", ".join(c.__name__ for c in KINDS.values()),
+                        "spec_to_text writes GEMM specs")
+    return textspec.dataclass_to_text(spec, keyword, minimal=minimal)

@@ -1,4 +1,6 @@
-"""The .tg text format of a kernel spec: `parse_spec_text` and `spec_to_text`.
+"""The .tg text format of a kernel spec: `parse_text` and `dataclass_to_text` for any
+frozen dataclass of spec fields (GemmSpec's own are gemm.spec.parse_spec_text and
+spec_to_text).
 
     # bf16 GEMM for the H200
     gemm {
@@ -42,7 +44,7 @@ from dataclasses import dataclass, field, fields, is_dataclass
 from pathlib import Path
 from typing import Any, Optional
 
-from .errors import SpecError, TilegenError
+from ..errors import SpecError, TilegenError
 
 GRAMMAR = Path(__file__).with_name("textspec.lark")
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.]*\Z")
@@ -77,14 +79,6 @@ class SpecFileError(TilegenError):
 
 def _one_of(items: list) -> str:
     return items[0] if len(items) == 1 else ", ".join(items[:-1]) + " or " + items[-1]
-
-
-# -- the kinds of blocks a .tg file may hold ------------------------------------------------
-
-def _kinds() -> dict:
-    from .spec import GemmSpec  # local: spec imports arch; the format itself needs neither
-
-    return {"gemm": GemmSpec}
 
 
 # -- parsing: text -> tree of located nodes --------------------------------------------------
@@ -241,7 +235,7 @@ def parse_tree(text: str, source: str = "<text>") -> _Block:
 
 # -- building: tree -> dataclass -------------------------------------------------------------
 
-def _options(hint) -> list:
+def type_options(hint) -> list:
     """The types a hint allows, Optional/Union flattened; [Any] when it says nothing."""
     if hint is Any or hint is None:
         return [Any]
@@ -249,14 +243,14 @@ def _options(hint) -> list:
     if origin is typing.Union or (origin is not None and getattr(origin, "__name__", "") == "UnionType"):
         out = []
         for a in typing.get_args(hint):
-            out += _options(a)
+            out += type_options(a)
         return out
     if origin is not None:
         return [origin]  # tuple[int, int] -> tuple
     return [hint]
 
 
-def _int_dataclass(t) -> bool:
+def int_dataclass(t) -> bool:
     """A dataclass of int fields only (TileShape, WarpLayout): written as dimensions."""
     if not (isinstance(t, type) and is_dataclass(t)):
         return False
@@ -308,7 +302,7 @@ def _convert_scalar(node: _Node, opts: list):
             return text
         return _natural(text, kind)
     # a number token: 4, 128B, 1.5, 128x256x64
-    if _DIMS.match(text) and any(t is tuple or _int_dataclass(t) for t in opts):
+    if _DIMS.match(text) and any(t is tuple or int_dataclass(t) for t in opts):
         return _convert_dims(node, text.split("x"), opts)
     if _INT.match(text) and (int in opts or anything or str not in opts):
         return int(text)
@@ -327,7 +321,7 @@ def _convert_dims(node: _Node, parts, opts: list):
     if tuple in opts or Any in opts:
         return values
     for t in opts:
-        if _int_dataclass(t) and all(isinstance(v, int) for v in values):
+        if int_dataclass(t) and all(isinstance(v, int) for v in values):
             if hasattr(t, "of"):
                 return t.of(values)
             if len(values) == len([f for f in fields(t) if f.init]):
@@ -336,7 +330,7 @@ def _convert_dims(node: _Node, parts, opts: list):
 
 
 def _convert(node: _Node, hint, path: tuple, source: str):
-    opts = _options(hint)
+    opts = type_options(hint)
     if node.kind == "block":
         classes = [t for t in opts if isinstance(t, type) and is_dataclass(t)]
         if not classes:
@@ -355,7 +349,7 @@ def _convert(node: _Node, hint, path: tuple, source: str):
 
 
 def _allowed_text(hint) -> str:
-    opts = [t for t in _options(hint) if t is not type(None)]
+    opts = [t for t in type_options(hint) if t is not type(None)]
     return " or ".join(getattr(t, "__name__", str(t)) for t in opts)
 
 
@@ -413,28 +407,11 @@ def _line_of(field_name: str, lines: dict, block: _Block) -> int:
     return block.line
 
 
-def parse_text(text_or_path, kinds: Optional[dict] = None):
-    """Parse a .tg text (or file) holding one block of any known kind; returns the object."""
-    text, source = _read_source(text_or_path)
-    return _parse(text, source, kinds)
-
-
-def _parse(text: str, source: str, kinds: Optional[dict] = None, overrides=()):
-    kinds = _kinds() if kinds is None else kinds
-    block = parse_tree(text, source)
-    for over in overrides:  # replace (or add) items, each located in its own source
-        names = {name for name, *_ in over.items}
-        block.items = [it for it in block.items if it[0] not in names] + list(over.items)
-    if block.name not in kinds:
-        raise _at(SpecError("kind", block.name, ", ".join(kinds),
-                            "a .tg file holds one block such as `gemm { ... }`"), block.line, source)
-    return _build(kinds[block.name], block, (), source)
-
-
-def parse_spec_text(text_or_path, overrides: Optional[dict] = None, *, source: Optional[str] = None):
-    """A GemmSpec from .tg text or a path to a .tg file (a str holding '{' is text; any
-    other str, or a PathLike, is a path). With `source` (a name for error messages, such as
-    "<stdin>") the first argument is always the text.
+def parse_text(text_or_path, kinds: dict, overrides: Optional[dict] = None, *, source: Optional[str] = None):
+    """The object a .tg text (or file) describes: one block of a kind in `kinds` (keyword ->
+    dataclass), e.g. {"gemm": GemmSpec}. A str holding '{' is text, any other str or a
+    PathLike a path; with `source` (a name for error messages, such as "<stdin>") the
+    first argument is always the text.
 
     `overrides` maps field names to values written as in the text ({"stages": "4",
     "tile": "64x64x32", "epilogue": "bias = col"}); each replaces the file's item and is
@@ -444,7 +421,18 @@ def parse_spec_text(text_or_path, overrides: Optional[dict] = None, *, source: O
     else:
         text, source = _read_source(text_or_path)
     over = [_override_block(k, v) for k, v in (overrides or {}).items()]
-    return _parse(text, source, overrides=over)
+    return _parse(text, source, kinds, over)
+
+
+def _parse(text: str, source: str, kinds: dict, overrides=()):
+    block = parse_tree(text, source)
+    for over in overrides:  # replace (or add) items, each located in its own source
+        names = {name for name, *_ in over.items}
+        block.items = [it for it in block.items if it[0] not in names] + list(over.items)
+    if block.name not in kinds:
+        raise _at(SpecError("kind", block.name, ", ".join(kinds),
+                            "a .tg file holds one block such as `gemm { ... }`"), block.line, source)
+    return _build(kinds[block.name], block, (), source)
 
 
 def _override_block(name: str, value: str) -> _Block:
@@ -517,7 +505,7 @@ def _format_scalar(value, hint) -> str:
 
 def _format_value(value, hint, minimal: bool, indent: str) -> str:
     if is_dataclass(value) and not isinstance(value, type):
-        if _int_dataclass(type(value)):
+        if int_dataclass(type(value)):
             return " x ".join(str(getattr(value, f.name)) for f in fields(value) if f.init)
         return _format_block(value, minimal, indent)
     if isinstance(value, (tuple, list)):
@@ -562,18 +550,6 @@ def _format_block(obj, minimal: bool, indent: str) -> str:
     return "{\n" + "".join(f"{indent}  {p}\n" for p in parts) + indent + "}"
 
 
-def spec_to_text(spec, minimal: bool = False) -> str:
-    """The canonical .tg text of a spec: every field (or, minimal=True, only those that differ
-    from what the defaults give), in the dataclass's field order; parse_spec_text reads it
-    back to an equal spec."""
-    kinds = _kinds()
-    keyword = next((k for k, cls in kinds.items() if type(spec) is cls), None)
-    if keyword is None:
-        raise TilegenError(f"spec_to_text takes one of {', '.join(c.__name__ for c in kinds.values())}, "
-                           f"not {type(spec).__name__}")
-    return dataclass_to_text(spec, keyword, minimal=minimal)
-
-
 def dataclass_to_text(obj, keyword: str, minimal: bool = False) -> str:
     """`keyword { field = value ... }` for any dataclass whose fields the format can write."""
     if not (is_dataclass(obj) and not isinstance(obj, type)):
@@ -587,5 +563,5 @@ def dataclass_from_text(text: str, cls, keyword: str):
     return parse_text(text, {keyword: cls})
 
 
-__all__ = ["parse_spec_text", "spec_to_text", "SpecSyntaxError", "SpecFileError", "dataclass_to_text", "dataclass_from_text",
-           "parse_text", "GRAMMAR"]
+__all__ = ["SpecSyntaxError", "SpecFileError", "dataclass_to_text", "dataclass_from_text", "parse_text",
+           "int_dataclass", "type_options", "GRAMMAR"]

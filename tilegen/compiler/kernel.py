@@ -1,0 +1,136 @@
+"""Kernel: what tilegen.compile returns. Holds the PTX, the IR as text and the launch
+geometry as data; loads its module on first use and launches it. A GEMM kernel
+(tilegen.gemm.GemmKernel) also runs on arrays: kernel(A, B)."""
+from __future__ import annotations
+
+from functools import cached_property
+from typing import Optional
+
+from .. import runtime
+from ..errors import LaunchError
+from ..ir.grid import LaunchGrid
+from ..runtime import module as _module
+
+
+class Kernel:
+    """A compiled kernel.
+
+    | attribute     | what                                                         |
+    | ------------- | ------------------------------------------------------------ |
+    | ptx           | the PTX module (text)                                        |
+    | ir            | the tile-level IR, as text (offsets assigned)                |
+    | instructions  | the instruction-level IR after every pass, as text           |
+    | params        | [(name, type)] in launch order                               |
+    | launch_grid   | the grid over the size symbols (tilegen.ir.grid.LaunchGrid)  |
+    | threads, smem_bytes, target, name, spec (GemmSpec or None)                   |
+    | resources     | ptxas's report (registers, shared memory, spills) or None    |
+    """
+
+    def __init__(self, *, name: str, threads: int, target: str, smem_bytes: int, params, grid: LaunchGrid,
+                 ptx: str, ir: str, instructions=None, banks=(), spec=None):
+        self.name = name
+        self.threads = int(threads)
+        self.target = target
+        self.smem_bytes = int(smem_bytes)
+        self.params = [(str(n), str(t)) for n, t in params]
+        self.launch_grid = grid
+        self.ptx = ptx
+        self.ir = ir
+        self._instructions = instructions  # text, or a function that prints it
+        self.bank_conflicts = list(banks)  # BankRow per shared access (ir/bank_report.py)
+        self.spec = spec
+        self._grid = grid.evaluator()
+        self._names = tuple(n for n, _ in self.params)
+        self._kinds = tuple(_KINDS[t] for _, t in self.params)
+        self._functions: dict = {}  # device -> (module generation, runtime Function)
+        self._launchers: dict = {}  # device -> (module generation, runtime Launcher)
+
+    def __repr__(self) -> str:
+        return f"<tilegen.Kernel {self.name}: {self.threads} threads, {self.smem_bytes} B shared>"
+
+    @property
+    def instructions(self) -> str:
+        """The instruction-level IR after every pass (what codegen printed as PTX), as text;
+        Kernel.ir is the tile level."""
+        if callable(self._instructions):
+            self._instructions = self._instructions()
+        return self._instructions
+
+    @cached_property
+    def resources(self):
+        """ptxas's report (registers, shared memory, spills) or None when ptxas is absent."""
+        from ..codegen.ptxas import PtxasError, find_ptxas, resources
+
+        if find_ptxas() is None:
+            return None
+        try:
+            return resources(self.ptx, self.target, self.smem_bytes)
+        except PtxasError:
+            return None
+
+    def bank_report(self) -> str:
+        """Wavefronts per warp of every shared-memory access, against the ideal."""
+        from ..ir.bank_report import format_bank_report
+
+        return format_bank_report(self.bank_conflicts)
+
+    def grid(self, sizes: dict, sm_count: Optional[int] = None) -> tuple:
+        """(x, y, z) for these sizes. A grid that depends on the multiprocessor count
+        (persistent kernels) takes `sm_count`, by default this machine's GPU's."""
+        if sm_count is None and self.launch_grid.reads_sm_count:
+            if not runtime.gpu_available():
+                raise LaunchError(f"{self.name}'s grid depends on the GPU's multiprocessor count and there is "
+                                  f"no GPU here: pass sm_count=")
+            sm_count = runtime.device_info().sm_count
+        try:
+            return self._grid(sizes, sm_count)
+        except KeyError as e:
+            raise LaunchError(f"{self.name}: the grid needs size {e.args[0]!r}; sizes given: "
+                              f"{', '.join(sizes) or 'none'}") from None
+
+    # -- running ----------------------------------------------------------------------------
+    def __call__(self, *args, **kwargs):
+        raise LaunchError(f"{self.name} is not a GEMM: launch it with kernel.launch(args, sizes), every "
+                          f"parameter by name ({', '.join(self._names) or 'none'})")
+
+    def function(self, device: int = 0):
+        """The loaded CUDA function (JIT-compiled by the driver on first use; loaded again
+        after the module cache was cleared)."""
+        entry = self._functions.get(device)
+        if entry is not None and entry[0] == _module._generation[0]:
+            return entry[1]
+        fn = runtime.load_module(self.ptx, self.name, device=device)
+        fn.set_max_dynamic_smem(self.smem_bytes)
+        self._functions[device] = (_module._generation[0], fn)
+        return fn
+
+    def launcher(self, device: int = 0):
+        """The prepared launch of this kernel on `device` (runtime.Launcher, with the GPU's
+        multiprocessor count as .sm_count), built once per loaded function."""
+        entry = self._launchers.get(device)
+        if entry is not None and entry[0] == _module._generation[0]:
+            return entry[1]
+        launcher = runtime.Launcher(self.function(device), self._kinds, self.threads, self.smem_bytes, device)
+        launcher.sm_count = runtime.device_info(device).sm_count
+        self._launchers[device] = (_module._generation[0], launcher)
+        return launcher
+
+    def launch(self, args: dict, sizes: dict, stream=None, device: int = 0):
+        """Launch with every parameter given by name (pointers as ints, scalars as numbers)
+        and the size symbols the grid reads; on `stream` (a handle, a tilegen/torch/CuPy
+        stream, or None for the default stream)."""
+        try:
+            values = [args[n] for n in self._names]
+        except KeyError:
+            missing = [n for n in self._names if n not in args]
+            raise LaunchError(f"{self.name}: missing arguments {', '.join(missing)}") from None
+        launcher = self.launcher(device)
+        grid = self.grid(sizes, launcher.sm_count)
+        if 0 in grid:
+            return
+        launcher(grid, values, stream)
+
+
+_KINDS = {"u64": "ptr", "u32": "u32", "s32": "s32", "f32": "f32"}
+
+__all__ = ["Kernel"]

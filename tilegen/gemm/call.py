@@ -1,0 +1,405 @@
+"""Calling a GEMM kernel: check the operands, place them on the GPU (or the emulator),
+launch, return C.
+
+Three paths:
+- GPU arrays of PyTorch or CuPy (runtime/interop.py) whose shapes, dtypes, layouts and
+  devices fit: the fast path (`FastCall`), a few attribute reads per array and one
+  prepared launch on the library's current stream. Rows whose pitch or base is not a
+  multiple of 16 bytes are re-pitched into an aligned copy from the library's own
+  (stream-ordered) allocator when allowed.
+- Other GPU arrays (__cuda_array_interface__ or DLPack), and anything the fast path does
+  not take: described and checked by runtime.describe_array, with errors that say what is
+  wrong; misaligned rows re-pitched into stream-ordered allocations (cuMemAllocAsync).
+- Host (numpy) operands: copied into pitched buffers whose rows are padded to 16 bytes, so
+  any shape runs, on the GPU, or on the CPU emulator (device="sim", or no GPU).
+
+The fused epilogue's operands (a bias vector, a residual matrix) have the output's dtype.
+"""
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+
+from .. import runtime
+from ..arch.dtypes import dtype as arch_dtype
+from ..arch.dtypes import numpy_dtype
+from ..errors import LaunchError
+from ..runtime import interop
+from ..runtime.memory import copy_2d
+
+ALIGN = 16
+_NUMBERS = (float, int)
+_CANONICAL = ("M", "N", "K", "A_ptr", "A_ld", "B_ptr", "B_ld", "C_ptr", "C_ld", "alpha", "beta",
+              "bias_ptr", "R_ptr", "R_ld")
+
+
+def _is_host(x) -> bool:
+    return isinstance(x, np.ndarray)
+
+
+def _check_host(x, name: str, want: np.dtype, dtype_name: str, ndim: int = 2):
+    if not isinstance(x, np.ndarray):
+        raise LaunchError(f"{name} must be a {ndim}-D array (numpy, or a GPU array with __cuda_array_interface__ "
+                          f"or DLPack), got {type(x).__name__}")
+    if x.ndim != ndim:
+        raise LaunchError(f"{name} must be {ndim}-D, got shape {x.shape}")
+    if x.dtype != want:
+        raise LaunchError(f"{name} has dtype {x.dtype}; this kernel takes {want} ({dtype_name})")
+
+
+def _pitched(stored: np.ndarray) -> tuple[np.ndarray, int]:
+    """A copy of `stored` with each row padded to a multiple of 16 bytes; returns (copy, ld)."""
+    rows, cols = stored.shape
+    per = ALIGN // stored.itemsize
+    ld = max(per, -(-cols // per) * per)
+    buf = np.zeros((max(rows, 1), ld), dtype=stored.dtype)  # never empty: addresses must stay mapped
+    buf[:rows, :cols] = stored
+    return buf, ld
+
+
+def _aligned_ld(cols: int, esize: int) -> int:
+    per = ALIGN // esize
+    return max(per, -(-cols // per) * per)
+
+
+def _shapes(A, B, out):
+    M, K = A.shape
+    K2, N = B.shape
+    if K != K2:
+        raise LaunchError(f"A is {M} x {K} but B is {K2} x {N}: inner dimensions differ")
+    if out is not None and tuple(out.shape) != (M, N):
+        raise LaunchError(f"out has shape {tuple(out.shape)}; expected ({M}, {N})")
+    return M, N, K
+
+
+def check_epilogue(spec, bias, residual):
+    epi = spec.epilogue
+    if (bias is None) != (epi.bias is None):
+        if bias is None:
+            raise LaunchError(f"this kernel adds a bias per {epi.bias}: pass bias=")
+        raise LaunchError("bias= needs a spec with Epilogue(bias='row' or 'col'); this kernel has no bias")
+    if (residual is None) == epi.residual:
+        if residual is None:
+            raise LaunchError("this kernel adds a residual: pass residual=")
+        raise LaunchError("residual= needs a spec with Epilogue(residual=True); this kernel has none")
+
+
+def run_gemm(kernel, A, B, *, out=None, alpha=1.0, beta=0.0, bias=None, residual=None, device=None,
+             repitch=False):
+    if device is None and interop.library(A) is not None:
+        done = kernel.fast_call(A, B, out, bias, residual, alpha, beta, repitch)
+        if done is not None:
+            return done
+    spec = kernel.spec
+    try:
+        alpha, beta = float(alpha), float(beta)
+    except (TypeError, ValueError):
+        raise LaunchError(f"alpha and beta must be real numbers, got {alpha!r}, {beta!r}") from None
+    check_epilogue(spec, bias, residual)
+    if device not in (None, "gpu", "cuda", "sim") and not isinstance(device, int):
+        raise LaunchError(f"device={device!r}; allowed: None, 'gpu', 'sim' or a GPU index")
+    host = all(x is None or _is_host(x) for x in (A, B, out, bias, residual))
+    if device == "sim":
+        if not host:
+            raise LaunchError("device='sim' runs on numpy arrays; pass numpy arrays (or run on the GPU)")
+        return _run_host(kernel, A, B, out, alpha, beta, bias, residual, _SimMemory())
+    if host:
+        if device is None and not runtime.gpu_available():  # no GPU: the emulator, said plainly
+            print("tilegen: no GPU found; running on the CPU emulator (device='sim')", file=sys.stderr)
+            return _run_host(kernel, A, B, out, alpha, beta, bias, residual, _SimMemory())
+        return _run_host(kernel, A, B, out, alpha, beta, bias, residual,
+                         _GpuMemory(device if isinstance(device, int) else 0))
+    return _run_device(kernel, A, B, out, alpha, beta, bias, residual, repitch)
+
+
+# ---- the fast path ---------------------------------------------------------------------
+
+class FastCall:
+    """A GEMM kernel's launch from PyTorch / CuPy arrays, prepared once per kernel.
+
+    `fast(A, B, out, bias, residual, alpha, beta, repitch)` launches and returns C, or
+    returns None without side effects when anything does not fit (the general path then
+    runs, and reports what is wrong)."""
+
+    def __init__(self, kernel):
+        spec = kernel.spec
+        self.kernel = kernel
+        self.spec = spec
+        self.in_dtype = arch_dtype(spec.dtype).storage
+        self.out_dtype = arch_dtype(spec.out_dtype).storage
+        self.in_size = arch_dtype(spec.dtype).bytes
+        self.out_size = arch_dtype(spec.out_dtype).bytes
+        self.a_row = spec.a_layout == "row"
+        self.b_row = spec.b_layout == "row"
+        self.bias_axis = spec.epilogue.bias
+        self.residual = spec.epilogue.residual
+        names = [n for n, _ in kernel.params]
+        self.order = tuple(_CANONICAL.index(n) for n in names)
+        self.lib_of = interop.library
+
+    @staticmethod
+    def _matrix(p, row: bool):
+        """(rows, cols, ld, aligned?) of a 2-D probe in the layout asked for, or None."""
+        if len(p.shape) != 2:
+            return None
+        r, c = p.shape
+        s0, s1 = p.strides
+        if r == 0 or c == 0:
+            return None
+        if row:
+            if not (s1 == 1 or c == 1):
+                return None
+            ld = s0 if r > 1 else c
+            if ld < c:
+                return None
+            return r, c, ld
+        if not (s0 == 1 or r == 1):
+            return None
+        ld = s1 if c > 1 else r
+        if ld < r:
+            return None
+        return r, c, ld
+
+    def __call__(self, A, B, out, bias, residual, alpha, beta, repitch):
+        lib = self.lib_of(A)
+        if (bias is None) != (self.bias_axis is None) or (residual is None) == self.residual:
+            return None
+        if type(alpha) not in _NUMBERS or type(beta) not in _NUMBERS:
+            return None
+        pa, pb = lib.probe(A), self.lib_of(B) is lib and lib.probe(B)
+        if not pa or not pb or pa.dtype != self.in_dtype or pb.dtype != self.in_dtype:
+            return None
+        a, b = self._matrix(pa, self.a_row), self._matrix(pb, self.b_row)
+        if a is None or b is None or a[1] != b[0] or pb.device != pa.device:
+            return None
+        M, K, a_ld = a
+        N, b_ld = b[1], b[2]
+        device = pa.device
+        isz = self.in_size
+        a_ptr, b_ptr = pa.ptr, pb.ptr
+        a_ok = a_ptr % ALIGN == 0 and ((a_ld * isz) % ALIGN == 0 or (M if self.a_row else K) == 1)
+        b_ok = b_ptr % ALIGN == 0 and ((b_ld * isz) % ALIGN == 0 or (K if self.b_row else N) == 1)
+        if (not a_ok or not b_ok) and not repitch:
+            return None
+        if out is None:
+            if beta != 0.0:
+                return None
+            out = lib.empty((M, N), self.out_dtype, device)
+        elif self.lib_of(out) is not lib:
+            return None
+        pc = lib.probe(out)
+        if not pc or pc.dtype != self.out_dtype or pc.device != device or tuple(pc.shape) != (M, N):
+            return None
+        c = self._matrix(pc, True)
+        if c is None:
+            return None
+        bias_ptr = r_ptr = r_ld = 0
+        if bias is not None:
+            pv = self.lib_of(bias) is lib and lib.probe(bias)
+            length = N if self.bias_axis == "col" else M
+            if (not pv or pv.dtype != self.out_dtype or pv.device != device or tuple(pv.shape) != (length,)
+                    or (length > 1 and pv.strides[0] != 1)):
+                return None
+            bias_ptr = pv.ptr
+        if residual is not None:
+            pr = self.lib_of(residual) is lib and lib.probe(residual)
+            if not pr or pr.dtype != self.out_dtype or pr.device != device or tuple(pr.shape) != (M, N):
+                return None
+            rm = self._matrix(pr, True)
+            if rm is None:
+                return None
+            r_ptr, r_ld = pr.ptr, rm[2]
+        launcher = self.kernel.launcher(device)
+        stream = lib.stream(device)
+        keep = None
+        if not a_ok or not b_ok:  # re-pitched copies, from the library's stream-ordered allocator
+            keep = []
+            if not a_ok:
+                a_ptr, a_ld = _repitch(lib, a_ptr, a_ld, (M, K) if self.a_row else (K, M), isz, self.in_dtype,
+                                       device, stream, keep)
+            if not b_ok:
+                b_ptr, b_ld = _repitch(lib, b_ptr, b_ld, (K, N) if self.b_row else (N, K), isz, self.in_dtype,
+                                       device, stream, keep)
+        vals = (M, N, K, a_ptr, a_ld, b_ptr, b_ld, pc.ptr, c[2], alpha, beta, bias_ptr, r_ptr, r_ld)
+        grid = self.kernel._grid({"M": M, "N": N, "K": K}, launcher.sm_count)
+        launcher(grid, [vals[i] for i in self.order], stream)
+        return out
+
+
+def _repitch(lib, ptr, ld, stored, esize, dtype, device, stream, keep):
+    """An aligned copy of a stored (rows, cols) matrix, enqueued on `stream`: (ptr, ld).
+    The copy's array is kept in `keep` until the launch is enqueued; the library's
+    allocator then reuses it only for work ordered after it on that stream."""
+    rows, cols = stored
+    new_ld = _aligned_ld(cols, esize)
+    buf = lib.empty((rows * new_ld,), dtype, device)
+    keep.append(buf)
+    dst = lib.probe(buf).ptr
+    copy_2d(dst, new_ld * esize, ptr, ld * esize, cols * esize, rows, stream)
+    return dst, new_ld
+
+
+# ---- host arrays: through the GPU or the emulator ----------------------------------------
+
+class _GpuMemory:
+    """Host arrays through device buffers."""
+
+    def __init__(self, device: int):
+        self.device = device
+        self.buffers = {}
+
+    def put(self, host: np.ndarray) -> int:
+        buf = runtime.DeviceBuffer.from_host(host, self.device)
+        self.buffers[buf.ptr] = buf
+        return buf.ptr
+
+    def get(self, ptr: int, host: np.ndarray):
+        self.buffers[ptr].copy_to_host(host)
+
+    def launch(self, kernel, args, sizes):
+        kernel.launch(args, sizes, device=self.device)
+
+    def close(self):
+        for buf in self.buffers.values():
+            buf.close()
+
+
+class _SimMemory:
+    """Host arrays through the CPU emulator's global memory."""
+
+    def __init__(self):
+        from ..sim.memory import GlobalMemory  # the emulator loads its PTX grammar on first use
+
+        self.memory = GlobalMemory()
+
+    def put(self, host: np.ndarray) -> int:
+        ptr = self.memory.alloc(host.nbytes)
+        self.memory.write(ptr, host)
+        return ptr
+
+    def get(self, ptr: int, host: np.ndarray):
+        host[...] = self.memory.read(ptr, host.nbytes).view(host.dtype).reshape(host.shape)
+
+    def launch(self, kernel, args, sizes):
+        from ..sim.runner import run_kernel
+
+        run_kernel(kernel, args, sizes, self.memory)
+
+    def close(self):
+        pass
+
+
+def _run_host(kernel, A, B, out, alpha, beta, bias, residual, memory):
+    spec = kernel.spec
+    in_dt, out_dt = numpy_dtype(spec.dtype), numpy_dtype(spec.out_dtype)
+    _check_host(A, "A", in_dt, spec.dtype)
+    _check_host(B, "B", in_dt, spec.dtype)
+    if out is not None:
+        _check_host(out, "out", out_dt, spec.out_dtype)
+        if not out.flags.writeable:
+            raise LaunchError("out is read-only")
+    M, N, K = _shapes(A, B, out)
+    if beta != 0.0 and out is None:
+        raise LaunchError("beta != 0 reads C from out=; pass out")
+    if out is None:
+        out = np.empty((M, N), dtype=out_dt)
+    if M == 0 or N == 0:
+        return out
+    a_stored, lda = _pitched(A if spec.a_layout == "row" else A.T)
+    b_stored, ldb = _pitched(B if spec.b_layout == "row" else B.T)
+    c_host = np.ascontiguousarray(out)
+    try:
+        args = {"M": M, "N": N, "K": K, "A_ptr": memory.put(a_stored), "A_ld": lda,
+                "B_ptr": memory.put(b_stored), "B_ld": ldb, "C_ptr": memory.put(c_host), "C_ld": N,
+                "alpha": alpha, "beta": beta}
+        if bias is not None:
+            length = N if spec.epilogue.bias == "col" else M
+            _check_host(bias, "bias", out_dt, spec.out_dtype, ndim=1)
+            if bias.shape[0] != length:
+                raise LaunchError(f"bias has {bias.shape[0]} elements; a bias per {spec.epilogue.bias} needs {length}")
+            args["bias_ptr"] = memory.put(np.ascontiguousarray(bias))
+        if residual is not None:
+            _check_host(residual, "residual", out_dt, spec.out_dtype)
+            if residual.shape != (M, N):
+                raise LaunchError(f"residual has shape {residual.shape}; expected ({M}, {N})")
+            args["R_ptr"], args["R_ld"] = memory.put(np.ascontiguousarray(residual)), N
+        memory.launch(kernel, args, {"M": M, "N": N, "K": K})
+        memory.get(args["C_ptr"], c_host)
+    finally:
+        memory.close()
+    if c_host is not out:
+        out[...] = c_host
+    return out
+
+
+# ---- other GPU arrays: described and checked ------------------------------------------------
+
+def _aligned(view, stream, keep: list):
+    """(pointer, ld) of `view`, re-pitched into a 16-byte aligned stream-ordered allocation
+    when its base or row pitch does not allow 16-byte copies."""
+    esize = view.dtype.itemsize
+    if view.ptr % ALIGN == 0 and (view.ld * esize) % ALIGN == 0:
+        return view.ptr, view.ld
+    rows, cols = (view.rows, view.cols) if view.layout == "row" else (view.cols, view.rows)
+    ld = _aligned_ld(cols, esize)
+    buf = runtime.StreamBuffer(max(rows, 1) * ld * esize, stream)
+    keep.append(buf)
+    copy_2d(buf.ptr, ld * esize, view.ptr, view.ld * esize, cols * esize, rows, stream)
+    return buf.ptr, ld
+
+
+def _run_device(kernel, A, B, out, alpha, beta, bias, residual, repitch=False):
+    spec = kernel.spec
+    in_dt, out_dt = numpy_dtype(spec.dtype), numpy_dtype(spec.out_dtype)
+    align = None if repitch else ALIGN
+    a = runtime.describe_array(A, name="A", dtype=in_dt, shape=None, layout=spec.a_layout, writable=False,
+                               align=align)
+    b = runtime.describe_array(B, name="B", dtype=in_dt, shape=None, layout=spec.b_layout, writable=False,
+                               align=align)
+    M, K = a.rows, a.cols
+    if b.rows != K:
+        raise LaunchError(f"A is {M} x {K} but B is {b.rows} x {b.cols}: inner dimensions differ")
+    N = b.cols
+    if out is None:
+        if beta != 0.0:
+            raise LaunchError("beta != 0 reads C from out=; pass out")
+        out = _empty_like_device(A, (M, N), out_dt)
+    c = runtime.describe_array(out, name="out", dtype=out_dt, shape=(M, N), layout="row", writable=True, align=None)
+    if M == 0 or N == 0:
+        return out
+    lib = interop.library(A)
+    stream = lib.stream(a.device or 0) if lib is not None else 0
+    keep: list = []  # re-pitched copies, freed in stream order after the kernel
+    a_ptr, a_ld = _aligned(a, stream, keep) if repitch else (a.ptr, a.ld)
+    b_ptr, b_ld = _aligned(b, stream, keep) if repitch else (b.ptr, b.ld)
+    args = {"M": M, "N": N, "K": K, "A_ptr": a_ptr, "A_ld": a_ld, "B_ptr": b_ptr, "B_ld": b_ld,
+            "C_ptr": c.ptr, "C_ld": c.ld, "alpha": alpha, "beta": beta}
+    if bias is not None:
+        length = N if spec.epilogue.bias == "col" else M
+        if tuple(getattr(bias, "shape", ())) != (length,):
+            raise LaunchError(f"bias must have shape ({length},) for a bias per {spec.epilogue.bias}, "
+                              f"got {tuple(getattr(bias, 'shape', ()))}")
+        args["bias_ptr"] = runtime.describe_array(bias.reshape(1, length), name="bias", dtype=out_dt,
+                                                  shape=(1, length), layout="row").ptr
+    if residual is not None:
+        r = runtime.describe_array(residual, name="residual", dtype=out_dt, shape=(M, N), layout="row")
+        args["R_ptr"], args["R_ld"] = r.ptr, r.ld
+    try:
+        kernel.launch(args, {"M": M, "N": N, "K": K}, stream=stream)
+    finally:
+        for buf in keep:
+            buf.free()  # stream-ordered: after the kernel that reads it
+    return out
+
+
+def _empty_like_device(x, shape, dtype):
+    """A new GPU array of the same library as `x` (torch or CuPy)."""
+    lib = interop.library(x)
+    if lib is None:
+        raise LaunchError(f"pass out= for GPU arrays of type {type(x).__name__}")
+    dev = interop.probe(x)
+    return lib.empty(shape, np.dtype(dtype).name, dev.device if dev else 0)
+
+
+__all__ = ["run_gemm", "FastCall", "check_epilogue", "ALIGN"]

@@ -1,0 +1,44 @@
+"""GemmKernel: a compiled GEMM, callable on arrays: kernel(A, B, out=C)."""
+from __future__ import annotations
+
+from .. import compiler
+from ..compiler import Kernel
+from .call import FastCall, run_gemm
+from .template import trace_gemm
+
+
+class GemmKernel(Kernel):
+    """A Kernel whose spec is a GemmSpec: C = act(alpha * A @ B + beta * C + bias) + residual."""
+
+    _fast = None
+
+    @property
+    def fast_call(self) -> FastCall:
+        """The prepared call from PyTorch / CuPy arrays (gemm/call.py), built once."""
+        if self._fast is None:
+            self._fast = FastCall(self)
+        return self._fast
+
+    def __call__(self, A, B, *, out=None, alpha: float = 1.0, beta: float = 0.0, bias=None, residual=None,
+                 device=None, repitch: bool = False):
+        """C = act(alpha * A @ B + beta * C + bias) + residual (the epilogue its spec names).
+        A is M x K and B is K x N whatever their memory layout.
+
+        numpy arrays in -> a numpy array out (through the GPU, or the CPU emulator with
+        device="sim" or without a GPU). GPU arrays (PyTorch, CuPy, anything with
+        __cuda_array_interface__ or DLPack) are used in place and the kernel runs on their
+        library's current stream. C has the spec's out_dtype (f32 unless the spec says
+        otherwise: GemmSpec(dtype="f16") computes f16 x f16 -> f32; tilegen.matmul picks an
+        out_dtype equal to the inputs'). GPU operands whose rows are not 16-byte aligned are
+        refused, or copied into aligned buffers first with repitch=True (tilegen.matmul does
+        that)."""
+        return run_gemm(self, A, B, out=out, alpha=alpha, beta=beta, bias=bias, residual=residual, device=device,
+                        repitch=repitch)
+
+
+def compile_gemm(spec) -> GemmKernel:
+    """The kernel of a GemmSpec: this process's memo, else the disk cache, else traced and built."""
+    return compiler.compile_spec(spec, trace_gemm, GemmKernel)
+
+
+__all__ = ["GemmKernel", "compile_gemm"]

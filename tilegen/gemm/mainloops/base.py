@@ -1,0 +1,49 @@
+"""The interface of a GEMM main-loop family (see tilegen/gemm/mainloops/__init__.py)."""
+from __future__ import annotations
+
+from typing import Optional
+
+
+class MainLoop:
+    """The interface each family implements (the defaults below are mma.sync-like)."""
+
+    instruction: str = ""
+    kernel_tag: str = ""          # in kernel names: tilegen_gemm{tag}_...
+    default_stages: int = 3
+    persistent: bool = False      # whether its kernels may walk several blocks per CTA
+
+    def default_target(self, dtype: str) -> str:
+        raise NotImplementedError
+
+    def default_tile_warps(self, dtype: str, b_layout: str) -> tuple:
+        """(tile, warps) of a spec that gives neither."""
+        raise NotImplementedError
+
+    def default_frag_buffers(self, dtype: str) -> int:
+        return 1
+
+    def validate(self, spec) -> None:
+        """Raise SpecError for a spec this family cannot build (the common rules are GemmSpec's)."""
+
+    def swaps_operands(self, spec) -> bool:
+        """Whether the kernel computes C^T = B^T A^T."""
+        return False
+
+    def register_operand(self, spec) -> Optional[str]:
+        """The operand ("A", "B") loaded into registers for the tensor cores, or None."""
+        return None
+
+    def stage_layout(self, spec, operand: str) -> str:
+        """Memory order ("row", "col") of an operand's shared stages."""
+        return spec.a_layout if operand == "A" else spec.b_layout
+
+    def tf32_truncates(self, spec) -> bool:
+        """Whether the tensor cores truncate tf32 operands (instead of rounding them)."""
+        return False
+
+    def pipeline(self, spec, A, B, sA, sB, warp, wm, wn):
+        """The DSL object with prologue(m0, n0) and k_loop(m0, n0) -> accumulator."""
+        raise NotImplementedError
+
+
+__all__ = ["MainLoop"]

@@ -1,0 +1,231 @@
+"""The GEMM main loop on wgmma (sm_90a): cp.async fills the stages, each warpgroup's tensor
+cores read them straight from shared memory.
+
+Every thread copies; each warpgroup (4 warps stacked along M) multiplies its 64-row slice
+of the stage by its columns of B. The wgmmas of a tile run asynchronously while the next
+tile is waited for, so a stage is free again only once the wgmmas of the tile after it
+have been issued and their predecessors retired (wgmma_wait(1)) by every warpgroup (the
+barrier of the following tile). Hence the copies run stages - 2 tiles ahead:
+
+    tile kt:  wait for its copies; fence (cp.async wrote through the generic proxy, wgmma
+              reads through the async proxy); barrier; issue its wgmmas; refill the stage
+              of tile kt - 2 with tile kt + stages - 2; wgmma_wait(1) (tile kt - 1 retired)
+
+A tf32 operand that is MN-major in shared memory cannot be read by wgmma (spec.register_operand):
+wgmma takes it as A from registers instead. Each warp retires its previous k-tile's wgmmas
+(wgmma_wait(0): the registers are free again), loads its 16 rows of every k-step (rounded
+to tf32), fences once and issues the k-tile's wgmmas; the other warpgroup's wgmmas keep the
+tensor cores busy meanwhile (measured faster than retiring and reloading one k-step at a
+time, docs/perf_notes.md section 15). With a row-major B the kernel computes
+C^T = B^T A^T (spec.swaps_operands): wgmma's A is the warpgroup's 64 columns of B, its B
+the whole tile of A read as A^T, and the accumulator holds a block of C^T, stored transposed.
+
+Persistent kernels (spec.persistent) run one CTA per SM over several blocks of C: the
+prologue copies of the next block start before this block's accumulator is stored.
+"""
+from __future__ import annotations
+
+from ... import dsl as tg
+from ...arch import wgmma as W
+from ...arch.swizzle import SWIZZLE_MODES
+from ...errors import SpecError
+from .base import MainLoop
+from .mma_sync import DEFAULT_TILE
+
+WG_ROWS = W.M
+# Two warpgroups of m64n256, four stages of 128-byte K rows (192 KB of shared memory).
+DEFAULT_WGMMA_TILE = {"f16": (128, 256, 64), "bf16": (128, 256, 64), "tf32": (128, 256, 32)}
+# tf32 with a row-major B computes C^T = B^T A^T: two warpgroups of 64 columns of C, each
+# issuing m64n256 over the tile's 256 rows, B^T from registers (docs/perf_notes.md section 15).
+TF32_ROW_B = ((256, 128, 32), (1, 8))
+
+
+class WgmmaLoop(MainLoop):
+    """Rules of the wgmma kernels. Each warpgroup (4 warps stacked along M) multiplies a 64-row
+    slice of the tile straight from shared memory: warps.m is a multiple of 4, every warp
+    tile is 16 rows high (tile.m = 16 * warps.m) and at most 256 columns wide; the copies run
+    stages - 2 tiles ahead of the tensor cores (one more stage is still being read by them).
+    wgmma reads tf32 from shared memory only K-major; only its A may come from registers.
+    So a tf32 kernel with a row-major (N-major) B computes C^T = B^T A^T (swaps_operands):
+    its warpgroups are 4 warps side by side along N (warps (1, 4k), tile.n = 16 * warps.n,
+    tile.m at most 256), each loading its 64 columns of B into registers. A column-major A
+    goes through registers too (register_operand), or, in a swapped kernel, is transposed
+    while copied (stage_layout). The tensor cores truncate the f32 values they read from
+    shared memory to tf32; register operands are rounded to nearest (tf32_truncates)."""
+
+    instruction = "wgmma"
+    kernel_tag = "_wgmma"
+    default_stages = 4
+    persistent = True
+
+    def default_target(self, dtype: str) -> str:
+        return "sm_90a"
+
+    def default_tile_warps(self, dtype: str, b_layout: str) -> tuple:
+        if dtype == "tf32" and b_layout == "row":
+            return TF32_ROW_B
+        return DEFAULT_WGMMA_TILE.get(dtype) or DEFAULT_TILE[dtype], (8, 1)
+
+    def default_frag_buffers(self, dtype: str) -> int:
+        return 1  # wgmma reads its operands from shared memory: no operand fragments
+
+    def swaps_operands(self, spec) -> bool:
+        """tf32 with a row-major B: the kernel computes C^T = B^T A^T, so that the N-major B
+        (which wgmma cannot read from shared memory as tf32) is the A operand, fed from
+        registers, and A^T, K-major, is read from shared memory."""
+        return spec.dtype == "tf32" and spec.b_layout == "row"
+
+    def register_operand(self, spec):
+        """The MN-major tf32 operand that becomes wgmma's A, loaded into registers."""
+        if spec.dtype != "tf32":
+            return None
+        if self.swaps_operands(spec):
+            return "B"
+        return "A" if spec.a_layout == "col" else None
+
+    def stage_layout(self, spec, operand: str) -> str:
+        """A column-major A in a swapped tf32 kernel is copied transposed: wgmma reads A^T
+        K-major from shared memory."""
+        if operand == "A" and self.swaps_operands(spec):
+            return "row"
+        return super().stage_layout(spec, operand)
+
+    def tf32_truncates(self, spec) -> bool:
+        """wgmma reads tf32 operands as the f32 values the copies left in shared memory and
+        truncates them (unit roundoff 2^-10); operands it takes from registers are rounded
+        (cvt.rna) while loaded."""
+        return spec.dtype == "tf32"
+
+    def shape(self, spec) -> W.WgmmaShape:
+        """The wgmma each warpgroup issues."""
+        return W.WgmmaShape(spec.dtype, spec.warp_tile[0] if self.swaps_operands(spec) else spec.warp_tile[1])
+
+    def validate(self, spec) -> None:
+        t, w = spec.tile, spec.warps
+        if not spec.target_info.arch_specific or spec.target_info.sm < 90:
+            raise SpecError("target", spec.target, "sm_90a", "wgmma exists only on the arch-specific Hopper target")
+        if spec.dtype not in W.K_BY_DTYPE or spec.acc_dtype != "f32":
+            raise SpecError("dtype", spec.dtype, ", ".join(W.K_BY_DTYPE),
+                            "wgmma kernels take f16, bf16 or tf32 operands and accumulate in f32")
+        if spec.frag_buffers != 1:
+            raise SpecError("frag_buffers", spec.frag_buffers, "1",
+                            "wgmma reads its operands from shared memory: there are no fragments to double-buffer")
+        swapped = self.swaps_operands(spec)
+        if swapped:
+            if w.m != 1 or w.n % W.WARPGROUP or t.n != 16 * w.n:
+                raise SpecError("warps", (w.m, w.n), f"(1, a multiple of 4) with tile.n = 16 * warps.n (tile.n is {t.n})",
+                                "tf32 with a row-major B computes C^T = B^T A^T: each warpgroup of 4 warps "
+                                "side by side along N computes 64 columns")
+            if t.m not in W.N_RANGE:
+                raise SpecError("tile", (t.m, t.n, t.k), "tile.m a multiple of 8 up to 256",
+                                f"each warpgroup issues m64n{t.m} over the tile's rows (C^T = B^T A^T)")
+        elif w.m % W.WARPGROUP or t.m != 16 * w.m:
+            raise SpecError("warps", (w.m, w.n), f"warps.m a multiple of 4 with tile.m = 16 * warps.m (tile.m is {t.m})",
+                            "each warpgroup of 4 warps stacked along M computes 64 rows")
+        wn = spec.warp_tile[1]
+        if not swapped and wn not in W.N_RANGE:
+            raise SpecError("tile", (t.m, t.n, t.k), "tile.n / warps.n a multiple of 8 up to 256",
+                            f"each warpgroup issues m64n{wn}")
+        if spec.swizzle not in W.SWIZZLE_CODE:
+            raise SpecError("swizzle", spec.swizzle, ", ".join(W.SWIZZLE_CODE),
+                            "wgmma reads shared memory through descriptors of swizzled layouts")
+        span = SWIZZLE_MODES[spec.swizzle].span
+        esize = spec.operand_dtype.bytes
+        if spec.is_k_major("A") or spec.is_k_major("B"):
+            if W.K_BY_DTYPE[spec.dtype] * esize > span:
+                raise SpecError("swizzle", spec.swizzle, "128B, 64B",
+                                f"one k-step of {W.K_BY_DTYPE[spec.dtype] * esize} bytes must fit in a swizzle span")
+        if not spec.is_k_major("B") and self.register_operand(spec) != "B" and (wn * esize) % span:
+            raise SpecError("tile", (t.m, t.n, t.k), f"tile.n / warps.n a multiple of {span // esize}",
+                            "an N-major B splits between warpgroups on whole swizzle panels")
+        if spec.stages < 3:
+            raise SpecError("stages", spec.stages, "3..6", "wgmma kernels keep one stage for the tensor cores "
+                            "still reading the previous tile")
+
+    def pipeline(self, spec, A, B, sA, sB, warp, wm, wn):
+        return WgmmaPipeline(spec, A, B, sA, sB, warp, wm, wn)
+
+
+class WgmmaPipeline:
+    """The stages of A and B and the wgmmas that read them, for one warpgroup's rows.
+
+    prologue(m0, n0) starts the copies of a block's first stages - 2 k-tiles; k_loop(m0, n0)
+    runs the block's K loop and returns each warp's accumulator (its 16 rows of the
+    warpgroup's 64), with every copy and wgmma finished."""
+
+    def __init__(self, spec, A, B, sA, sB, warp, wm, wn):
+        self.spec, self.A, self.B, self.sA, self.sB = spec, A, B, sA, sB
+        self.S = spec.stages
+        self.ahead = self.S - 2
+        self.shape = spec.mainloop.shape(spec)
+        steps = spec.tile.k // self.shape.k
+        # wgmma's operands and origins: (stage tile, first row) of A, (stage tile, first column) of B.
+        if spec.swaps_operands:   # C^T = B^T A^T: the warp's 16 columns of B, all rows of A
+            self.a_src, self.a_origin, self.b_src, self.b_origin = sB.T, wn, sA.T, wm
+        elif spec.register_operand == "A":   # the warp's 16 rows
+            self.a_src, self.a_origin, self.b_src, self.b_origin = sA, wm, sB, wn
+        else:  # the warpgroup's first row in the tile: warps 4g .. 4g+3 are consecutive along M
+            self.a_src, self.a_origin, self.b_src, self.b_origin = sA, ((warp % spec.warps.m) >> 2) * WG_ROWS, sB, wn
+        self.frags = ([tg.fragment(spec.mma, "A", (1, 1), name=f"a{kk}") for kk in range(steps)]
+                      if spec.register_operand else None)
+
+    def copy(self, m0, n0, tile_index, inside_k):
+        BK, S = self.spec.tile.k, self.S
+        inside = ("K",) if inside_k else ()
+        stage = tile_index % S
+        tg.copy_async(self.sA[stage], self.A.block(m0, tile_index * BK), inbounds=inside,
+                      comment=f"k-tile +{self.ahead} of A")
+        tg.copy_async(self.sB[stage], self.B.block(tile_index * BK, n0), inbounds=inside,
+                      comment=f"k-tile +{self.ahead} of B")
+        tg.commit()
+
+    def prologue(self, m0, n0):
+        # k-tiles 0 .. S-3; blocks past K arrive as zeros and add nothing.
+        for s in range(self.ahead):
+            self.copy(m0, n0, s, inside_k=False)
+
+    def k_loop(self, m0, n0):
+        spec, shape, S, ahead = self.spec, self.shape, self.S, self.ahead
+        sA, sB = self.sA, self.sB
+        BK = spec.tile.k
+        K = self.A.shape[1]
+        acc = tg.fragment(spec.mma, "C", (1, shape.n // spec.mma.n), name="acc")
+
+        steps = BK // shape.k
+        a_src, b_src, frags = self.a_src, self.b_src, self.frags
+
+        def step(kt, inside_k):
+            stage = kt % S
+            tg.wait(ahead - 1)        # k-tile kt has landed for this thread
+            tg.fence_proxy_async()    # ... and is visible to the tensor cores' reads
+            tg.barrier()              # ... for every thread; k-tile kt - 2's wgmmas are retired everywhere
+            if frags is None:
+                tg.wgmma_fence()
+                for kk in range(steps):
+                    tg.wgmma(acc, a_src[stage], b_src[stage], self.a_origin, kk * shape.k, self.b_origin)
+                tg.wgmma_commit()
+            else:
+                tg.wgmma_wait(0)      # k-tile kt - 1 retired: its registers are free
+                for kk in range(steps):
+                    tg.load(frags[kk], a_src[stage], self.a_origin, kk * shape.k, comment=f"k-step {kk} of A")
+                tg.wgmma_fence()
+                for kk in range(steps):
+                    tg.wgmma(acc, frags[kk], b_src[stage], None, kk * shape.k, self.b_origin)
+                tg.wgmma_commit()
+            self.copy(m0, n0, kt + ahead, inside_k)
+            if frags is None:
+                tg.wgmma_wait(1)      # k-tile kt - 1 retired for this warpgroup
+
+        k_tiles = tg.cdiv(K, BK)
+        full_tiles = K // BK
+        steady = full_tiles - tg.minimum(full_tiles, ahead)
+        for kt in tg.range(0, steady):
+            step(kt, inside_k=True)
+        for kt in tg.range(steady, k_tiles):
+            step(kt, inside_k=False)
+        tg.wgmma_wait(0)
+        tg.wait(0)
+        return acc
+
+
+__all__ = ["WgmmaLoop", "WgmmaPipeline"]

@@ -1,0 +1,103 @@
+"""The GEMM template, written in the tilegen DSL.
+
+C = act(alpha * A @ B + beta * C + bias) + residual. Each CTA computes tile.m x tile.n
+blocks of C; its warps split a block into warp tiles. K is walked by the main loop of the
+spec's instruction family (gemm/mainloops/), and the block is stored through the fused
+epilogue (gemm/epilogue.py).
+"""
+from __future__ import annotations
+
+from .. import dsl as tg
+from .epilogue import store_block
+from .layouts import operand_mode
+
+
+def gemm_kernel_name(spec) -> str:
+    t, w = spec.tile, spec.warps
+    kind = spec.mainloop.kernel_tag + ("_persistent" if spec.persistent else "")
+    return (f"tilegen_gemm{kind}_{spec.dtype}_{spec.a_layout[0]}{spec.b_layout[0]}_{spec.out_dtype}_"
+            f"{t.m}x{t.n}x{t.k}_w{w.m}x{w.n}_s{spec.stages}_{spec.swizzle}_fb{spec.frag_buffers}"
+            + _epilogue_suffix(spec.epilogue))
+
+
+def _epilogue_suffix(epi) -> str:
+    parts = ([f"bias{epi.bias}"] if epi.bias else []) + ([epi.activation] if epi.activation != "none" else [])
+    return "".join("_" + p for p in parts + (["residual"] if epi.residual else []))
+
+
+def launch_grid(spec):
+    """One CTA per tile.m x tile.n block of C, in one dimension; persistent kernels launch
+    at most one CTA per SM, each walking blocks pid, pid + CTAs, ..."""
+    blocks = tg.cdiv("M", spec.tile.m) * tg.cdiv("N", spec.tile.n)
+    return (tg.minimum(blocks, tg.SM_COUNT) if spec.persistent else blocks, 1, 1)
+
+
+def block_origin(spec, index, M, N):
+    """(m0, n0) of block `index` in the grouped launch order: spec.group_m consecutive
+    blocks walk down M before moving along N, so the B blocks they share stay in L2."""
+    BM, BN = spec.tile.m, spec.tile.n
+    blocks_m, blocks_n = tg.cdiv(M, BM), tg.cdiv(N, BN)
+    per_group = blocks_n * spec.group_m
+    first_m = (index // per_group) * spec.group_m
+    group_rows = tg.minimum(blocks_m - first_m, spec.group_m)
+    in_group = index % per_group
+    return (first_m + in_group % group_rows) * BM, (in_group // group_rows) * BN
+
+
+@tg.kernel
+def gemm(spec):
+    tg.launch(threads=spec.threads, grid=launch_grid(spec))
+    epi = spec.epilogue
+    A = tg.tensor("A", spec.dtype, ("M", "K"), layout=spec.a_layout)
+    B = tg.tensor("B", spec.dtype, ("K", "N"), layout=spec.b_layout)
+    C = tg.tensor("C", spec.out_dtype, ("M", "N"))
+    alpha, beta = tg.scalar("alpha"), tg.scalar("beta")
+    # Fused epilogue operands have the output's dtype: a bias per column (N) or per row (M)
+    # and a residual of C's shape.
+    bias = tg.vector("bias", spec.out_dtype, "N" if epi.bias == "col" else "M") if epi.bias else None
+    R = tg.tensor("R", spec.out_dtype, ("M", "N")) if epi.residual else None
+    M, N = A.shape[0], B.shape[1]
+
+    pid = tg.program_id()
+    if not spec.persistent:  # this CTA's block of C
+        m0, n0 = block_origin(spec, pid, M, N)
+    # Stages keep the tensors' memory order unless the family transposes an operand while
+    # copying it (spec.stage_layout); layouts are the spec's swizzle, or padded rows for
+    # 32-bit operands read with single loads (gemm/layouts.py).
+    sA, sB = (tg.shared(f"s{op}", spec.dtype, *spec.operand_tile(op), stages=spec.stages,
+                        swizzle=operand_mode(spec, op)[0], pad=operand_mode(spec, op)[1],
+                        logical=spec.stage_layout(op)) for op in "AB")
+    # Warps are laid out M-fastest: warp w owns rows (w % warps.m) and columns (w // warps.m).
+    warp = tg.warp_id()
+    wm = (warp % spec.warps.m) * spec.warp_tile[0]
+    wn = (warp // spec.warps.m) * spec.warp_tile[1]
+    pipe = spec.mainloop.pipeline(spec, A, B, sA, sB, warp, wm, wn)
+
+    def store(acc, m0, n0):
+        store_block(spec, C, acc, m0 + wm, n0 + wn, alpha, beta, bias, R)
+
+    if not spec.persistent:
+        pipe.prologue(m0, n0)
+        store(pipe.k_loop(m0, n0), m0, n0)
+        return
+    # Persistent: CTA pid takes blocks pid, pid + CTAs, ... While one block's accumulator
+    # is stored, the copies of the next block's first k-tiles are already in flight.
+    blocks = tg.cdiv(M, spec.tile.m) * tg.cdiv(N, spec.tile.n)
+    ctas = tg.num_programs()
+    pipe.prologue(*block_origin(spec, pid, M, N))
+    for i in tg.range(0, tg.cdiv(blocks - pid, ctas)):
+        m0, n0 = block_origin(spec, pid + i * ctas, M, N)
+        acc = pipe.k_loop(m0, n0)
+        tg.barrier()  # every warpgroup is done with the stages: refill them
+        following = pid + (i + 1) * ctas
+        with tg.if_(tg.lt(following, blocks)):
+            pipe.prologue(*block_origin(spec, following, M, N))
+        store(acc, m0, n0)
+
+
+def trace_gemm(spec):
+    """The tile-level IR of a GemmSpec's kernel."""
+    return gemm.trace(spec=spec, target=spec.target, name=gemm_kernel_name(spec))
+
+
+__all__ = ["gemm", "trace_gemm", "gemm_kernel_name", "launch_grid", "block_origin"]

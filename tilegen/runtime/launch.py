@@ -1,0 +1,143 @@
+"""Prepared launches: what a kernel's launch needs, built once, so that each launch packs
+its values with one struct call into a parameter buffer that already exists and makes one
+driver call.
+
+cuLaunchKernel takes `kernelParams`, an array of pointers, one per parameter, each to the
+bytes of that parameter (ptx.md 7.3). A Launcher owns one buffer holding every parameter
+at its natural alignment and the pointer array into it; cuda-python takes the array's
+address as a plain int, so nothing is converted per call. The driver copies the values
+when the launch is enqueued, so the buffer is free again as soon as the call returns (a
+lock keeps two threads from packing into it at once).
+
+The call itself goes through cuda.bindings, or, with TILEGEN_LAUNCH=ctypes, through
+ctypes straight into libcuda (the same library cuda-python loaded); both take the same
+arguments. bench --host times both.
+"""
+from __future__ import annotations
+
+import ctypes
+import os
+import struct
+import threading
+
+from ..errors import LaunchError
+from . import driver as _drv
+from .module import stream_handle
+from .params import ARG_KINDS, check_launch_dims, pack_arg
+
+# kind -> struct code; every kind is 4 or 8 bytes and aligned to its size
+_CODE = {"ptr": "Q", "u64": "Q", "u32": "I", "s32": "i", "f32": "f", "f64": "d"}
+_SIZE = {"Q": 8, "I": 4, "i": 4, "f": 4, "d": 8}
+_INVALID_CONTEXT = (201, 400)  # CUDA_ERROR_INVALID_CONTEXT, CUDA_ERROR_INVALID_HANDLE
+
+
+def launch_route() -> str:
+    """"bindings" (cuda.bindings.driver.cuLaunchKernel) or "ctypes" (libcuda directly)."""
+    route = os.environ.get("TILEGEN_LAUNCH", "bindings").strip().lower()
+    return route if route in ("bindings", "ctypes") else "bindings"
+
+
+class ParamBuffer:
+    """The parameters of one kernel, packed at their natural offsets, and the pointer array
+    cuLaunchKernel reads them through."""
+
+    def __init__(self, kinds):
+        for i, k in enumerate(kinds):
+            if k not in _CODE:
+                raise LaunchError(f"kernel argument {i}: kind {k!r} is not one of {', '.join(ARG_KINDS)}")
+        self.kinds = tuple(kinds)
+        fmt, offsets, at = "<", [], 0
+        for k in self.kinds:
+            code = _CODE[k]
+            pad = -at % _SIZE[code]
+            fmt += "x" * pad + code
+            at += pad
+            offsets.append(at)
+            at += _SIZE[code]
+        self.struct = struct.Struct(fmt)
+        self.storage = ctypes.create_string_buffer(max(self.struct.size, 8))
+        base = ctypes.addressof(self.storage)
+        self.pointers = (ctypes.c_void_p * max(len(self.kinds), 1))(*[base + o for o in offsets])
+        self.address = ctypes.addressof(self.pointers) if self.kinds else 0
+
+    def pack(self, values) -> None:
+        """Write the values; a value struct refuses (a pointer object, a number out of range)
+        goes through params.pack_arg, which converts it or says what is wrong."""
+        try:
+            self.struct.pack_into(self.storage, 0, *values)
+        except (struct.error, OverflowError, TypeError):
+            if len(values) != len(self.kinds):
+                raise LaunchError(f"the kernel takes {len(self.kinds)} arguments; got {len(values)}") from None
+            plain = []
+            for i, (v, k) in enumerate(zip(values, self.kinds)):
+                value, _ = pack_arg(v, k, i)
+                plain.append(value.value if hasattr(value, "value") else value)
+            self.struct.pack_into(self.storage, 0, *plain)
+
+
+def _ctypes_launch():
+    """libcuda's cuLaunchKernel through ctypes (the library cuda-python already loaded)."""
+    lib = ctypes.CDLL("libcuda.so.1")
+    fn = lib.cuLaunchKernel
+    u = ctypes.c_uint
+    fn.argtypes = [ctypes.c_void_p, u, u, u, u, u, u, u, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
+    fn.restype = ctypes.c_int
+    return fn
+
+
+_CTYPES = []
+
+
+class Launcher:
+    """One loaded kernel, ready to launch: `launcher(grid, values, stream)`.
+
+    values are in the kernel's parameter order (ints for pointers and integers, floats);
+    stream as module.stream_handle takes it (an int handle is used as it is)."""
+
+    def __init__(self, function, kinds, threads: int, smem: int, device: int = 0):
+        self.function = function
+        self.buffer = ParamBuffer(kinds)
+        self.block = check_launch_dims((1, 1, 1), (threads, 1, 1))[1]
+        self.smem = int(smem)
+        self.device = device
+        self.handle = function.handle
+        self.handle_int = int(function.handle)
+        self.route = launch_route()
+        self.lock = threading.Lock()
+        if self.route == "ctypes" and not _CTYPES:
+            _CTYPES.append(_ctypes_launch())
+        self._driver = _drv._driver()
+
+    def __call__(self, grid, values, stream=0) -> None:
+        gx, gy, gz = grid
+        if not isinstance(stream, int):
+            stream = stream_handle(stream)
+        bx, by, bz = self.block
+        _drv.ensure_context(self.device)
+        with self.lock:
+            self.buffer.pack(values)
+            if self.route == "ctypes":
+                err = _CTYPES[0](self.handle_int, gx, gy, gz, bx, by, bz, self.smem, int(stream),
+                                 self.buffer.address, None)
+            else:
+                err = self._driver.cuLaunchKernel(self.handle, gx, gy, gz, bx, by, bz, self.smem, stream,
+                                                  self.buffer.address, 0)[0]
+        if err:
+            self._failed(int(err), grid, values, stream)
+
+    def _failed(self, err: int, grid, values, stream) -> None:
+        if err in _INVALID_CONTEXT:  # another context became current on this thread: once more
+            _drv.forget_current()
+            _drv.ensure_context(self.device)
+            with self.lock:
+                self.buffer.pack(values)
+                err = int(self._driver.cuLaunchKernel(self.handle, *grid, *self.block, self.smem, stream,
+                                                      self.buffer.address, 0)[0])
+            if not err:
+                return
+        check_launch_dims(grid, self.block)  # a grid out of range says so plainly
+        _drv.check((err,), f"launching {self.function.entry} (grid {tuple(grid)}, block {self.block}, "
+                           f"{self.smem} B dynamic smem)")
+
+
+__all__ = ["Launcher", "ParamBuffer", "launch_route"]
