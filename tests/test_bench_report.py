@@ -113,7 +113,8 @@ def test_comparison_table_text():
 # ---- tables -------------------------------------------------------------------------------
 
 def test_markdown_table():
-    res = _result([_row("f16", peak={"f16": 618.0}), _row("tf32", m=4096, n=4096, k=1024, cublas_ms=None)],
+    res = _result([_row("f16", peak={"f16": 618.0}, front_ms=0.258, cublas_front_ms=0.203),
+                   _row("tf32", m=4096, n=4096, k=1024, cublas_ms=None)],
                   peak={"f16": {"tflops": 618.0, "reference": 618.0, "config": "tilegen_mma_peak_f16_2x4_w8_u4"}},
                   compile_speed={"specs": [{"spec": "f16 rr", "compile_ms": 120.0, "jit_ms": 80.0,
                                             "first_launch_ms": 210.0, "second_object_ms": 110.0}]})
@@ -125,9 +126,11 @@ def test_markdown_table():
     cells = [c.strip() for c in lines[header + 2].strip("|").split("|")]
     assert cells[:4] == ["f16", "rr", "4096^3", "0.250"]
     assert cells[4] == "549.8" and cells[5] == "687.2" and cells[7] == "0.80x" and cells[9] == "89%"
-    assert cells[10].startswith("ok")
+    # what users get: tilegen.matmul as called, against the kernel alone and torch.matmul as called
+    assert cells[10] == "532.7" and cells[11] == "0.97x" and cells[12] == "0.79x"
+    assert cells[13].startswith("ok")
     row2 = [c.strip() for c in lines[header + 3].strip("|").split("|")]
-    assert row2[2] == "4096x4096x1024" and row2[5] == "--" and row2[7] == "--"
+    assert row2[2] == "4096x4096x1024" and row2[5] == "--" and row2[7] == "--" and row2[10:13] == ["--"] * 3
     assert any("| f16 | m16n8k16 | 618.0 | 618 |" in l for l in lines)
     assert any(l.startswith("| f16 rr | 120.0 | 80.0 | 210.0 | 110.0 |") for l in lines)
     # every table line has the same number of cells as its header

@@ -107,7 +107,7 @@ def test_error_bounds_order():
 
 def test_round_tf32_keeps_10_mantissa_bits():
     x = np.array([1.0 + 2 ** -10, 1.0 + 2 ** -11 + 2 ** -12, 1.0 + 2 ** -12], dtype=np.float32)
-    assert list(gemm._round_tf32(x)) == [1.0 + 2 ** -10, 1.0 + 2 ** -10, 1.0]
+    assert list(gemm.round_tf32(x)) == [1.0 + 2 ** -10, 1.0 + 2 ** -10, 1.0]
 
 
 # ---- a GEMM row on fake arrays (numpy) ------------------------------------------------------
@@ -425,9 +425,9 @@ def stand_ins(monkeypatch):
     monkeypatch.setattr(benv, "environment", lambda device=0: {"gpu": "NVIDIA H200", "driver": "580", "versions": {}})
     monkeypatch.setattr(benv, "l2_bytes", lambda device=0: 1 << 16)
     monkeypatch.setattr(backends, "pick_backend", lambda name="auto": be)
-    monkeypatch.setattr(tilegen, "compile", fake_compile)
+    monkeypatch.setattr(cli, "tg_compile", fake_compile)
     monkeypatch.setattr(timing, "EventPool", lambda stream=None: FakeEvents(clock))
-    monkeypatch.setattr(cli, "_make_delay", lambda *a: None)
+    monkeypatch.setattr(timing, "make_delay", lambda *a: None)
     monkeypatch.setattr(peak, "run_peak", lambda dtypes, sms, target, events, log=None: {
         dt: {"tflops": 500.0, "reference": 600.0, "config": "cfg", "configs": []} for dt in dtypes})
     monkeypatch.setattr(compile_speed, "measure", lambda specs, log=None: {

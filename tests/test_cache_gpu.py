@@ -25,7 +25,7 @@ SPEC = tilegen.GemmSpec(dtype="f16", tile=(64, 64, 32), warps=(2, 2), stages=2, 
 
 
 def driver_version() -> int:
-    return int(drv.check(drv._driver().cuDriverGetVersion(), "cuDriverGetVersion"))
+    return int(drv.check(drv.bindings().cuDriverGetVersion(), "cuDriverGetVersion"))
 
 
 def run_and_check(kernel, M=300, N=200, K=160):
@@ -113,7 +113,7 @@ def test_linker_and_jit_report_the_same_resources(cdir, dtype):
     # A fresh comment makes the text new to the driver's own compute cache, which would
     # otherwise hand back an earlier build with an empty log.
     ptx = k.ptx + f"// {os.getpid()} {time.time_ns()}\n"
-    d = drv._driver()
+    d = drv.bindings()
     drv.ensure_context(0)
     arch = "sm_%d%d" % device_info().cc
     _, link_log = mod._link(d, ptx, arch)

@@ -124,7 +124,7 @@ class FakeLinkDriver:
 @pytest.fixture
 def fake(monkeypatch, cdir):
     d = FakeLinkDriver()
-    monkeypatch.setattr(drv, "_driver", lambda: d)
+    monkeypatch.setattr(drv, "bindings", lambda: d)
     monkeypatch.setattr(drv, "ensure_context", lambda device=0: 0xC0)
     d.cc = (9, 0)
     monkeypatch.setattr(drv, "device_info",

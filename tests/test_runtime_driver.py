@@ -43,7 +43,7 @@ class FakeDriver:
 def fake(monkeypatch):
     def install(**kw):
         d = FakeDriver(**kw)
-        monkeypatch.setattr(drv, "_driver", lambda: d)
+        monkeypatch.setattr(drv, "bindings", lambda: d)
         monkeypatch.setattr(drv, "_contexts", {})
         monkeypatch.setattr(drv, "_available", {})   # probed once per process: probe the fake
         monkeypatch.setattr(drv, "_infos", {})

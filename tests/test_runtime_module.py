@@ -72,7 +72,7 @@ class FakeDriver:
 @pytest.fixture
 def fake(monkeypatch):
     d = FakeDriver()
-    monkeypatch.setattr(drv, "_driver", lambda: d)
+    monkeypatch.setattr(drv, "bindings", lambda: d)
     monkeypatch.setattr(drv, "ensure_context", lambda device=0: 0xC0)
     monkeypatch.setattr(drv, "device_info",
                         lambda device=0: DeviceInfo("Fake H200", (9, 0), 132, 232448, "13.0"))

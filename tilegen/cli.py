@@ -18,9 +18,23 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import math
 import sys
 import threading
 import time
+import typing
+from pathlib import Path
+
+import numpy as np
+
+from . import runtime, show
+from .arch.dtypes import numpy_dtype
+from .codegen.ptxas import find_ptxas
+from .errors import LaunchError, SpecError, TilegenError
+from .frontend import compile as compile_spec
+from .gemm.spec import GemmSpec, parse_spec_text, spec_to_text
+from .gemm.template import gemm_kernel_name
+from .gemm.textspec import SpecFileError, SpecSyntaxError, int_dataclass, type_options
 
 EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
 EMIT = ("ptx", "ir", "resources", "banks", "tg")
@@ -37,15 +51,11 @@ def _progress(msg: str):
 # -- specs from files and options ----------------------------------------------------------
 
 def _spec_fields() -> list:
-    from .gemm.spec import GemmSpec
-
     return [f for f in dataclasses.fields(GemmSpec) if f.init]
 
 
 def _field_help() -> dict:
     """field -> 'legal values (default ...)' from GemmSpec's docstring table."""
-    from .gemm.spec import GemmSpec
-
     out = {}
     for line in (GemmSpec.__doc__ or "").splitlines():
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
@@ -71,15 +81,9 @@ def _add_spec_args(p: argparse.ArgumentParser, spec_help: str):
 
 def _value_hint(f) -> str:
     """How to write a field's value on the command line, from its type."""
-    import typing
-
-    from .gemm.textspec import int_dataclass as _int_dataclass, type_options as _options
-
-    from .gemm.spec import GemmSpec
-
-    opts = _options(typing.get_type_hints(GemmSpec).get(f.name))
+    opts = type_options(typing.get_type_hints(GemmSpec).get(f.name))
     for t in opts:
-        if _int_dataclass(t):
+        if int_dataclass(t):
             names = [x.name for x in dataclasses.fields(t) if x.init]
             example = {2: "2x4", 3: "128x256x64"}.get(len(names), "x".join("1" * len(names)))
             return f"; write {'x'.join(n.upper() for n in names)}, e.g. {example}"
@@ -91,8 +95,6 @@ def _value_hint(f) -> str:
 
 def spec_from_args(args):
     """The GemmSpec a verb works on: SPEC.tg (a path, '-' for stdin, or none) plus the options."""
-    from .gemm.spec import parse_spec_text
-
     overrides = {f.name: getattr(args, f"field_{f.name}") for f in _spec_fields()
                  if getattr(args, f"field_{f.name}", None) is not None}
     if args.spec is None:
@@ -100,8 +102,6 @@ def spec_from_args(args):
     elif args.spec == "-":
         text, source = sys.stdin.read(), "<stdin>"
     else:
-        from pathlib import Path
-
         path = Path(args.spec)
         if not path.is_file():
             raise UsageError(f"no such spec file: {args.spec}")
@@ -119,8 +119,6 @@ def _compile(args) -> int:
     if args.emit == "tg":
         text = _spec_text(spec, args.minimal)
     else:
-        from .frontend import compile as compile_spec
-
         kernel = compile_spec(spec)
         if args.emit == "ptx":
             text = kernel.ptx
@@ -129,9 +127,6 @@ def _compile(args) -> int:
         elif args.emit == "banks":
             text = kernel.bank_report()
         else:
-            from .codegen.ptxas import find_ptxas
-            from .errors import TilegenError
-
             if find_ptxas() is None:
                 raise UsageError("--emit resources needs ptxas (CUDA 12.8 or newer): install the CUDA toolkit "
                                  "or `pip install nvidia-cuda-nvcc`")
@@ -154,14 +149,10 @@ def _compile(args) -> int:
 
 
 def _spec_text(spec, minimal: bool = False) -> str:
-    from .gemm.spec import spec_to_text
-
     return spec_to_text(spec, minimal=minimal)
 
 
 def _kernel_name(spec) -> str:
-    from .gemm.template import gemm_kernel_name
-
     return gemm_kernel_name(spec)
 
 
@@ -187,10 +178,6 @@ def error_bound(spec, K: int) -> float:
 
 
 def _activation(name: str, x):
-    import math
-
-    import numpy as np
-
     if name == "none":
         return x
     if name == "relu":
@@ -218,22 +205,16 @@ def _ticker(what: str, every: float = 5.0):
 
 
 def _run(args) -> int:
-    import numpy as np
-
-    from .arch.dtypes import numpy_dtype
-    from .frontend import compile as compile_spec
-    from .runtime import gpu_available
-
     for name in ("m", "n", "k"):
         if getattr(args, name) < 1:
             raise UsageError(f"--{name} {getattr(args, name)}: sizes must be at least 1")
     spec = spec_from_args(args)
     device = args.device
     if device is None:
-        device = "gpu" if gpu_available() else "sim"
+        device = "gpu" if runtime.gpu_available() else "sim"
         if device == "sim":
             _progress("no GPU found; running on the CPU emulator (--device sim)")
-    elif device == "gpu" and not gpu_available():
+    elif device == "gpu" and not runtime.gpu_available():
         raise UsageError("--device gpu: no GPU found (no CUDA driver or no NVIDIA device); "
                          "use --device sim to run on the CPU emulator")
     M, N, K = args.m, args.n, args.k
@@ -313,8 +294,6 @@ def _formula(epi) -> str:
 # -- show ----------------------------------------------------------------------------------
 
 def _show(args) -> int:
-    from . import show
-
     atom = show.resolve(args.atom)
     if args.png:
         w, h = show.fragment_png(atom, args.operand, args.png)
@@ -328,13 +307,6 @@ def _show(args) -> int:
 
 def _demo(args) -> int:
     """Compile the default GEMM, run it (GPU, else the CPU emulator) and check it against numpy."""
-    import numpy as np
-
-    from .arch.dtypes import numpy_dtype
-    from .frontend import compile as compile_spec
-    from .runtime import gpu_available
-    from .gemm.spec import GemmSpec
-
     spec = GemmSpec(dtype=args.dtype)
     print(spec)
     atom = spec.mma
@@ -345,7 +317,7 @@ def _demo(args) -> int:
     kernel = compile_spec(spec)
     print(f"\n{kernel.name}: {len(kernel.ptx.splitlines())} lines of PTX, {kernel.threads} threads, "
           f"{kernel.smem_bytes} bytes of shared memory")
-    device = "gpu" if gpu_available() else "sim"
+    device = "gpu" if runtime.gpu_available() else "sim"
     M, N, K = (args.size,) * 3
     rng = np.random.default_rng(0)
     A = rng.standard_normal((M, K)).astype(numpy_dtype(spec.dtype))
@@ -483,13 +455,9 @@ def main(argv=None) -> int:
     if not getattr(args, "run", None):
         parser.print_help()
         return EXIT_USAGE
-    from .errors import LaunchError, SpecError, TilegenError
-    from .show import PlotUnavailable
-    from .gemm.textspec import SpecFileError, SpecSyntaxError
-
     try:
         return args.run(args)
-    except (UsageError, SpecError, SpecSyntaxError, SpecFileError, LaunchError, PlotUnavailable) as e:
+    except (UsageError, SpecError, SpecSyntaxError, SpecFileError, LaunchError, show.PlotUnavailable) as e:
         print(f"tilegen {args.command}: error: {e}", file=sys.stderr)
         return EXIT_USAGE
     except TilegenError as e:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import colorsys
 
 from .arch.fragments import WARP, FragmentMap
+from .arch.ldmatrix import LDMATRIX, STMATRIX
 from .arch.mma import DEFAULT_ATOM, MMA_ATOMS, MmaAtom
 from .errors import SpecError, TilegenError
 
@@ -31,8 +32,6 @@ class PlotUnavailable(TilegenError, ImportError):
 
 
 def _matrix_ops() -> dict:
-    from .arch.ldmatrix import LDMATRIX, STMATRIX
-
     return {op.fragment.name: op.fragment for table in (LDMATRIX, STMATRIX) for op in table.values()}
 
 

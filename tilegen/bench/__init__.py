@@ -1,3 +1,4 @@
+from .cli import main as _main
 """tilegen's benchmarks: `python3 -m tilegen.bench` (or `tilegen bench`).
 
 GEMM throughput against cuBLAS and Triton, the mma.sync peak measured with a tilegen kernel,
@@ -6,8 +7,6 @@ See docs/benchmarks.md."""
 
 
 def main(argv=None) -> int:
-    from .cli import main as _main
-
     return _main(argv)
 
 

@@ -15,6 +15,9 @@ import os
 
 import numpy as np
 
+from .. import runtime
+from ..arch.dtypes import numpy_dtype
+
 
 class Unsupported(RuntimeError):
     """This backend cannot do what was asked (e.g. cuBLAS bf16 through CuPy)."""
@@ -211,9 +214,7 @@ class RawBackend:
     name = "cuda-python"
 
     def __init__(self, device: int = 0):
-        from ..runtime import ensure_context
-
-        ensure_context(device)
+        runtime.ensure_context(device)
         self.device = device
         self.version = None
         self.cublas_name = None
@@ -222,20 +223,14 @@ class RawBackend:
     stream = None
 
     def _np(self, dtype):
-        from ..arch.dtypes import numpy_dtype
-
         return numpy_dtype("f32" if dtype == "tf32" else dtype)
 
     def random(self, rows, cols, dtype):
-        from ..runtime import DeviceBuffer
-
         host = self._rng.standard_normal((rows, cols), dtype=np.float32).astype(self._np(dtype))
-        return DeviceMatrix(DeviceBuffer.from_host(host, self.device), rows, cols, dtype)
+        return DeviceMatrix(runtime.DeviceBuffer.from_host(host, self.device), rows, cols, dtype)
 
     def empty(self, rows, cols, dtype):
-        from ..runtime import DeviceBuffer
-
-        return DeviceMatrix(DeviceBuffer(rows * cols * self._np(dtype).itemsize, self.device), rows, cols, dtype)
+        return DeviceMatrix(runtime.DeviceBuffer(rows * cols * self._np(dtype).itemsize, self.device), rows, cols, dtype)
 
     def ptr(self, x) -> int:
         return x.buf.ptr
@@ -247,9 +242,7 @@ class RawBackend:
         x.buf.fill_bytes(0xFF)  # all-ones bits are a NaN in f32, f16 and bf16
 
     def synchronize(self) -> None:
-        from ..runtime import synchronize
-
-        synchronize(self.device)
+        runtime.synchronize(self.device)
 
     def cublas(self, dtype, A, B, C):
         raise Unsupported("cuBLAS needs torch or CuPy")

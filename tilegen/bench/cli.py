@@ -10,8 +10,12 @@ import argparse
 import sys
 import time
 
+from .. import runtime
+from ..frontend import compile as tg_compile
+from . import backends, compile_speed, env, peak, report, timing
 from . import options as O
-from . import report
+from .gemm import GemmBench
+from .host import format_host, host_costs
 
 EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
 
@@ -36,9 +40,15 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--peak", action="store_true", help="measure the mma.sync peak with a tilegen kernel")
     g.add_argument("--compile-speed", action="store_true",
                    help="time spec -> PTX and compile -> launched kernel")
-    g.add_argument("--no-gemm", action="store_true", help="skip the GEMM rows (with --peak / --compile-speed)")
+    g.add_argument("--no-gemm", action="store_true", help="skip the GEMM rows (with --peak / --compile-speed / --host)")
     g.add_argument("--no-cublas", action="store_true", help="do not run cuBLAS")
     g.add_argument("--no-triton", action="store_true", help="do not run Triton")
+    g.add_argument("--no-front-door", action="store_true",
+                   help="do not time tilegen.matmul and torch.matmul as users call them (back to back, host "
+                        "time included)")
+    g.add_argument("--host", action="store_true",
+                   help="host microseconds per call of torch.matmul, a prepared launch, kernel(...) and "
+                        "tilegen.matmul (torch tensors; the first --sizes entry's M)")
     g.add_argument("--backend", default="auto", choices=["auto", "torch", "cupy", "cuda-python"],
                    help="where GPU arrays come from (default: torch, else cupy, else cuda-python)")
     t = p.add_argument_group("timing")
@@ -89,8 +99,8 @@ def parse_args(argv):
         raise UsageError("--reps must be >= 1")
     if args.warmup is not None and args.warmup < 0:
         raise UsageError("--warmup must be >= 0")
-    if args.load and (args.peak or args.compile_speed or args.save and args.save == args.load):
-        raise UsageError("--load reads saved results; it cannot be combined with --peak, --compile-speed "
+    if args.load and (args.peak or args.compile_speed or args.host or args.save and args.save == args.load):
+        raise UsageError("--load reads saved results; it cannot be combined with --peak, --compile-speed, --host "
                          "or a --save to the same file")
     return args
 
@@ -123,8 +133,6 @@ def main(argv=None) -> int:
     if loaded is not None:
         result = loaded
     else:
-        from .. import runtime
-
         if not runtime.gpu_available():
             print("tilegen bench: no GPU found (no CUDA driver or no NVIDIA device): benchmarks need an "
                   "NVIDIA GPU. To look at saved results without one: tilegen bench --load FILE.json "
@@ -146,11 +154,12 @@ def finish(args, result: dict, baseline, log) -> int:
         print(report.format_peak(result["peak"]))
         print()
     if result.get("compile_speed"):
-        from .compile_speed import format_compile_speed
-
-        print(format_compile_speed(result["compile_speed"]))
+        print(compile_speed.format_compile_speed(result["compile_speed"]))
         print()
-    if result.get("rows") or not (result.get("peak") or result.get("compile_speed")):
+    for host in result.get("host") or ():
+        print(format_host(host) if "error" not in host else f"host costs {host['dtype']}: {host['error']}")
+        print()
+    if result.get("rows") or not (result.get("peak") or result.get("compile_speed") or result.get("host")):
         print(report.format_table(result))
     if any(report.is_wrong(r) for r in result.get("rows", [])):
         status = EXIT_FAIL
@@ -180,18 +189,14 @@ def finish(args, result: dict, baseline, log) -> int:
 
 def measure(args, log) -> dict:
     """Run everything asked for on GPU 0; the result dict (see report.py for its shape)."""
-    from ..runtime import device_info, ensure_context
-    from .env import device_target, environment
-    from .timing import EventPool
-
-    ensure_context(0)
-    info = device_info(0)
-    target = device_target(info.cc)
+    runtime.ensure_context(0)
+    info = runtime.device_info(0)
+    target = env.device_target(info.cc)
     try:
         O.check_overrides(args.dtype, args.layouts, target, args.overrides)
     except O.OptionError as e:
         raise UsageError(str(e)) from None
-    result = environment(0)
+    result = env.environment(0)
     result["format"] = report.FORMAT
     result["settings"] = {
         "dtypes": args.dtype, "layouts": [O.layout_code(a, b) for a, b in args.layouts],
@@ -202,23 +207,28 @@ def measure(args, log) -> dict:
     }
     log(f"tilegen bench on {info.name} (sm_{info.sm}, {info.sm_count} SMs), target {target}")
     t_start = time.perf_counter()
-    peak = None
+    measured_peak = None
     if args.peak:
-        from .peak import run_peak
-
-        events = EventPool(None)
-        peak = run_peak(args.dtype, info.sm_count, args.overrides.get("target", target), events, log=log)
-        result["peak"] = peak
+        events = timing.EventPool(None)
+        measured_peak = peak.run_peak(args.dtype, info.sm_count, args.overrides.get("target", target), events,
+                                      log=log)
+        result["peak"] = measured_peak
     if args.compile_speed:
-        from . import compile_speed
-
         specs = [O.make_spec(dt, "row", "row", target, args.overrides) for dt in args.dtype]
         try:
             result["compile_speed"] = compile_speed.measure(specs, log=log)
         except Exception as e:  # noqa: BLE001
             result["compile_speed"] = {"error": f"{type(e).__name__}: {e}", "specs": []}
             log(f"compile-speed failed: {e}")
-    peaks, source = _peak_reference(peak, info.name)
+    if args.host:
+        result["host"] = []
+        for dt in args.dtype:
+            try:
+                result["host"].append(host_costs(dt, size=args.size_list[0][0]))
+            except Exception as e:  # noqa: BLE001  (torch missing, ...)
+                result["host"].append({"dtype": dt, "error": f"{type(e).__name__}: {e}"})
+                log(f"host costs {dt} failed: {e}")
+    peaks, source = _peak_reference(measured_peak, info.name)
     result["peak_source"] = source
     result["rows"] = []
     if not args.no_gemm:
@@ -232,26 +242,18 @@ def measure(args, log) -> dict:
     return result
 
 
-def _peak_reference(peak, gpu_name: str):
+def _peak_reference(measured, gpu_name: str):
     """TFLOP/s that '% mma peak' divides by: this run's --peak, else DESIGN.md's H200 numbers
     on an H200, else none."""
-    if peak and any(p.get("tflops") for p in peak.values()):
-        return {dt: p["tflops"] for dt, p in peak.items() if p.get("tflops")}, "the measured mma.sync peak"
+    if measured and any(p.get("tflops") for p in measured.values()):
+        return {dt: p["tflops"] for dt, p in measured.items() if p.get("tflops")}, "the measured mma.sync peak"
     if "H200" in (gpu_name or ""):
-        from .peak import REFERENCE_PEAK
-
-        return dict(REFERENCE_PEAK), "the H200 mma.sync peak in DESIGN.md (run --peak to measure)"
+        return dict(peak.REFERENCE_PEAK), "the H200 mma.sync peak in DESIGN.md (run --peak to measure)"
     return {}, None
 
 
 def _gemm_rows(args, log, target, peaks, checkpoint) -> None:
-    from .. import compile as tg_compile
-    from .backends import pick_backend
-    from .env import l2_bytes
-    from .gemm import GemmBench
-    from .timing import EventPool, TimingOptions
-
-    backend = pick_backend(args.backend)
+    backend = backends.pick_backend(args.backend)
     log(f"arrays and cuBLAS through {backend.name}" + ("" if backend.cublas_name else " (no cuBLAS baseline)"))
     triton_mod = None
     if not args.no_triton and backend.name == "torch":
@@ -261,11 +263,12 @@ def _gemm_rows(args, log, target, peaks, checkpoint) -> None:
             log(f"Triton not used: {type(e).__name__}: {e}")
     elif not args.no_triton:
         log("Triton not used: it needs torch")
-    events = EventPool(backend.stream)
-    delay = _make_delay(backend, target, events, log)
-    opts = TimingOptions(args.warmup_ms, args.rep_ms, args.warmup, args.reps)
-    l2 = l2_bytes(0)
-    bench = GemmBench(backend, events, opts, delay, l2, cublas=not args.no_cublas, triton=triton_mod, log=log)
+    events = timing.EventPool(backend.stream)
+    delay = timing.make_delay(backend, target, events, log)
+    opts = timing.TimingOptions(args.warmup_ms, args.rep_ms, args.warmup, args.reps)
+    l2 = env.l2_bytes(0)
+    bench = GemmBench(backend, events, opts, delay, l2, cublas=not args.no_cublas, triton=triton_mod, log=log,
+                      front_door=not args.no_front_door)
     meta = {"backend": backend.name, "cublas": backend.cublas_name if bench.cublas else None,
             "triton": getattr(triton_mod, "VERSION", None) if bench.triton is not None else None,
             "delay": delay.name if delay else None, "l2_bytes": l2,
@@ -317,27 +320,3 @@ def _progress(row: dict) -> str:
     for impl, msg in (row.get("errors") or {}).items():
         parts.append(f"[{impl}: {msg}]")
     return " ".join(parts)
-
-
-def _make_delay(backend, target, events, log):
-    """The stream-holding kernel used while Python enqueues a batch (see timing.py)."""
-    from .timing import Delay
-
-    spin = backend.spin()
-    name = "torch.cuda._sleep"
-    if spin is None:
-        try:
-            from .peak import SpinKernel
-
-            spin = SpinKernel(target, stream=backend.stream)
-            name = "tilegen spin kernel"
-        except Exception as e:  # noqa: BLE001
-            log(f"no delay kernel ({type(e).__name__}: {e}): Python launch overhead may show in small sizes")
-            return None
-    delay = Delay(spin, name)
-    try:
-        delay.calibrate(events)
-    except Exception as e:  # noqa: BLE001
-        log(f"delay kernel failed ({type(e).__name__}: {e}); timing without it")
-        return None
-    return delay

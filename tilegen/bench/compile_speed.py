@@ -3,12 +3,13 @@
 Measured in fresh Python processes with the driver's own JIT cache off (CUDA_CACHE_DISABLE=1),
 so a first launch really includes the driver's PTX -> SASS compilation. First with tilegen's
 disk cache off (TILEGEN_CACHE=0):
-- compile_ms: tilegen.compile(spec) wall time, median of several (spec -> PTX);
+- compile_ms: tilegen.compile(spec) wall time, median of several (spec -> PTX), the
+  process's memo of compiled kernels emptied before each;
 - jit_ms: Kernel.function() of a new Kernel (the driver JIT of the PTX);
 - first_launch_ms: compile + load + one launch of a one-tile problem + synchronize;
 - second_object_ms: the same again with a second Kernel for the same spec; tilegen's
   in-process module cache (keyed by the PTX) skips the JIT: what a cache gives.
-Then, when tilegen.cache exists, twice more with the disk cache on in a new empty directory
+Then twice more with the disk cache on in a new empty directory
 (TILEGEN_CACHE_DIR): cache_cold_* (a miss: trace, link, store) and cache_warm_* (a new
 process that finds both the PTX and the cubin on disk).
 """
@@ -16,10 +17,17 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
+from dataclasses import fields
+
+from .. import compiler, runtime, store
+from ..frontend import compile as tg_compile
+from ..gemm.spec import GemmSpec, TileShape, WarpLayout
 
 WORKER_TAG = "TILEGEN_COMPILE_SPEED "
 
@@ -43,67 +51,57 @@ def child_main(specs_json: str, import_ms: float) -> None:
 def worker(specs_json: str, repeat: int = 5, launch: bool = True) -> dict:
     """Runs in the child process: times each spec, returns a dict (printed as JSON).
     Compiling needs no GPU; with launch=False the GPU half is skipped."""
-    import tilegen
-
-    out = {"import_ms": None, "specs": []}
-    try:
-        import tilegen.cache as cache
-    except ImportError:
-        cache = None
-    out["cache"] = getattr(cache, "__file__", "tilegen.cache") if cache is not None else None
-    specs = [tilegen.GemmSpec(**{k: tuple(v) if isinstance(v, list) else v for k, v in kw.items()})
+    out = {"import_ms": None, "specs": [], "cache": store.__file__}
+    specs = [GemmSpec(**{k: tuple(v) if isinstance(v, list) else v for k, v in kw.items()})
              for kw in json.loads(specs_json)]
 
     for spec in specs:  # spec -> PTX: no GPU involved
         row = {"spec": _spec_key(spec), "spec_str": str(spec)}
         t0 = time.perf_counter()
-        tilegen.compile(spec)
+        tg_compile(spec)
         row["compile_first_ms"] = (time.perf_counter() - t0) * 1e3
         times = []
         for _ in range(max(1, repeat)):
+            compiler.forget()
             t0 = time.perf_counter()
-            tilegen.compile(spec)
+            tg_compile(spec)
             times.append((time.perf_counter() - t0) * 1e3)
         row["compile_ms"] = statistics.median(times)
         out["specs"].append(row)
 
     if launch:
-        from tilegen.runtime import ensure_context
-
         t0 = time.perf_counter()
-        ensure_context(0)
+        runtime.ensure_context(0)
         out["context_ms"] = (time.perf_counter() - t0) * 1e3
         for spec, row in zip(specs, out["specs"]):
-            row["first_launch_ms"], row["jit_ms"] = _launch_new(tilegen, spec)
-            row["second_object_ms"], row["second_load_ms"] = _launch_new(tilegen, spec)
-    stats = getattr(cache, "stats", None)
-    out["cache_stats"] = dict(stats) if isinstance(stats, dict) else None
+            row["first_launch_ms"], row["jit_ms"] = _launch_new(spec)
+            row["second_object_ms"], row["second_load_ms"] = _launch_new(spec)
+    out["cache_stats"] = dict(store.stats)
     return out
 
 
-def _launch_new(tilegen, spec) -> tuple[float, float]:
+def _launch_new(spec) -> tuple[float, float]:
     """(compile + load + launch + synchronize, load alone) in ms, for a new Kernel of `spec`
-    on a one-tile problem (two k-tiles)."""
-    from tilegen.runtime import DeviceBuffer, synchronize
-
+    (the memo emptied first) on a one-tile problem (two k-tiles)."""
     t = spec.tile
     m, n, k = t.m, t.n, t.k * 2
     esz = 4 if spec.dtype == "tf32" else 2
-    bufs = [DeviceBuffer(m * k * esz), DeviceBuffer(k * n * esz), DeviceBuffer(m * n * 4)]
+    bufs = [runtime.DeviceBuffer(m * k * esz), runtime.DeviceBuffer(k * n * esz), runtime.DeviceBuffer(m * n * 4)]
     try:
         for buf in bufs:
             buf.fill_bytes(0)
         args = {"M": m, "N": n, "K": k, "A_ptr": bufs[0].ptr, "A_ld": k if spec.a_layout == "row" else m,
                 "B_ptr": bufs[1].ptr, "B_ld": n if spec.b_layout == "row" else k,
                 "C_ptr": bufs[2].ptr, "C_ld": n, "alpha": 1.0, "beta": 0.0}
-        synchronize()
+        runtime.synchronize()
+        compiler.forget()
         t0 = time.perf_counter()
-        kern = tilegen.compile(spec)
+        kern = tg_compile(spec)
         t1 = time.perf_counter()
         kern.function()
         t2 = time.perf_counter()
         kern.launch(args, {"M": m, "N": n, "K": k})
-        synchronize()
+        runtime.synchronize()
         t3 = time.perf_counter()
         return (t3 - t0) * 1e3, (t2 - t1) * 1e3
     finally:
@@ -112,10 +110,6 @@ def _launch_new(tilegen, spec) -> tuple[float, float]:
 
 
 def _spec_kwargs(spec) -> dict:
-    from dataclasses import fields
-
-    from ..gemm.spec import TileShape, WarpLayout
-
     kw = {}
     for f in fields(spec):
         v = getattr(spec, f.name)
@@ -144,16 +138,13 @@ def _run_worker(specs, env_extra: dict, timeout: float = 240.0) -> dict:
 
 def measure(specs, log=None) -> dict:
     """The compile-speed record for `specs` (a list of GemmSpec)."""
-    import shutil
-    import tempfile
-
     base = {"CUDA_CACHE_DISABLE": "1"}
     first = _run_worker(specs, {**base, "TILEGEN_CACHE": "0"})
     result = {"driver_jit_cache": "disabled (CUDA_CACHE_DISABLE=1)", **first}
     if not first.get("cache"):
         return result
     if log:
-        log("compile-speed: timing tilegen.cache (a new empty cache directory: cold, then warm)")
+        log("compile-speed: timing the disk cache (a new empty cache directory: cold, then warm)")
     tmp = tempfile.mkdtemp(prefix="tilegen-bench-cache-")
     try:
         env = {**base, "TILEGEN_CACHE": "1", "TILEGEN_CACHE_DIR": tmp}
@@ -186,8 +177,8 @@ def format_compile_speed(result: dict) -> str:
     for r in specs:
         rows.append([r.get(c) if c == "spec" else _ms(r.get(c)) for c in cols])
     lines = [f"compile speed, ms (import {_ms(result.get('import_ms'))}, context {_ms(result.get('context_ms'))}; "
-             f"driver JIT cache {result.get('driver_jit_cache', '?')}; tilegen.cache "
-             f"{'present' if result.get('cache') else 'not present'})"]
+             f"driver JIT cache {result.get('driver_jit_cache', '?')}; disk cache "
+             f"{'timed' if result.get('cache') else 'not timed'})"]
     widths = [max(len(str(row[i])) for row in rows) for i in range(len(cols))]
     for row in rows:
         lines.append("  ".join(str(v).rjust(w) for v, w in zip(row, widths)))

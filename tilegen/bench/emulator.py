@@ -13,6 +13,12 @@ import time
 
 import numpy as np
 
+from ..arch.dtypes import numpy_dtype
+from ..frontend import compile as tg_compile
+from ..gemm import GemmSpec
+from ..sim import EMULATOR_SM_COUNT, parse_ptx
+from ..sim.parser import grammar_parser
+
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="python3 -m tilegen.bench.emulator", description=__doc__,
@@ -23,15 +29,9 @@ def main(argv=None) -> int:
     ap.add_argument("--profile", action="store_true", help="print the hottest functions of a warm run")
     args = ap.parse_args(argv)
 
-    import tilegen
-    from tilegen.arch.dtypes import numpy_dtype
-    from tilegen.sim import parse_ptx
-    from tilegen.sim import EMULATOR_SM_COUNT
-    from tilegen.sim.parser import grammar_parser
-
-    spec = tilegen.GemmSpec(dtype=args.dtype)
+    spec = GemmSpec(dtype=args.dtype)
     t0 = time.perf_counter()
-    kernel = tilegen.compile(spec)
+    kernel = tg_compile(spec)
     t_compile = time.perf_counter() - t0
     M, N, K = args.shape
     rng = np.random.default_rng(0)

@@ -6,14 +6,16 @@ import os
 import platform
 import subprocess
 
+from .. import runtime
+from ..arch.targets import TARGETS
+from ..version import __version__
+
 DEFAULT_L2_BYTES = 60 * 1024 * 1024  # H200; used when the driver does not say
 
 
 def device_target(cc) -> str:
     """The tilegen target for a compute capability: sm_XY when tilegen knows it, else the
     newest known target below it (e.g. (10, 0) -> sm_90)."""
-    from ..arch.targets import TARGETS
-
     want = 10 * int(cc[0]) + int(cc[1])
     exact = f"sm_{want}"
     if exact in TARGETS:
@@ -27,13 +29,7 @@ def device_target(cc) -> str:
 
 def l2_bytes(device: int = 0) -> int:
     try:
-        from ..runtime import driver as drv
-
-        d = drv._driver()
-        drv.ensure_context(device)
-        dev = drv.check(d.cuDeviceGet(device), "cuDeviceGet")
-        n = int(drv.check(d.cuDeviceGetAttribute(d.CUdevice_attribute.CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE, dev),
-                          "cuDeviceGetAttribute(L2)"))
+        n = runtime.device_info(device).l2_bytes
         return n if n > 0 else DEFAULT_L2_BYTES
     except Exception:  # noqa: BLE001
         return DEFAULT_L2_BYTES
@@ -60,7 +56,6 @@ def versions() -> dict:
     import numpy
 
     out["numpy"] = numpy.__version__
-    from ..version import __version__
 
     out["tilegen"] = __version__
     for mod, attr in (("torch", "__version__"), ("triton", "__version__"), ("cupy", "__version__")):
@@ -80,9 +75,7 @@ def versions() -> dict:
 
 def environment(device: int = 0) -> dict:
     """GPU, driver, versions, commit and date, for the head of a result file."""
-    from ..runtime import device_info
-
-    info = device_info(device)
+    info = runtime.device_info(device)
     smi = _run(["nvidia-smi", f"--id={device}", "--query-gpu=driver_version", "--format=csv,noheader"])
     git = git_commit()
     return {

@@ -14,7 +14,11 @@ import argparse
 import json
 import sys
 
-from .timing import EventPool, TimingOptions, time_calls
+from ..frontend import compile as tg_compile
+from ..gemm import Epilogue, GemmSpec, matmul
+from .backends import TorchBackend
+from .env import device_target, environment, l2_bytes
+from .timing import EventPool, TimingOptions, make_delay, time_calls
 
 SIZES = [(4096, 4096, 4096), (8192, 11008, 4096), (4096, 16384, 4096)]
 
@@ -24,19 +28,14 @@ def _sets(nbytes: int, l2: int) -> int:
 
 
 def fused_rows(torch, dtype: str, sizes, opts, log) -> list:
-    import tilegen
-    from .cli import _make_delay
-    from .backends import TorchBackend
-    from .env import device_target, l2_bytes
-
     F = torch.nn.functional
     tdt = {"f16": torch.float16, "bf16": torch.bfloat16}[dtype]
     backend = TorchBackend()
     events = EventPool(backend.stream)
-    delay = _make_delay(backend, device_target(torch.cuda.get_device_capability()), events, log)
-    spec = tilegen.GemmSpec(dtype=dtype, out_dtype=dtype, target=device_target(torch.cuda.get_device_capability()),
-                            epilogue=tilegen.Epilogue(bias="col", activation="gelu_tanh"))
-    kernel = tilegen.compile(spec)
+    delay = make_delay(backend, device_target(torch.cuda.get_device_capability()), events, log)
+    spec = GemmSpec(dtype=dtype, out_dtype=dtype, target=device_target(torch.cuda.get_device_capability()),
+                            epilogue=Epilogue(bias="col", activation="gelu_tanh"))
+    kernel = tg_compile(spec)
     rows = []
     for M, N, K in sizes:
         n_sets = _sets((M * K + K * N + M * N) * 2, l2_bytes(0))
@@ -85,16 +84,11 @@ def fused_rows(torch, dtype: str, sizes, opts, log) -> list:
 
 
 def f32_rows(torch, sizes, opts, log) -> list:
-    import tilegen
-    from .backends import TorchBackend
-    from .cli import _make_delay
-    from .env import device_target, l2_bytes
-
     target = device_target(torch.cuda.get_device_capability())
     backend = TorchBackend()
     events = EventPool(backend.stream)
-    delay = _make_delay(backend, target, events, log)
-    kernel = tilegen.compile(tilegen.GemmSpec(dtype="f32", target=target))
+    delay = make_delay(backend, target, events, log)
+    kernel = tg_compile(GemmSpec(dtype="f32", target=target))
     rows = []
     for M, N, K in sizes:
         n_sets = _sets((M * K + K * N + M * N) * 4, l2_bytes(0))
@@ -159,7 +153,6 @@ def main(argv=None) -> int:
     for dt in args.dtype:
         rows += fused_rows(torch, dt, SIZES, opts, log)
     rows += f32_rows(torch, [(int(s),) * 3 for s in args.f32_sizes], opts, log)
-    from .env import environment
 
     record = {"env": environment(0), "rows": rows}
     if args.save:

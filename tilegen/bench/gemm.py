@@ -11,8 +11,10 @@ import math
 
 import numpy as np
 
+from ..gemm import matmul
+from ..sim.numerics import tf32_operand
 from .report import finish_row
-from .timing import time_calls
+from .timing import time_back_to_back, time_calls
 
 L2_FACTOR = 4          # buffer sets span at least this many times the L2 size
 MAX_SETS = 64
@@ -51,7 +53,7 @@ def _first_line(e: BaseException, limit: int = 300) -> str:
 
 class GemmBench:
     def __init__(self, backend, events, opts, delay=None, l2_bytes: int = 60 << 20, cublas: bool = True,
-                 triton=None, log=None):
+                 triton=None, log=None, front_door: bool = True):
         self.backend = backend
         self.events = events
         self.opts = opts
@@ -59,6 +61,7 @@ class GemmBench:
         self.l2_bytes = l2_bytes
         self.cublas = cublas and backend.cublas_name is not None
         self.triton = triton if backend.name == "torch" else None
+        self.front_door = front_door and backend.name == "torch"
         self.log = log or (lambda msg: None)
 
     def _time(self, call, n_sets):
@@ -89,6 +92,8 @@ class GemmBench:
             ref = self._tilegen(row, kernel, A, B, Al, Bl, a_stored[1], b_stored[1], n_sets, m, n, k, out_dt)
             if self.cublas and Al is not None:
                 self._cublas(row, dtype, Al, Bl, n_sets, m, n)
+            if self.front_door and Al is not None:
+                self._front_door(row, dtype, Al, Bl, n_sets, m, n, k, out_dt, ref)
             if self.triton is not None and Al is not None:
                 self._triton(row, Al, Bl, n_sets, m, n, out_dt, ref)
         finally:
@@ -150,7 +155,7 @@ class GemmBench:
         b = be.to_host(B0)
         b = b if spec.b_layout == "row" else b.T
         if dtype == "tf32":  # the tensor core sees operands rounded (or truncated) to tf32
-            to_tf32 = _truncate_tf32 if spec.tf32_truncates else _round_tf32
+            to_tf32 = _truncate_tf32 if spec.tf32_truncates else round_tf32
             a, b = to_tf32(a), to_tf32(b)
         want = a @ b
         got = be.to_host(C0)[rows, :]
@@ -172,6 +177,40 @@ class GemmBench:
             row["cublas_timing"] = t.as_dict()
         except Exception as e:  # noqa: BLE001
             row["errors"]["cublas"] = _first_line(e)
+
+    # -- what users call ---------------------------------------------------------------------
+    def _front_door(self, row, dtype, Al, Bl, n_sets, m, n, k, out_dt, ref):
+        """tilegen.matmul(A, B, out=C) and torch.matmul(A, B, out=C) exactly as a user's loop
+        calls them, back to back (host time included), tilegen's checked first."""
+        be = self.backend
+        try:
+            C = [be.empty(m, n, out_dt) for _ in range(n_sets)]
+            with be.tf32(dtype == "tf32"):
+                tf32 = True if dtype == "tf32" else None
+                be.fill_nan(C[0])
+                matmul(Al[0], Bl[0], out=C[0], allow_tf32=tf32)
+                be.synchronize()
+                spec = matmul.explain(Al[0], Bl[0], out=C[0], allow_tf32=tf32).spec
+                row["front_spec"] = spec_text(spec) + f" {spec.instruction}"
+                if ref is not None:
+                    rel = be.rel_err(C[0], ref)
+                    bound = error_bound(dtype, out_dt, k, spec.tf32_truncates)
+                    row["front_rel_err"] = rel
+                    if not (math.isfinite(rel) and rel <= bound):
+                        row["errors"]["tilegen.matmul"] = f"wrong result (relative error {rel:.2e} > {bound:.1e})"
+                        return
+                t = time_back_to_back(lambda i: matmul(Al[i], Bl[i], out=C[i], allow_tf32=tf32), n_sets,
+                                      self.events, self.opts)
+                row["front_ms"] = t.ms
+                if self.cublas:
+                    Ct = [be.empty(m, n, be.cublas_out_dtype(dtype)) for _ in range(n_sets)]
+                    calls = [be.cublas(dtype, Al[i], Bl[i], Ct[i]) for i in range(n_sets)]
+                    calls[0]()
+                    be.synchronize()
+                    row["cublas_front_ms"] = time_back_to_back(lambda i: calls[i](), n_sets, self.events,
+                                                               self.opts).ms
+        except Exception as e:  # noqa: BLE001
+            row["errors"]["tilegen.matmul"] = _first_line(e)
 
     # -- Triton ------------------------------------------------------------------------------
     def _triton(self, row, Al, Bl, n_sets, m, n, out_dt, ref):
@@ -199,12 +238,10 @@ class GemmBench:
 
 def _truncate_tf32(x: np.ndarray) -> np.ndarray:
     """f32 values as wgmma reads them as tf32: the low 13 mantissa bits dropped."""
-    from ..sim.numerics import tf32_operand
-
     return tf32_operand(np.asarray(x, dtype=np.float32).view(np.uint32)).astype(np.float64)
 
 
-def _round_tf32(x: np.ndarray) -> np.ndarray:
+def round_tf32(x: np.ndarray) -> np.ndarray:
     """Round f32 values to tf32 (10 mantissa bits), to nearest with ties away, as cvt.rna does."""
     b = np.asarray(x, dtype=np.float32).view(np.uint32).astype(np.uint64)
     b = (b + 0x1000) & 0xFFFFE000

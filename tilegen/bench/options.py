@@ -5,6 +5,9 @@ from __future__ import annotations
 
 from dataclasses import fields
 
+from ..errors import SpecError
+from ..gemm.spec import GemmSpec
+
 DTYPES = ("tf32", "f16", "bf16")
 LAYOUTS = {"rr": ("row", "row"), "rc": ("row", "col"), "cr": ("col", "row"), "cc": ("col", "col")}
 
@@ -87,8 +90,6 @@ def parse_spec_overrides(items) -> dict:
 
     Unknown keys, malformed values and repeated keys raise OptionError naming the legal set;
     whether the values make a valid kernel is GemmSpec's to say (check_overrides)."""
-    from ..gemm.spec import GemmSpec
-
     known = {f.name for f in fields(GemmSpec)}
     out: dict = {}
     for item in items or ():
@@ -121,8 +122,6 @@ def parse_spec_overrides(items) -> dict:
 
 def make_spec(dtype: str, a_layout: str, b_layout: str, target: str, overrides: dict):
     """The GemmSpec of one bench row; overrides win over the device's target."""
-    from ..gemm.spec import GemmSpec
-
     kw = {"target": target, **overrides}
     if overrides.get("instruction") == "wgmma" and "target" not in overrides and target == "sm_90":
         kw["target"] = "sm_90a"  # wgmma exists on the arch-specific Hopper target only
@@ -132,8 +131,6 @@ def make_spec(dtype: str, a_layout: str, b_layout: str, target: str, overrides: 
 def check_overrides(dtypes, layouts, target: str, overrides: dict) -> None:
     """Build every spec up front so a bad override fails before any measurement.
     Raises OptionError carrying the SpecError's message (field, value, legal set)."""
-    from ..errors import SpecError
-
     for dt in dtypes:
         for a, b in layouts:
             try:

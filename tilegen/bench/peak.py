@@ -13,7 +13,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .. import dsl as tg
+from ..arch.dtypes import numpy_dtype
 from ..arch.mma import DEFAULT_ATOM, MMA_ATOMS
+from ..frontend import compile as tg_compile
+from ..runtime import DeviceBuffer, synchronize
 
 PEAK_DTYPES = ("tf32", "f16", "bf16")
 SMEM_ROWS = 64          # rows of each shared operand tile (>= 16 * tiles_m and >= 8 * tiles_n)
@@ -96,8 +99,6 @@ def mma_peak(cfg):
 
 
 def compile_peak(cfg: PeakConfig, target: str = "sm_80"):
-    from ..frontend import compile as tg_compile
-
     return tg_compile(mma_peak, cfg=cfg, target=target, name=cfg.kernel_name())
 
 
@@ -111,7 +112,6 @@ class PeakProblem:
     def __init__(self, cfg: PeakConfig, ctas: int, values):
         import numpy as np
 
-        from ..arch.dtypes import numpy_dtype
 
         self.cfg, self.ctas = cfg, ctas
         self.cols = SMEM_ROW_BYTES // (4 if cfg.dtype == "tf32" else 2)   # K extent of the tiles
@@ -160,8 +160,6 @@ class PeakBuffers:
     """Device buffers of a PeakProblem."""
 
     def __init__(self, problem: PeakProblem, device: int = 0):
-        from ..runtime import DeviceBuffer
-
         self.problem = problem
         self.A = DeviceBuffer.from_host(problem.a, device)
         self.B = DeviceBuffer.from_host(problem.b, device)
@@ -198,7 +196,6 @@ def verify_peak_kernel(kernel, cfg: PeakConfig, ctas: int, iters: int = 257, dev
     Returns "" when right, else what is wrong."""
     import numpy as np
 
-    from ..runtime import synchronize
 
     problem = PeakProblem(cfg, ctas, small_ints(np.random.default_rng(7)))
     bufs = PeakBuffers(problem, device)

@@ -18,7 +18,8 @@ import math
 from dataclasses import dataclass
 
 FORMAT = "tilegen-bench/1"
-IMPLS = (("tilegen", "tilegen"), ("cublas", "cuBLAS"), ("triton", "Triton"))
+IMPLS = (("tilegen", "tilegen"), ("cublas", "cuBLAS"), ("triton", "Triton"), ("front", "tilegen.matmul"),
+         ("cublas_front", "torch.matmul"))
 
 
 class ResultFileError(ValueError):
@@ -53,6 +54,10 @@ def finish_row(row: dict, peak: dict | None) -> dict:
         row[f"vs_{impl}"] = t / other if t and other else None
     p = (peak or {}).get(row["dtype"])
     row["pct_peak"] = 100.0 * t / p if t and p else None
+    # what users get: tilegen.matmul as called, against the kernel alone and torch.matmul as called
+    f, fc = row.get("front_tflops"), row.get("cublas_front_tflops")
+    row["front_vs_kernel"] = f / t if f and t else None
+    row["front_vs_cublas"] = f / fc if f and fc else None
     return row
 
 
@@ -188,7 +193,8 @@ def check_text(row: dict) -> str:
 def table_rows(rows: list) -> list:
     """Cells of the results table, one list per row (the header first)."""
     head = ["dtype", "layout", "size", "tilegen ms", "tilegen TFLOP/s", "cuBLAS TFLOP/s", "Triton TFLOP/s",
-            "vs cuBLAS", "vs Triton", "% mma peak", "check"]
+            "vs cuBLAS", "vs Triton", "% mma peak", "matmul TFLOP/s", "matmul/kernel", "matmul vs torch",
+            "check"]
     out = [head]
     for r in rows:
         wrong = is_wrong(r)
@@ -199,6 +205,7 @@ def table_rows(rows: list) -> list:
             _num(r.get("cublas_tflops")), _num(r.get("triton_tflops")),
             "--" if wrong else _ratio(r.get("vs_cublas")), "--" if wrong else _ratio(r.get("vs_triton")),
             "--" if wrong else _num(r.get("pct_peak"), "{:.0f}%"),
+            _num(r.get("front_tflops")), _ratio(r.get("front_vs_kernel")), _ratio(r.get("front_vs_cublas")),
             check_text(r),
         ])
     return out
@@ -256,7 +263,9 @@ def markdown(result: dict) -> str:
     if rows:
         cells = table_rows(rows)
         cells[0] = ["dtype", "A/B", "M x N x K", "tilegen ms", "tilegen TFLOP/s", "cuBLAS TFLOP/s",
-                    "Triton TFLOP/s", "tilegen / cuBLAS", "tilegen / Triton", "% of mma.sync peak", "check"]
+                    "Triton TFLOP/s", "tilegen / cuBLAS", "tilegen / Triton", "% of mma.sync peak",
+                    "tilegen.matmul TFLOP/s (as called)", "tilegen.matmul / kernel",
+                    "tilegen.matmul / torch.matmul (as called)", "check"]
         for r in cells[1:]:
             r[2] = r[2] if "x" in r[2] else f"{r[2]}^3"
         out += _md(cells)

@@ -15,6 +15,9 @@ import statistics
 import time
 from dataclasses import dataclass, field
 
+from .. import runtime
+from .peak import SpinKernel
+
 MAX_BATCH = 64
 MAX_DELAY_MS = 40.0
 
@@ -68,10 +71,8 @@ class EventPool:
         self._events = []
 
     def get(self, n: int) -> list:
-        from ..runtime import Event
-
         while len(self._events) < n:
-            self._events.append(Event(self.device))
+            self._events.append(runtime.Event(self.device))
         return self._events[:n]
 
     def record(self, event) -> None:
@@ -79,9 +80,7 @@ class EventPool:
 
     def elapsed(self, start, end) -> float:
         """Milliseconds between two recorded events (waits for `end`)."""
-        from ..runtime import elapsed_ms
-
-        return elapsed_ms(start, end)
+        return runtime.elapsed_ms(start, end)
 
 
 class Delay:
@@ -106,6 +105,50 @@ class Delay:
         if self.ms_per_unit is None or ms <= 0:
             return
         self._spin(max(1, int(min(ms, MAX_DELAY_MS) / self.ms_per_unit)))
+
+
+def make_delay(backend, target, events, log):
+    """The stream-holding kernel used while Python enqueues a batch (see timing.py)."""
+    spin = backend.spin()
+    name = "torch.cuda._sleep"
+    if spin is None:
+        try:
+            spin = SpinKernel(target, stream=backend.stream)
+            name = "tilegen spin kernel"
+        except Exception as e:  # noqa: BLE001
+            log(f"no delay kernel ({type(e).__name__}: {e}): Python launch overhead may show in small sizes")
+            return None
+    delay = Delay(spin, name)
+    try:
+        delay.calibrate(events)
+    except Exception as e:  # noqa: BLE001
+        log(f"delay kernel failed ({type(e).__name__}: {e}); timing without it")
+        return None
+    return delay
+
+
+def time_back_to_back(call, n_sets: int, events: EventPool, opts: TimingOptions, batch: int = 20) -> Timing:
+    """Median GPU time per call of call(i) made back to back, as a user's loop makes them:
+    events around batches of `batch` calls, no delay kernel, so host time the GPU waits for
+    is counted (what triton.testing.do_bench measures). `call` must have run once already."""
+    n_sets = max(1, int(n_sets))
+    counter = [0]
+
+    def run(n: int) -> float:
+        e0, e1 = events.get(2)
+        events.record(e0)
+        for _ in range(n):
+            call(counter[0] % n_sets)
+            counter[0] += 1
+        events.record(e1)
+        return events.elapsed(e0, e1) / n
+
+    est = run(3)
+    for _ in range(opts.warmup_count(est)):
+        call(counter[0] % n_sets)
+        counter[0] += 1
+    reps = max(5, min(200, opts.rep_count(est * batch) if opts.reps is None else opts.reps))
+    return summarize([run(batch) for _ in range(reps)])
 
 
 def time_calls(call, n_sets: int, events: EventPool, opts: TimingOptions, delay: Delay | None = None) -> Timing:

@@ -7,9 +7,11 @@ from functools import cached_property
 from typing import Optional
 
 from .. import runtime
+from ..codegen.ptxas import PtxasError, find_ptxas, resources
 from ..errors import LaunchError
+from ..ir.bank_report import format_bank_report
 from ..ir.grid import LaunchGrid
-from ..runtime import module as _module
+from ..runtime.module import module_generation
 
 
 class Kernel:
@@ -59,8 +61,6 @@ class Kernel:
     @cached_property
     def resources(self):
         """ptxas's report (registers, shared memory, spills) or None when ptxas is absent."""
-        from ..codegen.ptxas import PtxasError, find_ptxas, resources
-
         if find_ptxas() is None:
             return None
         try:
@@ -70,8 +70,6 @@ class Kernel:
 
     def bank_report(self) -> str:
         """Wavefronts per warp of every shared-memory access, against the ideal."""
-        from ..ir.bank_report import format_bank_report
-
         return format_bank_report(self.bank_conflicts)
 
     def grid(self, sizes: dict, sm_count: Optional[int] = None) -> tuple:
@@ -97,22 +95,22 @@ class Kernel:
         """The loaded CUDA function (JIT-compiled by the driver on first use; loaded again
         after the module cache was cleared)."""
         entry = self._functions.get(device)
-        if entry is not None and entry[0] == _module._generation[0]:
+        if entry is not None and entry[0] == module_generation():
             return entry[1]
         fn = runtime.load_module(self.ptx, self.name, device=device)
         fn.set_max_dynamic_smem(self.smem_bytes)
-        self._functions[device] = (_module._generation[0], fn)
+        self._functions[device] = (module_generation(), fn)
         return fn
 
     def launcher(self, device: int = 0):
         """The prepared launch of this kernel on `device` (runtime.Launcher, with the GPU's
         multiprocessor count as .sm_count), built once per loaded function."""
         entry = self._launchers.get(device)
-        if entry is not None and entry[0] == _module._generation[0]:
+        if entry is not None and entry[0] == module_generation():
             return entry[1]
         launcher = runtime.Launcher(self.function(device), self._kinds, self.threads, self.smem_bytes, device)
         launcher.sm_count = runtime.device_info(device).sm_count
-        self._launchers[device] = (_module._generation[0], launcher)
+        self._launchers[device] = (module_generation(), launcher)
         return launcher
 
     def launch(self, args: dict, sizes: dict, stream=None, device: int = 0):

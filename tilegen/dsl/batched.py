@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 
 from .objects import Tensor
-from .primitives import _param, tensor
+from .primitives import declare_param, tensor
 from .scalars import raw, wrap
 from .trace import current, fail
 
@@ -59,7 +59,7 @@ def batched_tensor(name: str, dtype: str, shape: tuple, layout: str = "row") -> 
     if not isinstance(name, str) or not name.isidentifier():
         fail(f"batched_tensor: name must be an identifier, got {name!r}")
     base = tensor(name, dtype, shape, layout)
-    stride = _param(f"{name}_batch_stride", "u32")
+    stride = declare_param(f"{name}_batch_stride", "u32")
     stride_bytes = current().builder.mul(stride, base.dtype.bytes)
     return BatchedTensor(base, stride_bytes)
 

@@ -27,9 +27,10 @@ import math
 
 from ..arch.mma import MmaAtom, mma_atom
 from ..ir import tile as T
+from ..ir.lower.elementwise import accumulator_layout, operand_plan
 from ..ir.values import Imm
 from .objects import Fragment
-from .primitives import _tile_op
+from .primitives import tile_op
 from .scalars import Float, Int, raw, wrap
 from .trace import current, fail
 
@@ -163,7 +164,7 @@ def _elementwise(fn: str, x, y=None, out=None, name: str = ""):
     res = _result(shape, out, fn, name)
     if isinstance(res, RowVector) and any(isinstance(a, Fragment) for a in args):
         fail(f"{fn}: a fragment does not fit into a row vector")
-    _tile_op(T.Elementwise(fn, res.ir, _operand(x, fn), _operand(y, fn) if y is not None else None))
+    tile_op(T.Elementwise(fn, res.ir, _operand(x, fn), _operand(y, fn) if y is not None else None))
     return res
 
 
@@ -223,7 +224,7 @@ def assign(dst, src):
     if isinstance(src, Fragment) and isinstance(dst, RowVector):
         fail("assign: a fragment does not fit into a row vector")
     _result(shape if isinstance(dst, Fragment) else dst, dst, "assign", "")
-    _tile_op(T.Elementwise("copy", dst.ir, _operand(src, "assign")))
+    tile_op(T.Elementwise("copy", dst.ir, _operand(src, "assign")))
     return dst
 
 
@@ -240,7 +241,7 @@ def row_vector(like, value: float = 0.0, *, name: str = "") -> RowVector:
     if not (_is_number(value) or isinstance(value, Float)):
         fail(f"row_vector: value must be a number or a tilegen.Float, got {type(value).__name__}")
     rv = RowVector(T.RowVector(name or "rows", atom, tm))
-    _tile_op(T.Elementwise("copy", rv.ir, _operand(value, "row_vector")))
+    tile_op(T.Elementwise("copy", rv.ir, _operand(value, "row_vector")))
     return rv
 
 
@@ -249,14 +250,13 @@ def _reduce(fn: str, x, out, name):
     if not isinstance(x, Fragment):
         fail(f"row_{fn}: takes an accumulator fragment, got {type(x).__name__}")
     _check_accumulator(x, f"row_{fn}")
-    from ..ir.lower.elementwise import accumulator_layout
 
     try:
         accumulator_layout(x.atom)
     except ValueError as e:
         fail(f"row_{fn}: {e}")
     res = _result(RowVector(T.RowVector("shape", x.atom, x.tiles[0])), out, f"row_{fn}", name or f"row_{fn}")
-    _tile_op(T.RowReduce(fn, res.ir, x.ir))
+    tile_op(T.RowReduce(fn, res.ir, x.ir))
     return res
 
 
@@ -368,7 +368,7 @@ def mask(x, row0, col0, where, value: float, *, out=None, name: str = ""):
         fail("mask: the condition does not depend on the coordinates r, c")
     r0, c0 = raw(wrap(row0)), raw(wrap(col0))
     res = _result(x, out, "mask", name or "masked")
-    _tile_op(T.MaskFragment(res.ir, x.ir, r0, c0, cond.ir, float(value)))
+    tile_op(T.MaskFragment(res.ir, x.ir, r0, c0, cond.ir, float(value)))
     return res
 
 
@@ -390,7 +390,6 @@ def to_operand(x, operand: str = "A", *, atom=None, name: str = "") -> list:
             atom = mma_atom(atom)
         except ValueError as e:
             fail(str(e))
-    from ..ir.lower.elementwise import operand_plan
 
     try:
         operand_plan(x.atom, atom)
@@ -402,7 +401,7 @@ def to_operand(x, operand: str = "A", *, atom=None, name: str = "") -> list:
     out = []
     for kk in range(cols // atom.k):
         frag = Fragment(T.Fragment(f"{name or x.ir.name + '_a'}{kk}", atom, "A", (x.tiles[0], 1)))
-        _tile_op(T.FragmentToOperand(frag.ir, x.ir, kk * atom.k))
+        tile_op(T.FragmentToOperand(frag.ir, x.ir, kk * atom.k))
         out.append(frag)
     return out
 

@@ -20,7 +20,7 @@ from .trace import current, fail, user_location
 _SPECIAL = {"x": 0, "y": 1, "z": 2}
 
 
-def _param(name: str, ptype: str, pointer: bool = False) -> Value:
+def declare_param(name: str, ptype: str, pointer: bool = False) -> Value:
     """Declare a kernel parameter (loaded at the entry by lowering); a pointer's value is
     its global address."""
     tr = current()
@@ -35,7 +35,7 @@ def _param(name: str, ptype: str, pointer: bool = False) -> Value:
 def _symbol(name: str) -> Int:
     tr = current()
     if name not in tr.kernel.symbols:
-        _param(name, "u32")
+        declare_param(name, "u32")
         tr.kernel.symbols[name] = tr.kernel.param(name)
     return Int(tr.kernel.symbols[name].value)
 
@@ -53,8 +53,8 @@ def tensor(name: str, dtype: str, shape: tuple, layout: str = "row") -> Tensor:
     if not (isinstance(shape, tuple) and len(shape) == 2 and all(isinstance(s, str) for s in shape)):
         fail(f"tensor {name}: shape must be two size names like ('M', 'K'), got {shape!r}")
     rows, cols = _symbol(shape[0]), _symbol(shape[1])
-    gptr = _param(f"{name}_ptr", "u64", pointer=True)
-    ld = _param(f"{name}_ld", "u32")
+    gptr = declare_param(f"{name}_ptr", "u64", pointer=True)
+    ld = declare_param(f"{name}_ld", "u32")
     stored = (rows, cols) if layout == "row" else (cols, rows)
     ir = T.GlobalTensor(name, dt, gptr, stored[0].raw, stored[1].raw, ld, layout, shape)
     tr.kernel.tensors.append(ir)
@@ -70,16 +70,16 @@ def vector(name: str, dtype: str, size: str):
     if not isinstance(size, str):
         fail(f"vector {name}: size must be a size name like 'N', got {size!r}")
     length = _symbol(size)
-    gptr = _param(f"{name}_ptr", "u64", pointer=True)
+    gptr = declare_param(f"{name}_ptr", "u64", pointer=True)
     return Vector(T.GlobalVector(name, dt, gptr, length.raw), size)
 
 
 def scalar(name: str, type: str = "f32"):
     """Declare a scalar parameter: "f32" gives a Float, "u32" an Int."""
     if type == "f32":
-        return Float(_param(name, "f32"))
+        return Float(declare_param(name, "f32"))
     if type == "u32":
-        return Int(_param(name, "u32"))
+        return Int(declare_param(name, "u32"))
     fail(f"scalar {name}: type={type!r}; allowed: 'f32', 'u32'")
 
 
@@ -236,7 +236,8 @@ def shared(name: str, dtype: str, rows: int, cols: int, *, stages: int = 1, swiz
     return SharedTile(ir, logical)
 
 
-def _tile_op(op):
+def tile_op(op):
+    """Append a tile op to the kernel being traced, located at the caller's line."""
     op.loc = user_location()
     current().builder.emit(op)
     return op
@@ -270,7 +271,7 @@ def copy_async(dst: Stage, src: Block, comment: str = "", inbounds: tuple = ()):
         if n not in names:
             fail(f"copy_async: inbounds={n!r} is not a size of {tensor.ir.name}; its sizes are {names}")
     stored_names = names if tensor.layout == "row" else names[::-1]
-    _tile_op(T.CopyAsync(tile.ir, raw(dst.index), tensor.ir, raw(r0), raw(c0), comment=comment,
+    tile_op(T.CopyAsync(tile.ir, raw(dst.index), tensor.ir, raw(r0), raw(c0), comment=comment,
                          check_rows=stored_names[0] not in inbounds, check_cols=stored_names[1] not in inbounds,
                          transpose=transpose))
 
@@ -281,18 +282,18 @@ def _check_stage(stage: Stage):
 
 
 def commit():
-    _tile_op(T.CommitGroup())
+    tile_op(T.CommitGroup())
 
 
 def wait(pending: int):
     """Wait until at most `pending` committed copy groups of this thread are in flight."""
     if not isinstance(pending, int) or pending < 0:
         fail(f"wait({pending!r}): the number of groups left pending must be an int >= 0")
-    _tile_op(T.WaitGroup(pending))
+    tile_op(T.WaitGroup(pending))
 
 
 def barrier():
-    _tile_op(T.Barrier())
+    tile_op(T.Barrier())
 
 
 def fragment(atom, operand: str, tiles: tuple, name: str = "") -> Fragment:
@@ -311,7 +312,7 @@ def fragment(atom, operand: str, tiles: tuple, name: str = "") -> Fragment:
              f"{'(tm, 1)' if operand == 'A' else '(1, tn)'}")
     frag = T.Fragment(name or operand.lower(), atom, operand, tiles)
     if operand == "C":
-        _tile_op(T.FillFragment(frag, 0.0))
+        tile_op(T.FillFragment(frag, 0.0))
     return Fragment(frag)
 
 
@@ -328,7 +329,7 @@ def load(frag: Fragment, src: Stage, row, col, comment: str = "", round: bool = 
         fail(f"load: fragment of {want} from a {tile_dt} tile")
     k_major = (frag.operand == "A") == (src.tile.logical == "row")
     _check_stage(src)
-    _tile_op(T.LoadFragment(frag.ir, src.tile.ir, raw(src.index), raw(row), raw(col), k_major, comment=comment,
+    tile_op(T.LoadFragment(frag.ir, src.tile.ir, raw(src.index), raw(row), raw(col), k_major, comment=comment,
                             round_tf32=bool(round)))
 
 
@@ -340,7 +341,7 @@ def split_tf32(hi: Fragment, lo: Fragment):
             fail("split_tf32(hi, lo) takes two tf32 operand fragments")
     if hi.operand != lo.operand or hi.tiles != lo.tiles or hi.atom is not lo.atom:
         fail("split_tf32: hi and lo must be fragments of the same operand, atom and shape")
-    _tile_op(T.SplitTF32(hi.ir, lo.ir))
+    tile_op(T.SplitTF32(hi.ir, lo.ir))
 
 
 def mma(acc: Fragment, a: Fragment, b: Fragment, accumulate: bool = True):
@@ -352,7 +353,7 @@ def mma(acc: Fragment, a: Fragment, b: Fragment, accumulate: bool = True):
         fail("mma: fragments of different atoms")
     if a.tiles[0] != acc.tiles[0] or b.tiles[1] != acc.tiles[1]:
         fail(f"mma: A {a.tiles} and B {b.tiles} do not cover accumulator {acc.tiles}")
-    _tile_op(T.Mma(acc.ir, a.ir, b.ir, accumulate=bool(accumulate)))
+    tile_op(T.Mma(acc.ir, a.ir, b.ir, accumulate=bool(accumulate)))
 
 
 def wgmma(acc: Fragment, a, b: Stage, m0, k0: int, n0):
@@ -403,32 +404,32 @@ def wgmma(acc: Fragment, a, b: Stage, m0, k0: int, n0):
              + ("" if a_k_major else "; an MN-major A can go through registers (tilegen.load, then "
                 "wgmma with the fragment)"))
     a_ir, a_stage, a_m0 = (a.ir, None, None) if from_registers else (a.tile.ir, raw(a.index), raw(m0))
-    _tile_op(T.Wgmma(acc.ir, a_ir, a_stage, a_m0, k0, b.tile.ir, raw(b.index), raw(n0),
+    tile_op(T.Wgmma(acc.ir, a_ir, a_stage, a_m0, k0, b.tile.ir, raw(b.index), raw(n0),
                      a_k_major=a_k_major, b_k_major=b_k_major, shape=shape))
 
 
 def wgmma_fence():
     """Before the first wgmma of a batch: earlier register writes of the accumulators (and
     reads of their results) are ordered before it."""
-    _tile_op(T.WgmmaFence())
+    tile_op(T.WgmmaFence())
 
 
 def wgmma_commit():
-    _tile_op(T.WgmmaCommit())
+    tile_op(T.WgmmaCommit())
 
 
 def wgmma_wait(pending: int):
     """Wait until at most `pending` committed wgmma groups of this warpgroup are in flight."""
     if not isinstance(pending, int) or pending < 0:
         fail(f"wgmma_wait({pending!r}): the number of groups left pending must be an int >= 0")
-    _tile_op(T.WgmmaWait(pending))
+    tile_op(T.WgmmaWait(pending))
 
 
 def fence_proxy_async():
     """This thread's finished shared-memory writes (st.shared, cp.async after its wait) become
     visible to wgmma, which reads shared memory through the async proxy. A barrier must
     still follow before other warps' wgmmas read them."""
-    _tile_op(T.FenceProxyAsync())
+    tile_op(T.FenceProxyAsync())
 
 
 def store(dst: Block, acc: Fragment, *, alpha: Float = None, beta: Float = None, bias=None,
@@ -459,7 +460,7 @@ def store(dst: Block, acc: Fragment, *, alpha: Float = None, beta: Float = None,
                  f"they must share a layout (one address serves both)")
         if residual.tensor.ir.shape_names != dst.tensor.ir.shape_names:
             fail(f"store: residual has sizes {residual.tensor.ir.shape_names}, the output {dst.tensor.ir.shape_names}")
-    _tile_op(T.StoreFragment(dst.tensor.ir, acc.ir, raw(dst.row), raw(dst.col),
+    tile_op(T.StoreFragment(dst.tensor.ir, acc.ir, raw(dst.row), raw(dst.col),
                              alpha.raw if alpha is not None else None, beta.raw if beta is not None else None,
                              bias=bias.ir if bias is not None else None, bias_axis=axis, activation=act,
                              residual=residual.tensor.ir if residual is not None else None))

@@ -15,6 +15,7 @@ from functools import lru_cache
 from ..arch.ldmatrix import matrix_op
 from ..arch.mma import MMA_ATOMS
 from ..errors import IRError
+from .builder import Builder
 
 CHUNK = 16  # bytes per cp.async and per ldmatrix row
 TRANSPOSE_BYTES = 4  # bytes per cp.async of a transposing copy: one 32-bit element
@@ -151,8 +152,6 @@ def copy_chunks(tile, threads: int, i: int):
 
 @lru_cache(maxsize=None)
 def _chunks(layout, threads: int, i: int):
-    from .builder import Builder
-
     b = Builder([])  # ints fold: no instructions are made
     return tuple(copy_chunk(b, t + i * threads, layout) for t in range(threads))
 
@@ -187,8 +186,6 @@ def transpose_element(b, t, layout, threads: int, i: int = 0):
 @lru_cache(maxsize=None)
 def transpose_elements(layout, threads: int, i: int):
     """For iteration i of a transposing copy: per thread, the (row, byte column) it moves."""
-    from .builder import Builder
-
     b = Builder([])
     return tuple(transpose_element(b, t, layout, threads, i) for t in range(threads))
 

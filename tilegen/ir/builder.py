@@ -6,7 +6,7 @@ from contextlib import contextmanager
 from typing import Union
 
 from .instr import Comment, If, Instr, Loop
-from .values import Imm, Value, known_align
+from .values import Imm, Sym, Value, known_align
 
 Scalar = Union[Value, int]
 
@@ -72,8 +72,6 @@ class Builder:
 
     def special(self, reg: str, hint: str = "") -> Value:
         """%tid.x, %ctaid.x, %laneid ..."""
-        from .values import Sym
-
         return self.op("mov.u32", "b32", Sym(reg), hint=hint or reg.strip("%").replace(".", "_"))
 
     # u32 arithmetic; ints fold at build time so templates stay readable and PTX stays small.

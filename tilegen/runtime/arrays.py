@@ -19,6 +19,7 @@ from typing import Optional
 
 import numpy as np
 
+from ..arch import dtypes as arch_dtypes
 from ..errors import LaunchError
 from . import dlpack as _dl
 
@@ -216,8 +217,6 @@ def detect_layout(x) -> Optional[str]:
 
 def _expected_dtype(dtype):
     """(numpy dtype, label) for a tilegen dtype name / DType, or a numpy dtype."""
-    from ..arch import dtypes as arch_dtypes
-
     if isinstance(dtype, (str, arch_dtypes.DType)) and str(dtype) in arch_dtypes.DTYPES:
         d = arch_dtypes.dtype(str(dtype))
         npd = arch_dtypes.numpy_dtype(d)

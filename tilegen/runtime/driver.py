@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import threading
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 from ..errors import DeviceError
@@ -27,7 +28,7 @@ _available: dict = {}  # pid -> whether a driver and a GPU are present
 _current = threading.local()  # .key: the (pid, device) whose context this thread made current
 
 
-def _driver():
+def bindings():
     """cuda.bindings.driver, or DeviceError when cuda-python is missing."""
     try:
         from cuda.bindings import driver
@@ -55,7 +56,7 @@ def error_name(err) -> tuple[str, str]:
     """(name, description) of a CUresult, falling back to the number when unknown."""
     name, text = f"CUresult {int(err)}", ""
     try:
-        d = _driver()
+        d = bindings()
         code = err if isinstance(err, d.CUresult) else d.CUresult(int(err))
         name = getattr(code, "name", None) or name  # the enum knows its name without a driver
         r = d.cuGetErrorName(code)
@@ -97,7 +98,7 @@ def _init(d) -> None:
 
 def device_count() -> int:
     """Number of CUDA devices; DeviceError without a driver or GPU."""
-    d = _driver()
+    d = bindings()
     _init(d)
     n = check(d.cuDeviceGetCount(), "cuDeviceGetCount")
     if n <= 0:
@@ -117,7 +118,7 @@ def ensure_context(device: int = 0):
     ctx = _contexts.get(key)
     if ctx is not None and getattr(_current, "key", None) == key:
         return ctx
-    d = _driver()
+    d = bindings()
     with _lock:
         ctx = _contexts.get(key)
         if ctx is None:
@@ -141,6 +142,23 @@ def forget_current() -> None:
     _current.key = None
 
 
+@contextmanager
+def capture_relaxed():
+    """Let this thread make calls a CUDA graph capture in global mode refuses (module loads,
+    function attributes): none of them is a stream operation, but the driver cannot tell,
+    so a kernel's first call inside `torch.cuda.graph(...)` would fail. The thread's capture
+    mode is relaxed for the block and restored after (what PyTorch does around cudaMalloc)."""
+    d = bindings()
+    exchange = getattr(d, "cuThreadExchangeStreamCaptureMode", None)
+    modes = getattr(d, "CUstreamCaptureMode", None)
+    r = exchange(modes.CU_STREAM_CAPTURE_MODE_RELAXED) if exchange is not None and modes is not None else (1,)
+    try:
+        yield
+    finally:
+        if int(r[0]) == _CUDA_SUCCESS:
+            exchange(r[1])
+
+
 def gpu_available() -> bool:
     """True when a driver and at least one GPU are present; never raises. Probed once per
     process."""
@@ -160,6 +178,7 @@ class DeviceInfo:
     sm_count: int
     smem_optin: int           # bytes of shared memory a block may opt in to
     driver_version: str       # CUDA version the driver supports, e.g. "13.0"
+    l2_bytes: int = 0         # L2 cache size (0: not reported)
 
     @property
     def sm(self) -> int:
@@ -178,7 +197,7 @@ def device_info(device: int = 0) -> DeviceInfo:
 
 
 def _read_device_info(device: int) -> DeviceInfo:
-    d = _driver()
+    d = bindings()
     ensure_context(device)
     dev = check(d.cuDeviceGet(int(device)), "cuDeviceGet")
     A = d.CUdevice_attribute
@@ -196,6 +215,7 @@ def _read_device_info(device: int) -> DeviceInfo:
         sm_count=attr(A.CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT),
         smem_optin=attr(A.CU_DEVICE_ATTRIBUTE_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN),
         driver_version=f"{version // 1000}.{version % 1000 // 10}",
+        l2_bytes=attr(A.CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE),
     )
 
 

@@ -106,7 +106,7 @@ class Launcher:
         self.lock = threading.Lock()
         if self.route == "ctypes" and not _CTYPES:
             _CTYPES.append(_ctypes_launch())
-        self._driver = _drv._driver()
+        self._driver = _drv.bindings()
 
     def __call__(self, grid, values, stream=0) -> None:
         gx, gy, gz = grid

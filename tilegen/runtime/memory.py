@@ -32,7 +32,7 @@ class DeviceBuffer:
         nbytes = int(nbytes)
         if nbytes < 0:
             raise LaunchError(f"cannot allocate {nbytes} bytes")
-        d = _drv._driver()
+        d = _drv.bindings()
         _drv.ensure_context(device)
         self._pid = os.getpid()
         self.device = device
@@ -55,7 +55,7 @@ class DeviceBuffer:
     def _live(self):
         if self._dptr is None:
             raise DeviceError("this DeviceBuffer was freed")
-        d = _drv._driver()
+        d = _drv.bindings()
         _drv.ensure_context(self.device)
         return d
 
@@ -93,7 +93,7 @@ class DeviceBuffer:
         dptr, self._dptr = getattr(self, "_dptr", None), None
         if dptr is None or os.getpid() != self._pid or sys.is_finalizing():
             return  # nothing to free, another process's memory, or the driver is going away
-        d = _drv._driver()
+        d = _drv.bindings()
         _drv.ensure_context(self.device)
         _drv.check(d.cuMemFree(dptr), "cuMemFree")
 
@@ -117,7 +117,7 @@ class StreamBuffer:
     pools gets a plain allocation, freed after that stream's work completes."""
 
     def __init__(self, nbytes: int, stream=0, device: int = 0):
-        d = _drv._driver()
+        d = _drv.bindings()
         _drv.ensure_context(device)
         self.device, self.nbytes = device, int(nbytes)
         self.stream = int(stream or 0)
@@ -136,7 +136,7 @@ class StreamBuffer:
         dptr, self._dptr = self._dptr, None
         if dptr is None or os.getpid() != self._pid or sys.is_finalizing():
             return
-        d = _drv._driver()
+        d = _drv.bindings()
         _drv.ensure_context(self.device)
         if self._async:
             _drv.check(d.cuMemFreeAsync(dptr, self.stream), "cuMemFreeAsync")
@@ -155,7 +155,7 @@ class Stream:
     """A non-blocking CUDA stream (does not synchronise with the legacy default stream)."""
 
     def __init__(self, device: int = 0):
-        d = _drv._driver()
+        d = _drv.bindings()
         _drv.ensure_context(device)
         self._pid = os.getpid()
         self.device = device
@@ -163,7 +163,7 @@ class Stream:
         self.handle = _drv.check(d.cuStreamCreate(flags), "cuStreamCreate")
 
     def synchronize(self) -> None:
-        d = _drv._driver()
+        d = _drv.bindings()
         _drv.ensure_context(self.device)
         _drv.check(d.cuStreamSynchronize(self.handle), "cuStreamSynchronize")
 
@@ -171,7 +171,7 @@ class Stream:
         handle, self.handle = getattr(self, "handle", None), None
         if handle is None or os.getpid() != self._pid or sys.is_finalizing():
             return
-        _drv.check(_drv._driver().cuStreamDestroy(handle), "cuStreamDestroy")
+        _drv.check(_drv.bindings().cuStreamDestroy(handle), "cuStreamDestroy")
 
     def __del__(self):
         try:
@@ -188,7 +188,7 @@ class Event:
     """A CUDA event with timing enabled."""
 
     def __init__(self, device: int = 0):
-        d = _drv._driver()
+        d = _drv.bindings()
         _drv.ensure_context(device)
         self._pid = os.getpid()
         self.device = device
@@ -196,17 +196,17 @@ class Event:
 
     def record(self, stream=None) -> "Event":
         """Record on `stream` (a Stream, a CUstream, or None for the legacy default stream)."""
-        _drv.check(_drv._driver().cuEventRecord(self.handle, _stream(stream)), "cuEventRecord")
+        _drv.check(_drv.bindings().cuEventRecord(self.handle, _stream(stream)), "cuEventRecord")
         return self
 
     def synchronize(self) -> None:
-        _drv.check(_drv._driver().cuEventSynchronize(self.handle), "cuEventSynchronize")
+        _drv.check(_drv.bindings().cuEventSynchronize(self.handle), "cuEventSynchronize")
 
     def close(self) -> None:
         handle, self.handle = getattr(self, "handle", None), None
         if handle is None or os.getpid() != self._pid or sys.is_finalizing():
             return
-        _drv.check(_drv._driver().cuEventDestroy(handle), "cuEventDestroy")
+        _drv.check(_drv.bindings().cuEventDestroy(handle), "cuEventDestroy")
 
     def __del__(self):
         try:
@@ -218,13 +218,13 @@ class Event:
 def elapsed_ms(start: Event, end: Event) -> float:
     """Milliseconds between two recorded events; waits for `end` first."""
     end.synchronize()
-    return float(_drv.check(_drv._driver().cuEventElapsedTime(start.handle, end.handle),
+    return float(_drv.check(_drv.bindings().cuEventElapsedTime(start.handle, end.handle),
                             "cuEventElapsedTime"))
 
 
 def synchronize(device: int = 0) -> None:
     """Wait for all work on the device's context (cuCtxSynchronize)."""
-    d = _drv._driver()
+    d = _drv.bindings()
     _drv.ensure_context(device)
     _drv.check(d.cuCtxSynchronize(), "cuCtxSynchronize")
 
@@ -235,7 +235,7 @@ def copy_2d(dst: int, dst_pitch: int, src: int, src_pitch: int, width_bytes: int
     (cuMemcpy2DAsync), e.g. to re-pitch an operand whose rows are not 16-byte aligned."""
     if width_bytes <= 0 or height <= 0:
         return
-    d = _drv._driver()
+    d = _drv.bindings()
     p = d.CUDA_MEMCPY2D()
     p.srcMemoryType = d.CUmemorytype.CU_MEMORYTYPE_DEVICE
     p.srcDevice = int(src)

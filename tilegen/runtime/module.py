@@ -190,7 +190,7 @@ def precompile(ptx: str, device: int = 0) -> bool:
     """Link `ptx` to a cubin and store it in the disk cache without loading it (safe to call
     from worker threads, so many kernels can be prepared at once). False when there is no
     cubin cache to fill (cache off, or bindings without the driver linker)."""
-    d = _drv._driver()
+    d = _drv.bindings()
     if not store.enabled() or not all(hasattr(d, n) for n in _LINKER):
         return False
     _drv.ensure_context(device)  # contexts are current per thread
@@ -210,7 +210,7 @@ def load_module(ptx: str, entry: str, device: int = 0) -> "Function":
     if entry not in entries:
         raise LaunchError(f"kernel {entry!r} is not defined in the PTX; entries: "
                           f"{', '.join(entries) or '(none)'}")
-    d = _drv._driver()
+    d = _drv.bindings()
     ctx = _drv.ensure_context(device)
     digest = hashlib.sha256(ptx.encode()).hexdigest()
     key = (int(ctx), digest)
@@ -225,7 +225,8 @@ def load_module(ptx: str, entry: str, device: int = 0) -> "Function":
                 arch = "sm_%d%d" % cc
             except DeviceError:
                 pass
-            _modules[key] = _load(d, ptx, cc, arch)  # disk cubin cache, else JIT
+            with _drv.capture_relaxed():
+                _modules[key] = _load(d, ptx, cc, arch)  # disk cubin cache, else JIT
         module, info_log = _modules[key]
         handle = _drv.check(d.cuModuleGetFunction(module, entry.encode()),
                             f"cuModuleGetFunction({entry!r})")
@@ -244,7 +245,7 @@ def module_generation() -> int:
 def clear_module_cache() -> None:
     """Unload every cached module of this process (their Functions become unusable; a
     tilegen.Kernel notices and loads its module again)."""
-    d = _drv._driver()
+    d = _drv.bindings()
     with _lock:
         _generation[0] += 1
         for module, _ in _modules.values():
@@ -293,15 +294,16 @@ class Function:
             raise LaunchError(f"dynamic shared memory of {nbytes} bytes; must be >= 0")
         if nbytes <= STATIC_SMEM_MAX or nbytes <= self.max_dynamic_smem:
             return
-        d = _drv._driver()
+        d = _drv.bindings()
         _drv.ensure_context(self.device)
         limit = _drv.device_info(self.device).smem_optin
         if nbytes > limit:
             raise LaunchError(f"kernel {self.entry} asks for {nbytes} bytes of dynamic shared "
                               f"memory; this GPU allows at most {limit} bytes per block")
         A = d.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
-        _drv.check(d.cuFuncSetAttribute(self.handle, A, nbytes),
-                   f"cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES={nbytes})")
+        with _drv.capture_relaxed():
+            _drv.check(d.cuFuncSetAttribute(self.handle, A, nbytes),
+                       f"cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES={nbytes})")
         self.max_dynamic_smem = nbytes
 
     def check_args(self, args) -> None:
@@ -326,7 +328,7 @@ class Function:
         if smem < 0:
             raise LaunchError(f"dynamic shared memory of {smem} bytes; must be >= 0")
         self.set_max_dynamic_smem(smem)
-        d = _drv._driver()
+        d = _drv.bindings()
         _drv.ensure_context(self.device)
         _drv.check(d.cuLaunchKernel(self.handle, *g, *b, smem, stream_handle(stream),
                                     params if params[0] else None, 0),

@@ -8,6 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Optional, Union
 
+from .errors import SimError
+
 
 @dataclass(frozen=True)
 class Reg:
@@ -92,8 +94,6 @@ class Program:
     decoded: dict = field(default_factory=dict, repr=False, compare=False)
 
     def entry(self, name: Optional[str] = None) -> Entry:
-        from .errors import SimError
-
         if name is None:
             if len(self.entries) != 1:
                 raise SimError(f"the module has {len(self.entries)} entries; name one of "

@@ -8,22 +8,12 @@
 `python3 -m tilegen.tune --dtype f16 --layout rr --sizes 4096 8192 --budget-s 60` tunes from the
 command line. The search space, the pruning, the timing and the cache are in docs/tuning.md.
 """
+from ..gemm.tuned import cache_key, entries, key_fields, lookup, shape_bucket
+from ..gemm.tuned import clear as clear_cache
+from .cli import main
+from .measure import device_key as current_device_key
 from .search import KernelPool, Trial, TuneResult, format_table, tune
 from .space import SearchSpace, enumerate_space, register_estimate, spec_text
-from ..gemm.tuned import cache_key, clear as clear_cache, entries, key_fields, lookup, shape_bucket
-
-
-def current_device_key(device: int = 0) -> tuple:
-    """(GPU name, driver version) of `device`, exactly as tune() stores them (needs the driver)."""
-    from .measure import device_key
-
-    return device_key(device)
-
-
-def main(argv=None) -> int:
-    from .cli import main as _main
-
-    return _main(argv)
 
 
 __all__ = ["tune", "lookup", "TuneResult", "Trial", "KernelPool", "SearchSpace", "enumerate_space",

@@ -12,13 +12,18 @@ import sys
 import tempfile
 import time
 
+from .. import runtime
+from ..bench import env
+from ..bench.options import OptionError, parse_layout, parse_size
+from ..gemm import tuned as store
+from . import search
+from .space import TUNE_DTYPES
+
 EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
 _clock = time.monotonic  # the run's wall clock (--total-budget-s); tests replace it
 
 
 def build_parser() -> argparse.ArgumentParser:
-    from .space import TUNE_DTYPES
-
     p = argparse.ArgumentParser(
         prog="tilegen tune",
         description="Search tile, warps, stages, swizzle, group_m and fragment buffering for tilegen's "
@@ -54,8 +59,6 @@ class UsageError(Exception):
 
 
 def parse_args(argv):
-    from ..bench.options import OptionError, parse_layout, parse_size
-
     args = build_parser().parse_args(argv)
     args.argv = list(argv) if argv is not None else sys.argv[1:]
     try:
@@ -138,8 +141,6 @@ def _save(path: str, doc: dict) -> None:
 
 
 def _list_cache() -> int:
-    from ..gemm import tuned as store
-
     items = store.entries()
     print(f"tuned-config cache: {store.tune_dir()} ({len(items)} entries)")
     for e in items:
@@ -165,8 +166,6 @@ def main(argv=None) -> int:
     if args.list:
         return _list_cache()
     if args.clear_cache:
-        from ..gemm import tuned as store
-
         print(f"deleted {store.clear()} tuned configs from {store.tune_dir()}")
         return EXIT_OK
     if args.save:
@@ -175,7 +174,6 @@ def main(argv=None) -> int:
             print(f"tilegen tune: error: --save {args.save}: no directory {d}", file=sys.stderr)
             return EXIT_USAGE
 
-    from .. import runtime
 
     if not runtime.gpu_available():
         print("tilegen tune: no GPU found (no CUDA driver or no NVIDIA device): tuning times kernels on an "
@@ -191,18 +189,15 @@ def main(argv=None) -> int:
 
 
 def run(args, t_start: float) -> int:
-    from ..bench.env import environment
-    from .search import format_table, tune
-
     log = (lambda msg: None) if args.quiet else (lambda msg: print(msg, file=sys.stderr, flush=True))
     problems = [(dt, lay, size) for size in args.size_list for dt in args.dtype for lay in args.layouts]
     try:
-        env = environment(args.device)
+        where = env.environment(args.device)
     except Exception as e:  # noqa: BLE001
-        env = {"error": f"{type(e).__name__}: {e}"}
-    log(f"tilegen tune on {env.get('gpu')} (driver {env.get('driver')}): {len(problems)} problems, "
+        where = {"error": f"{type(e).__name__}: {e}"}
+    log(f"tilegen tune on {where.get('gpu')} (driver {where.get('driver')}): {len(problems)} problems, "
         f"{args.budget_s:.0f}s each" + (f", {args.total_budget_s:.0f}s in all" if args.total_budget_s else ""))
-    doc = {"format": 1, "environment": env, "argv": args.argv,
+    doc = {"format": 1, "environment": where, "argv": args.argv,
            "settings": {"dtypes": args.dtype, "layouts": args.layouts, "sizes": [list(s) for s in args.size_list],
                         "out_dtype": args.out_dtype, "budget_s": args.budget_s,
                         "total_budget_s": args.total_budget_s}, "results": []}
@@ -221,7 +216,7 @@ def run(args, t_start: float) -> int:
                 continue
         log(f"=== [{i + 1}/{len(problems)}] {dt} {lay} {size_text(m, n, k)}, budget {budget:.0f}s")
         try:
-            res = tune(dt, lay[0], lay[1], m, n, k, out_dtype=args.out_dtype, budget_s=budget, device=args.device,
+            res = search.tune(dt, lay[0], lay[1], m, n, k, out_dtype=args.out_dtype, budget_s=budget, device=args.device,
                        progress=not args.quiet, store=not args.no_store, workers=args.workers)
         except Exception as e:  # noqa: BLE001  (e.g. out of memory for the operands)
             row = _row(dt, lay, m, n, k, error=f"FAILED: {type(e).__name__}: {str(e)[:300]}")
@@ -233,7 +228,7 @@ def run(args, t_start: float) -> int:
             if args.top:
                 print(f"\n{dt} {lay} {size_text(m, n, k)}: {res.tried} candidates tried in {res.elapsed_s:.0f}s "
                       f"({res.space_size} in the space after pruning)")
-                print(format_table(res.candidates, m, n, k, limit=args.top))
+                print(search.format_table(res.candidates, m, n, k, limit=args.top))
                 if res.stored:
                     print(f"cached: {res.stored}")
                 sys.stdout.flush()

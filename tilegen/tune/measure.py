@@ -18,8 +18,10 @@ import math
 
 import numpy as np
 
-from ..bench.gemm import HOST_CHECK_ROWS, _round_tf32, error_bound, rotation_sets
-from ..bench.timing import EventPool, TimingOptions, time_calls
+from .. import runtime
+from ..bench import backends, env
+from ..bench.gemm import HOST_CHECK_ROWS, error_bound, round_tf32, rotation_sets
+from ..bench.timing import EventPool, TimingOptions, make_delay, time_calls
 
 _ELEM_BYTES = {"tf32": 4, "f32": 4, "f16": 2, "bf16": 2}
 
@@ -31,34 +33,28 @@ FINAL_TIMING = TimingOptions(warmup_ms=30.0, rep_ms=200.0, min_reps=10, max_reps
 
 def device_key(device: int = 0) -> tuple:
     """(GPU name, driver version) of a device, as the tuned-config cache keys them."""
-    from ..runtime import device_info
-
-    info = device_info(device)
+    info = runtime.device_info(device)
     return info.name, info.driver_version
 
 
 class GpuMeasurer:
     def __init__(self, dtype: str, a_layout: str, b_layout: str, m: int, n: int, k: int,
                  out_dtype: str = "f32", device: int = 0, backend: str = "auto", log=None):
-        from ..bench.backends import pick_backend
-        from ..bench.env import device_target, l2_bytes
-        from ..runtime import device_info, ensure_context
-
         self.log = log or (lambda msg: None)
         self.device = device
-        ensure_context(device)
-        self.info = device_info(device)
-        self.target = device_target(self.info.cc)
+        runtime.ensure_context(device)
+        self.info = runtime.device_info(device)
+        self.target = env.device_target(self.info.cc)
         self.dtype, self.out_dtype = dtype, out_dtype
         self.a_layout, self.b_layout = a_layout, b_layout
         self.m, self.n, self.k = m, n, k
-        be = self.backend = pick_backend(backend, device)
+        be = self.backend = backends.pick_backend(backend, device)
         self.events = EventPool(be.stream, device)
         self.delay = self._make_delay()
         a_stored = (m, k) if a_layout == "row" else (k, m)
         b_stored = (k, n) if b_layout == "row" else (n, k)
         set_bytes = (m * k + k * n) * _ELEM_BYTES[dtype] + m * n * _ELEM_BYTES[out_dtype]
-        self.n_sets = rotation_sets(set_bytes, l2_bytes(device))
+        self.n_sets = rotation_sets(set_bytes, env.l2_bytes(device))
         self.A = [be.random(*a_stored, dtype) for _ in range(self.n_sets)]
         self.B = [be.random(*b_stored, dtype) for _ in range(self.n_sets)]
         self.C = [be.empty(m, n, out_dtype) for _ in range(self.n_sets)]
@@ -75,9 +71,7 @@ class GpuMeasurer:
     # -- helpers ---------------------------------------------------------------------------
     def _make_delay(self):
         try:
-            from ..bench.cli import _make_delay
-
-            return _make_delay(self.backend, self.target, self.events, self.log)
+            return make_delay(self.backend, self.target, self.events, self.log)
         except Exception as e:  # noqa: BLE001  (timing still works, small sizes get noisier)
             self.log(f"no delay kernel ({type(e).__name__}: {e})")
             return None
@@ -107,7 +101,7 @@ class GpuMeasurer:
         b = be.to_host(self.B[0])
         b = b if self.b_layout == "row" else b.T
         if self.dtype == "tf32":  # the tensor core sees operands rounded to tf32
-            a, b = _round_tf32(a), _round_tf32(b)
+            a, b = round_tf32(a), round_tf32(b)
         self._ref = ("host", (rows, a @ b))
         self.reference_name = f"numpy float64 on {len(rows)} random rows of C"
         return self._ref
@@ -117,9 +111,7 @@ class GpuMeasurer:
         """Link the kernel's PTX to a cubin in the calling (pool) thread and store it in the disk
         cache, with the runtime's own linker and cache entry, so that prepare() only loads it.
         False (nothing done) when the disk cache is off; failures are left to prepare()."""
-        from ..runtime.module import precompile
-
-        return precompile(kernel.ptx, self.device)
+        return runtime.precompile(kernel.ptx, self.device)
 
     def prepare(self, kernel) -> None:
         """Load the module (driver JIT or the disk cubin cache) outside any timing."""

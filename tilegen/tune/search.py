@@ -36,10 +36,12 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Callable, Optional
 
-from ..gemm.spec import GemmSpec, OUT_DTYPES
-from . import space as S
 from ..compiler.cache import source_hash
+from ..frontend import compile as tg_compile
 from ..gemm import tuned as _store
+from ..gemm.spec import OUT_DTYPES, GemmSpec
+from . import space as S
+from .measure import GpuMeasurer
 
 INF = math.inf
 PHASE1_SHARE = 0.65
@@ -208,9 +210,7 @@ class KernelPool:
     tilegen.compile and Kernel.resources; tests pass fakes."""
 
     def __init__(self, compile_fn: Optional[Callable] = None, resources_fn: Optional[Callable] = None):
-        if compile_fn is None:
-            from ..frontend import compile as compile_fn
-        self.compile_fn = compile_fn
+        self.compile_fn = compile_fn or tg_compile
         self.resources_fn = resources_fn or (lambda kernel: kernel.resources)
         self._done: dict = {}
         self._lock = threading.Lock()
@@ -632,8 +632,6 @@ def tune(dtype: str, a_layout: str, b_layout: str, M: int, N: int, K: int, *, ou
     own = measurer is None
     log = (lambda msg: print(f"[tune] {msg}", file=log_stream or sys.stderr, flush=True)) if progress else None
     if own:
-        from .measure import GpuMeasurer
-
         measurer = GpuMeasurer(dtype, a, b, M, N, K, out_dtype, device=device, log=log)
     try:
         info = getattr(measurer, "info", None)

@@ -24,8 +24,10 @@ from datetime import datetime, timezone
 
 import numpy as np
 
+from .. import runtime
 from ..arch import LDMATRIX, MMA_ATOMS, STMATRIX, MatrixLoad, MmaAtom
 from ..errors import DeviceError
+from ..version import __version__
 from . import ptx as probe_ptx
 from .expect import CHECKS, Mismatch, from_values, gather, pack
 
@@ -150,17 +152,15 @@ def build_probes(atoms=None, seed: int = SEED) -> list:
 
 def run_probe(probe: Probe, device: int = 0) -> np.ndarray:
     """Run one probe on the GPU; returns the raw output words."""
-    from ..runtime import DeviceBuffer, load_module, synchronize
-
-    fn = load_module(probe.ptx, probe.entry, device)
-    bufs = [DeviceBuffer.from_host(np.ascontiguousarray(v, dtype=np.uint32), device)
+    fn = runtime.load_module(probe.ptx, probe.entry, device)
+    bufs = [runtime.DeviceBuffer.from_host(np.ascontiguousarray(v, dtype=np.uint32), device)
             for v in probe.inputs.values()]
     out = np.empty(probe.out_shape, dtype=np.uint32)
-    out_buf = DeviceBuffer(out.nbytes, device)
+    out_buf = runtime.DeviceBuffer(out.nbytes, device)
     try:
         out_buf.fill_bytes(0xAB)  # poison: a register never stored reads 0xabababab
         fn.launch((1, 1, 1), (32, 1, 1), [(b, "ptr") for b in bufs] + [(out_buf, "ptr")])
-        synchronize(device)
+        runtime.synchronize(device)
         return out_buf.copy_to_host(out)
     finally:
         for b in bufs + [out_buf]:
@@ -218,10 +218,8 @@ def _record_entry(probe: Probe) -> dict:
 
 def verify_fragments(atoms=None, record_path=None, *, device: int = 0, seed: int = SEED) -> Report:
     """Run every probe the GPU supports; write the record to `record_path` when given."""
-    from ..runtime import device_info
-
     probes = build_probes(atoms, seed)  # unknown names fail before the GPU is touched
-    info = device_info(device)  # DeviceError, in plain words, without a GPU
+    info = runtime.device_info(device)  # DeviceError, in plain words, without a GPU
     results, entries = [], []
     for probe in probes:
         res = ProbeResult(probe.name, probe.kind, probe.instruction, probe.target, "pass")
@@ -241,7 +239,6 @@ def verify_fragments(atoms=None, record_path=None, *, device: int = 0, seed: int
         if res.mismatches:
             res.status, res.note = "fail", f"{len(res.mismatches)} mismatching words"
         entry["out"], entry["passed"] = out.tolist(), not res.mismatches
-    from ..version import __version__
 
     record = {"format": RECORD_FORMAT, "gpu": info.name, "cc": list(info.cc),
               "driver_version": info.driver_version,

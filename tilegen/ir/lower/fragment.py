@@ -11,7 +11,7 @@ from .lanes import fit_bit_linear
 from .smem import shared_address
 
 
-def _split(x):
+def split_origin(x):
     """(runtime part, compile-time part) of an origin coordinate."""
     return (0, x) if isinstance(x, int) else (x, 0)
 
@@ -24,8 +24,8 @@ def lower_load_fragment(b, ctx, op):
         o_row, o_col = (op.row0, op.col0) if op.k_major else (op.col0, op.row0)
     else:
         o_row, o_col = (op.col0, op.row0) if op.k_major else (op.row0, op.col0)
-    row_rt, row_ct = _split(o_row)
-    col_rt, col_ct = _split(o_col)
+    row_rt, row_ct = split_origin(o_row)
+    col_rt, col_ct = split_origin(o_col)
     col_rt = ctx.scaled(b, col_rt, esize)
     col_ct *= esize
     for acc in fragment_accesses(op):

@@ -78,13 +78,13 @@ def shared_address(b, ctx, tile, stage, row, col):
     if xor_bits is None:
         off = emit_offset(b, layout, b.add(b.add(row_warp, row_lane), row_ct),
                           b.add(b.add(col_warp, col_lane), col_ct))
-        return b.add(_stage_base(b, ctx, tile, stage), off), 0
-    key = ("thread", tile.name, _ident(stage), _ident(row_warp), _ident(row_lane), _ident(col_warp),
-           _ident(col_lane), id(b.region))
+        return b.add(cached_stage_base(b, ctx, tile, stage), off), 0
+    key = ("thread", tile.name, value_key(stage), value_key(row_warp), value_key(row_lane), value_key(col_warp),
+           value_key(col_lane), id(b.region))
     thread = ctx.addresses.get(key)
     if thread is None:
         off = emit_offset(b, layout, b.add(row_warp, row_lane), b.add(col_warp, col_lane))
-        thread = b.add(_stage_base(b, ctx, tile, stage), off)
+        thread = b.add(cached_stage_base(b, ctx, tile, stage), off)
         ctx.addresses[key] = thread
     swz = layout.swizzle
     if swz is None:
@@ -94,12 +94,12 @@ def shared_address(b, ctx, tile, stage, row, col):
     return b.xor(thread, xor_bits), disp
 
 
-def _ident(x):
+def value_key(x):
     return ("int", x) if isinstance(x, int) else id(x)
 
 
-def _stage_base(b, ctx, tile, stage):
-    key = ("stage", tile.name, _ident(stage), id(b.region))
+def cached_stage_base(b, ctx, tile, stage):
+    key = ("stage", tile.name, value_key(stage), id(b.region))
     if key not in ctx.addresses:
         ctx.addresses[key] = stage_base(b, ctx, tile, stage)
     return ctx.addresses[key]

@@ -14,8 +14,8 @@ from ...errors import IRError
 from .. import tile as T
 from ..instr import Instr
 from ..values import Imm, Vec
-from .fragment import _split
-from .smem import _ident, _stage_base, emit_linear
+from .fragment import split_origin
+from .smem import value_key, cached_stage_base, emit_linear
 
 
 def descriptor(b, ctx, tile, stage, row, col_byte, k_major: bool):
@@ -23,8 +23,8 @@ def descriptor(b, ctx, tile, stage, row, col_byte, k_major: bool):
     (row, col_byte) of `stage` of `tile` (row/col_byte: Values or ints)."""
     layout = tile.layout
     leading, stride = descriptor_strides(layout.mode, layout.rows, k_major)
-    row_rt, row_ct = _split(row)
-    col_rt, col_ct = _split(col_byte)
+    row_rt, row_ct = split_origin(row)
+    col_rt, col_ct = split_origin(col_byte)
     span = layout.swizzle.span
     if (isinstance(col_rt, int) or col_rt.align % span == 0) and col_ct % 16 == 0:
         # The runtime parts stay whole panels / rows: the compile-time part is a pure offset.
@@ -32,10 +32,10 @@ def descriptor(b, ctx, tile, stage, row, col_byte, k_major: bool):
         rt_row, rt_col = row_rt, col_rt
     else:
         const, rt_row, rt_col = 0, row, col_byte
-    key = ("wgmma-desc", tile.name, _ident(stage), _ident(rt_row), _ident(rt_col), k_major, id(b.region))
+    key = ("wgmma-desc", tile.name, value_key(stage), value_key(rt_row), value_key(rt_col), k_major, id(b.region))
     base = ctx.addresses.get(key)
     if base is None:
-        addr = b.add(_stage_base(b, ctx, tile, stage), emit_linear(b, layout, rt_row, rt_col))
+        addr = b.add(cached_stage_base(b, ctx, tile, stage), emit_linear(b, layout, rt_row, rt_col))
         lo_bits, hi = descriptor_high(layout.mode, leading, stride)
         lo = b.or_(b.shr(b.and_(addr, START_MASK), 4), lo_bits)
         base = b.op("mov.b64", "b64", Vec((lo, ctx.pro.mov(hi))), hint="desc")

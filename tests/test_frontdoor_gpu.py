@@ -1,0 +1,146 @@
+"""The front door on the GPU (marker `gpu`): tilegen.matmul and kernel(...) on PyTorch tensors
+through the fast path, inside CUDA graph capture (replayed after the inputs change), on
+misaligned operands (re-pitched in stream order), on the caller's stream, and the prepared
+launch's argument checks."""
+import math
+
+import numpy as np
+import pytest
+
+import tilegen
+from gpu_util import record, requires_gpu
+
+pytestmark = [pytest.mark.gpu, requires_gpu]
+torch = pytest.importorskip("torch")
+
+U = {torch.float16: 2.0 ** -11, torch.bfloat16: 2.0 ** -8, torch.float32: 2.0 ** -24}
+
+
+def _bound(dtype, K):
+    return 4 * U[dtype] + K * 2.0 ** -24 + 1e-6
+
+
+def _rel(C, A, B):
+    ref = A.double() @ B.double()
+    return float(torch.linalg.norm(C.double() - ref) / torch.linalg.norm(ref))
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_matmul_and_kernel_replay_in_a_cuda_graph(dtype):
+    M, N, K = 384, 320, 256
+    A = torch.randn(M, K, device="cuda", dtype=dtype)
+    B = torch.randn(K, N, device="cuda", dtype=dtype)
+    C1 = torch.full((M, N), float("nan"), device="cuda", dtype=dtype)
+    C2 = torch.full((M, N), float("nan"), device="cuda", dtype=torch.float32)
+    kernel = tilegen.compile(tilegen.GemmSpec(dtype="f16" if dtype == torch.float16 else "bf16", tile=(64, 64, 32)))
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):  # warm-up on a side stream, as torch's graph docs ask
+        tilegen.matmul(A, B, out=C1)
+        kernel(A, B, out=C2)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        tilegen.matmul(A, B, out=C1)
+        kernel(A, B, out=C2)
+    for trial in range(3):  # the graph reads whatever A and B hold when it is replayed
+        A.copy_(torch.randn(M, K, device="cuda", dtype=dtype))
+        B.copy_(torch.randn(K, N, device="cuda", dtype=dtype))
+        C1.fill_(float("nan"))
+        C2.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        eager1, eager2 = torch.empty_like(C1), torch.empty_like(C2)
+        tilegen.matmul(A, B, out=eager1)
+        kernel(A, B, out=eager2)
+        torch.cuda.synchronize()
+        assert torch.equal(C1, eager1) and torch.equal(C2, eager2), f"replay {trial} differs from eager"
+        assert _rel(C1, A, B) <= _bound(dtype, K) and _rel(C2, A, B) <= _bound(torch.float32, K)
+
+
+def test_the_first_call_may_be_inside_a_capture():
+    """Compiling and loading the module while a capture is open: the load runs in relaxed
+    capture mode, the launch is captured."""
+    M, N, K = 200, 136, 72
+    A = torch.randn(M, K, device="cuda", dtype=torch.float16)
+    B = torch.randn(K, N, device="cuda", dtype=torch.float16)
+    C = torch.empty(M, N, device="cuda", dtype=torch.float32)
+    spec = tilegen.GemmSpec(dtype="f16", tile=(64, 64, 32), group_m=7)  # compiled nowhere else
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        tilegen.compile(spec)(A, B, out=C)
+    C.fill_(float("nan"))
+    graph.replay()
+    torch.cuda.synchronize()
+    assert _rel(C, A, B) <= _bound(torch.float32, K)
+
+
+@pytest.mark.parametrize("shape", [(4095, 4095, 4095), (4097, 4096, 4095), (1000, 999, 37)])
+def test_misaligned_operands_in_stream_order(shape):
+    """Rows whose pitch is not a multiple of 16 bytes go through an aligned copy, enqueued on
+    the caller's stream: no synchronisation, right results, also on a side stream."""
+    M, N, K = shape
+    A = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
+    B = torch.randn(K, N, device="cuda", dtype=torch.bfloat16)
+    side = torch.cuda.Stream()
+    with torch.cuda.stream(side):
+        C = tilegen.matmul(A, B)
+    side.synchronize()
+    assert C.dtype == torch.bfloat16 and C.shape == (M, N)
+    assert _rel(C, A, B) <= _bound(torch.bfloat16, K)
+
+
+def test_offset_views_and_transposed_views():
+    base = torch.randn(600, 520, device="cuda", dtype=torch.float16)
+    A = base[1:301, 3:259]           # misaligned base address and odd offset
+    B = torch.randn(300, 256, device="cuda", dtype=torch.float16).T   # column-major 256 x 300
+    C = tilegen.matmul(A, B)
+    torch.cuda.synchronize()
+    assert _rel(C, A, B) <= _bound(torch.float16, 256)
+
+
+def test_fast_path_refuses_what_it_cannot_take_with_the_general_message():
+    A = torch.randn(64, 32, device="cuda", dtype=torch.float16)
+    B = torch.randn(32, 48, device="cuda", dtype=torch.float16)
+    k = tilegen.compile(tilegen.GemmSpec(dtype="f16", tile=(64, 64, 32)))
+    with pytest.raises(tilegen.LaunchError, match="out has shape"):
+        k(A, B, out=torch.empty(64, 40, device="cuda", dtype=torch.float32))
+    with pytest.raises(tilegen.LaunchError, match="dtype"):
+        k(A, B, out=torch.empty(64, 48, device="cuda", dtype=torch.float16))
+    with pytest.raises(tilegen.LaunchError, match="inner dimensions"):
+        k(A, torch.randn(31, 48, device="cuda", dtype=torch.float16))
+    with pytest.raises(tilegen.LaunchError, match="overflows float32"):
+        k(A, B, alpha=1e39)
+    C = k(A, B, alpha=0.5)
+    torch.cuda.synchronize()
+    ref = 0.5 * (A.double() @ B.double())
+    assert float((C.double() - ref).abs().max()) <= 1e-2
+
+
+def test_prepared_launch_checks_its_arguments():
+    k = tilegen.compile(tilegen.GemmSpec(dtype="f16", tile=(64, 64, 32)))
+    A = torch.randn(64, 32, device="cuda", dtype=torch.float16)
+    B = torch.randn(32, 64, device="cuda", dtype=torch.float16)
+    C = torch.empty(64, 64, device="cuda", dtype=torch.float32)
+    args = {"M": 64, "N": 64, "K": 32, "A_ptr": A.data_ptr(), "A_ld": 32, "B_ptr": B.data_ptr(), "B_ld": 64,
+            "C_ptr": C.data_ptr(), "C_ld": 64, "alpha": 1.0, "beta": 0.0}
+    with pytest.raises(tilegen.LaunchError, match="missing arguments beta"):
+        k.launch({n: v for n, v in args.items() if n != "beta"}, {"M": 64, "N": 64})
+    with pytest.raises(tilegen.LaunchError, match="out of range"):
+        k.launch(dict(args, M=-1), {"M": 64, "N": 64})
+    with pytest.raises(tilegen.LaunchError, match="not a device pointer"):
+        k.launch(dict(args, A_ptr="x"), {"M": 64, "N": 64})
+    k.launch(args, {"M": 64, "N": 64}, stream=torch.cuda.current_stream())
+    torch.cuda.synchronize()
+    assert _rel(C, A, B) <= _bound(torch.float32, 32)
+
+
+def test_host_costs_are_measured():
+    """The benchmark that reports the host times runs (numbers are in the records, not here)."""
+    from tilegen.bench.host import format_host, host_costs
+
+    res = host_costs("bf16", size=256, calls=20, reps=3)
+    for name in ("torch.matmul", "kernel.launch", "kernel(A, B, out=C)", "tilegen.matmul"):
+        assert math.isfinite(res[name]["us"]) and res[name]["us"] > 0
+    record("host_costs_smoke", **{k: v for k, v in res.items() if isinstance(v, dict)})
+    assert "tilegen.matmul" in format_host(res)
