@@ -54,7 +54,7 @@ def host(out: dict, old: str | None) -> None:
     if old:
         res = {}
         for size in (1024, 256):
-            p = subprocess.run([sys.executable, "-c", _OLD_HOST, str(size), "20", "10"],
+            p = subprocess.run([sys.executable, "-c", _OLD_HOST, str(size), "20", "10"], cwd="/tmp",
                                env=dict(env, PYTHONPATH=os.pathsep.join([old, env.get("PYTHONPATH", "")])), capture_output=True, text=True, timeout=300)
             line = [x for x in p.stdout.splitlines() if x.startswith("RESULT ")]
             res[str(size)] = json.loads(line[0][7:]) if line else {"error": p.stderr[-3000:]}
@@ -75,10 +75,76 @@ s = io.StringIO(); pstats.Stats(pr, stream=s).sort_stats("tottime").print_stats(
     for label, path in (("new", REPO), ("old", old)):
         if path is None:
             continue
-        p = subprocess.run([sys.executable, "-c", code, label], env=dict(os.environ, PYTHONPATH=os.pathsep.join([path, os.environ.get("PYTHONPATH", "")])), cwd=REPO,
+        p = subprocess.run([sys.executable, "-c", code, label], cwd="/tmp",
+                           env=dict(os.environ, PYTHONPATH=os.pathsep.join([path, os.environ.get("PYTHONPATH", "")])),
                            capture_output=True, text=True, timeout=300)
         with open(os.path.join(dirpath, f"profile_{label}.txt"), "w") as f:
             f.write(p.stdout + p.stderr[-3000:])
+
+
+_FLOOR = r'''
+import json, os, statistics, time, torch, cupy, tilegen
+from tilegen.runtime import launch as L
+from tilegen.runtime import interop
+A = torch.randn(256, 256, device="cuda", dtype=torch.float16); B = torch.randn_like(A); C = torch.empty_like(A)
+a, b, c = (cupy.asarray(x) for x in (A, B, C))
+k = tilegen.compile(tilegen.GemmSpec(dtype="f16", out_dtype="f16"))
+k(A, B, out=C); k(a, b, out=c); tilegen.matmul(A, B, out=C); tilegen.matmul(a, b, out=c); torch.cuda.synchronize()
+s = torch.cuda.current_stream().cuda_stream
+vals = k.fast_call.pick((256, 256, 256, A.data_ptr(), 256, B.data_ptr(), 256, C.data_ptr(), 256, 1.0, 1.0, 0, 0, 0))
+fn = k.function()
+routes = {}
+for r in ("ctypes", "bindings"):
+    os.environ["TILEGEN_LAUNCH"] = r
+    routes[r] = L.Launcher(fn, k._kinds, k.threads, k.smem_bytes, 0)
+    routes[r].buffer.pack(vals)
+g = (4, 1, 1)
+args = {"M": 256, "N": 256, "K": 256, "A_ptr": A.data_ptr(), "A_ld": 256, "B_ptr": B.data_ptr(), "B_ld": 256,
+        "C_ptr": C.data_ptr(), "C_ld": 256, "alpha": 1.0, "beta": 0.0}
+sizes = {"M": 256, "N": 256, "K": 256}
+tl, cl = interop.library(A), interop.library(a)
+variants = {
+    "driver call, ctypes (ready buffer)": lambda: routes["ctypes"]._launch(g, s),
+    "driver call, bindings (ready buffer)": lambda: routes["bindings"]._launch(g, s),
+    "Launcher, ctypes": lambda: routes["ctypes"](g, vals, s),
+    "Launcher, bindings": lambda: routes["bindings"](g, vals, s),
+    "kernel.launch(args, sizes)": lambda: k.launch(args, sizes, stream=s),
+    "kernel(A, B, out=C) torch": lambda: k(A, B, out=C),
+    "kernel(A, B, out=C) cupy": lambda: k(a, b, out=c),
+    "tilegen.matmul torch": lambda: tilegen.matmul(A, B, out=C),
+    "tilegen.matmul cupy": lambda: tilegen.matmul(a, b, out=c),
+    "torch.matmul(out=)": lambda: torch.matmul(A, B, out=C),
+    "torch.add(out=)": lambda: torch.add(A, B, out=C),
+    "cupy.matmul(out=)": lambda: cupy.matmul(a, b, out=c),
+    "probe torch": lambda: tl.probe(A),
+    "probe cupy": lambda: cl.probe(a),
+    "stream torch": lambda: tl.stream(0),
+    "stream cupy": lambda: cl.stream(0),
+}
+samples = {n: [] for n in variants}
+calls = 200
+for f in variants.values():
+    for _ in range(20): f()
+torch.cuda.synchronize()
+for rnd in range(21):
+    for n, f in variants.items():
+        t0 = time.perf_counter()
+        for _ in range(calls): f()
+        samples[n].append((time.perf_counter() - t0) * 1e6 / calls)
+        torch.cuda.synchronize()
+print("RESULT " + json.dumps({n: {"us": statistics.median(v), "us_min": min(v), "us_max": max(v)} for n, v in samples.items()}))
+'''
+
+
+def floors(out: dict) -> None:
+    """What one launch costs below tilegen, measured interleaved in one process (each round
+    times every variant once, so drift hits all alike): the driver call alone with a ready
+    buffer on both routes, tilegen's layers, torch's and CuPy's own small ops."""
+    for route in ("ctypes", "bindings"):  # the route of kernel(...) and matmul in that process
+        p = subprocess.run([sys.executable, "-c", _FLOOR], env=dict(os.environ, TILEGEN_LAUNCH=route), cwd=REPO,
+                           capture_output=True, text=True, timeout=300)
+        line = [x for x in p.stdout.splitlines() if x.startswith("RESULT ")]
+        out[f"interleaved_{route}"] = json.loads(line[0][7:]) if line else {"error": p.stderr[-3000:]}
 
 
 def sizes(out: dict) -> None:
@@ -111,7 +177,7 @@ def sizes(out: dict) -> None:
             kernel = tilegen.compile(choice.spec)
             f = lambda i: tilegen.matmul(A[i], B[i], out=C[i])  # noqa: E731
             t = lambda i: torch.matmul(A[i], B[i], out=C[i])  # noqa: E731
-            k = lambda i: kernel(A[i], B[i], out=C[i])  # noqa: E731
+            k = lambda i: kernel(A[i], B[i], out=C[i], repitch=True)  # noqa: E731  (misaligned: with the copies)
             row = {"dtype": str(dt).replace("torch.", ""), "m": M, "n": N, "k": K, "rel_err": rel,
                    "spec": str(choice.spec), "sets": sets}
             row["matmul_as_called_ms"] = time_back_to_back(f, sets, events, opts).ms
@@ -138,7 +204,8 @@ def main() -> int:
     args = ap.parse_args()
     os.makedirs(args.dir, exist_ok=True)
     out = {"date": time.strftime("%Y-%m-%d %H:%M:%S"), "commit": os.environ.get("TILEGEN_COMMIT", "")}
-    for name, fn in (("host", lambda: host(out, args.old)), ("profile", lambda: profile(args.dir, args.old)),
+    for name, fn in (("host", lambda: host(out, args.old)), ("floors", lambda: floors(out)),
+                     ("profile", lambda: profile(args.dir, args.old)),
                      ("sizes", lambda: sizes(out))):
         if name in args.skip:
             continue

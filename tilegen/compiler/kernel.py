@@ -4,6 +4,7 @@ geometry as data; loads its module on first use and launches it. A GEMM kernel
 from __future__ import annotations
 
 from functools import cached_property
+from operator import itemgetter
 from typing import Optional
 
 from .. import runtime
@@ -43,6 +44,8 @@ class Kernel:
         self.spec = spec
         self._grid = grid.evaluator()
         self._names = tuple(n for n, _ in self.params)
+        self._values = itemgetter(*self._names) if len(self._names) > 1 else (
+            (lambda args, n=self._names: tuple(args[x] for x in n)))
         self._kinds = tuple(_KINDS[t] for _, t in self.params)
         self._functions: dict = {}  # device -> (module generation, runtime Function)
         self._launchers: dict = {}  # device -> (module generation, runtime Launcher)
@@ -118,7 +121,7 @@ class Kernel:
         and the size symbols the grid reads; on `stream` (a handle, a tilegen/torch/CuPy
         stream, or None for the default stream)."""
         try:
-            values = [args[n] for n in self._names]
+            values = self._values(args)
         except KeyError:
             missing = [n for n in self._names if n not in args]
             raise LaunchError(f"{self.name}: missing arguments {', '.join(missing)}") from None

@@ -32,6 +32,10 @@ class GemmKernel(Kernel):
         out_dtype equal to the inputs'). GPU operands whose rows are not 16-byte aligned are
         refused, or copied into aligned buffers first with repitch=True (tilegen.matmul does
         that)."""
+        if device is None:
+            done = (self._fast or self.fast_call)(A, B, out, bias, residual, alpha, beta, repitch)
+            if done is not None:
+                return done
         return run_gemm(self, A, B, out=out, alpha=alpha, beta=beta, bias=bias, residual=residual, device=device,
                         repitch=repitch)
 

@@ -25,6 +25,7 @@ from .. import runtime
 from ..arch.dtypes import numpy_dtype
 from ..errors import LaunchError
 from ..runtime import interop
+from ..runtime.interop import DEVICE, DTYPE, SHAPE, STRIDES
 from . import tuned
 from .kernel import compile_gemm
 from .spec import Epilogue, GemmSpec
@@ -181,12 +182,16 @@ def _as_out_dtype(x, spec, name: str):
 
 # ---- the remembered choices (GPU arrays) -------------------------------------------------
 
-_chosen: dict = {}          # key -> GemmKernel
+_chosen: dict = {}          # choice key (what explain reads) -> GemmKernel
+_exact: dict = {}           # the arrays' exact description -> GemmKernel: a dict lookup per call
 _checked = [0.0, None]      # when the tuned store was last looked at, and its generation then
 RECHECK_S = 1.0             # how often a change of the tuned store on disk is looked for
+EXACT_MAX = 4096            # exact descriptions remembered (shapes that vary call to call)
 
 
-def _remembered(key):
+def _store_unchanged() -> bool:
+    """False (and every remembered choice forgotten) when the tuned store changed on disk;
+    looked at no more than once per RECHECK_S."""
     now = time.monotonic()
     if now - _checked[0] > RECHECK_S:
         _checked[0] = now
@@ -194,39 +199,57 @@ def _remembered(key):
         if gen != _checked[1]:
             _checked[1] = gen
             _chosen.clear()
-    return _chosen.get(key)
+            _exact.clear()
+            return False
+    return True
 
 
 def _fast_matmul(lib, A, B, out, bias, activation, residual, alpha, beta, allow_tf32):
     """matmul for PyTorch / CuPy arrays through the remembered choice; None when the general
     path must run (its first call, or anything unusual)."""
-    pa, pb = lib.probe(A), lib.probe(B)
-    if not pa or not pb or len(pa.shape) != 2 or len(pb.shape) != 2:
+    if interop.library(B) is not lib:
         return None
-    (M, K), N = pa.shape, pb.shape[1]
-    sa, sb = pa.strides, pb.strides
-    la = "row" if sa[1] == 1 else "col" if sa[0] == 1 else None
-    lb = "row" if sb[1] == 1 else "col" if sb[0] == 1 else None
-    out_name = None
+    pa, pb = lib.probe(A), lib.probe(B)
+    if not pa or not pb:
+        return None
+    pc = None
     if out is not None:
-        po = lib.probe(out)
-        if not po:
+        pc = interop.library(out) is lib and lib.probe(out)
+        if not pc:
             return None
-        out_name = po.dtype
+    tf32 = _allow_tf32(allow_tf32) if pa[DTYPE] == "float32" else None
+    exact = (pa[SHAPE], pa[STRIDES], pa[DTYPE], pa[DEVICE], pb[SHAPE], pb[STRIDES], pb[DTYPE],
+             pc[DTYPE] if pc else None, None if bias is None else bias.shape, activation, residual is not None, tf32)
+    kernel = _exact.get(exact) if _store_unchanged() else None
+    if kernel is None:
+        kernel = _choose(lib, A, B, out, pa, pb, pc, bias, activation, residual, tf32)
+        if kernel is None:
+            return None
+        if len(_exact) >= EXACT_MAX:
+            _exact.clear()
+        _exact[exact] = kernel
+    return kernel.fast_call.run(lib, pa, pb, out, pc, bias, residual, alpha, beta, True)
+
+
+def _choose(lib, A, B, out, pa, pb, pc, bias, activation, residual, tf32):
+    """The kernel for these probed arrays: remembered per choice key, else explain's."""
+    if len(pa[SHAPE]) != 2 or len(pb[SHAPE]) != 2:
+        return None
+    (M, K), N = pa[SHAPE], pb[SHAPE][1]
+    sa, sb = pa[STRIDES], pb[STRIDES]
     axis = None
     if bias is not None:
         length = bias.shape[0] if len(bias.shape) == 1 else -1
         axis = "col" if length == N else "row" if length == M else None
         if axis is None:
             return None
-    tf32 = _allow_tf32(allow_tf32)
-    key = (pa.dtype, pb.dtype, out_name, la, lb, size_class(M, N, K), axis, activation, residual is not None,
-           pa.device, tf32)
-    kernel = _remembered(key)
+    key = (pa[DTYPE], pb[DTYPE], pc[DTYPE] if pc else None, sa[1] == 1, sa[0] == 1, sb[1] == 1, sb[0] == 1,
+           size_class(M, N, K), axis, activation, residual is not None, pa[DEVICE], tf32)
+    kernel = _chosen.get(key)
     if kernel is None:
         choice = explain(A, B, bias=bias, activation=activation, residual=residual, out=out, allow_tf32=tf32)
         kernel = _chosen[key] = compile_gemm(choice.spec)
-    return kernel.fast_call(A, B, out, bias, residual, alpha, beta, True)
+    return kernel
 
 
 def matmul(A, B, *, bias=None, activation=None, residual=None, alpha=1.0, beta=0.0, out=None,

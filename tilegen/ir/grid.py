@@ -227,11 +227,22 @@ class LaunchGrid:
             raise ValueError(f"not a grid: {data!r}")
         return cls(tuple(expr_from_data(d) for d in data))
 
-    def evaluator(self):
-        """A function (sizes: dict, sm_count: int) -> (x, y, z), compiled once. The source is
-        built from the validated nodes above, never from user text."""
-        src = "lambda s, sms: (" + ", ".join(d.source() for d in self.dims) + ")"
-        return eval(src, {"__builtins__": {}, "min": min})  # noqa: S307  (our own node texts)
+    def evaluator(self, positional=None):
+        """A function (sizes: dict, sm_count: int) -> (x, y, z), compiled once; with
+        `positional` (size names), a function (*sizes in that order, sm_count) instead, for
+        callers that have the sizes at hand. The source is built from the validated nodes
+        above (size names are identifiers), never from user text."""
+        body = ", ".join(d.source() for d in self.dims)
+        if positional is None:
+            return eval(f"lambda s, sms: ({body})", {"__builtins__": {}, "min": min})  # noqa: S307
+        names = [Size(n).name for n in positional]
+        missing = self.symbols - set(names)
+        if missing:
+            raise ValueError(f"the grid reads {', '.join(sorted(missing))}, not among {', '.join(names)}")
+        for n in names:
+            body = body.replace(f"s[{n!r}]", f"_{n}")
+        args = ", ".join(f"_{n}" for n in names)
+        return eval(f"lambda {args}, sms: ({body})", {"__builtins__": {}, "min": min})  # noqa: S307
 
     def __str__(self) -> str:
         return "(" + ", ".join(d.text() for d in self.dims) + ")"

@@ -1,9 +1,9 @@
 """PyTorch and CuPy GPU arrays on the hot path.
 
-`probe(x)` reads what a launch needs of an array in a few attribute reads: its pointer,
-shape, strides (in elements), element type name and GPU ordinal, or None when `x` is not a
-GPU array of a library known here (the general path, runtime/arrays.py describe_array,
-then checks it and says what is wrong). Each library also gives its current stream on a
+`probe(x)` reads what a launch needs of an array in a few attribute reads: a plain tuple
+(pointer, shape, strides in elements, element type name, GPU ordinal), or None when `x` is
+not a GPU array of a library known here (the general path, runtime/arrays.py
+describe_array, then checks it and says what is wrong). Each library also gives its current stream on a
 device (tilegen launches there, so it orders with the library's own work and with CUDA
 graph capture) and new arrays from its own stream-ordered allocator.
 
@@ -13,15 +13,11 @@ it comes from, and the library's module object is taken from sys.modules.
 from __future__ import annotations
 
 import sys
-from typing import NamedTuple, Optional
+from typing import Optional
 
-
-class Probe(NamedTuple):
-    ptr: int
-    shape: tuple
-    strides: tuple     # elements
-    dtype: str         # numpy / ml_dtypes name: "float16", "bfloat16", "float32", "float8_e4m3fn", ...
-    device: int        # CUDA ordinal
+# A probe: (ptr, shape, strides in elements, dtype name as numpy / ml_dtypes spell it, such as
+# "float16", "bfloat16", "float8_e4m3fn", CUDA ordinal). A plain tuple: it is made per call.
+PTR, SHAPE, STRIDES, DTYPE, DEVICE = range(5)
 
 
 class _Torch:
@@ -35,12 +31,12 @@ class _Torch:
         raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)  # an int, without a Stream object
         self.stream = raw if raw is not None else (lambda d: torch.cuda.current_stream(d).cuda_stream)
 
-    def probe(self, t) -> Optional[Probe]:
+    def probe(self, t) -> Optional[tuple]:
         dev = t.get_device()
         dtype = self.dtypes.get(t.dtype)
         if dev < 0 or dtype is None:
             return None
-        return Probe(t.data_ptr(), tuple(t.shape), t.stride(), dtype, dev)
+        return t.data_ptr(), t.shape, t.stride(), dtype, dev
 
     def empty(self, shape, dtype: str, device: int):
         return self.torch.empty(shape, dtype=self.by_name[dtype], device=f"cuda:{device}")
@@ -51,16 +47,30 @@ class _CuPy:
 
     def __init__(self, cupy):
         self.cupy = cupy
+        self.names = {}  # numpy dtype -> its name, read once per dtype
+        self.current = cupy.cuda.get_current_stream
 
-    def probe(self, x) -> Optional[Probe]:
+    def probe(self, x) -> Optional[tuple]:
         itemsize = x.itemsize
         strides = x.strides
-        if any(s % itemsize for s in strides):
+        if len(strides) == 2:
+            s0, s1 = strides
+            if s0 % itemsize or s1 % itemsize:
+                return None
+            strides = (s0 // itemsize, s1 // itemsize)
+        elif any(s % itemsize for s in strides):
             return None
-        return Probe(x.data.ptr, x.shape, tuple(s // itemsize for s in strides), x.dtype.name, x.device.id)
+        else:
+            strides = tuple(s // itemsize for s in strides)
+        dt = x.dtype
+        name = self.names.get(dt)
+        if name is None:
+            name = self.names[dt] = dt.name
+        data = x.data
+        return data.ptr, x.shape, strides, name, data.device_id
 
     def stream(self, device: int) -> int:
-        return self.cupy.cuda.get_current_stream().ptr
+        return self.current().ptr
 
     def empty(self, shape, dtype: str, device: int):
         with self.cupy.cuda.Device(device):
@@ -96,9 +106,9 @@ def _adapter_for(t):
     return adapter(mod)
 
 
-def probe(x) -> Optional[Probe]:
+def probe(x) -> Optional[tuple]:
     lib = library(x)
     return None if lib is None else lib.probe(x)
 
 
-__all__ = ["Probe", "library", "probe"]
+__all__ = ["library", "probe", "PTR", "SHAPE", "STRIDES", "DTYPE", "DEVICE"]

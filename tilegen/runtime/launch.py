@@ -9,9 +9,10 @@ address as a plain int, so nothing is converted per call. The driver copies the 
 when the launch is enqueued, so the buffer is free again as soon as the call returns (a
 lock keeps two threads from packing into it at once).
 
-The call itself goes through cuda.bindings, or, with TILEGEN_LAUNCH=ctypes, through
-ctypes straight into libcuda (the same library cuda-python loaded); both take the same
-arguments. bench --host times both.
+The call itself goes through cuda.bindings, or, with TILEGEN_LAUNCH=ctypes, through ctypes
+straight into libcuda (the library cuda-python loaded); both take the same arguments. On
+the H200 host the bindings route measured 1.2 us faster per call, interleaved in one process
+(docs/perf_notes.md): ctypes' conversion of eleven arguments costs more than the bindings'.
 """
 from __future__ import annotations
 
@@ -32,7 +33,8 @@ _INVALID_CONTEXT = (201, 400)  # CUDA_ERROR_INVALID_CONTEXT, CUDA_ERROR_INVALID_
 
 
 def launch_route() -> str:
-    """"bindings" (cuda.bindings.driver.cuLaunchKernel) or "ctypes" (libcuda directly)."""
+    """"bindings" (cuda.bindings.driver.cuLaunchKernel, the default) or "ctypes" (libcuda's
+    cuLaunchKernel directly), from TILEGEN_LAUNCH."""
     route = os.environ.get("TILEGEN_LAUNCH", "bindings").strip().lower()
     return route if route in ("bindings", "ctypes") else "bindings"
 
@@ -76,8 +78,12 @@ class ParamBuffer:
 
 
 def _ctypes_launch():
-    """libcuda's cuLaunchKernel through ctypes (the library cuda-python already loaded)."""
-    lib = ctypes.CDLL("libcuda.so.1")
+    """libcuda's cuLaunchKernel through ctypes (the library cuda-python already loaded), or
+    None where ctypes cannot load it."""
+    try:
+        lib = ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        return None
     fn = lib.cuLaunchKernel
     u = ctypes.c_uint
     fn.argtypes = [ctypes.c_void_p, u, u, u, u, u, u, u, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
@@ -85,14 +91,17 @@ def _ctypes_launch():
     return fn
 
 
-_CTYPES = []
+_CTYPES: list = []
 
 
 class Launcher:
     """One loaded kernel, ready to launch: `launcher(grid, values, stream)`.
 
     values are in the kernel's parameter order (ints for pointers and integers, floats);
-    stream as module.stream_handle takes it (an int handle is used as it is)."""
+    stream as module.stream_handle takes it (an int handle is used as it is). The calling
+    thread's current context is not checked before each launch: a launch refused for the
+    context (a new thread, another device's context current) makes it current and is
+    retried once."""
 
     def __init__(self, function, kinds, threads: int, smem: int, device: int = 0):
         self.function = function
@@ -101,38 +110,51 @@ class Launcher:
         self.smem = int(smem)
         self.device = device
         self.handle = function.handle
-        self.handle_int = int(function.handle)
         self.route = launch_route()
-        self.lock = threading.Lock()
         if self.route == "ctypes" and not _CTYPES:
             _CTYPES.append(_ctypes_launch())
+        if self.route == "ctypes" and _CTYPES[0] is None:
+            self.route = "bindings"
         self._driver = _drv.bindings()
+        self._pack = self.buffer.struct.pack_into
+        self._storage = self.buffer.storage
+        self._address = self.buffer.address
+        self.lock = threading.Lock()
+        self._ctypes = self.route == "ctypes"
+        self._fn = _CTYPES[0] if self._ctypes else self._driver.cuLaunchKernel
+        self._handle = int(function.handle) if self._ctypes else function.handle
+
+    def _launch(self, grid, stream) -> int:
+        bx, by, bz = self.block
+        if self._ctypes:
+            return self._fn(self._handle, grid[0], grid[1], grid[2], bx, by, bz, self.smem, stream, self._address, None)
+        return self._fn(self._handle, grid[0], grid[1], grid[2], bx, by, bz, self.smem, stream, self._address, 0)[0]
 
     def __call__(self, grid, values, stream=0) -> None:
-        gx, gy, gz = grid
-        if not isinstance(stream, int):
-            stream = stream_handle(stream)
+        if stream.__class__ is not int:
+            stream = int(stream_handle(stream))
         bx, by, bz = self.block
-        _drv.ensure_context(self.device)
         with self.lock:
-            self.buffer.pack(values)
-            if self.route == "ctypes":
-                err = _CTYPES[0](self.handle_int, gx, gy, gz, bx, by, bz, self.smem, int(stream),
-                                 self.buffer.address, None)
+            try:
+                self._pack(self._storage, 0, *values)
+            except (struct.error, OverflowError, TypeError):
+                self.buffer.pack(values)  # converts what it can, or says what is wrong
+            if self._ctypes:
+                err = self._fn(self._handle, grid[0], grid[1], grid[2], bx, by, bz, self.smem, stream, self._address,
+                               None)
             else:
-                err = self._driver.cuLaunchKernel(self.handle, gx, gy, gz, bx, by, bz, self.smem, stream,
-                                                  self.buffer.address, 0)[0]
+                err = self._fn(self._handle, grid[0], grid[1], grid[2], bx, by, bz, self.smem, stream, self._address,
+                               0)[0]
         if err:
             self._failed(int(err), grid, values, stream)
 
     def _failed(self, err: int, grid, values, stream) -> None:
-        if err in _INVALID_CONTEXT:  # another context became current on this thread: once more
+        if err in _INVALID_CONTEXT:  # this thread has no (or another) context current: once more
             _drv.forget_current()
             _drv.ensure_context(self.device)
             with self.lock:
                 self.buffer.pack(values)
-                err = int(self._driver.cuLaunchKernel(self.handle, *grid, *self.block, self.smem, stream,
-                                                      self.buffer.address, 0)[0])
+                err = int(self._launch(grid, stream))
             if not err:
                 return
         check_launch_dims(grid, self.block)  # a grid out of range says so plainly
