@@ -247,8 +247,10 @@ class GemmBench:
 
 
 def _ld(view, layout: str) -> int:
-    """Leading dimension, in elements, of a torch matrix (or transposed view) in `layout`."""
-    stride = view.stride()
+    """Leading dimension, in elements, of a matrix (or transposed view) in `layout`: torch's
+    stride() in elements, or numpy-style strides in bytes."""
+    stride = view.stride() if callable(getattr(view, "stride", None)) else tuple(
+        s // view.itemsize for s in view.strides)
     return stride[0] if layout == "row" else stride[1]
 
 
