@@ -147,7 +147,11 @@ def floors(out: dict) -> None:
         out[f"interleaved_{route}"] = json.loads(line[0][7:]) if line else {"error": p.stderr[-3000:]}
 
 
-def sizes(out: dict) -> None:
+SHAPES = [(512, 512, 512), (1024, 1024, 1024), (2048, 2048, 2048), (4096, 4096, 4096), (8192, 8192, 8192),
+          (4096, 4096, 1024), (1024, 4096, 4096), (4095, 4095, 4095), (4097, 4096, 4095)]
+
+
+def sizes(out: dict, shapes=SHAPES) -> None:
     """tilegen.matmul as called (back to back) beside the kernel alone and torch.matmul."""
     import torch
     import tilegen
@@ -161,8 +165,6 @@ def sizes(out: dict) -> None:
     delay = make_delay(be, device_target(torch.cuda.get_device_capability()), events, print)
     opts = TimingOptions(warmup_ms=30, rep_ms=200)
     rows = []
-    shapes = [(512, 512, 512), (1024, 1024, 1024), (2048, 2048, 2048), (4096, 4096, 4096), (8192, 8192, 8192),
-              (4096, 4096, 1024), (1024, 4096, 4096), (4095, 4095, 4095), (4097, 4096, 4095)]
     for dt in (torch.bfloat16, torch.float16):
         for M, N, K in shapes:
             sets = max(2, min(16, (4 * 60 << 20) // ((M * K + K * N + M * N) * 2) + 1))
@@ -201,12 +203,14 @@ def main() -> int:
     ap.add_argument("dir")
     ap.add_argument("--old")
     ap.add_argument("--skip", nargs="*", default=[])
+    ap.add_argument("--shapes", nargs="*", default=None, help="MxNxK for the sizes part")
     args = ap.parse_args()
     os.makedirs(args.dir, exist_ok=True)
     out = {"date": time.strftime("%Y-%m-%d %H:%M:%S"), "commit": os.environ.get("TILEGEN_COMMIT", "")}
     for name, fn in (("host", lambda: host(out, args.old)), ("floors", lambda: floors(out)),
                      ("profile", lambda: profile(args.dir, args.old)),
-                     ("sizes", lambda: sizes(out))):
+                     ("sizes", lambda: sizes(out, [tuple(map(int, x.split("x"))) for x in args.shapes]
+                                             if args.shapes else SHAPES))):
         if name in args.skip:
             continue
         t0 = time.perf_counter()
