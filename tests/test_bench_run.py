@@ -55,6 +55,26 @@ def test_time_calls_rotates_sets_and_takes_the_median():
     assert len(used) == 5 + 4 + 30                             # estimate, warm-up, timed
 
 
+def test_back_to_back_pairs_alternate_and_time_each_call():
+    """tilegen.matmul as called against its kernel: batches alternate, and a call that gets
+    slower over time (heat, clock drift) slows both alike."""
+    clock = FakeClock()
+    order = []
+
+    def make(name, ms):
+        def call(i):
+            order.append(name)
+            clock.now += ms * (1 + clock.now * 1e-4)   # slower as the run goes on
+        return call
+
+    a, b = timing.time_pair_back_to_back(make("a", 1.0), make("b", 2.0), 3, FakeEvents(clock),
+                                         timing.TimingOptions(warmup=2, reps=6), batch=4)
+    assert a.reps == b.reps == 6
+    assert b.ms / a.ms == pytest.approx(2.0, rel=0.02)
+    timed = order[-48:]
+    assert timed == (["a"] * 4 + ["b"] * 4) * 6
+
+
 def test_time_calls_counts_follow_the_time_budget():
     clock = FakeClock()
 

@@ -156,10 +156,10 @@ def finish(args, result: dict, baseline, log) -> int:
     if result.get("compile_speed"):
         print(compile_speed.format_compile_speed(result["compile_speed"]))
         print()
-    for host in result.get("host") or ():
+    for host in result.get("host_costs") or ():
         print(format_host(host) if "error" not in host else f"host costs {host['dtype']}: {host['error']}")
         print()
-    if result.get("rows") or not (result.get("peak") or result.get("compile_speed") or result.get("host")):
+    if result.get("rows") or not (result.get("peak") or result.get("compile_speed") or result.get("host_costs")):
         print(report.format_table(result))
     if any(report.is_wrong(r) for r in result.get("rows", [])):
         status = EXIT_FAIL
@@ -221,12 +221,12 @@ def measure(args, log) -> dict:
             result["compile_speed"] = {"error": f"{type(e).__name__}: {e}", "specs": []}
             log(f"compile-speed failed: {e}")
     if args.host:
-        result["host"] = []
+        result["host_costs"] = []
         for dt in args.dtype:
             try:
-                result["host"].append(host_costs(dt, size=args.size_list[0][0]))
+                result["host_costs"].append(host_costs(dt, size=args.size_list[0][0]))
             except Exception as e:  # noqa: BLE001  (torch missing, ...)
-                result["host"].append({"dtype": dt, "error": f"{type(e).__name__}: {e}"})
+                result["host_costs"].append({"dtype": dt, "error": f"{type(e).__name__}: {e}"})
                 log(f"host costs {dt} failed: {e}")
     peaks, source = _peak_reference(measured_peak, info.name)
     result["peak_source"] = source

@@ -151,6 +151,35 @@ def time_back_to_back(call, n_sets: int, events: EventPool, opts: TimingOptions,
     return summarize([run(batch) for _ in range(reps)])
 
 
+def time_pair_back_to_back(first, second, n_sets: int, events: EventPool, opts: TimingOptions,
+                           batch: int = 20) -> tuple:
+    """time_back_to_back of two calls whose batches alternate, so that clock drift and heat
+    weigh on both alike: (Timing of first, Timing of second)."""
+    n_sets = max(1, int(n_sets))
+    counter = [0]
+
+    def run(call, n: int) -> float:
+        e0, e1 = events.get(2)
+        events.record(e0)
+        for _ in range(n):
+            call(counter[0] % n_sets)
+            counter[0] += 1
+        events.record(e1)
+        return events.elapsed(e0, e1) / n
+
+    est = max(run(first, 3), run(second, 3))
+    for _ in range(opts.warmup_count(est)):
+        first(counter[0] % n_sets)
+        second(counter[0] % n_sets)
+        counter[0] += 1
+    reps = max(5, min(200, opts.rep_count(est * batch) if opts.reps is None else opts.reps))
+    a, b = [], []
+    for _ in range(reps):
+        a.append(run(first, batch))
+        b.append(run(second, batch))
+    return summarize(a), summarize(b)
+
+
 def time_calls(call, n_sets: int, events: EventPool, opts: TimingOptions, delay: Delay | None = None) -> Timing:
     """Median GPU time of call(i) (i = buffer set), each call between its own events.
 
