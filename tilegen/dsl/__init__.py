@@ -7,7 +7,7 @@ from .primitives import (SM_COUNT, else_, ge, gt, if_, le, lt, barrier, cdiv, co
                          fence_proxy_async)
 from .scalars import Float, Int, Pred
 from .batched import BatchedTensor, batched_tensor
-from .fragment_ops import (RowVector, add, assign, div, exp, exp2, mask, maximum, mul, row_max, row_sum,
+from .fragment_ops import (RowVector, add, add_if_finite, assign, div, exp, exp2, mask, maximum, mul, row_max, row_sum,
                            row_vector, scale, sub, to_operand)
 
 range = range_  # noqa: A001  (tilegen.range is the runtime loop, as in the DSL docs)
@@ -19,5 +19,5 @@ __all__ = ["lt", "le", "gt", "ge", "if_", "else_", "Pred", "vector", "split_tf32
 # Hopper (sm_90a) warpgroup mma from shared memory
 __all__ += ["wgmma", "wgmma_fence", "wgmma_commit", "wgmma_wait", "fence_proxy_async"]
 # Batched tensors and fragment arithmetic (dsl/batched.py, dsl/fragment_ops.py)
-__all__ += ["BatchedTensor", "batched_tensor", "RowVector", "add", "sub", "mul", "div", "maximum", "scale",
+__all__ += ["BatchedTensor", "batched_tensor", "RowVector", "add", "add_if_finite", "sub", "mul", "div", "maximum", "scale",
             "exp", "exp2", "assign", "row_vector", "row_max", "row_sum", "mask", "to_operand"]

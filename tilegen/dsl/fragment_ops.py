@@ -173,6 +173,14 @@ def add(x, y, *, out=None, name: str = ""):
     return _elementwise("add", x, y, out, name)
 
 
+def add_if_finite(x, y, *, out=None, name: str = ""):
+    """x + y where x is finite, x itself where it is inf or NaN (element by element): adds a
+    correction term that means nothing once the main term overflowed (3xTF32)."""
+    if not isinstance(x, Fragment):
+        fail("add_if_finite: x must be an accumulator fragment")
+    return _elementwise("add_if_finite", x, y, out, name)
+
+
 def sub(x, y, *, out=None, name: str = ""):
     """x - y, element by element (a row vector broadcasts along the columns)."""
     return _elementwise("sub", x, y, out, name)
@@ -406,5 +414,5 @@ def to_operand(x, operand: str = "A", *, atom=None, name: str = "") -> list:
     return out
 
 
-__all__ = ["RowVector", "Coord", "Cond", "add", "sub", "mul", "div", "maximum", "scale", "exp", "exp2",
+__all__ = ["RowVector", "Coord", "Cond", "add", "add_if_finite", "sub", "mul", "div", "maximum", "scale", "exp", "exp2",
            "assign", "row_vector", "row_max", "row_sum", "mask", "to_operand"]

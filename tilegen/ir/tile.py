@@ -285,7 +285,7 @@ class RowVector:
                          for s in range(len(row_slots(self.atom)))}
 
 
-ELEMENTWISE_FNS = ("copy", "add", "sub", "mul", "div", "max", "exp", "exp2")
+ELEMENTWISE_FNS = ("copy", "add", "sub", "mul", "div", "max", "exp", "exp2", "add_if_finite")
 
 
 @dataclass(eq=False)

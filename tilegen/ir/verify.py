@@ -170,7 +170,7 @@ def _check_fragment_arith(kernel, op, defined, where):
             accumulator(op.out, "out")
         elif not isinstance(op.out, T.RowVector):
             raise IRError(f"{name}: out must be a fragment or a row vector{where}")
-        unary = op.fn in ("copy", "exp", "exp2")
+        unary = op.fn in ("copy", "exp", "exp2")  # add_if_finite is binary
         if unary != (op.y is None):
             raise IRError(f"{name}: {op.fn} takes {'one operand' if unary else 'two operands'}{where}")
         for what, x in (("x", op.x), ("y", op.y)):

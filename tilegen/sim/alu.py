@@ -101,9 +101,10 @@ def build_binary(ins, ctx: Context):
                 return lambda: put(op(ra(), s))
         return lambda: put(sh(ra(), rb(), width))
     if dt.kind == "f":
-        _check_mods(ctx, ins, mods, FLOAT_MODS)
+        nan = fam in ("min", "max") and "NaN" in mods   # .NaN: a NaN operand gives NaN
+        _check_mods(ctx, ins, [m for m in mods if not (nan and m == "NaN")], FLOAT_MODS)
         fn = {"add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.divide,
-              "min": np.fmin, "max": np.fmax}.get(fam)
+              "min": np.minimum if nan else np.fmin, "max": np.maximum if nan else np.fmax}.get(fam)
         _need(ctx, ins, fn is not None and t in ("f32", "f64"), ins.opcode)
         ra, rb, put = ctx.reader(ins, a, dt), ctx.reader(ins, b, dt), ctx.writer(ins, d, dt)
         return lambda: put(fn(ra(), rb()))

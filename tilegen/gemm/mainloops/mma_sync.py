@@ -60,9 +60,12 @@ class MmaSyncPipeline:
                      for i in range(spec.frag_buffers)] if self.split else []
         self.steps = spec.tile.k // atom.k
         # The tensor cores add into their accumulator with truncation, a bias that grows with K:
-        # f32-accuracy GEMMs sum each k-step's three products into a fresh partial fragment and
-        # add that to the total with a correctly rounded f32 add.
+        # f32-accuracy GEMMs sum each k-step's products into fresh partial fragments and add
+        # those to the total with correctly rounded f32 adds: the two small products in `part`,
+        # the large one in `big`, so that the small ones can be left out where the large one
+        # is inf or NaN (an infinite hi part multiplies the other operand's lo part, often 0).
         self.part = tg.fragment(atom, "C", (WM // atom.m, WN // atom.n), name="part") if self.split else None
+        self.big = tg.fragment(atom, "C", (WM // atom.m, WN // atom.n), name="big") if self.split else None
 
     def load(self, buf, stage, kk):
         a, b = self.frags[buf]
@@ -78,11 +81,12 @@ class MmaSyncPipeline:
         if not self.split:
             tg.mma(self.acc, a, b)
             return
-        a_lo, b_lo = self.lows[buf]  # the small terms first, so they are not lost against the large one
+        a_lo, b_lo = self.lows[buf]
         tg.mma(self.part, a, b_lo, accumulate=False)
         tg.mma(self.part, a_lo, b)
-        tg.mma(self.part, a, b)
-        tg.add(self.acc, self.part, out=self.acc)
+        tg.mma(self.big, a, b, accumulate=False)
+        tg.add_if_finite(self.big, self.part, out=self.big)
+        tg.add(self.acc, self.big, out=self.acc)
 
     def wait_for_tile(self):
         # Group kt has landed once at most S-2 newer ones are pending; the barrier makes

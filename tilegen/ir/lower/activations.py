@@ -38,7 +38,7 @@ def _x_over_one_plus(b, x, e):
 
 
 def relu(b, x):
-    return b.op("max.f32", "f32", x, _f(0.0))
+    return b.op("max.NaN.f32", "f32", x, _f(0.0))   # NaN stays NaN (plain max returns the 0)
 
 
 def silu(b, x):

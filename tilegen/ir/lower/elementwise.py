@@ -157,6 +157,10 @@ def lower_elementwise(b, ctx, op):
             b.emit(Instr("ex2.approx.ftz.f32", (reg,), (t,)))
         elif op.fn in _BINARY:
             b.emit(Instr(_BINARY[op.fn], (reg,), (x(key), y(key))))
+        elif op.fn == "add_if_finite":  # x + y, or x itself where x is inf or NaN
+            total = b.op("add.f32", "f32", x(key), y(key))
+            finite = b.op("setp.lt.f32", "pred", b.op("abs.f32", "f32", x(key)), Imm(float("inf"), "f32"))
+            b.emit(Instr("selp.f32", (reg,), (total, x(key), finite)))
         else:
             raise IRError(f"no lowering for elementwise {op.fn!r}")
 

@@ -53,14 +53,25 @@ def lower_load_fragment(b, ctx, op):
             b.emit(Instr("cvt.rna.tf32.f32", (v,), (v,)))
 
 
+TF32_MASK = 0xFFFFE000   # the bits tf32 keeps of an f32
+
+
 def lower_split(b, ctx, op):
-    """hi <- tf32(x), lo <- tf32(x - tf32(x)) for every register (x is hi's f32 content)."""
+    """hi <- tf32(x), lo <- tf32(x - tf32(x)) for every register (x is hi's f32 content).
+
+    IEEE specials: x = +-inf or NaN gives hi = x and a NaN lo (x - x), which the 3xTF32 GEMM
+    leaves out with every correction term where the main product is not finite; a finite x
+    whose rounding to tf32 overflows (within 2^-11 of the largest f32) is truncated instead,
+    so hi stays finite and hi + lo is still x."""
     if op.hi.tiles != op.lo.tiles or op.hi.operand != op.lo.operand:
         raise IRError(f"split: {op.hi.name} and {op.lo.name} differ in shape")
     ctx.kernel.features.add("cvt.rna.tf32")
+    inf = Imm(float("inf"), "f32")
     for key, regs in op.hi.regs.items():
         for x, lo in zip(regs, op.lo.regs[key]):
             high = b.op("cvt.rna.tf32.f32", "b32", x)
+            overflow = b.op("setp.eq.f32", "pred", b.op("abs.f32", "f32", high), inf)
+            b.emit(Instr("and.b32", (high,), (x, Imm(TF32_MASK)), pred=overflow))   # inf stays inf
             b.emit(Instr("sub.f32", (lo,), (x, high)))
             b.emit(Instr("cvt.rna.tf32.f32", (lo,), (lo,)))
             b.emit(Instr("mov.b32", (x,), (high,)))
