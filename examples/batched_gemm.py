@@ -19,7 +19,7 @@ import argparse
 import sys
 
 import numpy as np
-from example_util import Runner, device_arguments, numpy_dtype, padded, pick_device, report  # first: sys.path
+from example_util import Runner, device_arguments, numpy_dtype, padded, pick_device, report, size  # first: sys.path
 
 import tilegen
 import tilegen.dsl as tg
@@ -130,10 +130,10 @@ def error_limit(K: int) -> float:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     device_arguments(ap)
-    ap.add_argument("--batch", type=int, default=None, help="default 16 on the GPU, 3 emulated")
-    ap.add_argument("--m", type=int, default=None, help="default 1024 on the GPU, 40 emulated")
-    ap.add_argument("--n", type=int, default=None, help="default 1024 on the GPU, 33 emulated")
-    ap.add_argument("--k", type=int, default=None, help="default 1024 on the GPU, 50 emulated")
+    ap.add_argument("--batch", type=size, default=None, help="default 16 on the GPU, 3 emulated")
+    ap.add_argument("--m", type=size, default=None, help="default 1024 on the GPU, 40 emulated")
+    ap.add_argument("--n", type=size, default=None, help="default 1024 on the GPU, 33 emulated")
+    ap.add_argument("--k", type=size, default=None, help="default 1024 on the GPU, 50 emulated")
     ap.add_argument("--dtype", choices=("f16", "bf16"), default="f16")
     args = ap.parse_args(argv)
     device = pick_device(args.device)

@@ -32,10 +32,35 @@ def pick_device(choice: str = "auto") -> str:
     return "sim"
 
 
+MAX_SIZE = 1 << 20
+
+
+def size(text: str) -> int:
+    """An argparse type: a size from 1 to MAX_SIZE (a bad one exits 2 with a message)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if not 1 <= value <= MAX_SIZE:
+        raise argparse.ArgumentTypeError(f"{value}: a size from 1 to {MAX_SIZE}")
+    return value
+
+
+def seed(text: str) -> int:
+    """An argparse type: a random seed from 0 to 2^32 - 1."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+    if not 0 <= value < 2 ** 32:
+        raise argparse.ArgumentTypeError(f"{value}: a seed from 0 to 2^32 - 1")
+    return value
+
+
 def device_arguments(parser: argparse.ArgumentParser):
     parser.add_argument("--device", choices=("auto", "gpu", "sim"), default="auto",
                         help="where to run: the GPU when present (auto), or the CPU emulator (sim)")
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seed", type=seed, default=0)
 
 
 def padded(x: np.ndarray) -> tuple[np.ndarray, int]:

@@ -36,7 +36,7 @@ import math
 import sys
 
 import numpy as np
-from example_util import Runner, device_arguments, numpy_dtype, pick_device, report  # first: sys.path
+from example_util import Runner, device_arguments, numpy_dtype, pick_device, report, size  # first: sys.path
 
 import tilegen
 import tilegen.dsl as tg
@@ -199,15 +199,15 @@ def relative_error(out, ref, magnitude) -> float:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     device_arguments(ap)
-    ap.add_argument("--batch-heads", type=int, default=None, help="batch * heads (default 16 on the GPU, 2 emulated)")
-    ap.add_argument("--seq", type=int, default=None, help="sequence length (default 2048 on the GPU, 80 emulated)")
+    ap.add_argument("--batch-heads", type=size, default=None, help="batch * heads (default 16 on the GPU, 2 emulated)")
+    ap.add_argument("--seq", type=size, default=None, help="sequence length (default 2048 on the GPU, 80 emulated)")
     ap.add_argument("--head-dim", type=int, default=64, choices=HEAD_DIMS)
     ap.add_argument("--dtype", choices=("f16", "bf16"), default="f16")
     ap.add_argument("--out-dtype", choices=("f16", "bf16", "f32"), default=None, help="default: the input type")
     ap.add_argument("--causal", action="store_true")
-    ap.add_argument("--block-m", type=int, default=64, help="query rows per CTA (a multiple of 16 * warps)")
-    ap.add_argument("--block-n", type=int, default=64, help="keys per step (a multiple of 16)")
-    ap.add_argument("--warps", type=int, default=4, help="warps per CTA, stacked along the query rows")
+    ap.add_argument("--block-m", type=size, default=64, help="query rows per CTA (a multiple of 16 * warps)")
+    ap.add_argument("--block-n", type=size, default=64, help="keys per step (a multiple of 16)")
+    ap.add_argument("--warps", type=size, default=4, help="warps per CTA, stacked along the query rows")
     args = ap.parse_args(argv)
     if args.block_m % (16 * args.warps) or args.block_n % 16:
         ap.error("--block-m must be a multiple of 16 * --warps and --block-n a multiple of 16")

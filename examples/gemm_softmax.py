@@ -19,7 +19,7 @@ import math
 import sys
 
 import numpy as np
-from example_util import Runner, device_arguments, numpy_dtype, padded, pick_device, report  # first: sys.path
+from example_util import Runner, device_arguments, numpy_dtype, padded, pick_device, report, size  # first: sys.path
 
 import tilegen
 import tilegen.dsl as tg
@@ -134,9 +134,9 @@ def error_limit(A, B, scale, matmul=np.matmul) -> float:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     device_arguments(ap)
-    ap.add_argument("--m", type=int, default=None, help="rows (default 8192 on the GPU, 37 emulated)")
-    ap.add_argument("--n", type=int, default=None, help=f"columns, at most {BLOCK_N[-1]} (default 256 / 100)")
-    ap.add_argument("--k", type=int, default=None, help="default 1024 on the GPU, 48 emulated")
+    ap.add_argument("--m", type=size, default=None, help="rows (default 8192 on the GPU, 37 emulated)")
+    ap.add_argument("--n", type=size, default=None, help=f"columns, at most {BLOCK_N[-1]} (default 256 / 100)")
+    ap.add_argument("--k", type=size, default=None, help="default 1024 on the GPU, 48 emulated")
     ap.add_argument("--dtype", choices=("f16", "bf16"), default="f16")
     args = ap.parse_args(argv)
     device = pick_device(args.device)

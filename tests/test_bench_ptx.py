@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 import tilegen
+from gpu_util import requires_gpu
 from ptxas_util import assert_assembles, needs_ptxas
 from tilegen.bench import compile_speed, env
 from tilegen.bench import options as O
@@ -140,6 +141,8 @@ def test_versions_and_commit_do_not_need_a_gpu():
     assert set(c) == {"commit", "dirty"}
 
 
+@pytest.mark.gpu   # torch and Triton come with the GPU machines' image, not with the test extra
+@requires_gpu
 def test_triton_kernel_module_imports_when_triton_does():
     pytest.importorskip("torch")
     pytest.importorskip("triton")

@@ -145,15 +145,56 @@ def test_sim_takes_numpy_only():
 def test_no_gpu_falls_back_to_the_emulator(monkeypatch, capsys):
     import tilegen.runtime
 
+    from tilegen.gemm import call
+
     monkeypatch.setattr(tilegen.runtime, "gpu_available", lambda: False)
+    monkeypatch.setattr(call, "_said", set())
     k = small(dtype="f16")
     A, B = inputs("f16", 20, 30, 40, 0)
     C = k(A, B)
     err = capsys.readouterr().err
-    assert err.strip() == "tilegen: no GPU found; running on the CPU emulator (device='sim')"
+    assert err.startswith("tilegen: no GPU found; GEMMs on numpy arrays run on the CPU emulator (device='sim')")
+    assert err.count("\n") == 1
     np.testing.assert_allclose(C, A.astype(np.float64) @ B.astype(np.float64), rtol=1e-3, atol=1e-3)
+    k(A, B)
+    assert capsys.readouterr().err == ""      # said once per process
     k(A, B, device="sim")
     assert capsys.readouterr().err == ""      # asked for by name: no notice
+
+
+def test_no_gpu_refuses_long_emulations_at_once(monkeypatch, capsys):
+    """Without a GPU and without device="sim", a GEMM the emulator would take minutes over is
+    refused in well under a second, with the estimate; with device="sim" it would run (and
+    report its progress)."""
+    import time
+
+    import tilegen.runtime
+    from tilegen.gemm import call
+
+    monkeypatch.setattr(tilegen.runtime, "gpu_available", lambda: False)
+    A = np.ones((2048, 2048), np.float16)
+    t0 = time.perf_counter()
+    with pytest.raises(tilegen.LaunchError, match=r"2048x2048x2048 GEMM would take at least \d+ min .*device='sim'"):
+        tilegen.matmul(A, A)
+    k = small(dtype="f16")
+    with pytest.raises(tilegen.LaunchError, match=r"would take about \d+ (min|h)"):
+        k(A, A)                     # compiled already: the estimate from its PTX
+    assert time.perf_counter() - t0 < 1.0 + 0.5   # the small kernel's compile included
+    est = call.refuse_long_emulation  # the limit is documented in seconds of emulation
+    assert call.EMULATOR_LIMIT_S == 30.0 and est(256, 256, 256) is None
+
+
+def test_long_emulations_report_their_progress(monkeypatch, capsys):
+    from tilegen.gemm import call
+
+    monkeypatch.setattr(call, "PROGRESS_S", 0.0)   # every run counts as long
+    monkeypatch.setattr(call, "TICK_S", 0.02)
+    k = small(dtype="f16")
+    A, B = inputs("f16", 64, 64, 256, 1)
+    k(A, B, device="sim")
+    err = capsys.readouterr().err.splitlines()
+    assert err[0].startswith("tilegen: emulating 64x64x256 on the CPU: about ") and err[0].endswith(" s")
+    assert any(" s of about " in line for line in err[1:])
 
 
 # ---- property test over the spec space --------------------------------------------------------

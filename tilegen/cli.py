@@ -19,6 +19,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import math
+import os
 import sys
 import threading
 import time
@@ -34,6 +35,7 @@ from .errors import LaunchError, SpecError, TilegenError
 from .frontend import compile as compile_spec
 from .gemm.spec import GemmSpec, parse_spec_text, spec_to_text
 from .gemm.template import gemm_kernel_name
+from .gemm.textspec import MAX_BYTES as MAX_SPEC_BYTES
 from .gemm.textspec import SpecFileError, SpecSyntaxError, int_dataclass, type_options
 
 EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
@@ -55,13 +57,19 @@ def _spec_fields() -> list:
 
 
 def _field_help() -> dict:
-    """field -> 'legal values (default ...)' from GemmSpec's docstring table."""
-    out = {}
+    """field -> 'legal values (default ...)' from GemmSpec's docstring table (a row whose field
+    cell is empty continues the row above)."""
+    out, last = {}, None
     for line in (GemmSpec.__doc__ or "").splitlines():
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
-        if len(cells) == 3 and cells[0] and not cells[0].startswith("-") and cells[0] != "field":
-            out[cells[0]] = f"{cells[1]} (default: {cells[2]})"
-    return out
+        if len(cells) != 3 or cells[0].startswith("-") or cells[0] == "field":
+            continue
+        if cells[0]:
+            last = cells[0]
+            out[last] = [cells[1], cells[2]]
+        elif last is not None:
+            out[last] = [f"{out[last][0]} {cells[1]}".strip(), f"{out[last][1]} {cells[2]}".strip()]
+    return {k: f"{legal} (default: {default})" for k, (legal, default) in out.items()}
 
 
 def _add_spec_args(p: argparse.ArgumentParser, spec_help: str):
@@ -100,11 +108,15 @@ def spec_from_args(args):
     if args.spec is None:
         text, source = "gemm { }", "<defaults>"
     elif args.spec == "-":
-        text, source = sys.stdin.read(), "<stdin>"
+        text, source = sys.stdin.read(MAX_SPEC_BYTES + 1), "<stdin>"  # more is refused by the parser
     else:
         path = Path(args.spec)
+        if path.is_dir():
+            raise UsageError(f"{args.spec} is a directory; give a .tg file (or '-' for standard input)")
         if not path.is_file():
             raise UsageError(f"no such spec file: {args.spec}")
+        if path.stat().st_size > MAX_SPEC_BYTES:
+            raise UsageError(f"{args.spec} has {path.stat().st_size} bytes; a spec file has at most {MAX_SPEC_BYTES}")
         try:
             text, source = path.read_text(), str(path)
         except (OSError, UnicodeDecodeError) as e:
@@ -133,7 +145,9 @@ def _compile(args) -> int:
             if kernel.resources is None:
                 raise TilegenError(f"ptxas could not assemble {kernel.name} for {kernel.target}: "
                                    "see `tilegen compile ... -o k.ptx` and `ptxas -arch=<target> k.ptx`")
-            text = str(kernel.resources)
+            # every field as resolved: the defaults that depend on others (instruction -> target,
+            # tile, warps, stages) included
+            text = f"{spec}\n{kernel.resources}"
     if not text.endswith("\n"):
         text += "\n"
     if args.output and args.output != "-":
@@ -204,16 +218,24 @@ def _ticker(what: str, every: float = 5.0):
     return done
 
 
+MAX_SIZE = 1 << 20   # --m/--n/--k (and demo --size): a dimension the kernels' 32-bit indices take
+
+
+def _size(name: str, value: int) -> int:
+    if not 1 <= value <= MAX_SIZE:
+        raise UsageError(f"{name} {value}: a size from 1 to {MAX_SIZE}")
+    return value
+
+
 def _run(args) -> int:
     for name in ("m", "n", "k"):
-        if getattr(args, name) < 1:
-            raise UsageError(f"--{name} {getattr(args, name)}: sizes must be at least 1")
+        _size(f"--{name}", getattr(args, name))
+    if not 0 <= args.seed < 2 ** 32:
+        raise UsageError(f"--seed {args.seed}: a seed from 0 to 2^32 - 1")
     spec = spec_from_args(args)
     device = args.device
-    if device is None:
-        device = "gpu" if runtime.gpu_available() else "sim"
-        if device == "sim":
-            _progress("no GPU found; running on the CPU emulator (--device sim)")
+    if device is None:  # the GPU, else the emulator for what it can do in reasonable time
+        device = "gpu" if runtime.gpu_available() else None
     elif device == "gpu" and not runtime.gpu_available():
         raise UsageError("--device gpu: no GPU found (no CUDA driver or no NVIDIA device); "
                          "use --device sim to run on the CPU emulator")
@@ -246,16 +268,16 @@ def _run(args) -> int:
         ref, scale = ref + r, scale + np.abs(r)
 
     where = "the GPU" if device == "gpu" else "the CPU emulator"
-    if device == "sim":
+    if device != "gpu":  # the emulator says how long it expects to take, and how far it is
         from .sim import EMULATOR_SM_COUNT
 
-        blocks = kernel.grid({"M": M, "N": N, "K": K}, EMULATOR_SM_COUNT)
-        ctas = blocks[0] * blocks[1] * blocks[2]
-        _progress(f"running {M}x{N}x{K} on the CPU emulator: {ctas} CTA{'s' if ctas != 1 else ''} of "
+        x, y, z = kernel.grid({"M": M, "N": N, "K": K}, EMULATOR_SM_COUNT)
+        _progress(f"running {M}x{N}x{K} on the CPU emulator: {x * y * z} CTA{'s' if x * y * z != 1 else ''} of "
                   f"{kernel.threads} threads, each PTX instruction interpreted")
+        done = threading.Event()
     else:
         _progress(f"running {M}x{N}x{K} on the GPU (the first call JIT-compiles the PTX)")
-    done = _ticker(f"still running on {where}")
+        done = _ticker(f"still running on {where}")
     try:
         start = time.perf_counter()
         C = kernel(A, B, device=device, **extra)
@@ -307,6 +329,7 @@ def _show(args) -> int:
 
 def _demo(args) -> int:
     """Compile the default GEMM, run it (GPU, else the CPU emulator) and check it against numpy."""
+    _size("--size", args.size)
     spec = GemmSpec(dtype=args.dtype)
     print(spec)
     atom = spec.mma
@@ -317,14 +340,12 @@ def _demo(args) -> int:
     kernel = compile_spec(spec)
     print(f"\n{kernel.name}: {len(kernel.ptx.splitlines())} lines of PTX, {kernel.threads} threads, "
           f"{kernel.smem_bytes} bytes of shared memory")
-    device = "gpu" if runtime.gpu_available() else "sim"
+    device = "gpu" if runtime.gpu_available() else None   # None: the emulator, within its limit
     M, N, K = (args.size,) * 3
     rng = np.random.default_rng(0)
     A = rng.standard_normal((M, K)).astype(numpy_dtype(spec.dtype))
     B = rng.standard_normal((K, N)).astype(numpy_dtype(spec.dtype))
-    if device == "sim":
-        _progress(f"no GPU found; running {M}x{N}x{K} on the CPU emulator")
-    done = _ticker(f"still running on the {'GPU' if device == 'gpu' else 'CPU emulator'}")
+    done = _ticker("still running on the GPU") if device == "gpu" else threading.Event()
     try:
         start = time.perf_counter()
         C = kernel(A, B, device=device)
@@ -446,32 +467,67 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def main(argv=None) -> int:
-    argv = sys.argv[1:] if argv is None else list(argv)
-    if argv and argv[0] in PASSTHROUGH:
-        return PASSTHROUGH[argv[0]](argv[1:])
-    parser = build_parser()
-    args = parser.parse_args(argv)  # usage errors exit 2, --help exits 0 (argparse)
-    if not getattr(args, "run", None):
-        parser.print_help()
-        return EXIT_USAGE
+def _outcome(e: BaseException):
+    """(exit status, one-line message) of an exception a command raised: 2 for input the user
+    can fix, 1 for a failure; None for exceptions that are not failures."""
+    if isinstance(e, (UsageError, SpecError, SpecSyntaxError, SpecFileError, LaunchError, show.PlotUnavailable)):
+        return EXIT_USAGE, str(e)
+    if isinstance(e, TilegenError):  # compile, driver or emulator failures
+        return EXIT_FAIL, str(e)
+    if isinstance(e, RecursionError):
+        return EXIT_USAGE, "the input is nested too deeply"
+    if isinstance(e, OSError):  # a path that cannot be read or written
+        where = f" {e.filename}" if getattr(e, "filename", None) else ""
+        return EXIT_USAGE, f"cannot use{where}: {e.strerror or e}"
+    if isinstance(e, MemoryError):
+        return EXIT_FAIL, "out of memory"
+    # anything else is a bug of tilegen's: one line, and the way to the traceback
+    return EXIT_FAIL, (f"internal error: {type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''} "
+                       f"(TILEGEN_TRACEBACK=1 shows where; please report it)")
+
+
+def _quiet_stdout():
+    """The reader of standard output went away (`tilegen ... | head`): later writes, Python's
+    own flush at exit included, go nowhere instead of raising."""
     try:
-        return args.run(args)
-    except (UsageError, SpecError, SpecSyntaxError, SpecFileError, LaunchError, show.PlotUnavailable) as e:
-        print(f"tilegen {args.command}: error: {e}", file=sys.stderr)
-        return EXIT_USAGE
-    except TilegenError as e:
-        print(f"tilegen {args.command}: error: {e}", file=sys.stderr)
-        return EXIT_FAIL
-    except BrokenPipeError:  # `tilegen compile ... | head`: the reader left; not an error
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError, AttributeError):
+        pass
+
+
+def main(argv=None) -> int:
+    """The `tilegen` command. Never a traceback: every exception becomes exit 1 or 2 with one
+    line on stderr (TILEGEN_TRACEBACK=1 lets unexpected ones through)."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    command = argv[0] if argv and not argv[0].startswith("-") else ""
+    try:
+        if argv and argv[0] in PASSTHROUGH:
+            return PASSTHROUGH[argv[0]](argv[1:])
+        parser = build_parser()
         try:
-            sys.stdout = open(__import__("os").devnull, "w")
-        except OSError:
-            pass
+            args = parser.parse_args(argv)  # --help exits 0
+        except SystemExit as e:
+            return int(e.code) if isinstance(e.code, int) else EXIT_USAGE
+        if not getattr(args, "run", None):
+            parser.print_help(sys.stderr)
+            print("tilegen: error: give a COMMAND", file=sys.stderr)
+            return EXIT_USAGE
+        return args.run(args)
+    except BrokenPipeError:  # `tilegen compile ... | head`: the reader left; not an error
+        _quiet_stdout()
         return EXIT_OK
     except KeyboardInterrupt:
         print("tilegen: interrupted", file=sys.stderr)
         return 130
+    except SystemExit as e:  # a verb's own argparse (bench, tune, verify-fragments)
+        return int(e.code) if isinstance(e.code, int) else (EXIT_OK if e.code is None else EXIT_USAGE)
+    except Exception as e:  # noqa: BLE001
+        if os.environ.get("TILEGEN_TRACEBACK") == "1":
+            raise
+        status, message = _outcome(e)
+        print(f"tilegen{' ' + command if command else ''}: error: {message}", file=sys.stderr)
+        return status
 
 
 if __name__ == "__main__":

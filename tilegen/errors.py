@@ -12,11 +12,19 @@ class SpecError(TilegenError, ValueError):
         self.field = field
         self.value = value
         self.allowed = allowed
-        msg = f"{field}={value!r} is invalid"
+        msg = f"{field}={shown(value)} is invalid"
         if why:
             msg += f": {why}"
         msg += f"; allowed: {allowed}"
         super().__init__(msg)
+
+
+def shown(value, limit: int = 80) -> str:
+    """repr(value), cut to `limit` characters (a huge value must not make a huge message)."""
+    text = repr(value)
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit - 20]}... ({len(text)} characters)"
 
 
 class LaunchError(TilegenError, ValueError):

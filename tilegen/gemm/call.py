@@ -18,6 +18,8 @@ The fused epilogue's operands (a bias vector, a residual matrix) have the output
 from __future__ import annotations
 
 import sys
+import threading
+import time
 from operator import itemgetter
 
 import numpy as np
@@ -102,11 +104,12 @@ def run_gemm(kernel, A, B, *, out=None, alpha=1.0, beta=0.0, bias=None, residual
     if device == "sim":
         if not host:
             raise LaunchError("device='sim' runs on numpy arrays; pass numpy arrays (or run on the GPU)")
-        return _run_host(kernel, A, B, out, alpha, beta, bias, residual, _SimMemory())
+        return _run_host(kernel, A, B, out, alpha, beta, bias, residual, _SimMemory(explicit=True))
     if host:
         if device is None and not runtime.gpu_available():  # no GPU: the emulator, said plainly
-            print("tilegen: no GPU found; running on the CPU emulator (device='sim')", file=sys.stderr)
-            return _run_host(kernel, A, B, out, alpha, beta, bias, residual, _SimMemory())
+            _say_once("tilegen: no GPU found; GEMMs on numpy arrays run on the CPU emulator (device='sim'), "
+                      f"up to about {EMULATOR_LIMIT_S:.0f} s of emulation each (larger ones need device='sim')")
+            return _run_host(kernel, A, B, out, alpha, beta, bias, residual, _SimMemory(explicit=False))
         return _run_host(kernel, A, B, out, alpha, beta, bias, residual,
                          _GpuMemory(device if isinstance(device, int) else 0))
     return _run_device(kernel, A, B, out, alpha, beta, bias, residual, repitch)
@@ -286,13 +289,40 @@ class _GpuMemory:
             buf.close()
 
 
-class _SimMemory:
-    """Host arrays through the CPU emulator's global memory."""
+EMULATOR_LIMIT_S = 30.0   # without a GPU, longer emulations need device="sim"
+PROGRESS_S = 5.0          # emulations estimated longer than this report their progress,
+TICK_S = 5.0              # this often
+_said: set = set()
 
-    def __init__(self):
+
+def _say_once(message: str) -> None:
+    if message not in _said:
+        _said.add(message)
+        print(message, file=sys.stderr, flush=True)
+
+
+def refuse_long_emulation(M: int, N: int, K: int) -> None:
+    """Without a GPU and without device="sim": a GEMM the emulator needs more than
+    EMULATOR_LIMIT_S for is refused at once, before compiling (a lower bound from its size)."""
+    from ..sim.estimate import gemm_seconds_at_least
+
+    est = gemm_seconds_at_least(M, N, K)
+    if est > EMULATOR_LIMIT_S:
+        raise LaunchError(f"no GPU found, and this {M}x{N}x{K} GEMM would take at least {_duration(est)} on the CPU "
+                          f"emulator (more than {EMULATOR_LIMIT_S:.0f} s): pass device='sim' to run it there "
+                          f"anyway (tilegen run: --device sim), or run it on a machine with an NVIDIA GPU")
+
+
+class _SimMemory:
+    """Host arrays through the CPU emulator's global memory. Before a launch it estimates
+    the emulator's time (sim/estimate.py): without device="sim" (`explicit`), a launch over
+    EMULATOR_LIMIT_S is refused; a long one reports its progress on stderr."""
+
+    def __init__(self, explicit: bool = True):
         from ..sim.memory import GlobalMemory  # the emulator loads its PTX grammar on first use
 
         self.memory = GlobalMemory()
+        self.explicit = explicit
 
     def put(self, host: np.ndarray) -> int:
         ptr = self.memory.alloc(host.nbytes)
@@ -303,12 +333,45 @@ class _SimMemory:
         host[...] = self.memory.read(ptr, host.nbytes).view(host.dtype).reshape(host.shape)
 
     def launch(self, kernel, args, sizes):
-        from ..sim.runner import run_kernel
+        from ..sim.estimate import estimate_seconds
+        from ..sim.runner import EMULATOR_SM_COUNT, run_kernel
 
-        run_kernel(kernel, args, sizes, self.memory)
+        x, y, z = kernel.grid(sizes, EMULATOR_SM_COUNT)
+        trips = -(-sizes["K"] // kernel.spec.tile.k) if kernel.spec is not None else 1
+        est = estimate_seconds(kernel.ptx, x * y * z, trips)
+        shape = f"{sizes['M']}x{sizes['N']}x{sizes['K']}"
+        if not self.explicit and est > EMULATOR_LIMIT_S:
+            raise LaunchError(f"no GPU found, and this {shape} GEMM would take about {_duration(est)} on the CPU "
+                              f"emulator (more than {EMULATOR_LIMIT_S:.0f} s): pass device='sim' to run it there "
+                              f"anyway (tilegen run: --device sim), or run it on a machine with an NVIDIA GPU")
+        if est <= PROGRESS_S:
+            run_kernel(kernel, args, sizes, self.memory)
+            return
+        print(f"tilegen: emulating {shape} on the CPU: about {_duration(est)}", file=sys.stderr, flush=True)
+        done = threading.Event()
+        start = time.perf_counter()
+
+        def tick():
+            while not done.wait(TICK_S):
+                print(f"tilegen: emulating {shape}: {time.perf_counter() - start:.0f} s of about "
+                      f"{_duration(est)}", file=sys.stderr, flush=True)
+
+        threading.Thread(target=tick, daemon=True).start()
+        try:
+            run_kernel(kernel, args, sizes, self.memory)
+        finally:
+            done.set()
 
     def close(self):
         pass
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
 
 
 def _run_host(kernel, A, B, out, alpha, beta, bias, residual, memory):

@@ -27,6 +27,7 @@ from ..errors import LaunchError
 from ..runtime import interop
 from ..runtime.interop import DEVICE, DTYPE, SHAPE, STRIDES
 from . import tuned
+from .call import refuse_long_emulation
 from .kernel import compile_gemm
 from .spec import Epilogue, GemmSpec
 
@@ -60,7 +61,10 @@ def _dtype_name(x) -> str:
 
 
 def _shape(x, name: str) -> tuple:
-    shape = tuple(int(s) for s in getattr(x, "shape", ()))
+    if not hasattr(x, "shape") or not hasattr(x, "dtype"):
+        raise LaunchError(f"{name} is a {type(x).__name__}, not an array: pass a numpy array "
+                          f"(np.asarray({name}, dtype=np.float32)) or a GPU array (PyTorch, CuPy)")
+    shape = tuple(int(s) for s in x.shape)
     if len(shape) != 2:
         raise LaunchError(f"{name} must be a 2-D array, got shape {shape}")
     return shape
@@ -265,6 +269,9 @@ def matmul(A, B, *, bias=None, activation=None, residual=None, alpha=1.0, beta=0
                 return done
     choice = explain(A, B, bias=bias, activation=activation, residual=residual, out=out, allow_tf32=allow_tf32)
     spec = choice.spec
+    if device is None and isinstance(A, np.ndarray) and not runtime.gpu_available():
+        M, K = A.shape
+        refuse_long_emulation(M, B.shape[1], K)
     if isinstance(A, np.ndarray) and spec.dtype == "f32":
         A, B = A.astype(np.float32, copy=False), B.astype(np.float32, copy=False)
     kernel = compile_gemm(spec)

@@ -47,6 +47,9 @@ from typing import Any, Optional
 from ..errors import SpecError, TilegenError
 
 GRAMMAR = Path(__file__).with_name("textspec.lark")
+MAX_BYTES = 256 * 1024   # a spec is a few hundred bytes; larger text is refused before parsing
+MAX_DEPTH = 16           # nested { } and [ ], likewise
+WINDOW = 60              # characters of the faulty line an error quotes
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.]*\Z")
 _NUMBER = re.compile(r"[+-]?[0-9](?:[eE][+-][0-9]|[A-Za-z0-9_.])*\Z")
 _INT = re.compile(r"[+-]?[0-9]+\Z")
@@ -67,7 +70,8 @@ class SpecSyntaxError(TilegenError, ValueError):
             msg += ", expected " + _one_of(self.expected)
         lines = text.splitlines()
         if 1 <= line <= len(lines):
-            msg += f"\n    {lines[line - 1].expandtabs(1)}\n    {' ' * (column - 1)}^"
+            quote, caret = _window(lines[line - 1].expandtabs(1), column)
+            msg += f"\n    {quote}\n    {' ' * caret}^"
         if found == "'('":
             msg += "\n    (dimensions are written 128 x 256 x 64, lists [a, b])"
         super().__init__(msg)
@@ -75,6 +79,56 @@ class SpecSyntaxError(TilegenError, ValueError):
 
 class SpecFileError(TilegenError):
     """A .tg file that cannot be read."""
+
+
+def _window(line: str, column: int) -> tuple:
+    """At most WINDOW characters of `line` around `column` (1-based), and the caret's offset."""
+    if len(line) <= WINDOW:
+        return line, column - 1
+    start = max(0, min(column - 1 - WINDOW // 2, len(line) - WINDOW))
+    quote = line[start:start + WINDOW]
+    caret = column - 1 - start
+    if start > 0:
+        quote, caret = "..." + quote, caret + 3
+    if start + WINDOW < len(line):
+        quote += "..."
+    return quote, caret
+
+
+def check_limits(text: str, source: str) -> None:
+    """Refuse text over MAX_BYTES or nested deeper than MAX_DEPTH, in one pass and before any
+    parsing (SpecSyntaxError): large or deep input fails fast and with a short message."""
+    if len(text) > MAX_BYTES:
+        raise SpecSyntaxError(source, 1, 1, f"{len(text)} characters of text",
+                              [f"a spec of at most {MAX_BYTES} characters"])
+    depth, line, column, in_string, in_comment = 0, 1, 0, False, False
+    escaped = False
+    for ch in text:
+        column += 1
+        if ch == "\n":
+            line, column, in_comment, in_string = line + 1, 0, False, False
+            continue
+        if in_comment:
+            continue
+        if in_string:
+            if escaped:
+                escaped = False
+            elif ch == "\\":
+                escaped = True
+            elif ch == '"':
+                in_string = False
+            continue
+        if ch == "#":
+            in_comment = True
+        elif ch == '"':
+            in_string = True
+        elif ch in "{[":
+            depth += 1
+            if depth > MAX_DEPTH:
+                raise SpecSyntaxError(source, line, column, f"{repr(ch)} opening level {depth}",
+                                      [f"blocks and lists nested at most {MAX_DEPTH} deep"], text)
+        elif ch in "}]":
+            depth -= 1
 
 
 def _one_of(items: list) -> str:
@@ -210,6 +264,9 @@ def _read_source(text_or_path) -> tuple[str, str]:
                                                  and "{" not in text_or_path and "\n" not in text_or_path):
         path = Path(text_or_path)
         try:
+            if path.stat().st_size > MAX_BYTES:
+                raise SpecFileError(f"the spec file {str(path)!r} has {path.stat().st_size} bytes; a spec has at "
+                                    f"most {MAX_BYTES}")
             return path.read_text(), str(path)
         except OSError as e:
             raise SpecFileError(f"cannot read the spec file {str(path)!r}: {e.strerror or e}") from None
@@ -222,6 +279,7 @@ def parse_tree(text: str, source: str = "<text>") -> _Block:
     """The text's top block, located; syntax errors as SpecSyntaxError."""
     from lark.exceptions import UnexpectedInput
 
+    check_limits(text, source)
     try:
         tree = _parser().parse(text)
     except UnexpectedInput as e:
@@ -359,6 +417,8 @@ def _at(err: SpecError, line: int, source: str) -> SpecError:
         return err
     if isinstance(line, _Where):  # an item given on the command line
         where = line.option
+    elif source == "<defaults>":  # no text: the fields come from options and defaults
+        where = "with the options given"
     else:
         where = f"line {line}" if source == "<text>" else f"{source}, line {line}"
     err.args = (f"{where}: {err.args[0] if err.args else err}",) + tuple(err.args[1:])
@@ -384,7 +444,20 @@ def _build(cls, block: _Block, path: tuple, source: str):
     try:
         return cls(**kwargs)
     except SpecError as e:
+        last = str(e.field).split("/")[0].split(".")[-1]
+        if last not in lines and last in names:  # a default (or derived) value failed: say so
+            given = ", ".join(f"{n} ({_place(line, source)})" for n, line in lines.items())
+            note = (f" ({last} was not set: it is the default for the fields given"
+                    + (f": {given})" if given else ")"))
+            e.args = (e.args[0] + note,) + tuple(e.args[1:])
+            if source == "<defaults>" and not lines:  # nothing was given at all
+                raise e from None
         raise _at(e, _line_of(e.field, lines, block), source) from None
+
+
+def _place(line, source: str) -> str:
+    """Where an item came from, for messages: its line, or the command-line option."""
+    return line.option if isinstance(line, _Where) else f"line {line}"
 
 
 def _shown(node: _Node):

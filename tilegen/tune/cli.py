@@ -30,7 +30,7 @@ def build_parser() -> argparse.ArgumentParser:
                     "GEMM on this GPU; print the best spec of each problem against the default spec, "
                     "and cache it for tilegen.tune.lookup.",
         epilog="Sizes: N means N x N x N; MxNxK otherwise. Problems run sizes first, then dtypes, then "
-               "layouts, in the order given. Example: python3 -m tilegen.tune --dtype f16 --layout rr "
+               "layouts, in the order given. Example: tilegen tune --dtype f16 --layout rr "
                "--sizes 4096 4096x4096x1024 --budget-s 60 --save tune.json. See docs/tuning.md.")
     p.add_argument("--dtype", nargs="+", default=["f16"], choices=TUNE_DTYPES, help="operand dtypes (default f16)")
     p.add_argument("--layout", nargs="+", default=["rr"], metavar="{rr,rc,cr,cc}",
@@ -177,7 +177,7 @@ def main(argv=None) -> int:
 
     if not runtime.gpu_available():
         print("tilegen tune: no GPU found (no CUDA driver or no NVIDIA device): tuning times kernels on an "
-              "NVIDIA GPU. Cached tuned configs can be listed without one: python3 -m tilegen.tune --list",
+              "NVIDIA GPU. Cached tuned configs can be listed without one: tilegen tune --list",
               file=sys.stderr)
         return EXIT_USAGE
     try:

@@ -297,8 +297,9 @@ def compare_with_record(record) -> list:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(prog="python3 -m tilegen.verify.fragments",
-                                 description="Check tilegen's fragment maps on the GPU.")
+    ap = argparse.ArgumentParser(prog="tilegen verify-fragments",
+                                 description="Check tilegen's fragment maps on the GPU: probe kernels dump "
+                                             "every lane's registers, compared with the tables of tilegen.arch.")
     ap.add_argument("--out", metavar="FILE.json", help="write the record (inputs and raw outputs)")
     ap.add_argument("--atoms", nargs="*", metavar="NAME",
                     help="probes to run (default: all), e.g. m16n8k16.f16.f32 ldmatrix.x4.trans")
@@ -307,8 +308,13 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     try:
         report = verify_fragments(args.atoms or None, args.out, device=args.device, seed=args.seed)
-    except (DeviceError, ValueError) as e:
-        print(f"error: {e}", file=sys.stderr)
+    except DeviceError as e:  # the probes run on a GPU only: no emulator fallback here
+        message = str(e).split("; pass device='sim'")[0].split("; install the NVIDIA driver, or pass")[0]
+        print(f"tilegen verify-fragments: error: {message}: the probes need an NVIDIA GPU (the CPU "
+              f"emulator's own tables are checked against tilegen.arch by the test suite)", file=sys.stderr)
+        return 2
+    except ValueError as e:
+        print(f"tilegen verify-fragments: error: {e}", file=sys.stderr)
         return 2
     print(report.table())
     if args.out:
