@@ -201,6 +201,30 @@ def test_run_on_a_gpu_that_is_not_there_exits_2(capsys, small_tg, no_gpu):
     assert "no GPU found" in err and "--device sim" in err
 
 
+@pytest.mark.parametrize("argv", [["demo", "--size", "4096"], ["run", "--m", "4096", "--n", "4096", "--k", "4096"]])
+def test_no_gpu_refuses_long_emulations_before_compiling(capsys, no_gpu, monkeypatch, argv):
+    import tilegen.cli
+
+    def no_compile(*a, **k):
+        raise AssertionError("compiled a problem it was going to refuse")
+
+    monkeypatch.setattr(tilegen.cli, "compile_spec", no_compile)
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "no GPU found" in err and "would take at least" in err and "--device sim" in err
+
+
+@pytest.mark.parametrize("argv", [["demo", "--size", "60000"], ["run", "--m", "300000", "--n", "300000", "--k", "8", "--device", "sim"]])
+def test_sizes_beyond_host_memory_are_refused_before_allocating(capsys, monkeypatch, argv):
+    import tilegen.cli
+
+    monkeypatch.setattr(tilegen.cli, "_host_memory_bytes", lambda: 16 * 2**30)
+    monkeypatch.setattr(tilegen.cli, "compile_spec", lambda *a, **k: pytest.fail("compiled"))
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "GiB of host memory" in err and "of this machine's 16.0 GiB" in err and "choose smaller sizes" in err
+
+
 def test_run_reports_a_wrong_result_with_exit_1(capsys, small_tg, monkeypatch):
     from tilegen import GemmKernel
 

@@ -33,6 +33,7 @@ from .arch.dtypes import numpy_dtype
 from .codegen.ptxas import find_ptxas
 from .errors import LaunchError, SpecError, TilegenError
 from .frontend import compile as compile_spec
+from .gemm.call import refuse_long_emulation
 from .gemm.spec import GemmSpec, parse_spec_text, spec_to_text
 from .gemm.template import gemm_kernel_name
 from .gemm.textspec import MAX_BYTES as MAX_SPEC_BYTES
@@ -227,6 +228,35 @@ def _size(name: str, value: int) -> int:
     return value
 
 
+def _host_memory_bytes() -> int:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return 0   # unknown: no check
+
+
+def _check_host_work(M: int, N: int, K: int, device) -> None:
+    """Refuse at once, before compiling or allocating, what cannot finish here: inputs and a
+    float64 reference larger than this machine's memory, or (no GPU, no explicit --device
+    sim) an emulation beyond the emulator's limit."""
+    need = 8 * (2 * (M * K + K * N) + 4 * M * N)   # float64 copies of A, B; ref, scale, C, residual
+    have = _host_memory_bytes()
+    if have and need > have // 2:
+        raise UsageError(f"{M}x{N}x{K} needs about {need / 2**30:.1f} GiB of host memory for its inputs and "
+                         f"the float64 reference, more than half of this machine's {have / 2**30:.1f} GiB: "
+                         f"choose smaller sizes")
+    if device is None:
+        refuse_long_emulation(M, N, K)
+
+
+def _reference_ticker(M: int, N: int, K: int):
+    """numpy's float64 products take seconds from about 2048^3 on: say so while they run."""
+    if 4.0 * M * N * K < 4e10:
+        return threading.Event()
+    _progress(f"computing the float64 reference for {M}x{N}x{K} with numpy")
+    return _ticker("still computing the float64 reference")
+
+
 def _run(args) -> int:
     for name in ("m", "n", "k"):
         _size(f"--{name}", getattr(args, name))
@@ -240,6 +270,7 @@ def _run(args) -> int:
         raise UsageError("--device gpu: no GPU found (no CUDA driver or no NVIDIA device); "
                          "use --device sim to run on the CPU emulator")
     M, N, K = args.m, args.n, args.k
+    _check_host_work(M, N, K, device)
     print(spec)
     kernel = compile_spec(spec)
     print(f"{kernel.name}: {kernel.threads} threads, {kernel.smem_bytes} bytes of shared memory")
@@ -255,9 +286,13 @@ def _run(args) -> int:
     if epi.residual:
         extra["residual"] = rng.standard_normal((M, N)).astype(out_dt)
 
-    A64, B64 = A.astype(np.float64), B.astype(np.float64)
-    ref = A64 @ B64
-    scale = np.abs(A64) @ np.abs(B64)
+    done = _reference_ticker(M, N, K)
+    try:
+        A64, B64 = A.astype(np.float64), B.astype(np.float64)
+        ref = A64 @ B64
+        scale = np.abs(A64) @ np.abs(B64)
+    finally:
+        done.set()
     if "bias" in extra:
         b = extra["bias"].astype(np.float64)
         ref = ref + (b[None, :] if epi.bias == "col" else b[:, None])
@@ -330,6 +365,8 @@ def _show(args) -> int:
 def _demo(args) -> int:
     """Compile the default GEMM, run it (GPU, else the CPU emulator) and check it against numpy."""
     _size("--size", args.size)
+    device = "gpu" if runtime.gpu_available() else None   # None: the emulator, within its limit
+    _check_host_work(args.size, args.size, args.size, device)
     spec = GemmSpec(dtype=args.dtype)
     print(spec)
     atom = spec.mma
@@ -340,7 +377,6 @@ def _demo(args) -> int:
     kernel = compile_spec(spec)
     print(f"\n{kernel.name}: {len(kernel.ptx.splitlines())} lines of PTX, {kernel.threads} threads, "
           f"{kernel.smem_bytes} bytes of shared memory")
-    device = "gpu" if runtime.gpu_available() else None   # None: the emulator, within its limit
     M, N, K = (args.size,) * 3
     rng = np.random.default_rng(0)
     A = rng.standard_normal((M, K)).astype(numpy_dtype(spec.dtype))
@@ -352,7 +388,11 @@ def _demo(args) -> int:
         seconds = time.perf_counter() - start
     finally:
         done.set()
-    ref = A.astype(np.float64) @ B.astype(np.float64)
+    done = _reference_ticker(M, N, K)
+    try:
+        ref = A.astype(np.float64) @ B.astype(np.float64)
+    finally:
+        done.set()
     rel = float(np.linalg.norm(C - ref) / np.linalg.norm(ref))
     limit = 2e-3 if spec.dtype == "tf32" else 1e-4
     where = "GPU" if device == "gpu" else "CPU emulator"
