@@ -88,6 +88,10 @@ def test_large_16bit_problems_on_hopper_take_the_wgmma_kernel(monkeypatch):
     assert (spec.instruction, spec.target, spec.b_layout) == ("wgmma", "sm_90a", "col")
     assert "wgmma" in mm.explain(A, B).reason
     assert mm.explain(A[:512], B).spec.instruction == "mma.sync"
+    # a short side of 1024 with the area of 2048^2 fills the GPU with the preset's tiles
+    assert mm.explain(A[:1024], B).spec.instruction == "wgmma"
+    assert mm.explain(A[:1023], B).spec.instruction == "mma.sync"
+    assert mm.explain(A[:1024], B[:, :2048]).spec.instruction == "mma.sync"
     assert mm.explain(A.astype(np.float32), B.astype(np.float32)).spec.instruction == "mma.sync"
 
 
