@@ -323,6 +323,7 @@ class PtxKernel:
         self._k, self.ptx = kernel, ptx
         self.name, self.threads, self.params = kernel.name, kernel.threads, kernel.params
         self.smem_bytes = kernel.smem_bytes
+        self.tensor_maps, self.barriers = kernel.tensor_maps, kernel.barriers
 
     def grid(self, sizes, sm_count=None):
         return self._k.grid(sizes, sm_count)

@@ -104,7 +104,15 @@ def test_wgmma_needs_the_arch_specific_target():
             ptx_version_for(name, ["wgmma"])
 
 
-@pytest.mark.parametrize("bad", ["tcgen05", "mma.sync", "", "tma"])
+def test_tma_and_mbarriers_need_hopper():
+    """ptx.md 1.3: TMA and mbarrier transaction counts from PTX 8.0 on sm_90 (not only sm_90a)."""
+    assert ptx_version_for("sm_90", ["tma", "mbarrier"]) == (8, 0)
+    for f in ("tma", "mbarrier"):
+        with pytest.raises(ValueError, match="sm_90"):
+            ptx_version_for("sm_89", [f])
+
+
+@pytest.mark.parametrize("bad", ["tcgen05", "mma.sync", "", "tma.multicast"])
 def test_unknown_feature_lists_known_features(bad):
     with pytest.raises(ValueError) as e:
         ptx_version_for("sm_90", [bad])

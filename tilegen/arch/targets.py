@@ -65,11 +65,13 @@ FEATURE_PTX = {
     "cvt.rna.tf32": (7, 0),
     "wgmma": (8, 0),
     "fence.proxy.async": (8, 0),
+    "mbarrier": (8, 0),   # arrive.expect_tx, try_wait.parity (ptx.md 6.6)
+    "tma": (8, 0),        # cp.async.bulk.tensor with mbarrier::complete_tx (ptx.md 6.4)
 }
 
 
 # Lowest target of the features that are not on every sm_80+ target.
-FEATURE_SM = {"mma.fp8": 89, "stmatrix": 90, "wgmma": 90, "fence.proxy.async": 90}
+FEATURE_SM = {"mma.fp8": 89, "stmatrix": 90, "wgmma": 90, "fence.proxy.async": 90, "mbarrier": 90, "tma": 90}
 # Features of the arch-specific targets only (sm_90a).
 FEATURE_ARCH_SPECIFIC = {"wgmma"}
 

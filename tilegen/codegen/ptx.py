@@ -7,12 +7,14 @@ from __future__ import annotations
 
 from ..arch.targets import ptx_version_for
 from ..errors import IRError
-from ..ir.instr import Comment, If, Instr, Loop
+from ..ir.instr import Comment, If, Instr, Loop, SpinWait
 from ..ir.lower.context import SMEM_SYMBOL
-from ..ir.values import Addr, Imm, Sym, Value, Vec
+from ..ir.tile import TensorMap
+from ..ir.values import Addr, Imm, Sym, TensorAddr, Value, Vec
 
 REG_PREFIX = {"b32": "%r", "f32": "%f", "b64": "%rd", "pred": "%p"}
 PARAM_PTX_TYPE = {"u32": ".u32", "s32": ".s32", "f32": ".f32", "u64": ".u64"}
+TENSORMAP_BYTES, TENSORMAP_ALIGN = TensorMap.BYTES, TensorMap.ALIGN
 
 # Opcode families tilegen emits (the first dotted component, or the two first for
 # cp.async). Anything else is a generator bug and must not reach the PTX.
@@ -22,6 +24,7 @@ KNOWN = {
     "bar", "fma", "neg", "abs", "ex2", "rcp", "tanh", "cp.async",
     "shfl",  # shfl.sync.bfly: row reductions of accumulator fragments (ir/lower/elementwise.py)
     "wgmma", "fence",  # sm_90a: warpgroup mma from shared memory and its proxy fence (ir/lower/wgmma.py)
+    "mbarrier",  # sm_90: mbarriers that TMA copies complete on (ir/lower/mbarrier.py); cp.async.bulk is cp.async's family
 }
 
 
@@ -59,6 +62,8 @@ class _Printer:
             return f"[{base}+{x.offset}]" if x.offset else f"[{base}]"
         if isinstance(x, Vec):
             return "{" + ", ".join(self.operand(i) for i in x.items) + "}"
+        if isinstance(x, TensorAddr):
+            return f"[{self.operand(x.desc)}, {{{', '.join(self.operand(c) for c in x.coords)}}}]"
         raise IRError(f"cannot print operand {x!r}")
 
     def label(self, stem: str) -> str:
@@ -90,6 +95,8 @@ class _Printer:
                 self.loop(n, depth)
             elif isinstance(n, If):
                 self.if_(n, depth)
+            elif isinstance(n, SpinWait):
+                self.spin(n, depth)
             else:
                 raise IRError(f"codegen got a {type(n).__name__}: lower tile ops first")
 
@@ -108,6 +115,14 @@ class _Printer:
         self.emit(f"@{p} bra.uni {head};", depth + 1)
         self.lines.append(f"{end}:")
 
+    def spin(self, n: SpinWait, depth: int):
+        head = self.label("wait")
+        if n.comment:
+            self.emit(f"// {n.comment}", depth)
+        self.lines.append(f"{head}:")
+        self.region(n.body, depth + 1)
+        self.emit(f"@!{self.reg(n.until)} bra {head};", depth + 1)
+
     def if_(self, n: If, depth: int):
         end = self.label("endif")
         other = self.label("else") if n.orelse else end
@@ -120,6 +135,12 @@ class _Printer:
             self.lines.append(f"{other}:")
             self.region(n.orelse, depth + 1)
         self.lines.append(f"{end}:")
+
+
+def _param_decl(p) -> str:
+    if p.type == "tensormap":  # a CUtensorMap passed by value; TMA takes its generic address
+        return f".align {TENSORMAP_ALIGN} .b8 {p.name}[{TENSORMAP_BYTES}]"
+    return f"{PARAM_PTX_TYPE[p.type]} {p.name}"
 
 
 def emit_ptx(kernel) -> str:
@@ -141,7 +162,7 @@ def emit_ptx(kernel) -> str:
     if kernel.smem_bytes:
         out.append(f".extern .shared .align 1024 .b8 {SMEM_SYMBOL}[];")
         out.append("")
-    params = ",\n".join(f"    .param {PARAM_PTX_TYPE[p.type]} {p.name}" for p in kernel.params)
+    params = ",\n".join(f"    .param {_param_decl(p)}" for p in kernel.params)
     out.append(f".visible .entry {kernel.name}(\n{params}\n)")
     out.append(f".reqntid {kernel.threads}, 1, 1")
     out.append("{")

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import threading
 
+from ..arch.tma import TensorMapDecl
 from ..codegen import emit_ptx
 from ..ir import print_ir, run_passes
 from ..ir.bank_report import bank_report
@@ -39,7 +40,19 @@ def build(ir, spec=None, kernel_class=Kernel) -> Kernel:
     return kernel_class(name=lowered.name, threads=lowered.threads, target=lowered.target,
                         smem_bytes=lowered.smem_bytes, params=[(p.name, p.type) for p in lowered.params],
                         grid=lowered.grid, ptx=emit_ptx(lowered), ir=texts["tile"],
-                        instructions=lambda: print_ir(lowered), banks=texts["banks"], spec=spec)
+                        instructions=lambda: print_ir(lowered), banks=texts["banks"], spec=spec,
+                        tensor_maps=[tensor_map_decl(lowered, m) for m in lowered.tensor_maps],
+                        barriers=[(b.name, b.offset, b.stages) for b in lowered.barriers])
+
+
+def tensor_map_decl(kernel, tmap) -> TensorMapDecl:
+    """What the launch needs to build `tmap`: the parameters holding its tensor's pointer,
+    stored extents and pitch."""
+    t = tmap.tensor
+    name_of = {id(p.value): p.name for p in kernel.params}
+    name_of.update({id(p.global_value): p.name for p in kernel.params if p.global_value is not None})
+    return TensorMapDecl(tmap.name, t.name, t.dtype.name, t.dtype.bytes, name_of[id(t.ptr)], name_of[id(t.rows)],
+                         name_of[id(t.cols)], name_of[id(t.ld)], tmap.box_rows, tmap.box_cols, tmap.swizzle)
 
 
 def compile_spec(spec, trace, kernel_class=Kernel) -> Kernel:

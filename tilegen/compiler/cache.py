@@ -20,12 +20,13 @@ from pathlib import Path
 from typing import Optional
 
 from .. import store
+from ..arch.tma import TensorMapDecl
 from ..ir.bank_report import BankRow
 from ..ir.grid import LaunchGrid
 from .kernel import Kernel
 
 KIND = "ptx"
-PAYLOAD_FORMAT = 2              # bump when the payload's fields change
+PAYLOAD_FORMAT = 3              # bump when the payload's fields change
 _source_hash: Optional[str] = None
 
 
@@ -63,6 +64,8 @@ def kernel_payload(kernel: Kernel) -> dict:
         "smem_bytes": kernel.smem_bytes,
         "target": kernel.target,
         "params": [[n, t] for n, t in kernel.params],
+        "tensor_maps": [m.to_data() for m in kernel.tensor_maps],
+        "barriers": [list(b) for b in kernel.barriers],
         "grid": kernel.launch_grid.to_data(),
         "ptx": kernel.ptx,
         "ir": kernel.ir,
@@ -81,7 +84,9 @@ def kernel_from_payload(payload: dict, spec, kernel_class=Kernel) -> Kernel:
         name=payload["name"], threads=int(payload["threads"]), target=payload["target"],
         smem_bytes=int(payload["smem_bytes"]), params=[(str(n), str(t)) for n, t in payload["params"]],
         grid=LaunchGrid.from_data(payload["grid"]), ptx=payload["ptx"], ir=payload["ir"],
-        instructions=payload["instructions"], banks=[BankRow(**row) for row in payload["banks"]], spec=spec)
+        instructions=payload["instructions"], banks=[BankRow(**row) for row in payload["banks"]], spec=spec,
+        tensor_maps=[TensorMapDecl.from_data(m) for m in payload["tensor_maps"]],
+        barriers=[tuple(b) for b in payload["barriers"]])
 
 
 def load_kernel(spec, kernel_class=Kernel) -> Optional[Kernel]:

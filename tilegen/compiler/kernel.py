@@ -25,12 +25,14 @@ class Kernel:
     | instructions  | the instruction-level IR after every pass, as text           |
     | params        | [(name, type)] in launch order                               |
     | launch_grid   | the grid over the size symbols (tilegen.ir.grid.LaunchGrid)  |
+    | tensor_maps   | [arch.tma.TensorMapDecl]: TMA maps built at each launch      |
+    | barriers      | [(name, shared offset, stages)] of the mbarriers             |
     | threads, smem_bytes, target, name, spec (GemmSpec or None)                   |
     | resources     | ptxas's report (registers, shared memory, spills) or None    |
     """
 
     def __init__(self, *, name: str, threads: int, target: str, smem_bytes: int, params, grid: LaunchGrid,
-                 ptx: str, ir: str, instructions=None, banks=(), spec=None):
+                 ptx: str, ir: str, instructions=None, banks=(), spec=None, tensor_maps=(), barriers=()):
         self.name = name
         self.threads = int(threads)
         self.target = target
@@ -42,6 +44,8 @@ class Kernel:
         self._instructions = instructions  # text, or a function that prints it
         self.bank_conflicts = list(banks)  # BankRow per shared access (ir/bank_report.py)
         self.spec = spec
+        self.tensor_maps = tuple(tensor_maps)
+        self.barriers = tuple((str(n), int(o), int(k)) for n, o, k in barriers)
         self._grid = grid.evaluator()
         self._names = tuple(n for n, _ in self.params)
         self._values = itemgetter(*self._names) if len(self._names) > 1 else (
@@ -119,7 +123,10 @@ class Kernel:
     def launch(self, args: dict, sizes: dict, stream=None, device: int = 0):
         """Launch with every parameter given by name (pointers as ints, scalars as numbers)
         and the size symbols the grid reads; on `stream` (a handle, a tilegen/torch/CuPy
-        stream, or None for the default stream)."""
+        stream, or None for the default stream). A TMA kernel's tensor maps are built from
+        their tensors' arguments unless given."""
+        if self.tensor_maps:
+            args = runtime.fill_tensor_maps(self.tensor_maps, args)
         try:
             values = self._values(args)
         except KeyError:
@@ -132,6 +139,6 @@ class Kernel:
         launcher(grid, values, stream)
 
 
-_KINDS = {"u64": "ptr", "u32": "u32", "s32": "s32", "f32": "f32"}
+_KINDS = {"u64": "ptr", "u32": "u32", "s32": "s32", "f32": "f32", "tensormap": "tensormap"}
 
 __all__ = ["Kernel"]

@@ -6,6 +6,7 @@ from .primitives import (SM_COUNT, else_, ge, gt, if_, le, lt, barrier, cdiv, co
                          thread_id, vector, wait, warp_id, wgmma, wgmma_fence, wgmma_commit, wgmma_wait,
                          fence_proxy_async)
 from .scalars import Float, Int, Pred
+from .tma import BarrierStage, MBarrier, arrive, mbarrier, mbarrier_wait, tma_load
 from .batched import BatchedTensor, batched_tensor
 from .fragment_ops import (RowVector, add, add_if_finite, assign, div, exp, exp2, mask, maximum, mul, row_max, row_sum,
                            row_vector, scale, sub, to_operand)
@@ -21,3 +22,5 @@ __all__ += ["wgmma", "wgmma_fence", "wgmma_commit", "wgmma_wait", "fence_proxy_a
 # Batched tensors and fragment arithmetic (dsl/batched.py, dsl/fragment_ops.py)
 __all__ += ["BatchedTensor", "batched_tensor", "RowVector", "add", "add_if_finite", "sub", "mul", "div", "maximum", "scale",
             "exp", "exp2", "assign", "row_vector", "row_max", "row_sum", "mask", "to_operand"]
+# TMA copies and mbarriers (sm_90; dsl/tma.py)
+__all__ += ["MBarrier", "BarrierStage", "mbarrier", "arrive", "mbarrier_wait", "tma_load"]

@@ -67,6 +67,11 @@ class SharedTile:
         """The transpose: the same buffers indexed (col, row)."""
         return SharedTile(self.ir, "col" if self.logical == "row" else "row")
 
+    @property
+    def stage_bytes(self) -> int:
+        """The bytes of one stage's data (what a TMA copy of a stage delivers)."""
+        return self.ir.layout.bytes
+
     def stage(self, s) -> "Stage":
         return Stage(self, wrap(s))
 

@@ -263,7 +263,7 @@ def copy_async(dst: Stage, src: Block, comment: str = "", inbounds: tuple = ()):
              f"logical={tile.logical!r}: a copy transposes only 32-bit elements, {tile.ir.dtype} tiles "
              f"keep the tensor's memory order")
     r0, c0 = tensor.ir.stored(src.row, src.col)
-    _check_stage(dst)
+    check_stage(dst)
     names = tensor.ir.shape_names
     if isinstance(inbounds, str):
         inbounds = (inbounds,)
@@ -276,7 +276,7 @@ def copy_async(dst: Stage, src: Block, comment: str = "", inbounds: tuple = ()):
                          transpose=transpose))
 
 
-def _check_stage(stage: Stage):
+def check_stage(stage: Stage):
     if isinstance(stage.index.raw, int) and not 0 <= stage.index.raw < stage.tile.ir.stages:
         fail(f"stage {stage.index.raw} of {stage.tile.ir.name}, which has {stage.tile.ir.stages}")
 
@@ -328,7 +328,7 @@ def load(frag: Fragment, src: Stage, row, col, comment: str = "", round: bool = 
     if tile_dt != want and not (want == "tf32" and tile_dt == "f32"):  # tf32 is stored as f32
         fail(f"load: fragment of {want} from a {tile_dt} tile")
     k_major = (frag.operand == "A") == (src.tile.logical == "row")
-    _check_stage(src)
+    check_stage(src)
     tile_op(T.LoadFragment(frag.ir, src.tile.ir, raw(src.index), raw(row), raw(col), k_major, comment=comment,
                             round_tf32=bool(round)))
 
@@ -391,7 +391,7 @@ def wgmma(acc: Fragment, a, b: Stage, m0, k0: int, n0):
             fail("wgmma: an A fragment already holds the warp's rows; pass m0=None")
     stages = (b,) if from_registers else (a, b)
     for st in stages:
-        _check_stage(st)
+        check_stage(st)
         if st.tile.ir.layout.mode not in ("128B", "64B", "32B"):
             fail(f"wgmma: {st.tile.ir.name} has layout {st.tile.ir.layout.mode!r}; wgmma reads swizzled "
                  f"tiles only (128B, 64B, 32B)")

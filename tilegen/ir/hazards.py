@@ -15,6 +15,12 @@ warpgroup retired it. It reads through the async proxy, so landed copies need a
 fence_proxy_async before it, and its accumulator may not be read until it is retired.
 An A operand in registers is read the same way: loaded before a wgmma_fence, and not
 loaded again until the wgmma that reads it is retired.
+
+TMA copies complete on an mbarrier: a stage they fill may be read once a wait on that
+barrier saw the phase complete (by every thread that waits, through the async proxy: no
+barrier or fence is needed). A wait for a phase that cannot complete (too few arrivals, or
+announced bytes the copies do not deliver) is a deadlock. Stage reads made before an
+arrival are released to the threads that wait for that arrival's phase.
 """
 from __future__ import annotations
 
@@ -29,7 +35,8 @@ class HazardError(IRError):
 
 
 class _State:
-    def __init__(self):
+    def __init__(self, threads: int = 0):
+        self.threads = threads              # of the CTA: each arrives on a non-single arrive
         self.uncommitted: list = []        # (tile, stage) copies not yet in a group
         self.groups: list[list] = []       # committed, not yet waited for
         self.unpublished: set = set()      # landed for the issuing thread, no barrier since
@@ -41,9 +48,12 @@ class _State:
         self.wgmma_groups: list = []        # committed, not yet retired by wgmma_wait
         self.wgmma_retired: dict = {}       # key -> op: retired by this warpgroup, no barrier since
         self.unfenced_frags: dict = {}      # fragment id -> load since the last wgmma_fence
+        self.phases: dict = {}              # (barrier, stage) -> _Phase, the phase in progress
+        self.completed: dict = {}           # (barrier, stage) -> phases completed so far
+        self.tma_pending: dict = {}         # (tile, stage) -> the TmaLoad still landing in it
 
     def copy(self) -> "_State":
-        other = _State()
+        other = _State(self.threads)
         other.uncommitted = list(self.uncommitted)
         other.groups = [list(g) for g in self.groups]
         other.unpublished = set(self.unpublished)
@@ -55,7 +65,15 @@ class _State:
         other.wgmma_groups = [list(g) for g in self.wgmma_groups]
         other.wgmma_retired = dict(self.wgmma_retired)
         other.unfenced_frags = dict(self.unfenced_frags)
+        other.phases = {k: v.copy() for k, v in self.phases.items()}
+        other.completed = dict(self.completed)
+        other.tma_pending = dict(self.tma_pending)
         return other
+
+    def phase(self, key) -> "_Phase":
+        if key not in self.phases:
+            self.phases[key] = _Phase()
+        return self.phases[key]
 
     def wgmma_reading(self, key):
         return next((op for k, op, _ in self.wgmma_open + [x for g in self.wgmma_groups for x in g] if k == key), None)
@@ -66,6 +84,23 @@ class _State:
 
     def pending(self, key) -> bool:
         return key in self.uncommitted or any(key in g for g in self.groups)
+
+
+class _Phase:
+    """The phase in progress of one mbarrier stage: arrivals so far, bytes announced, the TMA
+    copies completing on it, and the stage reads its arrivals release."""
+
+    def __init__(self):
+        self.arrivals = 0
+        self.expected = 0
+        self.copies: list = []      # (tile key, TmaLoad, bytes)
+        self.released: set = set()  # stage keys read before an arrival on this phase
+
+    def copy(self) -> "_Phase":
+        other = _Phase()
+        other.arrivals, other.expected = self.arrivals, self.expected
+        other.copies, other.released = list(self.copies), set(self.released)
+        return other
 
 
 def _where(op) -> str:
@@ -119,18 +154,7 @@ def _walk(nodes, ev, st, trips):
 
 def _copy_async(n, ev, st):
     key = (n.dst.name, _stage(ev, n, n.dst))
-    tc = st.wgmma_reading(key)
-    if tc is not None:
-        raise HazardError(f"copy into stage {key[1]} of {key[0]} overwrites a stage a wgmma{_where(tc)} may "
-                          f"still be reading (no wgmma_wait has retired it){_where(n)}")
-    tc = st.wgmma_retired.get(key)
-    if tc is not None:
-        raise HazardError(f"copy into stage {key[1]} of {key[0]}: this warpgroup's wgmma{_where(tc)} is "
-                          f"retired, but other warpgroups' may still read it: a barrier must come first{_where(n)}")
-    reader = st.read_since_barrier.get(key)
-    if reader is not None:
-        raise HazardError(f"copy into stage {key[1]} of {key[0]} overwrites a stage other warps may still "
-                          f"be reading (read{_where(reader)} with no barrier since){_where(n)}")
+    _check_refill(n, st, key, "copy")
     st.uncommitted.append(key)
 
 
@@ -210,6 +234,80 @@ def _load_fragment(n, ev, st):
     st.read_since_barrier.setdefault(key, n)
 
 
+def _check_refill(n, st, key, what: str):
+    """A new write into a stage: no wgmma may still read it, and no other warp's read of it may
+    lack a barrier (or a completed mbarrier phase its readers arrived on) since."""
+    tc = st.wgmma_reading(key)
+    if tc is not None:
+        raise HazardError(f"{what} into stage {key[1]} of {key[0]} overwrites a stage a wgmma{_where(tc)} may "
+                          f"still be reading (no wgmma_wait has retired it){_where(n)}")
+    tc = st.wgmma_retired.get(key)
+    if tc is not None:
+        raise HazardError(f"{what} into stage {key[1]} of {key[0]}: this warpgroup's wgmma{_where(tc)} is "
+                          f"retired, but other warpgroups' may still read it: a barrier (or an mbarrier its "
+                          f"readers arrive on) must come first{_where(n)}")
+    reader = st.read_since_barrier.get(key)
+    if reader is not None:
+        raise HazardError(f"{what} into stage {key[1]} of {key[0]} overwrites a stage other warps may still "
+                          f"be reading (read{_where(reader)} with no barrier since){_where(n)}")
+    if key in st.tma_pending:
+        raise HazardError(f"{what} into stage {key[1]} of {key[0]}, where a TMA copy{_where(st.tma_pending[key])} "
+                          f"has not been waited for{_where(n)}")
+
+
+def _barrier_key(ev, n, field: str = "stage"):
+    s = ev.value(getattr(n, field))
+    if s is None:
+        raise HazardError(f"cannot tell which stage of mbarrier {n.bar.name} this op uses{_where(n)}")
+    return (n.bar.name, s % n.bar.stages)
+
+
+def _tma_load(n, ev, st):
+    key = (n.dst.name, _stage(ev, n, n.dst))
+    _check_refill(n, st, key, "TMA copy")
+    st.phase(_barrier_key(ev, n, "bar_stage")).copies.append((key, n, n.dst.layout.bytes))
+    st.tma_pending[key] = n
+
+
+def _arrive(n, ev, st):
+    ph = st.phase(_barrier_key(ev, n))
+    ph.arrivals += 1 if n.single else st.threads
+    ph.expected += n.expect_bytes
+    # what this thread read before arriving is released to whoever waits for the phase
+    ph.released.update(st.read_since_barrier)
+    ph.released.update(st.wgmma_retired)
+
+
+def _mbarrier_wait(n, ev, st):
+    key = _barrier_key(ev, n)
+    parity = ev.value(n.parity)
+    if parity is None:
+        raise HazardError(f"cannot tell which parity this wait on {n.bar.name} expects{_where(n)}")
+    done = st.completed.get(key, 0)
+    if (done & 1) != (parity & 1):
+        return  # the phase of that parity is the one completed last: no wait
+    ph = st.phase(key)
+    delivered = sum(b for _, _, b in ph.copies)
+    if ph.arrivals < n.bar.arrivals or delivered != ph.expected:
+        why = []
+        if ph.arrivals < n.bar.arrivals:
+            why.append(f"{ph.arrivals} of its {n.bar.arrivals} arrivals came")
+        if delivered != ph.expected:
+            why.append(f"its arrivals announced {ph.expected} bytes and its TMA copies deliver {delivered}")
+        raise HazardError(f"waits for phase {done} (parity {parity & 1}) of {key[0]}[{key[1]}], which never "
+                          f"completes: {'; '.join(why)}: a deadlock{_where(n)}")
+    for tile_key, _, _ in ph.copies:  # landed, through the async proxy, and seen by every waiter
+        st.tma_pending.pop(tile_key, None)
+        st.written.add(tile_key)
+        st.unpublished.discard(tile_key)
+        st.unfenced.discard(tile_key)
+    for k in ph.released:
+        st.read_since_barrier.pop(k, None)
+        st.wgmma_retired.pop(k, None)
+    st.completed[key] = done + 1
+    del st.phases[key]
+
+
 def _no_hazard(n, ev, st):
     """Register-only ops the pipeline schedule cannot break."""
 
@@ -235,6 +333,9 @@ RULES = {
     T.RowReduce: _reads_accumulators,
     T.MaskFragment: _reads_accumulators,
     T.FragmentToOperand: _reads_accumulators,
+    T.MBarrierArrive: _arrive,
+    T.MBarrierWait: _mbarrier_wait,
+    T.TmaLoad: _tma_load,
 }
 
 
@@ -251,6 +352,9 @@ def _retire(groups, pending):
 
 
 def _check_read(st, key, n):
+    if key in st.tma_pending:
+        raise HazardError(f"reads stage {key[1]} of {key[0]}{_where(n)} before waiting on the mbarrier that "
+                          f"its TMA copy{_where(st.tma_pending[key])} completes on")
     if st.pending(key):
         raise HazardError(f"reads stage {key[1]} of {key[0]} while a cp.async into it may still be in "
                           f"flight (wait for its group first){_where(n)}")
@@ -276,13 +380,17 @@ def check_hazards(kernel):
     for size in SIZES:
         for trips in range(1, 2 * stages + 2):
             params = {p.name: (size if p.name in symbols else 4096) for p in kernel.params if p.type == "u32"}
-            st = _State()
+            st = _State(kernel.threads)
             try:
                 _walk(kernel.body, ScalarEval(params, kernel.params), st, trips)
             except _TooLong:
                 break
             if st.uncommitted or st.groups:
                 raise HazardError("the kernel ends with cp.async copies in flight: wait_group(0) before the end")
+            if st.tma_pending:
+                (tile, stage), op = next(iter(st.tma_pending.items()))
+                raise HazardError(f"the kernel ends with a TMA copy into stage {stage} of {tile}{_where(op)} "
+                                  f"that nothing waited for")
             if st.wgmma_open or st.wgmma_groups:
                 raise HazardError("the kernel ends with wgmmas in flight: wgmma_commit and wgmma_wait(0) before the end")
             if not st.guessed_trips:

@@ -1,5 +1,5 @@
 """Instruction level of the IR: PTX-like instructions over virtual registers, with
-structured control flow (Loop, If). Codegen prints these almost one to one."""
+structured control flow (Loop, If, SpinWait). Codegen prints these almost one to one."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
@@ -50,3 +50,13 @@ class If:
     negate: bool = False
     comment: str = ""
     orelse: list = field(default_factory=list)
+
+
+@dataclass(eq=False)
+class SpinWait:
+    """Run `body` again and again until `until` (a pred Value the body writes) holds: the
+    loop around mbarrier.try_wait, which may give up before the phase completes."""
+
+    body: list
+    until: Value
+    comment: str = ""

@@ -16,6 +16,8 @@ class KernelIR:
     params: list = field(default_factory=list)      # Param, in launch order (loaded at entry)
     tensors: list = field(default_factory=list)     # GlobalTensor (their ptr/ld/extents are Params)
     shared: list = field(default_factory=list)      # SharedTile
+    barriers: list = field(default_factory=list)    # MBarrier (shared memory after the tiles)
+    tensor_maps: list = field(default_factory=list) # TensorMap (each also a Param of type "tensormap")
     body: list = field(default_factory=list)
     features: set = field(default_factory=set)      # PTX features used, for .version
     smem_bytes: int = 0                             # set by the allocation pass

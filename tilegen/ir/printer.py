@@ -2,8 +2,8 @@
 from __future__ import annotations
 
 from . import tile as T
-from .instr import Comment, If, Instr, Loop
-from .values import Addr, Imm, Sym, Value, Vec
+from .instr import Comment, If, Instr, Loop, SpinWait
+from .values import Addr, Imm, Sym, TensorAddr, Value, Vec
 
 
 class _Names:
@@ -36,6 +36,8 @@ class _Text:
             return f"[{self.val(x.base)}" + (f"+{x.offset}]" if x.offset else "]")
         if isinstance(x, Vec):
             return "{" + ", ".join(self.val(i) for i in x.items) + "}"
+        if isinstance(x, TensorAddr):
+            return f"[{self.val(x.desc)}, {{{', '.join(self.val(c) for c in x.coords)}}}]"
         return str(x)
 
     def frag(self, f: T.Fragment) -> str:
@@ -106,6 +108,16 @@ def _mask(n, t):
             f"{n.value!r} where {t.cond(n.cond)})")
 
 
+def _arrive(n, t):
+    who = "one thread" if n.single else "each thread"
+    return f"arrive {n.bar.name}[{t.val(n.stage)}] ({who}" + (f", expecting {n.expect_bytes} B)" if n.expect_bytes else ")")
+
+
+def _tma_load(n, t):
+    return (f"{n.dst.name}[{t.val(n.stage)}] <- tma {n.tmap.name} at stored ({t.val(n.row0)}, {t.val(n.col0)}), "
+            f"completes on {n.bar.name}[{t.val(n.bar_stage)}]")
+
+
 # One line per tile op: a renderer for each TileOp class (a new op adds its entry).
 TEXT = {
     T.CopyAsync: _copy,
@@ -127,6 +139,9 @@ TEXT = {
     T.MaskFragment: _mask,
     T.FragmentToOperand: lambda n, t: (f"{t.frag(n.dst)} = to_operand({n.src.name} columns "
                                        f"{n.col0}..{n.col0 + n.dst.atom.k})"),
+    T.MBarrierArrive: _arrive,
+    T.MBarrierWait: lambda n, t: f"wait {n.bar.name}[{t.val(n.stage)}] parity {t.val(n.parity)}",
+    T.TmaLoad: _tma_load,
 }
 
 
@@ -145,6 +160,11 @@ def print_ir(kernel) -> str:
         lay = s.layout
         lines.append(f"  shared {s.name}: {s.dtype} {s.stages} x ({lay.rows} x {lay.cols}), {lay.mode},"
                      f" {lay.stage_bytes} B/stage, offset {s.offset}")
+    for bar in kernel.barriers:
+        lines.append(f"  mbarrier {bar.name}: {bar.stages} x {bar.arrivals} arrival{'s' if bar.arrivals > 1 else ''}, "
+                     f"offset {bar.offset}")
+    for m in kernel.tensor_maps:
+        lines.append(f"  tensor map {m.name}: {m.tensor.name}, box {m.box_rows} x {m.box_cols}, swizzle {m.swizzle}")
 
     def node(n, depth):
         pad = "  " * depth
@@ -160,6 +180,11 @@ def print_ir(kernel) -> str:
                          + (f"  // {n.comment}" if n.comment else ""))
             for c in n.body:
                 node(c, depth + 1)
+        elif isinstance(n, SpinWait):
+            lines.append(f"{pad}repeat:" + (f"  // {n.comment}" if n.comment else ""))
+            for c in n.body:
+                node(c, depth + 1)
+            lines.append(f"{pad}until {val(n.until)}")
         elif isinstance(n, If):
             lines.append(f"{pad}if {'not ' if n.negate else ''}{val(n.cond)}:")
             for c in n.body:

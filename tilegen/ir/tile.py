@@ -98,6 +98,39 @@ class Fragment:
         return "b32"
 
 
+@dataclass(eq=False)
+class MBarrier:
+    """`stages` mbarriers in shared memory (8 bytes each, at byte `offset`, set by the
+    allocation pass). A phase of one completes when `arrivals` threads have arrived and the
+    bytes its arrivals announced (expect_tx) have landed; then the next phase begins. Every
+    barrier is initialised at the kernel's entry, before any op uses it."""
+
+    name: str
+    stages: int
+    arrivals: int
+    offset: int = 0
+
+    BYTES = 8
+
+
+@dataclass(eq=False)
+class TensorMap:
+    """A TMA descriptor of `tensor` (a CUtensorMap, 128 bytes, a kernel parameter passed by
+    value) whose box is `box_rows` x `box_cols` stored elements, written to shared memory
+    with `swizzle` ("128B", "64B", "32B" or "none"). The host builds it at each launch from
+    the tensor's pointer, extents and pitch; elements outside the tensor arrive as zeros."""
+
+    name: str            # the parameter's name
+    tensor: GlobalTensor
+    box_rows: int
+    box_cols: int
+    swizzle: str
+    param: Optional[Param] = None
+
+    BYTES = 128
+    ALIGN = 64
+
+
 # Activations a StoreFragment applies (ir/lower/activations.py emits each). "gelu" names
 # PyTorch's default GELU, the erf form.
 ACTIVATIONS = ("none", "relu", "gelu_tanh", "gelu_erf", "silu")
@@ -240,6 +273,45 @@ class WgmmaWait(TileOp):
 class FenceProxyAsync(TileOp):
     """Make this thread's completed shared-memory writes (st.shared, retired cp.async)
     visible to the async proxy, which wgmma reads through."""
+
+
+# -- TMA and mbarriers (sm_90): ir/lower/tma.py, ir/lower/mbarrier.py -------------------------
+@dataclass(eq=False)
+class MBarrierArrive(TileOp):
+    """Arrive on stage `stage` of `bar`: every thread that runs it, or with `single` one
+    thread (the first of those that run it). `expect_bytes` > 0 also announces that many
+    bytes of TMA copies completing on this phase (mbarrier.arrive.expect_tx)."""
+
+    bar: MBarrier
+    stage: object        # Value or int
+    expect_bytes: int = 0
+    single: bool = False
+
+
+@dataclass(eq=False)
+class MBarrierWait(TileOp):
+    """Wait until the phase of stage `stage` of `bar` whose parity is `parity` (0 or 1, a
+    Value or int) has completed: the phases complete in order 0, 1, 0, 1, ..."""
+
+    bar: MBarrier
+    stage: object
+    parity: object
+
+
+@dataclass(eq=False)
+class TmaLoad(TileOp):
+    """One thread copies the stored block of `tmap`'s tensor at (row0, col0) into stage
+    `stage` of `dst`, one TMA box per swizzle panel of the tile; the copies complete on
+    stage `bar_stage` of `bar` (dst.layout.bytes of them). Elements outside the tensor
+    arrive as zeros."""
+
+    dst: SharedTile
+    stage: object
+    tmap: TensorMap
+    row0: object         # stored row of the block
+    col0: object         # stored column
+    bar: MBarrier
+    bar_stage: object
 
 
 @dataclass(eq=False)

@@ -67,10 +67,18 @@ class Addr:
 
 
 @dataclass(frozen=True)
+class TensorAddr:
+    """The tensor operand of a TMA copy: [descriptor address, {innermost coordinate, ...}]."""
+
+    desc: object   # b64 Value: the generic address of the tensor map
+    coords: tuple  # b32 Values or ints, innermost (contiguous) dimension first
+
+
+@dataclass(frozen=True)
 class Vec:
     """A vector operand {a, b, ...} (mma fragments, ld.v2, ldmatrix results)."""
 
     items: tuple
 
 
-Operand = object  # Value | Imm | Sym | Addr | Vec
+Operand = object  # Value | Imm | Sym | Addr | TensorAddr | Vec

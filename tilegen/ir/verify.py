@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from ..errors import IRError
 from . import tile as T
-from .instr import Comment, If, Instr, Loop
-from .values import Addr, Value, Vec
+from .instr import Comment, If, Instr, Loop, SpinWait
+from .values import Addr, TensorAddr, Value, Vec
 
 
 def verify(kernel):
@@ -38,6 +38,10 @@ def _uses(x):
     elif isinstance(x, Vec):
         for item in x.items:
             yield from _uses(item)
+    elif isinstance(x, TensorAddr):
+        yield from _uses(x.desc)
+        for c in x.coords:
+            yield from _uses(c)
 
 
 def _check_region(kernel, nodes, defined):
@@ -66,6 +70,10 @@ def _check_region(kernel, nodes, defined):
             # mutable and ptxas sees the real control flow.
             _check_region(kernel, node.body, defined)
             _check_region(kernel, node.orelse, defined)
+        elif isinstance(node, SpinWait):
+            _check_region(kernel, node.body, defined)
+            if node.until not in defined or node.until.type != "pred":
+                raise IRError("spin wait: its condition is not a predicate its body writes")
         elif isinstance(node, T.TileOp):
             if kernel.level == "instr":
                 raise IRError(f"{type(node).__name__} left after lowering")
@@ -209,6 +217,37 @@ def _check_fragment_arith(kernel, op, defined, where):
             raise IRError(f"{name}: columns {op.col0}..{op.col0 + d.atom.k} are not whole atoms of {op.src.name}{where}")
 
 
+def _declared_barrier(kernel, bar, stage, where):
+    if bar not in kernel.barriers:
+        raise IRError(f"mbarrier {bar.name} is not declared in this kernel{where}")
+    if isinstance(stage, int) and not 0 <= stage < bar.stages:
+        raise IRError(f"stage {stage} outside mbarrier {bar.name}'s {bar.stages} stages{where}")
+
+
+def _check_barrier_op(kernel, op, defined, where):
+    _declared_barrier(kernel, op.bar, op.stage, where)
+    if isinstance(op, T.MBarrierWait):
+        p = op.parity
+        if isinstance(p, Value) and p not in defined:
+            raise IRError(f"mbarrier wait: parity read before it is defined{where}")
+        if isinstance(p, int) and p not in (0, 1):
+            raise IRError(f"mbarrier wait: parity {p}; allowed 0, 1{where}")
+
+
+def _check_tma_load(kernel, op, defined, where):
+    _declared_stage(kernel, op.dst, op.stage, where)
+    _declared_barrier(kernel, op.bar, op.bar_stage, where)
+    tmap, lay = op.tmap, op.dst.layout
+    if tmap not in kernel.tensor_maps or tmap.param not in kernel.params:
+        raise IRError(f"tensor map {tmap.name} is not a parameter of this kernel{where}")
+    if tmap.tensor.dtype != op.dst.dtype:
+        raise IRError(f"TMA copy from {tmap.tensor.dtype} into a {op.dst.dtype} tile{where}")
+    box_cols = lay.panel_bytes // lay.esize if lay.swizzle else lay.cols
+    if (tmap.box_rows, tmap.box_cols, tmap.swizzle) != (lay.rows, box_cols, lay.mode if lay.swizzle else "none"):
+        raise IRError(f"tensor map {tmap.name} has a {tmap.box_rows} x {tmap.box_cols} {tmap.swizzle} box; "
+                      f"{op.dst.name}'s panels are {lay.rows} x {box_cols} {lay.mode}{where}")
+
+
 # The rules of each tile op beyond the common ones (a new op adds its entry).
 CHECKS = {
     T.CopyAsync: _check_copy,
@@ -229,4 +268,7 @@ CHECKS = {
     T.RowReduce: _check_fragment_arith,
     T.MaskFragment: _check_fragment_arith,
     T.FragmentToOperand: _check_fragment_arith,
+    T.MBarrierArrive: _check_barrier_op,
+    T.MBarrierWait: _check_barrier_op,
+    T.TmaLoad: _check_tma_load,
 }

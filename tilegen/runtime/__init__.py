@@ -11,6 +11,7 @@ emulator (device="sim").
 | cubins     | linked cubins in the disk store                                           |
 | params     | kernel arguments checked and packed; launch dimensions                    |
 | launch     | Launcher: a prepared launch (parameter buffer + one driver call)          |
+| tensormap  | TMA tensor maps (cuTensorMapEncodeTiled), built per launch and cached     |
 | memory     | device buffers, stream-ordered buffers, streams, events, 2-D copies       |
 | arrays     | any array (numpy, __cuda_array_interface__, DLPack) described and checked |
 | interop    | PyTorch / CuPy arrays on the hot path: probe, current stream, allocator   |
@@ -20,6 +21,7 @@ from .driver import DeviceInfo, check, device_info, ensure_context, forget_curre
 from .params import ARG_KINDS, check_launch_dims, pack_arg, pack_args
 from .module import Function, clear_module_cache, jit_error_line, load_module, precompile, stream_handle
 from .launch import Launcher, ParamBuffer, launch_route
+from .tensormap import fill_tensor_maps, tensor_map_bytes
 from .memory import DeviceBuffer, Event, Stream, StreamBuffer, copy_2d, elapsed_ms, synchronize
 from .arrays import OperandView, describe_array, detect_layout
 
@@ -27,7 +29,7 @@ __all__ = [
     "DeviceInfo", "check", "device_info", "ensure_context", "forget_current", "gpu_available",
     "ARG_KINDS", "check_launch_dims", "pack_arg", "pack_args",
     "Function", "clear_module_cache", "jit_error_line", "load_module", "precompile", "stream_handle",
-    "Launcher", "ParamBuffer", "launch_route",
+    "Launcher", "ParamBuffer", "launch_route", "fill_tensor_maps", "tensor_map_bytes",
     "DeviceBuffer", "Event", "Stream", "StreamBuffer", "copy_2d", "elapsed_ms", "synchronize",
     "OperandView", "describe_array", "detect_layout",
 ]

@@ -26,9 +26,9 @@ from . import driver as _drv
 from .module import stream_handle
 from .params import ARG_KINDS, check_launch_dims, pack_arg
 
-# kind -> struct code; every kind is 4 or 8 bytes and aligned to its size
-_CODE = {"ptr": "Q", "u64": "Q", "u32": "I", "s32": "i", "f32": "f", "f64": "d"}
-_SIZE = {"Q": 8, "I": 4, "i": 4, "f": 4, "d": 8}
+# kind -> struct code; each aligned to its size (a tensor map: 128 bytes, by value)
+_CODE = {"ptr": "Q", "u64": "Q", "u32": "I", "s32": "i", "f32": "f", "f64": "d", "tensormap": "128s"}
+_SIZE = {"Q": 8, "I": 4, "i": 4, "f": 4, "d": 8, "128s": 128}
 _INVALID_CONTEXT = (201, 400)  # CUDA_ERROR_INVALID_CONTEXT, CUDA_ERROR_INVALID_HANDLE
 
 
@@ -73,7 +73,7 @@ class ParamBuffer:
             plain = []
             for i, (v, k) in enumerate(zip(values, self.kinds)):
                 value, _ = pack_arg(v, k, i)
-                plain.append(value.value if hasattr(value, "value") else value)
+                plain.append(bytes(value) if k == "tensormap" else value.value if hasattr(value, "value") else value)
             self.struct.pack_into(self.storage, 0, *plain)
 
 

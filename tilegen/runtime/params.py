@@ -20,6 +20,7 @@ ARG_KINDS = {
     "u64": (ctypes.c_uint64, ".u64"),
     "f32": (ctypes.c_float, ".f32"),
     "f64": (ctypes.c_double, ".f64"),
+    "tensormap": (ctypes.c_char * 128, ".b8[128]"),   # a CUtensorMap by value (arch/tma.py)
 }
 
 _INT_RANGE = {"u32": (0, 2**32 - 1), "s32": (-2**31, 2**31 - 1), "u64": (0, 2**64 - 1),
@@ -55,6 +56,11 @@ def pack_arg(value, kind: str, index: int = 0):
         raise LaunchError(f"kernel argument {index}: kind {kind!r} is not one of "
                           f"{', '.join(ARG_KINDS)}")
     ctype = ARG_KINDS[kind][0]
+    if kind == "tensormap":
+        if not isinstance(value, (bytes, bytearray)) or len(value) != ctypes.sizeof(ctype):
+            raise LaunchError(f"{where}: expected the {ctypes.sizeof(ctype)} bytes of a tensor map, got "
+                              f"{type(value).__name__}")
+        return ctype.from_buffer_copy(bytes(value)), ctype
     if kind == "ptr":
         v = _pointer_value(value, where)
     elif kind in ("u32", "s32", "u64"):

@@ -308,10 +308,11 @@ def _mov_pack(ins, ctx, d, a, dt):
 
 
 def build_cvta(ins, ctx: Context):
-    """cvta.to.global: generic and global addresses coincide in the emulator."""
+    """cvta.to.global, cvta.param: generic and global addresses coincide in the emulator, and
+    parameters keep the addresses of their own window."""
     _n_operands(ctx, ins, 2)
-    _need(ctx, ins, ins.opcode in ("cvta.to.global.u64", "cvta.global.u64"),
-          f"{ins.opcode} (only the global window is modelled)")
+    _need(ctx, ins, ins.opcode in ("cvta.to.global.u64", "cvta.global.u64", "cvta.param.u64"),
+          f"{ins.opcode} (only the global and parameter windows are modelled)")
     d, a = ins.operands
     ra, put = ctx.reader(ins, a, np.uint64), ctx.writer(ins, d, np.uint64)
     return lambda: put(ra())

@@ -5,14 +5,16 @@ never runs half-way into something the emulator cannot do.
 """
 from __future__ import annotations
 
-from . import alu, control, memops, tensor, warp, wgmma
+from . import alu, control, mbarrier, memops, tensor, tma, warp, wgmma
 from .state import Context
 
 BUILDERS = {**alu.BUILDERS, **memops.BUILDERS, **control.BUILDERS, **tensor.BUILDERS, **warp.BUILDERS,
-            **wgmma.BUILDERS}
+            **wgmma.BUILDERS, **mbarrier.BUILDERS, **tma.BUILDERS}
 
 
 def family(opcode: str) -> str:
+    if opcode.startswith("cp.async.bulk"):
+        return "cp.async.bulk"
     return "cp.async" if opcode.startswith("cp.async") else opcode.split(".")[0]
 
 

@@ -28,7 +28,7 @@ from lark import Lark, Transformer, Token, v_args
 from lark.exceptions import UnexpectedInput
 
 from .errors import PtxSyntaxError
-from .program import Entry, Imm, Instr, Mem, Program, Reg, SharedDecl, Special, Sym, Vec
+from .program import Entry, Imm, Instr, Mem, Program, Reg, SharedDecl, Special, Sym, TensorRef, Vec
 
 GRAMMAR = Path(__file__).with_name("ptx.lark")
 
@@ -105,6 +105,9 @@ class _Build(Transformer):
         offset = _int(str(rest[-1])) if rest else 0
         b = _RawReg(str(base), base.line) if base.type == "REG" else Sym(str(base))
         return Mem(b, offset)
+
+    def tensor_memory(self, desc, coords):
+        return TensorRef(_RawReg(str(desc), desc.line), coords.items)
 
     def absolute_address(self, tok):
         return Mem(None, _int(str(tok)))
@@ -232,6 +235,8 @@ def _resolve(name, params, perfs, body, lines) -> Entry:
             return Mem(reg(x.base), x.offset)
         if isinstance(x, Vec):
             return Vec(tuple(operand(i) for i in x.items))
+        if isinstance(x, TensorRef):
+            return TensorRef(reg(x.desc), tuple(operand(i) for i in x.coords))
         return x
 
     instrs = []

@@ -46,7 +46,14 @@ class Vec:
     items: tuple
 
 
-Operand = Union[Reg, Special, Imm, Sym, Mem, Vec]
+@dataclass(frozen=True)
+class TensorRef:
+    """[desc, {c0, c1, ...}]: a tensor map's address and coordinates (innermost first)."""
+    desc: Reg
+    coords: tuple
+
+
+Operand = Union[Reg, Special, Imm, Sym, Mem, Vec, TensorRef]
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,13 @@ between them, so within one epoch:
   another warp may still be reading"). The copy becomes the issuing thread's write in the
   epoch of its wait, so other threads need a bar.sync after the wait before reading.
 
+TMA copies (cp.async.bulk.tensor) write through the async proxy from their issue until an
+mbarrier wait sees the phase they complete on: reading their bytes before that is a bug, the
+issue counts as a write (so the stage must be free), and once landed the bytes count as
+written by nobody in particular: every thread that waited on the barrier may read them, and
+wgmma may too without a proxy fence. A completed mbarrier phase that every thread of the
+CTA arrived on orders like a bar.sync.
+
 wgmma (sm_90a) reads shared memory through the async proxy, from its issue until the
 wgmma.wait_group that retires it:
 - generic writes (st.shared, retired cp.async) must be followed by fence.proxy.async of the
@@ -57,12 +64,14 @@ class SharedShadow:
         self.unfenced = np.zeros(n, dtype=bool)              # generic writes no async-proxy fence covers
         self.inflight = np.zeros(n, dtype=np.int32)          # wgmma reads not yet retired
         self.i_line = np.zeros(n, dtype=np.int32)
+        self.bulk = np.zeros(n, dtype=np.int32)              # TMA copies not yet landed
+        self.b_line = np.zeros(n, dtype=np.int32)
         self.epoch = 0
 
     def reset(self):
         for a, v in ((self.writer, NOBODY), (self.w_epoch, -1), (self.reader, NOBODY),
                      (self.r_epoch, -1), (self.pending, 0), (self.p_tid, NOBODY),
-                     (self.unfenced, False), (self.inflight, 0)):
+                     (self.unfenced, False), (self.inflight, 0), (self.bulk, 0)):
             a.fill(v)
         self.epoch = 0
 
@@ -76,9 +85,20 @@ class SharedShadow:
         r, c = np.argwhere(bad)[0]
         return int(r), int(offs[r, c])
 
+    def _bulk_pending(self, offs, what: str) -> Optional[Violation]:
+        hit = self._first(self.bulk[offs] > 0, offs)
+        if hit:
+            r, o = hit
+            return Violation(r, o, f"{what} shared memory a TMA copy (issued at PTX line {self.b_line[o]}) is still "
+                                   f"writing: no mbarrier wait has seen the phase it completes on", "pending")
+        return None
+
     def read(self, tids: np.ndarray, offs: np.ndarray, line: int) -> Optional[Violation]:
         """tids (n,), offs (n, w) byte offsets read by thread tids[i]."""
         t = tids[:, None]
+        v = self._bulk_pending(offs, "reads")
+        if v:
+            return v
         hit = self._first(self.pending[offs] > 0, offs)
         if hit:
             r, o = hit
@@ -136,6 +156,9 @@ class SharedShadow:
         return None
 
     def write(self, tids: np.ndarray, offs: np.ndarray, line: int, what: str = "st.shared") -> Optional[Violation]:
+        v = self._bulk_pending(offs, f"{what} writes")
+        if v:
+            return v
         hit = self._first(self.pending[offs] > 0, offs)
         if hit:
             r, o = hit
@@ -165,6 +188,9 @@ class SharedShadow:
     def issue_async_read(self, group: int, offs: np.ndarray, line: int) -> Optional[Violation]:
         """A wgmma of warpgroup `group` starts reading bytes `offs` (1-D)."""
         flat = offs[None, :]
+        v = self._bulk_pending(flat, "the wgmma reads")
+        if v:
+            return v
         hit = self._first(self.pending[flat] > 0, flat)
         if hit:
             _, o = hit
@@ -205,3 +231,29 @@ class SharedShadow:
         """The wait of the issuing thread retired the copy: it is now that thread's write."""
         np.subtract.at(self.pending, offs.reshape(-1), 1)
         self._note_writes(tids, offs, line)
+
+    # -- TMA -----------------------------------------------------------------------------------
+    def issue_bulk(self, tid: int, offs: np.ndarray, line: int) -> Optional[Violation]:
+        """A TMA copy issued by thread `tid` will write bytes `offs` (1-D) until it lands."""
+        flat = offs[None, :]
+        v = self._bulk_pending(flat, "a TMA copy writes")
+        if v:
+            return v
+        hit = self._first(self.pending[flat] > 0, flat)
+        if hit:
+            _, o = hit
+            return Violation(0, o, f"a TMA copy writes shared memory a pending cp.async (issued by thread "
+                                   f"{self.p_tid[o]} at PTX line {self.p_line[o]}) is still writing", "pending")
+        v = self._war(np.array([tid]), flat, "a TMA copy")
+        if v:
+            return v
+        np.add.at(self.bulk, offs, 1)
+        self.b_line[offs] = line
+        return None
+
+    def land_bulk(self, offs: np.ndarray):
+        """The copy landed and a wait saw it: its bytes are ordered before whoever waited."""
+        np.subtract.at(self.bulk, offs, 1)
+        self.writer[offs] = NOBODY
+        self.w_epoch[offs] = -1
+        self.unfenced[offs] = False

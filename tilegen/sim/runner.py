@@ -22,6 +22,7 @@ from .memory import GlobalMemory
 from .parser import parse_ptx
 from .program import Program
 from .state import Context
+from .tma import fill_tensor_maps
 
 SHARED_BASE = 16
 MAX_JUMPS = 10_000_000        # per CTA: a kernel looping longer than this is stuck
@@ -39,7 +40,7 @@ class LaunchStats:
 
 
 def _pack_param(name, type_, nbytes, value) -> np.ndarray:
-    if isinstance(value, (bytes, bytearray, memoryview, np.ndarray)) and not np.isscalar(value):
+    if isinstance(value, (bytes, bytearray, memoryview)) or (isinstance(value, np.ndarray) and value.ndim):
         raw = np.frombuffer(bytes(value), dtype=np.uint8) if not isinstance(value, np.ndarray) \
             else np.ascontiguousarray(value).reshape(-1).view(np.uint8)
         if raw.size != nbytes:
@@ -82,9 +83,10 @@ def _shared_layout(program: Program, entry, base: int, dynamic_bytes: int):
 
 
 def launch(ptx, grid, threads: int, args: dict, *, memory: GlobalMemory, entry: Optional[str] = None,
-           shared_bytes: int = 0, shared_base: int = SHARED_BASE) -> LaunchStats:
+           shared_bytes: int = 0, shared_base: int = SHARED_BASE, barriers=()) -> LaunchStats:
     """Run `entry` of a PTX module (text or parsed Program) over `grid` CTAs of `threads`
-    threads; pointer arguments are addresses in `memory`."""
+    threads; pointer arguments are addresses in `memory`. `barriers` ((name, offset from
+    the 1024-aligned dynamic shared base, stages)) name the mbarriers in messages."""
     program = parse_ptx(ptx) if isinstance(ptx, str) else ptx
     ent = program.entry(entry)
     grid = tuple(int(g) for g in (tuple(grid) + (1, 1, 1))[:3])
@@ -104,6 +106,7 @@ def launch(ptx, grid, threads: int, args: dict, *, memory: GlobalMemory, entry: 
     if ctx is None:
         ctx = Context(ent, threads, shared_size, int(shared_base), symbols)
         code = decode(ctx)
+    ctx.barrier_names = _barrier_names(program, ent, int(shared_base), symbols, barriers)
     ctx.bind(params, grid, memory)
     stats = LaunchStats()
     try:
@@ -117,6 +120,16 @@ def launch(ptx, grid, threads: int, args: dict, *, memory: GlobalMemory, entry: 
         with _LOCK:
             program.decoded[key] = (ctx, code)
     return stats
+
+
+def _barrier_names(program, ent, base: int, symbols: dict, barriers) -> dict:
+    """shared offset -> "name[stage]" of a tilegen kernel's mbarriers (its dynamic array is
+    rounded up to 1024 bytes inside the kernel)."""
+    dyn = [symbols[d.name] for d in program.shared + ent.shared if d.size is None]
+    if not barriers or not dyn:
+        return {}
+    start = -(-dyn[0] // 1024) * 1024
+    return {start + off + 8 * s - base: f"{name}[{s}]" for name, off, stages in barriers for s in range(stages)}
 
 
 def _run_cta(ctx: Context, code: list) -> int:
@@ -155,12 +168,14 @@ def run_kernel(kernel, args: dict, sizes: dict, memory: Optional[GlobalMemory] =
     in `memory`, default tilegen.sim.global_memory()), grid from kernel.grid(sizes) with
     EMULATOR_SM_COUNT multiprocessors."""
     memory = memory if memory is not None else global_memory()
+    args = fill_tensor_maps(getattr(kernel, "tensor_maps", ()), args)
     names = [n for n, _ in kernel.params]
     missing = [n for n in names if n not in args]
     if missing:
         raise SimError(f"{kernel.name}: missing arguments {', '.join(missing)}")
     return launch(kernel.ptx, kernel.grid(sizes, EMULATOR_SM_COUNT), kernel.threads, {n: args[n] for n in names},
-                  memory=memory, entry=kernel.name, shared_bytes=kernel.smem_bytes, shared_base=shared_base)
+                  memory=memory, entry=kernel.name, shared_bytes=kernel.smem_bytes, shared_base=shared_base,
+                  barriers=getattr(kernel, "barriers", ()))
 
 
 _GLOBAL: Optional[GlobalMemory] = None

@@ -43,6 +43,8 @@ SPECIALS = frozenset({f"%{n}.{a}" for n in ("tid", "ntid", "ctaid", "nctaid") fo
                      | {"%laneid", "%warpid", "%nwarpid", "%smid", "%nsmid", "%gridid"})
 
 _UNSIGNED = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
+PARAM_WINDOW = 0x7E00_0000_0000   # addresses of kernel parameters (far from global allocations)
+PARAM_SLOT = 1 << 12
 _STORE = {t: np.dtype(d) for t, d in STORAGE.items()}
 
 
@@ -89,6 +91,12 @@ class Context:
         self.groups: list = []                # committed groups, oldest first
         self.wgmma_uncommitted: list = []     # (warpgroup, shared byte offsets) of wgmmas not yet in a group
         self.wgmma_groups: list = []          # committed wgmma groups, oldest first
+        # .param arrays (tensor maps) have addresses in a window of their own (mov.b64 %rd, name)
+        self.param_address = {name: PARAM_WINDOW + PARAM_SLOT * i for i, (name, _, _) in enumerate(entry.params)}
+        self.param_at = {a: name for name, a in self.param_address.items()}
+        self.mbarriers: dict = {}             # shared offset -> sim.mbarrier.MBarrierState
+        self.bulk: list = []                  # TMA copies issued, not yet landed (sim/tma.py)
+        self.barrier_names: dict = {}         # shared offset -> "name[stage]", for messages
 
     # -- per launch and per CTA -------------------------------------------------------------
     def bind(self, params: dict, grid: tuple, memory):
@@ -109,6 +117,8 @@ class Context:
         self.groups = []
         self.wgmma_uncommitted = []
         self.wgmma_groups = []
+        self.mbarriers = {}
+        self.bulk = []
         n = self.threads
         full = lambda v: np.full(n, v, dtype=np.uint32)  # noqa: E731
         tid = self.tid
@@ -141,6 +151,8 @@ class Context:
             return _const(self.immediate(ins, op, dtype))
         if isinstance(op, Sym) and op.name in self.shared_symbols:
             return _const(np.array(self.shared_symbols[op.name], dtype=dtype)[()])
+        if isinstance(op, Sym) and op.name in self.param_address:
+            return _const(np.array(self.param_address[op.name], dtype=dtype)[()])
         self.unsupported(ins, f"operand {op!r}")
 
     def immediate(self, ins: Instr, op: Imm, dtype):

@@ -13,6 +13,8 @@ from .store import lower_store
 from .wgmma import (lower_fence_proxy_async, lower_wgmma, lower_wgmma_commit, lower_wgmma_fence,
                     lower_wgmma_wait)
 from .elementwise import lower_elementwise, lower_mask, lower_row_reduce, lower_to_operand
+from .mbarrier import init_barriers, lower_arrive, lower_wait
+from .tma import lower_tma_load
 
 
 def _commit(b, ctx, op):
@@ -44,6 +46,10 @@ LOWERINGS = {
     T.WgmmaCommit: lower_wgmma_commit,
     T.WgmmaWait: lower_wgmma_wait,
     T.FenceProxyAsync: lower_fence_proxy_async,
+    # sm_90: TMA copies completing on mbarriers
+    T.MBarrierArrive: lower_arrive,
+    T.MBarrierWait: lower_wait,
+    T.TmaLoad: lower_tma_load,
 }
 # Fragment arithmetic (softmax, attention): ir/lower/elementwise.py
 LOWERINGS.update({
@@ -56,9 +62,13 @@ LOWERINGS.update({
 
 def load_params(kernel) -> list:
     """The kernel's parameters in registers, in declaration order: ld.param each, and a
-    pointer's global address (cvta.to.global) right after it."""
+    pointer's global address (cvta.to.global) right after it; a tensor map's generic address."""
     out: list = []
     for p in kernel.params:
+        if p.type == "tensormap":  # passed by value: TMA takes the parameter's generic address
+            out.append(Instr("mov.b64", (p.value,), (Sym(p.name),)))
+            out.append(Instr("cvta.param.u64", (p.value,), (p.value,)))
+            continue
         out.append(Instr(f"ld.param.{p.type}", (p.value,), (Addr(Sym(p.name)),)))
         if p.global_value is not None:
             out.append(Instr("cvta.to.global.u64", (p.global_value,), (p.value,)))
@@ -70,6 +80,7 @@ def lower_tile_ops(kernel):
     values the entry-time setup reads), then that setup, then the body."""
     prologue: list = []
     ctx = LowerContext(kernel, prologue)
+    init_barriers(ctx)
     body = _lower_region(kernel.body, ctx)
     entry = [Comment("entry: thread ids, shared base, lane-dependent offsets")]
     kernel.body = load_params(kernel) + entry + prologue + body

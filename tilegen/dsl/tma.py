@@ -1,0 +1,149 @@
+"""TMA copies and the mbarriers they complete on (sm_90): what a Hopper pipeline is made of.
+
+    full = tilegen.mbarrier("full", stages=S)           # one arrival per phase
+    tilegen.arrive(full[s], expect_bytes=sA.stage_bytes + sB.stage_bytes, single=True)
+    tilegen.tma_load(sA[s], A.block(m0, k0), full[s])  # one thread issues each copy
+    tilegen.tma_load(sB[s], B.block(k0, n0), full[s])
+    tilegen.mbarrier_wait(full[s], parity)              # the phase of that parity completed
+
+A barrier's phase completes when its `arrivals` arrivals came and the bytes announced with
+expect_bytes landed; phases alternate parity 0, 1, 0, ... Barriers are initialised at the
+kernel's entry. The emulator checks the protocol: a wait that can never complete, a stage
+read before its copy completed, a copy into a stage still being read, announced bytes that
+the copies do not deliver.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..arch.targets import target as _target
+from ..ir import tile as T
+from ..ir.values import Value
+from .objects import Block, Stage
+from .primitives import check_stage, tile_op
+from .scalars import Int, raw, wrap
+from .trace import current, fail
+
+MAX_ARRIVALS = (1 << 20) - 1
+MAX_TX_BYTES = (1 << 20) - 1
+MAX_BOX = 256   # elements per dimension of a TMA box
+
+
+class MBarrier:
+    """`stages` mbarriers; bar[s] names one."""
+
+    def __init__(self, ir: T.MBarrier):
+        self.ir = ir
+
+    def __getitem__(self, s) -> "BarrierStage":
+        s = wrap(s)
+        if isinstance(s.raw, int) and not 0 <= s.raw < self.ir.stages:
+            fail(f"{self.ir.name}[{s.raw}]: it has {self.ir.stages} stage{'s' if self.ir.stages > 1 else ''}")
+        return BarrierStage(self, s)
+
+
+@dataclass
+class BarrierStage:
+    bar: MBarrier
+    index: Int
+
+
+def _needs_sm90(what: str):
+    tgt = current().kernel.target
+    try:
+        sm = _target(tgt).sm
+    except ValueError:
+        return
+    if sm < 90:
+        fail(f"{what} needs an sm_90 target or newer (TMA and mbarriers are Hopper's); this kernel "
+             f"is traced for {tgt}: compile it with target='sm_90a'")
+
+
+def mbarrier(name: str, stages: int = 1, arrivals: int = 1) -> MBarrier:
+    """Declare `stages` mbarriers in shared memory; a phase of each completes after
+    `arrivals` arrivals (and the bytes announced for it)."""
+    _needs_sm90("mbarrier")
+    tr = current()
+    if not isinstance(stages, int) or stages < 1:
+        fail(f"mbarrier {name}: stages={stages!r}; allowed: an int >= 1")
+    if not isinstance(arrivals, int) or not 1 <= arrivals <= MAX_ARRIVALS:
+        fail(f"mbarrier {name}: arrivals={arrivals!r}; allowed: 1..{MAX_ARRIVALS}")
+    if any(b.name == name for b in tr.kernel.barriers):
+        fail(f"mbarrier {name!r} is declared twice")
+    ir = T.MBarrier(name, stages, arrivals)
+    tr.kernel.barriers.append(ir)
+    return MBarrier(ir)
+
+
+def arrive(bar: BarrierStage, expect_bytes: int = 0, single: bool = False):
+    """Arrive on bar: every thread that runs this counts one arrival, or with single=True only
+    one of them. expect_bytes announces the bytes of this phase's TMA copies."""
+    if not isinstance(bar, BarrierStage):
+        fail("arrive(barrier[stage], expect_bytes=0, single=False)")
+    if not isinstance(expect_bytes, int) or not 0 <= expect_bytes <= MAX_TX_BYTES:
+        fail(f"arrive: expect_bytes={expect_bytes!r}; allowed: 0..{MAX_TX_BYTES}")
+    tile_op(T.MBarrierArrive(bar.bar.ir, raw(bar.index), expect_bytes, bool(single)))
+
+
+def mbarrier_wait(bar: BarrierStage, parity):
+    """Wait until bar's phase of this parity (0 or 1) has completed. Phases alternate: the
+    n-th completion (from 0) has parity n % 2."""
+    if not isinstance(bar, BarrierStage):
+        fail("mbarrier_wait(barrier[stage], parity)")
+    p = raw(wrap(parity))
+    if isinstance(p, int) and p not in (0, 1):
+        fail(f"mbarrier_wait: parity={parity!r}; allowed: 0, 1 (or an Int that is)")
+    if not isinstance(p, (int, Value)):
+        fail(f"mbarrier_wait: parity={parity!r}; allowed: 0, 1 or an Int")
+    tile_op(T.MBarrierWait(bar.bar.ir, raw(bar.index), p))
+
+
+def _tensor_map(tensor, layout) -> T.TensorMap:
+    """The kernel's tensor map of `tensor` with the box of one panel of `layout` (made once)."""
+    tr = current()
+    box_rows = layout.rows
+    box_cols = layout.panel_bytes // layout.esize if layout.swizzle else layout.cols
+    swizzle = layout.mode if layout.swizzle else "none"
+    for m in tr.kernel.tensor_maps:
+        if m.tensor.name == tensor.name and (m.box_rows, m.box_cols, m.swizzle) == (box_rows, box_cols, swizzle):
+            return m
+    count = sum(m.tensor.name == tensor.name for m in tr.kernel.tensor_maps)
+    name = f"{tensor.name}_tmap" + (str(count) if count else "")
+    param = T.Param(name, "tensormap", Value("b64", name))
+    tmap = T.TensorMap(name, tensor, box_rows, box_cols, swizzle, param)
+    tr.kernel.params.append(param)
+    tr.kernel.tensor_maps.append(tmap)
+    return tmap
+
+
+def tma_load(dst: Stage, src: Block, bar: BarrierStage):
+    """One thread copies the block of `src` that matches the stage's extent into `dst` with
+    TMA; the copies complete on `bar` (announce dst.tile.stage_bytes with arrive). Elements
+    outside the tensor arrive as zeros. The stage keeps the tensor's memory order."""
+    _needs_sm90("tma_load")
+    if not isinstance(dst, Stage) or not isinstance(src, Block) or not isinstance(bar, BarrierStage):
+        fail("tma_load(tile[stage], tensor.block(r, c), barrier[stage])")
+    tensor, tile = src.tensor, dst.tile
+    if tensor.dtype != tile.ir.dtype:
+        fail(f"tma_load: {tensor.ir.name} is {tensor.dtype}, {tile.ir.name} is {tile.ir.dtype}")
+    if tensor.layout != tile.logical:
+        fail(f"tma_load: {tensor.ir.name} is {tensor.layout}-major but {tile.ir.name} is declared "
+             f"logical={tile.logical!r}: TMA keeps the tensor's memory order (declare the tile "
+             f"logical={tensor.layout!r})")
+    layout = tile.ir.layout
+    if layout.mode == "pad":
+        fail(f"tma_load: {tile.ir.name} has padded rows; TMA writes swizzled (128B, 64B, 32B) or dense "
+             f"('none') tiles")
+    cols = layout.panel_bytes // layout.esize if layout.swizzle else layout.cols
+    if layout.rows > MAX_BOX or cols > MAX_BOX:
+        fail(f"tma_load: a box of {layout.rows} x {cols} elements; a TMA box has at most {MAX_BOX} "
+             f"per dimension")
+    if not layout.swizzle and layout.row_bytes % 16:
+        fail(f"tma_load: {tile.ir.name}'s rows are {layout.row_bytes} bytes; TMA boxes need a multiple of 16")
+    check_stage(dst)
+    r0, c0 = tensor.ir.stored(src.row, src.col)
+    tmap = _tensor_map(tensor.ir, layout)
+    tile_op(T.TmaLoad(tile.ir, raw(dst.index), tmap, raw(wrap(r0)), raw(wrap(c0)), bar.bar.ir, raw(bar.index)))
+
+
+__all__ = ["MBarrier", "BarrierStage", "mbarrier", "arrive", "mbarrier_wait", "tma_load"]

@@ -1,0 +1,76 @@
+"""mbarriers (sm_90, ptx.md 6.6): initialisation at the kernel's entry, arrive (with the
+bytes a phase's TMA copies will deliver), and the wait for a phase of a given parity.
+
+Every barrier is initialised by thread 0 before the body, made visible with
+fence.mbarrier_init and a CTA barrier, so no op of the body can see it uninitialised.
+A wait is a loop around mbarrier.try_wait.parity, which may return before the phase
+completes.
+"""
+from __future__ import annotations
+
+from ..instr import Instr, SpinWait
+from ..values import Addr, Imm, Sym, Value
+from .smem import value_key
+
+SHARED = "shared::cta"
+
+
+def barrier_address(b, ctx, bar, stage):
+    """The shared-window address of stage `stage` (a Value or int) of `bar`, computed once
+    per region."""
+    key = ("mbarrier", bar.name, value_key(stage), id(b.region))
+    if key not in ctx.addresses:
+        ctx.addresses[key] = b.add(b.add(ctx.smem, bar.offset), b.mul(stage, bar.BYTES))
+    return ctx.addresses[key]
+
+
+def first_thread(ctx):
+    """A predicate true on thread 0 only: the thread that issues single-thread ops."""
+    key = ("first-thread",)
+    if key not in ctx.addresses:
+        ctx.addresses[key] = ctx.pro.cmp("eq", ctx.tid, 0)
+    return ctx.addresses[key]
+
+
+def init_barriers(ctx):
+    """Thread 0 initialises every stage of every barrier with its arrival count, then the
+    initialisation is fenced and published to the CTA (and to the TMA unit)."""
+    kernel, pro = ctx.kernel, ctx.pro
+    if not kernel.barriers:
+        return
+    kernel.features.add("mbarrier")
+    first = first_thread(ctx)
+    pro.comment("mbarriers: thread 0 initialises them, a fence and a CTA barrier publish them")
+    for bar in kernel.barriers:
+        for s in range(bar.stages):
+            pro.emit(Instr(f"mbarrier.init.{SHARED}.b64", (), (Addr(barrier_address(pro, ctx, bar, s)),
+                                                                  Imm(bar.arrivals)), pred=first,
+                           comment=f"{bar.name}[{s}]: {bar.arrivals} arrival{'s' if bar.arrivals > 1 else ''}"))
+    pro.emit(Instr("fence.mbarrier_init.release.cluster", (), (), pred=first))
+    pro.emit(Instr("bar.sync", (), (0,)))
+
+
+def lower_arrive(b, ctx, op):
+    ctx.kernel.features.add("mbarrier")
+    addr = Addr(barrier_address(b, ctx, op.bar, op.stage))
+    pred = first_thread(ctx) if op.single else None
+    if op.expect_bytes:
+        b.emit(Instr(f"mbarrier.arrive.expect_tx.{SHARED}.b64", (), (Sym("_"), addr, Imm(op.expect_bytes)),
+                     pred=pred, comment=f"{op.bar.name}: arrive, expecting {op.expect_bytes} bytes"))
+    else:
+        b.emit(Instr(f"mbarrier.arrive.{SHARED}.b64", (), (Sym("_"), addr), pred=pred))
+
+
+def lower_wait(b, ctx, op):
+    ctx.kernel.features.add("mbarrier")
+    addr = Addr(barrier_address(b, ctx, op.bar, op.stage))
+    done = Value("pred", "phase_done")
+    test = Instr(f"mbarrier.try_wait.parity.{SHARED}.b64", (done,), (addr, op.parity))
+    b.emit(SpinWait([test], done, comment=f"wait for {op.bar.name}'s phase of parity {_text(op.parity)}"))
+
+
+def _text(x) -> str:
+    return str(x) if isinstance(x, int) else (x.hint or "p")
+
+
+__all__ = ["barrier_address", "first_thread", "init_barriers", "lower_arrive", "lower_wait"]

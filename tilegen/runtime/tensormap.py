@@ -1,0 +1,54 @@
+"""Tensor maps for TMA on the GPU: cuTensorMapEncodeTiled through cuda.bindings (ptx.md 7.4),
+filled from a kernel's declaration (arch.tma.TensorMapDecl) and one launch's pointer,
+extents and pitch. The 128 bytes travel by value as the kernel parameter; the same
+arguments give the same bytes, so they are cached."""
+from __future__ import annotations
+
+import ctypes
+import threading
+
+from ..arch import tma as A
+from ..errors import LaunchError
+from . import driver as _drv
+
+CACHE_LIMIT = 4096
+_cache: dict = {}
+_lock = threading.Lock()
+
+
+def tensor_map_bytes(decl: A.TensorMapDecl, ptr: int, rows: int, cols: int, ld: int) -> bytes:
+    """The CUtensorMap of this matrix with decl's box and swizzle, as 128 bytes."""
+    key = (decl, ptr, rows, cols, ld)
+    got = _cache.get(key)
+    if got is not None:
+        return got
+    why = decl.problem(ptr, rows, cols, ld)
+    if why is not None:
+        raise LaunchError(f"{decl.tensor} cannot be read with TMA: {why}")
+    d = _drv.bindings()
+    U64, U32 = d.cuuint64_t, d.cuuint32_t
+    tm = _drv.check(d.cuTensorMapEncodeTiled(
+        d.CUtensorMapDataType(A.DTYPE_CODE[decl.dtype]), 2, ptr,
+        [U64(cols), U64(rows)], [U64(ld * decl.esize)],
+        [U32(decl.box_cols), U32(decl.box_rows)], [U32(1), U32(1)],
+        d.CUtensorMapInterleave(A.INTERLEAVE_NONE), d.CUtensorMapSwizzle(A.SWIZZLE_CODE[decl.swizzle]),
+        d.CUtensorMapL2promotion(A.L2_PROMOTION_128B), d.CUtensorMapFloatOOBfill(A.OOB_FILL_ZEROS)),
+        f"cuTensorMapEncodeTiled for {decl.tensor}")
+    raw = ctypes.string_at(tm.getPtr(), A.TENSOR_MAP_BYTES)
+    with _lock:
+        if len(_cache) >= CACHE_LIMIT:
+            _cache.clear()
+        _cache[key] = raw
+    return raw
+
+
+def fill_tensor_maps(decls, args: dict) -> dict:
+    """args with each declared tensor map the caller did not give built from its tensor's
+    arguments (a new dict; args itself when the kernel has none)."""
+    if not decls:
+        return args
+    out = dict(args)
+    for decl in decls:
+        if decl.param not in out:
+            out[decl.param] = tensor_map_bytes(decl, *decl.operand(args))
+    return out

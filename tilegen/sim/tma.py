@@ -1,0 +1,133 @@
+"""TMA loads on the emulator: cp.async.bulk.tensor.2d ... .mbarrier::complete_tx::bytes, and
+the emulator's own tensor maps.
+
+A real CUtensorMap is opaque (the driver encodes it), so on the emulator the launch passes a
+tensor map of the emulator's own format instead (`encode_tensor_map`, the same fields as
+cuTensorMapEncodeTiled takes); run_kernel builds them from the kernel's declarations.
+
+The copy reads its box when issued: box_rows rows of box_cols elements from (c1, c0)
+(innermost coordinate first, signed), elements outside the matrix as zeros; it writes shared
+memory row by row with the map's swizzle applied to the shared address (ptx.md 6.5) when it
+lands, and completes box bytes on its mbarrier (sim/mbarrier.py). The destination must be
+128-byte aligned, and 1024-byte aligned with the 128B swizzle (the pattern wgmma expects).
+"""
+from __future__ import annotations
+
+import struct
+
+import numpy as np
+
+from ..arch import tma as A
+from .errors import SimError
+from .mbarrier import BulkCopy, state
+from .memory import MemoryFault
+from .program import Mem, TensorRef
+from .state import Context, per_thread
+
+MAGIC = b"TGTM"
+_FORMAT = struct.Struct("<4sIQQQQIIII")   # magic, version, ptr, rows, cols, pitch, box rows, box cols, esize, swizzle
+_SWIZZLE_BITS = {0: 0, 1: 1, 2: 2, 3: 3}
+_SPAN = {1: 32, 2: 64, 3: 128}
+OPCODES = {
+    "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes",
+    "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes",
+}
+
+
+def encode_tensor_map(decl: A.TensorMapDecl, ptr: int, rows: int, cols: int, ld: int) -> bytes:
+    """The emulator's 128-byte tensor map of this matrix (the fields cuTensorMapEncodeTiled takes)."""
+    why = decl.problem(ptr, rows, cols, ld)
+    if why is not None:
+        raise SimError(f"{decl.tensor} cannot be read with TMA: {why}")
+    raw = _FORMAT.pack(MAGIC, 1, ptr, rows, cols, ld * decl.esize, decl.box_rows, decl.box_cols, decl.esize,
+                       A.SWIZZLE_CODE[decl.swizzle])
+    return raw.ljust(A.TENSOR_MAP_BYTES, b"\0")
+
+
+def fill_tensor_maps(decls, args: dict) -> dict:
+    """args with the kernel's tensor maps the caller did not give, in the emulator's format."""
+    if not decls:
+        return args
+    out = dict(args)
+    for decl in decls:
+        if decl.param not in out:
+            out[decl.param] = encode_tensor_map(decl, *decl.operand(args))
+    return out
+
+
+def _decode_map(ins, ctx, name: str):
+    raw = bytes(ctx.params[name][:_FORMAT.size])
+    magic, version, ptr, rows, cols, pitch, box_rows, box_cols, esize, swz = _FORMAT.unpack(raw)
+    if magic != MAGIC or version != 1:
+        ctx.fail(ins, f"parameter {name} does not hold an emulator tensor map (a map encoded by the CUDA driver is "
+                      f"opaque to the emulator: let run_kernel build it)", kind="tma")
+    return ptr, rows, cols, pitch, box_rows, box_cols, esize, swz
+
+
+def build_bulk(ins, ctx: Context):
+    if ins.opcode not in OPCODES:
+        ctx.unsupported(ins, f"the instruction {ins.opcode} (of the bulk copies, only 2-D TMA loads completing on "
+                             f"an mbarrier)")
+    ops = ins.operands
+    if len(ops) != 3 or not isinstance(ops[0], Mem) or not isinstance(ops[1], TensorRef) or not isinstance(ops[2], Mem) \
+            or len(ops[1].coords) != 2:
+        ctx.unsupported(ins, f"{ins.opcode} with these operands ([dst], [tensor map, {{c0, c1}}], [mbarrier])")
+    dst = ctx.address(ins, ops[0])
+    bar = ctx.address(ins, ops[2])
+    desc = ctx.reader(ins, ops[1].desc, np.uint64)
+    coords = [ctx.reader(ins, c, np.uint32) for c in ops[1].coords]
+    guard = ctx.guard(ins)
+    n = ctx.threads
+
+    def run():
+        tids = ctx.all_tids if guard is None else ctx.all_tids[guard()]
+        d_all, b_all, m_all = per_thread(dst(), n), per_thread(bar(), n), per_thread(desc(), n)
+        c_all = [per_thread(c(), n).view(np.int32) for c in coords]
+        for t in tids.tolist():
+            _issue(ins, ctx, t, int(d_all[t]), int(b_all[t]), int(m_all[t]), int(c_all[0][t]), int(c_all[1][t]))
+    return run
+
+
+def _issue(ins, ctx, tid, dst, bar_addr, desc, c0, c1):
+    name = ctx.param_at.get(desc)
+    if name is None:
+        ctx.fail(ins, f"the tensor-map operand {desc:#x} is not the address of a kernel parameter "
+                      f"(mov.b64 + cvta.param of a .param .b8 [128])", kind="tma", tid=tid)
+    ptr, rows, cols, pitch, box_rows, box_cols, esize, swz = _decode_map(ins, ctx, name)
+    row_bytes = box_cols * esize
+    if swz and row_bytes != _SPAN[swz]:
+        ctx.unsupported(ins, f"a swizzled box whose rows ({row_bytes} bytes) are not the swizzle span")
+    align = 1024 if swz == 3 else A.SMEM_ALIGN
+    if (dst - ctx.shared.base) % align and dst % align:
+        ctx.fail(ins, f"the TMA destination {dst:#x} is not {align}-byte aligned", kind="misaligned", tid=tid, address=dst)
+    try:
+        base = int(ctx.shared.offsets(np.array([dst], dtype=np.uint64), box_rows * row_bytes)[0])
+        bar_off = int(ctx.shared.offsets(np.array([bar_addr], dtype=np.uint64), 8)[0])
+    except MemoryFault as f:
+        ctx.fail(ins, f.reason, kind="bounds", tid=tid, address=f.address)
+    state(ins, ctx, bar_off, tid)  # the barrier must exist
+    # the box, read now: rows c1.., columns c0.., zeros outside the matrix
+    box = np.zeros((box_rows, row_bytes), dtype=np.uint8)
+    r_lo, r_hi = max(c1, 0), min(c1 + box_rows, rows)
+    k_lo, k_hi = max(c0, 0), min(c0 + box_cols, cols)
+    if r_lo < r_hi and k_lo < k_hi:
+        for r in range(r_lo, r_hi):
+            try:
+                got = ctx.memory.read(ptr + r * pitch + k_lo * esize, (k_hi - k_lo) * esize)
+            except (MemoryFault, SimError) as e:
+                ctx.fail(ins, f"the TMA copy from {name} reads row {r} outside every allocation ({e})",
+                         kind="bounds", tid=tid)
+            box[r - c1, (k_lo - c0) * esize:(k_hi - c0) * esize] = got
+    linear = dst + np.arange(box_rows * row_bytes, dtype=np.int64)
+    bits = _SWIZZLE_BITS[swz]
+    addr = linear ^ (((linear >> 7) & ((1 << bits) - 1)) << 4) if bits else linear
+    offs = addr - ctx.shared.base
+    v = ctx.shadow.issue_bulk(tid, offs, ins.line)
+    if v:
+        ctx.violation(ins, v, np.array([tid]))
+    ctx.bulk.append(BulkCopy(bar_off, offs, box.reshape(-1), box_rows * row_bytes, ins.line))
+
+
+BUILDERS = {"cp.async.bulk": build_bulk}
+
+__all__ = ["BUILDERS", "encode_tensor_map", "fill_tensor_maps"]
