@@ -2,6 +2,8 @@
 (8 bytes each) follow the tiles."""
 from __future__ import annotations
 
+from ..arch.targets import target as _target
+from ..errors import IRError
 from .layout import STAGE_ALIGN
 
 # The runtime base is rounded up to 1024 bytes inside the kernel, so allocate that much slack.
@@ -17,4 +19,11 @@ def allocate_shared(kernel):
         bar.offset = offset
         offset += bar.BYTES * bar.stages
     kernel.smem_bytes = offset + BASE_SLACK if offset else 0
+    limit = _target(kernel.target).smem_per_block
+    if kernel.smem_bytes > limit:
+        parts = ", ".join([f"{t.name} {t.stages} x {t.layout.stage_bytes} B" for t in kernel.shared]
+                          + [f"{b.name} {b.stages} x {b.BYTES} B" for b in kernel.barriers])
+        raise IRError(f"{kernel.name} needs {kernel.smem_bytes} bytes of shared memory ({parts}, and {BASE_SLACK} "
+                      f"to align the base), more than the {limit} a block may use on {kernel.target}: use fewer "
+                      f"stages or smaller tiles")
     return kernel

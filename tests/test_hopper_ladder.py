@@ -1,0 +1,84 @@
+"""examples/hopper_ladder: every step's kernel against float64 numpy on the emulator (ragged
+shapes where the step takes them), its command line, and ptxas on each kernel; on the GPU
+(marked gpu) each step at a larger ragged shape."""
+import importlib.util
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import tilegen
+from gpu_util import requires_gpu
+from ptxas_util import assert_assembles, needs_ptxas
+
+LADDER = Path(__file__).resolve().parent.parent / "examples" / "hopper_ladder"
+STEPS = {"step1_one_tile": "step1", "step2_k_loop": "step2", "step3_grid": "step3", "step4_tma": "step4",
+         "step5_pipeline": "step5"}
+
+
+def _load(name):
+    if str(LADDER) not in sys.path:
+        sys.path.insert(0, str(LADDER))
+    spec = importlib.util.spec_from_file_location(f"tilegen_ladder_{name}", LADDER / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+common = _load("common")
+KERNELS = {name: getattr(_load(name), fn) for name, fn in STEPS.items()}
+# (M, N, K) per step on the emulator: one tile for steps 1-2, ragged grids from step 3 on
+SHAPES = {"step1_one_tile": [(64, 128, 64), (40, 100, 48)], "step2_k_loop": [(64, 128, 200), (17, 33, 65)],
+          "step3_grid": [(130, 260, 70)], "step4_tma": [(130, 260, 200), (1, 1, 1)],
+          "step5_pipeline": [(129, 257, 520), (64, 256, 64), (200, 100, 130)]}
+
+
+@pytest.fixture(scope="module")
+def compiled():
+    return {name: tilegen.compile(fn, target="sm_90a") for name, fn in KERNELS.items()}
+
+
+@pytest.mark.parametrize("name, shape", [(n, s) for n, shapes in SHAPES.items() for s in shapes])
+def test_each_step_on_the_emulator(compiled, name, shape):
+    err, bound, _ = common.check(compiled[name], *shape, device="sim", seed=1)
+    assert err <= bound, f"{name} {shape}: error {err} over {bound}"
+
+
+def test_a_pipeline_of_two_stages(compiled):
+    k = tilegen.compile(KERNELS["step5_pipeline"], stages=2, target="sm_90a")
+    err, bound, _ = common.check(k, 70, 256, 64 * 9 + 5, device="sim")
+    assert err <= bound
+
+
+def test_more_stages_than_shared_memory_holds_are_refused():
+    with pytest.raises(tilegen.IRError, match="needs 296032 bytes of shared memory .* more than the 232448"):
+        tilegen.compile(KERNELS["step5_pipeline"], stages=6, target="sm_90a")
+
+
+@needs_ptxas
+def test_each_step_assembles(compiled):
+    for k in compiled.values():
+        assert_assembles(k.ptx, "sm_90a")
+
+
+def test_a_step_runs_from_the_command_line():
+    out = subprocess.run([sys.executable, str(LADDER / "step4_tma.py"), "--device", "sim", "--m", "70", "--n", "50",
+                          "--k", "90"], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert "step 4, TMA + mbarrier: 70x50x90 on the emulator" in out.stdout and "PASS" in out.stdout
+
+
+def test_a_one_tile_step_refuses_larger_sizes():
+    out = subprocess.run([sys.executable, str(LADDER / "step1_one_tile.py"), "--device", "sim", "--m", "65"],
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 1 and "--m at most 64" in out.stderr
+
+
+@pytest.mark.gpu
+@requires_gpu
+@pytest.mark.parametrize("name", ["step3_grid", "step4_tma", "step5_pipeline"])
+def test_each_step_on_the_gpu(compiled, name):
+    for shape in [(1000, 1030, 999), (4096, 4096, 256)]:
+        err, bound, _ = common.check(compiled[name], *shape, device="gpu", seed=2)
+        assert err <= bound, f"{name} {shape}: error {err} over {bound}"
