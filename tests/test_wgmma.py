@@ -94,8 +94,11 @@ def test_shape_rules():
 
 def test_wgmma_spec_defaults():
     s = tilegen.GemmSpec(dtype="bf16", instruction="wgmma")
-    assert (s.target, tuple(s.tile), tuple(s.warps), s.stages, s.frag_buffers) == \
-        ("sm_90a", (128, 256, 64), (8, 1), 4, 1)
+    assert (s.target, tuple(s.tile), tuple(s.warps), s.stages, s.frag_buffers, s.copy) == \
+        ("sm_90a", (128, 256, 64), (8, 1), 4, 1, "tma")
+    assert tilegen.GemmSpec(dtype="tf32", instruction="wgmma").copy == "cp.async"
+    assert tilegen.GemmSpec(dtype="bf16", instruction="wgmma", persistent=True).copy == "cp.async"
+    assert tilegen.GemmSpec(dtype="bf16").copy == "cp.async"
     assert s.mainloop.shape(s).n == 256
     assert tilegen.GemmSpec.from_text(s.to_text()) == s
     assert tilegen.GemmSpec.from_text(s.to_text(minimal=True)) == s
@@ -135,6 +138,10 @@ def test_tf32_wgmma_spec_reads_mn_major_operands_through_registers():
     (dict(frag_buffers=2), "frag_buffers", "no fragments"),
     (dict(tile=(128, 192, 64), warps=(8, 2)), "tile", "multiple of 64"),
     (dict(instruction="tcgen05"), "instruction", "mma.sync, wgmma"),
+    (dict(copy="dma"), "copy", "auto, cp.async, tma"),
+    (dict(copy="tma", dtype="tf32"), "copy", "tf32 wgmma kernels copy with cp.async"),
+    (dict(copy="tma", persistent=True), "copy", "persistent kernels copy with cp.async"),
+    (dict(copy="tma", instruction="mma.sync"), "copy", "mma.sync kernels copy with cp.async"),
 ])
 def test_wgmma_spec_errors(kw, field, says):
     with pytest.raises(tilegen.SpecError) as e:
@@ -144,7 +151,7 @@ def test_wgmma_spec_errors(kw, field, says):
 
 # ---- PTX ---------------------------------------------------------------------------------------
 
-SPECS = [dict(), dict(dtype="bf16", b_layout="col"), dict(persistent=True), dict(a_layout="col", tile=(64, 128, 64), warps=(4, 1), stages=3),
+SPECS = [dict(), dict(copy="cp.async"), dict(dtype="bf16", b_layout="col"), dict(persistent=True), dict(a_layout="col", tile=(64, 128, 64), warps=(4, 1), stages=3),
          dict(dtype="tf32"), dict(dtype="tf32", a_layout="col", b_layout="col", persistent=True),
          dict(a_layout="col", b_layout="col", tile=(128, 128, 64), warps=(8, 2), out_dtype="bf16",
               epilogue=tilegen.Epilogue(bias="col", activation="gelu_tanh"))]
@@ -155,9 +162,14 @@ SPECS = [dict(), dict(dtype="bf16", b_layout="col"), dict(persistent=True), dict
 def test_wgmma_kernels_assemble_without_spills(kw):
     spec = tilegen.GemmSpec(**{"dtype": "f16", "instruction": "wgmma", **kw})
     k = tilegen.compile(spec)
-    assert ".target sm_90a" in k.ptx and "fence.proxy.async.shared::cta;" in k.ptx
+    assert ".target sm_90a" in k.ptx
+    if spec.copy == "tma":   # TMA writes through the async proxy: no fence, mbarriers instead
+        assert "cp.async.bulk.tensor.2d" in k.ptx and "mbarrier.try_wait" in k.ptx and "fence.proxy.async" not in k.ptx
+    else:
+        assert "fence.proxy.async.shared::cta;" in k.ptx and "cp.async.bulk" not in k.ptx
+    loops = 2 if spec.copy == "cp.async" else 1  # cp.async: a steady loop without K checks, then the drain
     assert k.ptx.count(f"wgmma.mma_async.sync.aligned.m64n{spec.mainloop.shape(spec).n}k{spec.mainloop.shape(spec).k}") == \
-        2 * (spec.tile.k // spec.mainloop.shape(spec).k)
+        loops * (spec.tile.k // spec.mainloop.shape(spec).k)
     assert_assembles(k.ptx, "sm_90a")
     info = resources(k.ptx, "sm_90a", k.smem_bytes)
     assert info.spill_stores == 0 and info.spill_loads == 0, str(info)

@@ -60,9 +60,16 @@ class TensorMapDecl:
         ptr = args[self.ptr]
         return int(ptr.ptr if hasattr(ptr, "ptr") else ptr), int(args[self.rows]), int(args[self.cols]), int(args[self.ld])
 
+    def pitch(self, rows: int, cols: int, ld: int) -> int:
+        """The row pitch in bytes the map gets: one row's pitch is never used, so a single-row
+        matrix gets the smallest legal one."""
+        if rows == 1:
+            return -(-max(cols, 1) * self.esize // STRIDE_ALIGN) * STRIDE_ALIGN
+        return ld * self.esize
+
     def problem(self, ptr: int, rows: int, cols: int, ld: int) -> Optional[str]:
         """Why TMA cannot describe this matrix, or None."""
-        pitch = ld * self.esize
+        pitch = self.pitch(rows, cols, ld)
         if ptr % ADDRESS_ALIGN:
             return f"its address {ptr:#x} is not a multiple of {ADDRESS_ALIGN} bytes"
         if pitch % STRIDE_ALIGN:
@@ -71,6 +78,6 @@ class TensorMapDecl:
             return f"its row pitch of {pitch} bytes is outside 1..2^40 - 1"
         if not (0 < rows <= DIM_LIMIT and 0 < cols <= DIM_LIMIT):
             return f"its extents {rows} x {cols} are outside 1..2^32"
-        if ld < cols:
+        if rows > 1 and ld < cols:
             return f"its leading dimension {ld} is smaller than its {cols} columns"
         return None

@@ -29,6 +29,7 @@ BIAS = (None, "row", "col")
 STAGES = range(2, 7)
 INSTRUCTIONS = tuple(MAINLOOPS)
 COPY_BYTES = 16  # one cp.async moves 16 bytes; tile rows are built from such chunks
+COPIES = ("cp.async", "tma")
 
 
 def _ints(name: str, value, n: int) -> tuple:
@@ -129,6 +130,8 @@ class GemmSpec:
     | instruction| mma.sync, or wgmma (sm_90a, f16/bf16/tf32)      | mma.sync                 |
     | persistent | wgmma: one CTA per SM walks the tiles, loading  | False                    |
     |            | the next tile while storing this one            |                          |
+    | copy       | auto, cp.async (every thread copies), tma (one  | auto: tma for f16/bf16   |
+    |            | thread, TMA boxes completing on mbarriers)      | wgmma, else cp.async     |
 
     `instruction` names the main-loop family (tilegen/gemm/mainloops/): its defaults, its
     rules and its pipeline; the wgmma family's rules are in WgmmaLoop's docstring.
@@ -150,6 +153,7 @@ class GemmSpec:
     target: Optional[str] = None
     instruction: str = "mma.sync"
     persistent: bool = False
+    copy: str = "auto"
 
     def __post_init__(self):
         set_ = lambda k, v: object.__setattr__(self, k, v)  # noqa: E731  (frozen)
@@ -191,6 +195,8 @@ class GemmSpec:
             set_("swizzle", self._auto_swizzle())
         if self.frag_buffers is None:
             set_("frag_buffers", family.default_frag_buffers(self.dtype))
+        if self.copy == "auto":
+            set_("copy", family.default_copy(self))
         self._validate()
 
     # -- derived facts ------------------------------------------------------------------------
@@ -272,6 +278,8 @@ class GemmSpec:
     def smem_bytes(self) -> int:
         """Shared memory the pipeline needs (all stages of A and B, alignment slack included)."""
         total = sum(smem_layout(self, op).stage_bytes for op in "AB") * self.stages
+        if self.copy == "tma":
+            total += 2 * 8 * self.stages  # a full and an empty mbarrier per stage
         return total + 1024  # dynamic shared memory is rounded up to a 1024-byte boundary
 
     def replace(self, **changes) -> "GemmSpec":
@@ -339,6 +347,11 @@ class GemmSpec:
         if not isinstance(self.persistent, bool):
             raise SpecError("persistent", self.persistent, "True, False")
         family = self.mainloop
+        if self.copy not in COPIES:
+            raise SpecError("copy", self.copy, ", ".join(("auto",) + COPIES))
+        if self.copy not in family.copies:
+            raise SpecError("copy", self.copy, ", ".join(family.copies), f"{family.instruction} kernels copy with "
+                            + " or ".join(family.copies))
         if self.persistent and not family.persistent:
             raise SpecError("persistent", self.persistent, f"False for {family.instruction} kernels",
                             "persistent CTAs are built for the " + " and ".join(

@@ -14,7 +14,7 @@ from .layouts import operand_mode
 
 def gemm_kernel_name(spec) -> str:
     t, w = spec.tile, spec.warps
-    kind = spec.mainloop.kernel_tag + ("_persistent" if spec.persistent else "")
+    kind = spec.mainloop.kernel_tag + ("_tma" if spec.copy == "tma" else "") + ("_persistent" if spec.persistent else "")
     return (f"tilegen_gemm{kind}_{spec.dtype}_{spec.a_layout[0]}{spec.b_layout[0]}_{spec.out_dtype}_"
             f"{t.m}x{t.n}x{t.k}_w{w.m}x{w.n}_s{spec.stages}_{spec.swizzle}_fb{spec.frag_buffers}"
             + _epilogue_suffix(spec.epilogue))

@@ -29,7 +29,7 @@ def tensor_map_bytes(decl: A.TensorMapDecl, ptr: int, rows: int, cols: int, ld: 
     U64, U32 = d.cuuint64_t, d.cuuint32_t
     tm = _drv.check(d.cuTensorMapEncodeTiled(
         d.CUtensorMapDataType(A.DTYPE_CODE[decl.dtype]), 2, ptr,
-        [U64(cols), U64(rows)], [U64(ld * decl.esize)],
+        [U64(cols), U64(rows)], [U64(decl.pitch(rows, cols, ld))],
         [U32(decl.box_cols), U32(decl.box_rows)], [U32(1), U32(1)],
         d.CUtensorMapInterleave(A.INTERLEAVE_NONE), d.CUtensorMapSwizzle(A.SWIZZLE_CODE[decl.swizzle]),
         d.CUtensorMapL2promotion(A.L2_PROMOTION_128B), d.CUtensorMapFloatOOBfill(A.OOB_FILL_ZEROS)),

@@ -39,7 +39,7 @@ def encode_tensor_map(decl: A.TensorMapDecl, ptr: int, rows: int, cols: int, ld:
     why = decl.problem(ptr, rows, cols, ld)
     if why is not None:
         raise SimError(f"{decl.tensor} cannot be read with TMA: {why}")
-    raw = _FORMAT.pack(MAGIC, 1, ptr, rows, cols, ld * decl.esize, decl.box_rows, decl.box_cols, decl.esize,
+    raw = _FORMAT.pack(MAGIC, 1, ptr, rows, cols, decl.pitch(rows, cols, ld), decl.box_rows, decl.box_cols, decl.esize,
                        A.SWIZZLE_CODE[decl.swizzle])
     return raw.ljust(A.TENSOR_MAP_BYTES, b"\0")
 

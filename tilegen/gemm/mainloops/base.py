@@ -11,6 +11,7 @@ class MainLoop:
     kernel_tag: str = ""          # in kernel names: tilegen_gemm{tag}_...
     default_stages: int = 3
     persistent: bool = False      # whether its kernels may walk several blocks per CTA
+    copies: tuple = ("cp.async",)  # how its k-tiles may reach shared memory (GemmSpec.copy)
 
     def default_target(self, dtype: str) -> str:
         raise NotImplementedError
@@ -21,6 +22,10 @@ class MainLoop:
 
     def default_frag_buffers(self, dtype: str) -> int:
         return 1
+
+    def default_copy(self, spec) -> str:
+        """GemmSpec.copy of a spec that leaves it at auto."""
+        return self.copies[0]
 
     def validate(self, spec) -> None:
         """Raise SpecError for a spec this family cannot build (the common rules are GemmSpec's)."""

@@ -22,6 +22,17 @@ the whole tile of A read as A^T, and the accumulator holds a block of C^T, store
 
 Persistent kernels (spec.persistent) run one CTA per SM over several blocks of C: the
 prologue copies of the next block start before this block's accumulator is stored.
+
+With copy="tma" (the default for f16/bf16) one thread requests each k-tile with TMA (one box
+per 128-byte panel of a stage, zeros past the edges) completing on the stage's `full`
+mbarrier; every thread releases a stage on its `empty` mbarrier once the wgmmas reading it
+are retired, and the stage is requested again when all have:
+
+    tile kt:  wait full[kt % S]; issue its wgmmas; wgmma_wait(1) (tile kt - 1 retired);
+              release tile kt - 1's stage; once every thread did, request tile kt + S - 1 into it
+
+so S - 1 k-tiles are in flight while the tensor cores work, with no CTA barrier in the loop
+(docs/perf_notes.md section 17).
 """
 from __future__ import annotations
 
@@ -57,6 +68,14 @@ class WgmmaLoop(MainLoop):
     kernel_tag = "_wgmma"
     default_stages = 4
     persistent = True
+    copies = ("cp.async", "tma")
+    TMA_DTYPES = ("f16", "bf16")
+
+    def default_copy(self, spec) -> str:
+        """TMA for 16-bit operands (measured 0.89-0.92x cuBLAS against cp.async's 0.66-0.80x,
+        docs/perf_notes.md section 17); tf32 (whose MN-major operands are transposed or go
+        through registers) and persistent kernels copy with cp.async."""
+        return "tma" if spec.dtype in self.TMA_DTYPES and not spec.persistent else "cp.async"
 
     def default_target(self, dtype: str) -> str:
         return "sm_90a"
@@ -141,8 +160,21 @@ class WgmmaLoop(MainLoop):
         if spec.stages < 3:
             raise SpecError("stages", spec.stages, "3..6", "wgmma kernels keep one stage for the tensor cores "
                             "still reading the previous tile")
+        if spec.copy == "tma":
+            if spec.dtype not in self.TMA_DTYPES:
+                raise SpecError("copy", spec.copy, "cp.async", f"{spec.dtype} wgmma kernels copy with cp.async (TMA "
+                                f"copies of {', '.join(self.TMA_DTYPES)} only)")
+            if spec.persistent:
+                raise SpecError("copy", spec.copy, "cp.async", "persistent kernels copy with cp.async")
+            for op in "AB":
+                rows = spec.operand_tile(op)[0]
+                if rows > 256:
+                    raise SpecError("tile", (t.m, t.n, t.k), "operand tiles of at most 256 stored rows",
+                                    f"a TMA box has at most 256 rows; operand {op}'s stage has {rows}")
 
     def pipeline(self, spec, A, B, sA, sB, warp, wm, wn):
+        if spec.copy == "tma":
+            return TmaPipeline(spec, A, B, sA, sB, warp, wm, wn)
         return WgmmaPipeline(spec, A, B, sA, sB, warp, wm, wn)
 
 
@@ -228,4 +260,51 @@ class WgmmaPipeline:
         return acc
 
 
-__all__ = ["WgmmaLoop", "WgmmaPipeline"]
+class TmaPipeline(WgmmaPipeline):
+    """The stages filled by TMA (one thread) and released through mbarriers (module docstring)."""
+
+    def __init__(self, spec, A, B, sA, sB, warp, wm, wn):
+        super().__init__(spec, A, B, sA, sB, warp, wm, wn)
+        self.full = tg.mbarrier("full", stages=self.S)                          # the k-tile landed
+        self.empty = tg.mbarrier("empty", stages=self.S, arrivals=spec.threads)  # every thread is done with it
+        self.k_tiles = tg.cdiv(A.shape[1], spec.tile.k)
+
+    def request(self, m0, n0, t, stage):
+        """k-tile t into `stage`: announce its bytes, start its copies (one thread)."""
+        BK, sA, sB, full = self.spec.tile.k, self.sA, self.sB, self.full
+        tg.arrive(full[stage], expect_bytes=sA.stage_bytes + sB.stage_bytes, single=True)
+        tg.tma_load(sA[stage], self.A.block(m0, t * BK), full[stage])
+        tg.tma_load(sB[stage], self.B.block(t * BK, n0), full[stage])
+
+    def prologue(self, m0, n0):
+        for t in range(self.S - 1):   # k-tiles 0 .. S-2 (those that exist)
+            with tg.if_(tg.lt(t, self.k_tiles)):
+                self.request(m0, n0, t, t)
+
+    def k_loop(self, m0, n0):
+        spec, shape, S = self.spec, self.shape, self.S
+        sA, sB, full, empty, k_tiles = self.sA, self.sB, self.full, self.empty, self.k_tiles
+        acc = tg.fragment(spec.mma, "C", (1, shape.n // spec.mma.n), name="acc")
+        steps = spec.tile.k // shape.k
+        for kt in tg.range(k_tiles):
+            stage = kt % S
+            tg.mbarrier_wait(full[stage], (kt // S) & 1)
+            tg.wgmma_fence()
+            for kk in range(steps):
+                tg.wgmma(acc, self.a_src[stage], self.b_src[stage], self.a_origin, kk * shape.k, self.b_origin)
+            tg.wgmma_commit()
+            tg.wgmma_wait(1)                     # k-tile kt - 1 retired for this warpgroup
+            with tg.if_(tg.ge(kt, 1)):
+                prev = (kt - 1) % S
+                tg.arrive(empty[prev])           # this thread is done with kt - 1's stage
+                with tg.if_(tg.lt(kt + S - 1, k_tiles)):
+                    tg.mbarrier_wait(empty[prev], ((kt - 1) // S) & 1)
+                    self.request(m0, n0, kt + S - 1, prev)
+            with tg.if_(tg.lt(kt, 1)):           # the first k-tile: stage S - 1 has not been used yet
+                with tg.if_(tg.lt(S - 1, k_tiles)):
+                    self.request(m0, n0, S - 1, S - 1)
+        tg.wgmma_wait(0)
+        return acc
+
+
+__all__ = ["WgmmaLoop", "WgmmaPipeline", "TmaPipeline"]

@@ -1,0 +1,108 @@
+"""One GPU run for the Hopper ladder: every step's kernel timed kernel-only (CUDA events around
+back-to-back launches) at several sizes beside cuBLAS (torch.matmul) and the cp.async wgmma
+GEMM (GemmSpec(instruction="wgmma")) in the same process, f16, A and B row-major; plus
+tilegen.matmul as called at the shape whose kernel choice changed. Writes JSON to DIR.
+
+    python3 tools/h200_ladder.py DIR [--sizes 2048 4096 8192]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import time
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, REPO)
+sys.path.insert(0, os.path.join(REPO, "examples", "hopper_ladder"))
+
+
+def _events_ms(fn, reps: int, rounds: int = 5) -> dict:
+    import torch
+
+    fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(rounds):
+        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(reps):
+            fn()
+        stop.record()
+        stop.synchronize()
+        times.append(start.elapsed_time(stop) / reps)
+    return {"ms": statistics.median(times), "ms_min": min(times)}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("out")
+    ap.add_argument("--sizes", nargs="+", type=int, default=[2048, 4096, 8192])
+    a = ap.parse_args()
+    import torch
+
+    import tilegen
+    import step3_grid
+    import step4_tma
+    import step5_pipeline
+
+    kernels = {"step3 grid (cp.async, synchronous)": tilegen.compile(step3_grid.step3, target="sm_90a"),
+               "step4 TMA + mbarrier": tilegen.compile(step4_tma.step4, target="sm_90a"),
+               "step5 pipeline (4 stages)": tilegen.compile(step5_pipeline.step5, target="sm_90a"),
+               "step5 pipeline (3 stages)": tilegen.compile(step5_pipeline.step5, stages=3, target="sm_90a")}
+    wg = tilegen.compile(tilegen.GemmSpec(dtype="f16", instruction="wgmma", b_layout="row"))
+    rows = []
+    for n in a.sizes:
+        M = N = K = n
+        A = torch.randn(M, K, device="cuda", dtype=torch.float16)
+        B = torch.randn(K, N, device="cuda", dtype=torch.float16)
+        C = torch.empty(M, N, device="cuda", dtype=torch.float32)
+        ref = (A.double() @ B.double())
+        reps = max(3, int(2e12 / (2.0 * M * N * K)))
+        flop = 2.0 * M * N * K
+        cub = _events_ms(lambda: torch.matmul(A, B), reps)
+        row = {"size": [M, N, K], "cublas_tflops": flop / cub["ms"] / 1e9, "steps": {}}
+        args = {"M": M, "N": N, "K": K, "A_ptr": A.data_ptr(), "A_ld": K, "B_ptr": B.data_ptr(), "B_ld": N,
+                "C_ptr": C.data_ptr(), "C_ld": N}
+        sizes = {"M": M, "N": N, "K": K}
+        for name, k in kernels.items():
+            C.fill_(float("nan"))
+            k.launch(args, sizes)
+            torch.cuda.synchronize()
+            err = float(((C.double() - ref).abs().max() / ref.abs().max()).item())
+            t = _events_ms(lambda k=k: k.launch(args, sizes), reps)
+            row["steps"][name] = {"tflops": flop / t["ms"] / 1e9, "ms": t["ms"], "rel_err": err,
+                                  "vs_cublas": cub["ms"] / t["ms"]}
+        C.fill_(float("nan"))
+        wg(A, B, out=C)
+        torch.cuda.synchronize()
+        err = float(((C.double() - ref).abs().max() / ref.abs().max()).item())
+        t = _events_ms(lambda: wg(A, B, out=C), reps)
+        row["steps"]["cp.async wgmma GEMM (GemmSpec instruction=wgmma)"] = {
+            "tflops": flop / t["ms"] / 1e9, "ms": t["ms"], "rel_err": err, "vs_cublas": cub["ms"] / t["ms"]}
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+    # tilegen.matmul at 1024x4096x4096: its choice moved to the wgmma preset
+    M, N, K = 1024, 4096, 4096
+    A = torch.randn(M, K, device="cuda", dtype=torch.bfloat16)
+    B = torch.randn(K, N, device="cuda", dtype=torch.bfloat16)
+    C = torch.empty(M, N, device="cuda", dtype=torch.bfloat16)
+    reps = 50
+    mm = _events_ms(lambda: tilegen.matmul(A, B, out=C), reps)
+    th = _events_ms(lambda: torch.matmul(A, B, out=C), reps)
+    choice = str(tilegen.matmul.explain(A, B, out=C).spec) if hasattr(tilegen.matmul, "explain") else ""
+    short = {"size": [M, N, K], "dtype": "bf16", "tilegen_matmul_tflops": 2.0 * M * N * K / mm["ms"] / 1e9,
+             "torch_matmul_tflops": 2.0 * M * N * K / th["ms"] / 1e9, "choice": choice}
+    print(json.dumps(short), flush=True)
+    info = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "when": time.strftime("%Y-%m-%d %H:%M:%S"),
+            "sizes": rows, "matmul_short_m": short}
+    os.makedirs(a.out, exist_ok=True)
+    with open(os.path.join(a.out, "ladder.json"), "w") as f:
+        json.dump(info, f, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
