@@ -36,6 +36,39 @@ def _events_ms(fn, reps: int, rounds: int = 5) -> dict:
     return {"ms": statistics.median(times), "ms_min": min(times)}
 
 
+def host_us(rounds: int = 21, calls: int = 200) -> dict:
+    """Host microseconds per call of kernel(A, B, out=C) and kernel.launch for the TMA and the
+    cp.async wgmma kernels (bf16 256^3, torch tensors), interleaved round by round; the TMA
+    kernel's call also builds (looks up) two tensor maps."""
+    import torch
+
+    import tilegen
+
+    A = torch.randn(256, 256, device="cuda", dtype=torch.bfloat16)
+    B = torch.randn_like(A)
+    C = torch.empty_like(A)
+    ks = {c: tilegen.compile(tilegen.GemmSpec(dtype="bf16", out_dtype="bf16", instruction="wgmma", copy=c))
+          for c in ("tma", "cp.async")}
+    args = {"M": 256, "N": 256, "K": 256, "A_ptr": A.data_ptr(), "A_ld": 256, "B_ptr": B.data_ptr(), "B_ld": 256,
+            "C_ptr": C.data_ptr(), "C_ld": 256, "alpha": 1.0, "beta": 0.0}
+    sizes = {"M": 256, "N": 256, "K": 256}
+    lines = {f"{c} kernel(A, B, out=C)": (lambda k=k: k(A, B, out=C)) for c, k in ks.items()}
+    lines.update({f"{c} kernel.launch": (lambda k=k: k.launch(args, sizes)) for c, k in ks.items()})
+    lines["torch.matmul"] = lambda: torch.matmul(A, B, out=C)
+    got = {name: [] for name in lines}
+    for fn in lines.values():
+        fn()
+    torch.cuda.synchronize()
+    for _ in range(rounds):
+        for name, fn in lines.items():
+            t0 = time.perf_counter()
+            for _ in range(calls):
+                fn()
+            got[name].append((time.perf_counter() - t0) * 1e6 / calls)
+            torch.cuda.synchronize()
+    return {name: statistics.median(v) for name, v in got.items()}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("out")
@@ -96,7 +129,9 @@ def main() -> int:
     short = {"size": [M, N, K], "dtype": "bf16", "tilegen_matmul_tflops": 2.0 * M * N * K / mm["ms"] / 1e9,
              "torch_matmul_tflops": 2.0 * M * N * K / th["ms"] / 1e9, "choice": choice}
     print(json.dumps(short), flush=True)
-    info = {"gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "when": time.strftime("%Y-%m-%d %H:%M:%S"),
+    host = host_us()
+    print(json.dumps(host), flush=True)
+    info = {"host_us": host, "gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "when": time.strftime("%Y-%m-%d %H:%M:%S"),
             "sizes": rows, "matmul_short_m": short}
     os.makedirs(a.out, exist_ok=True)
     with open(os.path.join(a.out, "ladder.json"), "w") as f:
