@@ -202,8 +202,8 @@ class GemmBench:
                         row["errors"]["tilegen.matmul"] = f"wrong result (relative error {rel:.2e} > {bound:.1e})"
                         return
                 chosen = compile_gemm(spec)
-                args = [chosen.fast_call.pick((m, n, k, be.ptr(Al[i]), _ld(Al[i], spec.a_layout), be.ptr(Bl[i]),
-                                               _ld(Bl[i], spec.b_layout), be.ptr(C[i]), n, 1.0, 0.0, 0, 0, 0))
+                args = [chosen.fast_call.arguments((m, n, k, be.ptr(Al[i]), _ld(Al[i], spec.a_layout), be.ptr(Bl[i]),
+                                                    _ld(Bl[i], spec.b_layout), be.ptr(C[i]), n, 1.0, 0.0, 0, 0, 0))
                         for i in range(n_sets)]
                 launcher, stream = chosen.launcher(0), be.stream
                 grid = chosen.fast_call.grid(m, n, k, launcher.sm_count)

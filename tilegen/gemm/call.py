@@ -31,7 +31,7 @@ from ..errors import LaunchError
 from ..runtime import interop
 from ..runtime.interop import DEVICE, DTYPE, PTR, SHAPE, STRIDES
 from ..runtime.memory import copy_2d
-from ..runtime.tensormap import tensor_map_bytes
+from ..runtime.tensormap import map_cache, tensor_map_bytes
 
 ALIGN = 16
 _NUMBERS = (float, int)
@@ -139,8 +139,9 @@ class FastCall:
         # the kernel's parameters, in its order, from the canonical tuple run() builds
         names = _CANONICAL + tuple(m.param for m in kernel.tensor_maps)
         self.pick = itemgetter(*(names.index(n) for n, _ in kernel.params))
-        # TMA kernels: each tensor map from the canonical values of its tensor (cached bytes)
-        self.maps = tuple((m, *(_CANONICAL.index(x) for x in (m.ptr, m.rows, m.cols, m.ld)))
+        # TMA kernels: each tensor map from the canonical values of its tensor, through that
+        # map's own cache (no hashing of the declaration per call)
+        self.maps = tuple((m, map_cache(m), *(_CANONICAL.index(x) for x in (m.ptr, m.rows, m.cols, m.ld)))
                           for m in kernel.tensor_maps)
         self.grid = kernel.launch_grid.evaluator(("M", "N", "K"))
         # The last plain call's arrays, but for their pointers, and what was derived from them:
@@ -167,8 +168,8 @@ class FastCall:
                 M, N, K, a_ld, b_ld, c_ld, grid = last[1]
                 launcher = self.kernel.launcher(pa[4])
                 if launcher is last[2]:
-                    values = (M, N, K, pa[0], a_ld, pb[0], b_ld, pc[0], c_ld, alpha, beta, 0, 0, 0)
-                    launcher(grid, self.pick(self._with_maps(values) if self.maps else values), lib.stream(pa[4]))
+                    launcher(grid, self.arguments((M, N, K, pa[0], a_ld, pb[0], b_ld, pc[0], c_ld, alpha, beta, 0, 0, 0)),
+                             lib.stream(pa[4]))
                     return out
         if (bias is None) != (self.bias_axis is None) or (residual is None) == self.residual:
             return None
@@ -229,17 +230,26 @@ class FastCall:
                 b_ptr, b_ld = _repitch(lib, b_ptr, b_ld, (K, N) if self.b_row else (N, K), isz, self.in_dtype,
                                        device, stream, keep)
         grid = self.grid(M, N, K, launcher.sm_count)
-        values = (M, N, K, a_ptr, a_ld, b_ptr, b_ld, c_ptr, c_ld, alpha, beta, bias_ptr, r_ptr, r_ld)
-        launcher(grid, self.pick(self._with_maps(values) if self.maps else values), stream)
+        launcher(grid, self.arguments((M, N, K, a_ptr, a_ld, b_ptr, b_ld, c_ptr, c_ld, alpha, beta, bias_ptr, r_ptr,
+                                       r_ld)), stream)
         if keep is None and bias is None and residual is None and c_ptr % ALIGN == 0:
             self._last = ((pa[1], pa[2], pa[3], pa[4], pb[1], pb[2], pb[3], pb[4], c_shape, c_strides, c_dtype, c_device),
                           (M, N, K, a_ld, b_ld, c_ld, grid), launcher)
         return out
 
 
-    def _with_maps(self, values: tuple) -> tuple:
-        return values + tuple(tensor_map_bytes(m, values[p], values[r], values[c], values[ld])
-                              for m, p, r, c, ld in self.maps)
+    def arguments(self, values: tuple) -> tuple:
+        """The kernel's arguments, in its order, from the canonical tuple (M, N, K, A_ptr, A_ld,
+        B_ptr, B_ld, C_ptr, C_ld, alpha, beta, bias_ptr, R_ptr, R_ld); a TMA kernel's tensor
+        maps are built (or found) from it."""
+        if not self.maps:
+            return self.pick(values)
+        maps = []
+        for m, cache, p, r, c, ld in self.maps:
+            key = (values[p], values[r], values[c], values[ld])
+            raw = cache.get(key)
+            maps.append(raw if raw is not None else tensor_map_bytes(m, *key))
+        return self.pick(values + tuple(maps))
 
 
 def _matrix(shape, strides, row: bool):

@@ -11,15 +11,28 @@ from ..arch import tma as A
 from ..errors import LaunchError
 from . import driver as _drv
 
-CACHE_LIMIT = 4096
-_cache: dict = {}
+CACHE_LIMIT = 4096            # maps kept per declaration
+_by_decl: dict = {}           # TensorMapDecl -> {(ptr, rows, cols, ld): bytes}
+_by_id: dict = {}             # id(decl) -> (decl, its cache): found without hashing the declaration
 _lock = threading.Lock()
+
+
+def map_cache(decl: A.TensorMapDecl) -> dict:
+    """The cache of decl's maps, {(ptr, rows, cols, ld): bytes}."""
+    entry = _by_id.get(id(decl))
+    if entry is not None and entry[0] is decl:
+        return entry[1]
+    with _lock:
+        cache = _by_decl.setdefault(decl, {})
+        _by_id[id(decl)] = (decl, cache)
+    return cache
 
 
 def tensor_map_bytes(decl: A.TensorMapDecl, ptr: int, rows: int, cols: int, ld: int) -> bytes:
     """The CUtensorMap of this matrix with decl's box and swizzle, as 128 bytes."""
-    key = (decl, ptr, rows, cols, ld)
-    got = _cache.get(key)
+    cache = map_cache(decl)
+    key = (ptr, rows, cols, ld)
+    got = cache.get(key)
     if got is not None:
         return got
     why = decl.problem(ptr, rows, cols, ld)
@@ -36,9 +49,9 @@ def tensor_map_bytes(decl: A.TensorMapDecl, ptr: int, rows: int, cols: int, ld: 
         f"cuTensorMapEncodeTiled for {decl.tensor}")
     raw = ctypes.string_at(tm.getPtr(), A.TENSOR_MAP_BYTES)
     with _lock:
-        if len(_cache) >= CACHE_LIMIT:
-            _cache.clear()
-        _cache[key] = raw
+        if len(cache) >= CACHE_LIMIT:
+            cache.clear()
+        cache[key] = raw
     return raw
 
 
