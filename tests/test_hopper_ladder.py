@@ -14,7 +14,7 @@ from ptxas_util import assert_assembles, needs_ptxas
 
 LADDER = Path(__file__).resolve().parent.parent / "examples" / "hopper_ladder"
 STEPS = {"step1_one_tile": "step1", "step2_k_loop": "step2", "step3_grid": "step3", "step4_tma": "step4",
-         "step5_pipeline": "step5"}
+         "step5_pipeline": "step5", "step6_warp_specialized": "step6"}
 
 
 def _load(name):
@@ -31,7 +31,8 @@ KERNELS = {name: getattr(_load(name), fn) for name, fn in STEPS.items()}
 # (M, N, K) per step on the emulator: one tile for steps 1-2, ragged grids from step 3 on
 SHAPES = {"step1_one_tile": [(64, 128, 64), (40, 100, 48)], "step2_k_loop": [(64, 128, 200), (17, 33, 65)],
           "step3_grid": [(130, 260, 70)], "step4_tma": [(130, 260, 200), (1, 1, 1)],
-          "step5_pipeline": [(129, 257, 520), (64, 256, 64), (200, 100, 130)]}
+          "step5_pipeline": [(129, 257, 520), (64, 256, 64), (200, 100, 130)],
+          "step6_warp_specialized": [(129, 257, 520), (64, 256, 64), (200, 100, 130), (1, 1, 1)]}
 
 
 @pytest.fixture(scope="module")
@@ -77,7 +78,7 @@ def test_a_one_tile_step_refuses_larger_sizes():
 
 @pytest.mark.gpu
 @requires_gpu
-@pytest.mark.parametrize("name", ["step3_grid", "step4_tma", "step5_pipeline"])
+@pytest.mark.parametrize("name", ["step3_grid", "step4_tma", "step5_pipeline", "step6_warp_specialized"])
 def test_each_step_on_the_gpu(compiled, name):
     for shape in [(1000, 1030, 999), (4096, 4096, 256)]:
         err, bound, _ = common.check(compiled[name], *shape, device="gpu", seed=2)

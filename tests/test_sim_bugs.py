@@ -296,14 +296,88 @@ def test_ldmatrix_race_names_the_receiving_lane():
 
 # ---- control flow -----------------------------------------------------------------------------
 
-def test_divergent_branch_is_reported():
-    ptx = module("\n".join([PROLOGUE, "    setp.lt.u32 %p1, %r1, 32;", "    @%p1 bra $skip;",
-                            "    add.u32 %r3, %r1, 1;", "$skip:"]))
+STORE_R3 = ptr("%rd2", "out", 4) + "\n    st.global.u32 [%rd2], %r3;"
+
+
+def test_divergent_branches_run_each_side_and_meet_again():
+    """Warp 0 and warp 1 take different sides of an if/else, then meet at a bar.sync and
+    exchange through shared memory: each thread's value and its partner's are right."""
+    ptx = module("\n".join([
+        PROLOGUE, PARTNER, "    setp.lt.u32 %p1, %r1, 32;", "    @%p1 bra $low;",
+        "    add.u32 %r3, %r1, 1000;", "    bra.uni $join;",
+        "$low:", "    mul.lo.u32 %r3, %r1, 3;",
+        "$join:", "    shl.b32 %r4, %r1, 2;", "    add.u32 %r4, %r4, %r2;", "    st.shared.u32 [%r4], %r3;",
+        "    bar.sync 0;", "    shl.b32 %r6, %r5, 2;", "    add.u32 %r6, %r6, %r2;", "    ld.shared.u32 %r7, [%r6];",
+        "    add.u32 %r3, %r3, %r7;", STORE_R3]))
+    got = Buffers().run(ptx)
+    tid = np.arange(T)
+    own = np.where(tid < 32, 3 * tid, tid + 1000)
+    assert (got == own + own[(tid + 32) % 64]).all()
+
+
+def test_exited_warp_does_not_hold_a_barrier():
+    ptx = module("\n".join([
+        PROLOGUE, "    setp.ge.u32 %p1, %r1, 32;", "    @%p1 exit;", "    bar.sync 0;",
+        "    add.u32 %r3, %r1, 7;", STORE_R3]))
+    b = Buffers()
+    b.mem.write(b.out, np.full(b.out_n, 0xDEAD, dtype=np.uint32))
+    got = b.run(ptx)
+    assert (got[:32] == np.arange(32) + 7).all() and (got[32:] == 0xDEAD).all()
+
+
+MBAR = ".shared .align 8 .b8 bar[8];\n"
+
+
+def handoff(wait=True, parity=0, arrivals=32):
+    """Warp 1 writes shared memory and arrives on an mbarrier; warp 0 waits on it and reads."""
+    body = "\n".join([
+        PROLOGUE, "    mov.u32 %r10, bar;", "    setp.eq.u32 %p3, %r1, 0;",
+        f"    @%p3 mbarrier.init.shared::cta.b64 [%r10], {arrivals};", "    bar.sync 0;",
+        "    setp.lt.u32 %p1, %r1, 32;", "    @%p1 bra $consumer;",
+        "    and.b32 %r5, %r1, 31;", "    shl.b32 %r4, %r5, 2;", "    add.u32 %r4, %r4, %r2;",
+        "    mul.lo.u32 %r3, %r1, 5;", "    st.shared.u32 [%r4], %r3;",
+        "    mbarrier.arrive.shared::cta.b64 _, [%r10];", "    bra.uni $end;",
+        "$consumer:",
+        *(["$wait:", f"    mbarrier.try_wait.parity.shared::cta.b64 %p2, [%r10], {parity};", "    @!%p2 bra $wait;"]
+          if wait else []),
+        "    shl.b32 %r4, %r1, 2;", "    add.u32 %r4, %r4, %r2;", "    ld.shared.u32 %r3, [%r4];", STORE_R3,
+        "$end:"])
+    return module(body).replace(".extern .shared", MBAR + ".extern .shared")
+
+
+def test_mbarrier_hands_data_between_warps():
+    got = Buffers().run(handoff())
+    assert (got[:32] == (np.arange(32) + 32) * 5).all()
+
+
+def test_reading_without_the_wait_is_a_race():
+    with pytest.raises(SimError) as e:
+        Buffers().run(handoff(wait=False))
+    assert e.value.kind == "race" and "wrote" in str(e.value)
+
+
+def test_wait_that_no_warp_can_complete_is_a_deadlock():
+    ptx = handoff(arrivals=33)   # warp 1 brings 32 arrivals: one is missing
     with pytest.raises(SimError) as e:
         Buffers().run(ptx)
-    n = line_of(ptx, "@%p1 bra $skip;")
-    assert f"divergent branch at line {n} is not supported by the emulator" in str(e.value)
-    assert e.value.kind == "divergence"
+    assert e.value.kind == "deadlock" and "warp 0 waits" in str(e.value)
+    assert "1 of its 33 arrivals have not come" in str(e.value)
+    assert e.value.line == line_of(ptx, "mbarrier.try_wait.parity.shared::cta.b64 %p2, [%r10], 0;")
+
+
+def test_wrong_parity_across_warps_is_caught():
+    """Waiting for parity 1 where phase 0 is meant: the producer warp runs first and
+    completes phase 0, so the consumer waits for phase 1, which nobody brings."""
+    with pytest.raises(SimError) as e:
+        Buffers().run(handoff(parity=1))
+    assert e.value.kind == "deadlock" and "waits for phase 1 (parity 1)" in str(e.value)
+
+
+def test_setmaxnreg_checks_its_count():
+    ptx = module("\n".join([PROLOGUE, "    setmaxnreg.inc.sync.aligned.u32 41;"]), threads=128)
+    with pytest.raises(SimError) as e:
+        Buffers().run(ptx, threads=128)
+    assert "multiple of 8 in 24..256" in str(e.value)
 
 
 # ---- bugs planted in generated GEMMs -------------------------------------------------------------

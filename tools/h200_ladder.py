@@ -80,11 +80,15 @@ def main() -> int:
     import step3_grid
     import step4_tma
     import step5_pipeline
+    import step6_warp_specialized
 
     kernels = {"step3 grid (cp.async, synchronous)": tilegen.compile(step3_grid.step3, target="sm_90a"),
                "step4 TMA + mbarrier": tilegen.compile(step4_tma.step4, target="sm_90a"),
                "step5 pipeline (4 stages)": tilegen.compile(step5_pipeline.step5, target="sm_90a"),
-               "step5 pipeline (3 stages)": tilegen.compile(step5_pipeline.step5, stages=3, target="sm_90a")}
+               "step5 pipeline (3 stages)": tilegen.compile(step5_pipeline.step5, stages=3, target="sm_90a"),
+               "step6 warp specialized (4 stages)": tilegen.compile(step6_warp_specialized.step6, target="sm_90a"),
+               "step6 warp specialized (3 stages)": tilegen.compile(step6_warp_specialized.step6, stages=3,
+                                                                    target="sm_90a")}
     wg = tilegen.compile(tilegen.GemmSpec(dtype="f16", instruction="wgmma", b_layout="row"))
     rows = []
     for n in a.sizes:

@@ -67,13 +67,15 @@ FEATURE_PTX = {
     "fence.proxy.async": (8, 0),
     "mbarrier": (8, 0),   # arrive.expect_tx, try_wait.parity (ptx.md 6.6)
     "tma": (8, 0),        # cp.async.bulk.tensor with mbarrier::complete_tx (ptx.md 6.4)
+    "setmaxnreg": (8, 0),  # ptx.md 6.8
 }
 
 
 # Lowest target of the features that are not on every sm_80+ target.
-FEATURE_SM = {"mma.fp8": 89, "stmatrix": 90, "wgmma": 90, "fence.proxy.async": 90, "mbarrier": 90, "tma": 90}
+FEATURE_SM = {"mma.fp8": 89, "stmatrix": 90, "wgmma": 90, "fence.proxy.async": 90, "mbarrier": 90, "tma": 90,
+              "setmaxnreg": 90}
 # Features of the arch-specific targets only (sm_90a).
-FEATURE_ARCH_SPECIFIC = {"wgmma"}
+FEATURE_ARCH_SPECIFIC = {"wgmma", "setmaxnreg"}
 
 
 def ptx_version_for(tgt: Target | str, features=()) -> tuple[int, int]:

@@ -25,6 +25,7 @@ KNOWN = {
     "shfl",  # shfl.sync.bfly: row reductions of accumulator fragments (ir/lower/elementwise.py)
     "wgmma", "fence",  # sm_90a: warpgroup mma from shared memory and its proxy fence (ir/lower/wgmma.py)
     "mbarrier",  # sm_90: mbarriers that TMA copies complete on (ir/lower/mbarrier.py); cp.async.bulk is cp.async's family
+    "setmaxnreg",  # sm_90a: warp roles move registers between warpgroups (dsl/roles.py)
 }
 
 

@@ -7,6 +7,7 @@ from .primitives import (SM_COUNT, else_, ge, gt, if_, le, lt, barrier, cdiv, co
                          fence_proxy_async)
 from .scalars import Float, Int, Pred
 from .tma import BarrierStage, MBarrier, arrive, mbarrier, mbarrier_wait, tma_load
+from .roles import role
 from .batched import BatchedTensor, batched_tensor
 from .fragment_ops import (RowVector, add, add_if_finite, assign, div, exp, exp2, mask, maximum, mul, row_max, row_sum,
                            row_vector, scale, sub, to_operand)
@@ -24,3 +25,5 @@ __all__ += ["BatchedTensor", "batched_tensor", "RowVector", "add", "add_if_finit
             "exp", "exp2", "assign", "row_vector", "row_max", "row_sum", "mask", "to_operand"]
 # TMA copies and mbarriers (sm_90; dsl/tma.py)
 __all__ += ["MBarrier", "BarrierStage", "mbarrier", "arrive", "mbarrier_wait", "tma_load"]
+# Warp roles (warp specialization; dsl/roles.py)
+__all__ += ["role"]

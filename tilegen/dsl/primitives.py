@@ -263,6 +263,7 @@ def copy_async(dst: Stage, src: Block, comment: str = "", inbounds: tuple = ()):
              f"logical={tile.logical!r}: a copy transposes only 32-bit elements, {tile.ir.dtype} tiles "
              f"keep the tensor's memory order")
     r0, c0 = tensor.ir.stored(src.row, src.col)
+    _not_in_role("a cooperative copy (tilegen.copy_async)")
     check_stage(dst)
     names = tensor.ir.shape_names
     if isinstance(inbounds, str):
@@ -293,7 +294,15 @@ def wait(pending: int):
 
 
 def barrier():
+    _not_in_role("a CTA barrier (tilegen.barrier)")
     tile_op(T.Barrier())
+
+
+def _not_in_role(what: str):
+    r = getattr(current(), "role", None)
+    if r is not None:
+        fail(f"{what} inside the warp role {r!r}: it needs every thread of the CTA, and the other roles' "
+             f"threads never take part; roles synchronise through mbarriers (tilegen.arrive / mbarrier_wait)")
 
 
 def fragment(atom, operand: str, tiles: tuple, name: str = "") -> Fragment:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from contextlib import contextmanager
 from typing import Union
 
-from .instr import Comment, If, Instr, Loop
+from .instr import Comment, If, Instr, Loop, Role
 from .values import Imm, Sym, Value, known_align
 
 Scalar = Union[Value, int]
@@ -42,6 +42,18 @@ class Builder:
     @contextmanager
     def if_(self, cond: Value, negate: bool = False, comment: str = ""):
         node = If(cond, [], negate, comment)
+        self.emit(node)
+        self._regions.append(node.body)
+        try:
+            yield node
+        finally:
+            self._regions.pop()
+
+    @contextmanager
+    def role(self, cond: Value, name: str, first_warp: int, end_warp: int):
+        """A warp role: the body runs on the warps where `cond` holds (ir/instr.py Role)."""
+        node = Role(cond, [], False, f"role {name}: warps {first_warp}..{end_warp - 1}", [], name,
+                    first_warp, end_warp)
         self.emit(node)
         self._regions.append(node.body)
         try:

@@ -21,12 +21,17 @@ barrier saw the phase complete (by every thread that waits, through the async pr
 barrier or fence is needed). A wait for a phase that cannot complete (too few arrivals, or
 announced bytes the copies do not deliver) is a deadlock. Stage reads made before an
 arrival are released to the threads that wait for that arrival's phase.
+
+Warp roles (warp specialization) run at the same time as each other, which this walk, one
+thread of control, cannot follow: it checks the code outside the roles and leaves the roles
+to the emulator, which runs each group of warps with its own program counter and checks
+the same protocol at run time (sim/runner.py, sim/mbarrier.py, sim/race.py).
 """
 from __future__ import annotations
 
 from ..errors import IRError
 from . import tile as T
-from .instr import Comment, If, Instr, Loop
+from .instr import Comment, If, Instr, Loop, Role
 from .scalar_eval import ScalarEval
 
 
@@ -125,7 +130,7 @@ def _walk(nodes, ev, st, trips):
     for n in nodes:
         if isinstance(n, Instr):
             ev.step(n)
-        elif isinstance(n, Comment):
+        elif isinstance(n, (Comment, Role)):
             continue
         elif isinstance(n, Loop):
             start, stop = ev.value(n.start), ev.value(n.stop)
@@ -336,6 +341,7 @@ RULES = {
     T.MBarrierArrive: _arrive,
     T.MBarrierWait: _mbarrier_wait,
     T.TmaLoad: _tma_load,
+    T.SetMaxRegisters: _no_hazard,
 }
 
 

@@ -53,6 +53,18 @@ class If:
 
 
 @dataclass(eq=False)
+class Role(If):
+    """A warp role (warp specialization): `body` runs on warps first_warp .. end_warp - 1
+    only, at the same time as the other roles' bodies. Unlike a plain If, the condition
+    differs between warps (never within one): the role's warps branch into the body while
+    the others go past it."""
+
+    name: str = ""
+    first_warp: int = 0
+    end_warp: int = 0
+
+
+@dataclass(eq=False)
 class SpinWait:
     """Run `body` again and again until `until` (a pred Value the body writes) holds: the
     loop around mbarrier.try_wait, which may give up before the phase completes."""

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from . import tile as T
-from .instr import Comment, If, Instr, Loop, SpinWait
+from .instr import Comment, If, Instr, Loop, Role, SpinWait
 from .values import Addr, Imm, Sym, TensorAddr, Value, Vec
 
 
@@ -140,6 +140,7 @@ TEXT = {
     T.FragmentToOperand: lambda n, t: (f"{t.frag(n.dst)} = to_operand({n.src.name} columns "
                                        f"{n.col0}..{n.col0 + n.dst.atom.k})"),
     T.MBarrierArrive: _arrive,
+    T.SetMaxRegisters: lambda n, t: f"setmaxnreg {'inc' if n.increase else 'dec'} {n.count}",
     T.MBarrierWait: lambda n, t: f"wait {n.bar.name}[{t.val(n.stage)}] parity {t.val(n.parity)}",
     T.TmaLoad: _tma_load,
 }
@@ -185,6 +186,10 @@ def print_ir(kernel) -> str:
             for c in n.body:
                 node(c, depth + 1)
             lines.append(f"{pad}until {val(n.until)}")
+        elif isinstance(n, Role):
+            lines.append(f"{pad}role {n.name} (warps {n.first_warp}..{n.end_warp - 1}, while {val(n.cond)}):")
+            for c in n.body:
+                node(c, depth + 1)
         elif isinstance(n, If):
             lines.append(f"{pad}if {'not ' if n.negate else ''}{val(n.cond)}:")
             for c in n.body:

@@ -275,6 +275,15 @@ class FenceProxyAsync(TileOp):
     visible to the async proxy, which wgmma reads through."""
 
 
+@dataclass(eq=False)
+class SetMaxRegisters(TileOp):
+    """setmaxnreg (sm_90a): the warpgroups that run it take (increase) or give back
+    (not increase) registers, to `count` per thread."""
+
+    count: int
+    increase: bool
+
+
 # -- TMA and mbarriers (sm_90): ir/lower/tma.py, ir/lower/mbarrier.py -------------------------
 @dataclass(eq=False)
 class MBarrierArrive(TileOp):

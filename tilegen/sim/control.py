@@ -1,54 +1,100 @@
-"""Control flow and barriers: bra / bra.uni, ret / exit, bar.sync.
+"""Control flow and barriers: bra / bra.uni, ret / exit, bar.sync, setmaxnreg.
 
-All threads of a CTA run in lockstep, so control flow must be uniform across the CTA: a
-branch, exit or barrier whose guard differs between threads raises a SimError (the
-emulator has no per-thread program counters). A closure returns the index of the next
-instruction when it jumps, END to finish the CTA, or None to fall through.
+A closure returns None to fall through, the index of the next instruction when it jumps,
+END when every running thread leaves the kernel, or a Signal when the threads running it
+part or must let other warps run: a branch or exit taken by some of them (Diverge, Exit), a
+CTA barrier (Barrier), a wait that found its phase incomplete (sim/mbarrier.py, Wait). The
+runner (sim/runner.py) then keeps one program counter per group of threads that are
+together, and runs the groups in turn until they meet again.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+from typing import Optional
+
 import numpy as np
 
+from .errors import SimError
 from .program import Imm, Sym
 from .state import Context
 
 END = 1 << 62
+MIN_REGS, MAX_REGS = 24, 256     # setmaxnreg's range (ptx.md 6.8), in steps of 8
 
 
-def _uniform_guard(ins, ctx: Context, what: str):
-    """A function telling whether the guarded instruction runs: True, False, or a
-    SimError when the threads disagree."""
-    g = ctx.guard(ins)
-    if g is None:
-        return None
+class Signal:
+    """What a closure returns when the running threads part or wait (see the module doc)."""
 
-    def taken():
-        m = g()
-        if m.all():
-            return True
-        if not m.any():
-            return False
-        ctx.fail(ins, f"{what} at line {ins.line} is not supported by the emulator: its predicate "
-                      f"differs between the threads of the CTA", kind="divergence",
-                 tid=int(np.flatnonzero(m != m[0])[0]))
-    return taken
+
+@dataclass(eq=False)
+class Diverge(Signal):
+    target: int
+    taken: np.ndarray           # the threads that jump (a mask over the CTA)
+
+
+@dataclass(eq=False)
+class Exit(Signal):
+    leaving: np.ndarray         # the threads that leave the kernel
+
+
+@dataclass(eq=False)
+class Barrier(Signal):
+    ins: object                 # the bar.sync: every live thread of the CTA must reach one
+
+
+@dataclass(eq=False)
+class Wait(Signal):
+    """A try_wait found its phase incomplete: other warps run first. `stuck` is the deadlock
+    to report if no other warp can move either (nothing left to land on the barrier)."""
+    stuck: Optional[SimError]
+
+
+def _mask(ins, ctx: Context):
+    """The threads the guard selects (None: all running threads, unguarded lockstep code)."""
+    return ctx.guard(ins)
 
 
 def build_bra(ins, ctx: Context):
     if len(ins.operands) != 1 or not isinstance(ins.operands[0], Sym):
         ctx.unsupported(ins, f"{ins.opcode} with these operands")
     target = ctx.entry.labels[ins.operands[0].name]
-    taken = _uniform_guard(ins, ctx, "divergent branch")
-    if taken is None:
+    g = _mask(ins, ctx)
+    if g is None:
         return lambda: target
-    return lambda: target if taken() else None
+    whole = _running(ctx)
+
+    def run():
+        m = g()
+        if not m.any():
+            return None
+        if np.array_equal(m, whole()):
+            return target
+        return Diverge(target, m)
+    return run
+
+
+def _running(ctx: Context):
+    """The threads running this code: the group's in masked code, every thread otherwise."""
+    if ctx.masked:
+        return lambda: ctx.active
+    every = np.ones(ctx.threads, dtype=bool)
+    return lambda: every
 
 
 def build_exit(ins, ctx: Context):
-    taken = _uniform_guard(ins, ctx, "divergent exit")
-    if taken is None:
+    g = _mask(ins, ctx)
+    if g is None:
         return lambda: END
-    return lambda: END if taken() else None
+    whole = _running(ctx)
+
+    def run():
+        m = g()
+        if not m.any():
+            return None
+        if np.array_equal(m, whole()):
+            return END
+        return Exit(m)
+    return run
 
 
 def build_bar(ins, ctx: Context):
@@ -62,12 +108,54 @@ def build_bar(ins, ctx: Context):
         ctx.unsupported(ins, f"{ins.opcode} (only bar.sync N / barrier.sync N)")
     if len(ops) == 2 and not (isinstance(ops[1], Imm) and int(ops[1].value) == ctx.threads):
         ctx.unsupported(ins, "a barrier over part of the CTA")
-    taken = _uniform_guard(ins, ctx, "divergent barrier")
+    g = _mask(ins, ctx)
+    if ctx.masked:   # warps have parted: the runner holds each group here until all arrive
+        def arrive():
+            return Barrier(ins) if g().any() else None
+        return arrive
+    if g is None:
+        return ctx.shadow_barrier
 
     def run():
-        if taken is None or taken():
-            ctx.shadow.barrier()
+        m = g()
+        if m.all():
+            ctx.shadow_barrier()
+        elif m.any():
+            ctx.fail(ins, f"divergent barrier at line {ins.line} is not supported by the emulator: its predicate "
+                          f"differs between the threads of the CTA", kind="divergence",
+                     tid=int(np.flatnonzero(~m)[0]))
     return run
 
 
-BUILDERS = {"bra": build_bra, "ret": build_exit, "exit": build_exit, "bar": build_bar, "barrier": build_bar}
+def build_setmaxnreg(ins, ctx: Context):
+    """setmaxnreg.{inc,dec}.sync.aligned.u32 N: moves registers between warpgroups. The
+    emulator has no register budget; it checks the operand and that whole warpgroups run it."""
+    parts = ins.opcode.split(".")
+    if parts[1:] not in (["inc", "sync", "aligned", "u32"], ["dec", "sync", "aligned", "u32"]):
+        ctx.unsupported(ins, f"the instruction {ins.opcode}")
+    ops = ins.operands
+    if len(ops) != 1 or not isinstance(ops[0], Imm):
+        ctx.unsupported(ins, f"{ins.opcode} without an immediate register count")
+    n = int(ops[0].value)
+    if not MIN_REGS <= n <= MAX_REGS or n % 8:
+        ctx.fail(ins, f"setmaxnreg {n}: the count must be a multiple of 8 in {MIN_REGS}..{MAX_REGS}",
+                 kind="unsupported")
+    if ins.guard is not None:
+        ctx.unsupported(ins, f"a guarded {ins.opcode} (.sync.aligned: every thread of the warpgroup runs it)")
+    g = _mask(ins, ctx)
+    if g is None:
+        return lambda: None
+    groups = ctx.threads // 128
+
+    def run():
+        m = g()[:groups * 128].reshape(groups, 128)
+        part = m.any(axis=1) & ~m.all(axis=1)
+        if part.any():
+            w = int(np.flatnonzero(part)[0])
+            ctx.fail(ins, f"setmaxnreg is run by only part of warpgroup {w}: all its warps must run it together",
+                     kind="divergence", tid=w * 128 + int(np.flatnonzero(~m[w])[0]))
+    return run
+
+
+BUILDERS = {"bra": build_bra, "ret": build_exit, "exit": build_exit, "bar": build_bar, "barrier": build_bar,
+            "setmaxnreg": build_setmaxnreg}

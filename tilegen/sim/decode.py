@@ -18,11 +18,17 @@ def family(opcode: str) -> str:
     return "cp.async" if opcode.startswith("cp.async") else opcode.split(".")[0]
 
 
-def decode(ctx: Context) -> list:
+def decode(ctx: Context, masked: bool = False) -> list:
+    """The entry's closures; masked=True: the code warps run once they have parted, every
+    instruction guarded by the running group's threads (sim/state.py)."""
     code = []
-    for ins in ctx.entry.instrs:
-        build = BUILDERS.get(family(ins.opcode))
-        if build is None:
-            ctx.unsupported(ins, f"the instruction {ins.opcode}")
-        code.append(build(ins, ctx))
+    ctx.masked = masked
+    try:
+        for ins in ctx.entry.instrs:
+            build = BUILDERS.get(family(ins.opcode))
+            if build is None:
+                ctx.unsupported(ins, f"the instruction {ins.opcode}")
+            code.append(build(ins, ctx))
+    finally:
+        ctx.masked = False
     return code

@@ -7,11 +7,15 @@ copies delivered) is zero; then the phase number advances and the arrival count 
 try_wait.parity P is true once the phase of parity P completed, i.e. while the phase in
 progress has the other parity.
 
-The CTA runs in lockstep, so when a wait finds its phase incomplete every thread is waiting
-on it. The first try fails (as the hardware's may); the second lets the TMA copies that
-complete on the barrier land (sim/mbarrier.land); if nothing is left to land, the phase can
-never complete and the emulator reports the deadlock (arrivals and bytes missing) instead of
-hanging.
+When a wait finds its phase incomplete, the first try fails (as the hardware's may); the
+next lets the TMA copies that complete on the barrier land (sim/mbarrier.land). With nothing
+left to land, a CTA in lockstep can never complete the phase: the emulator reports the
+deadlock (arrivals and bytes missing) instead of hanging. Once warps have parted (warp roles)
+the wait lets the other groups run first (a Wait signal), and the deadlock is reported only
+when no group can move (sim/runner.py).
+
+Arrivals release and successful waits acquire (SharedShadow.release / acquire): a stage
+read before an arrival may be overwritten by a thread that waited for that arrival's phase.
 """
 from __future__ import annotations
 
@@ -19,6 +23,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .control import Wait
 from .errors import SimError
 from .memory import MemoryFault
 from .program import Mem, Reg, Sym
@@ -67,6 +72,7 @@ def land(ins, ctx: Context, off: int) -> bool:
         return False
     ctx.bulk = [c for c in ctx.bulk if c.bar != off]
     bar = ctx.mbarriers[off]
+    ctx.progress += 1
     for i, c in enumerate(mine):
         ctx.shared.data[c.offs] = c.data
         ctx.shadow.land_bulk(c.offs)
@@ -150,6 +156,7 @@ def _init(ins, ctx):
             if not 1 <= k <= MAX_COUNT:
                 ctx.fail(ins, f"mbarrier.init with {k} arrivals; allowed 1..{MAX_COUNT}", kind="mbarrier", tid=t)
             ctx.mbarriers[off] = MBarrierState(int(k), int(k))
+        ctx.progress += 1
     return run
 
 
@@ -169,8 +176,10 @@ def _arrive(ins, ctx, expect: bool):
         a = per_thread(addr(), n)[tids].astype(np.uint64)
         offs = _offsets(ins, ctx, a, tids)
         tx = per_thread(nbytes(), n)[tids] if expect else None
+        ctx.progress += 1
         for i, (off, t) in enumerate(zip(offs.tolist(), tids.tolist())):
             bar = state(ins, ctx, off, t)
+            ctx.shadow.release(t, (off, bar.phase))
             if expect:
                 bar.tx += int(tx[i])
             if bar.pending == 0:
@@ -203,6 +212,7 @@ def _try_wait(ins, ctx):
     parity = ctx.reader(ins, ops[2], np.uint32)
     guard = ctx.guard(ins)
     n = ctx.threads
+    apart = ctx.masked   # code for warps that parted: other groups may still arrive
 
     def run():
         tids = _active(ctx, guard)
@@ -220,19 +230,27 @@ def _try_wait(ins, ctx):
             if not ok.all():
                 blocked.append(off)
             done[tids[sel]] = ok
-        # Every thread waits here. The first failed try only fails (a loop that gives up on a
-        # failed try reads too early, and is caught); the next lets the copies land, or, with
-        # none left to land, reports the deadlock.
+            if ok.any():   # they saw the last completed phase of their parity
+                ctx.shadow.acquire(tids[sel][ok], (off, bar.phase - 1))
+        # The first failed try only fails (a loop that gives up on a failed try reads too
+        # early, and is caught); the next lets the copies land, or, with none left to land,
+        # the phase waits on other warps (a deadlock if there are none).
+        stuck = None
         for off in blocked:
             bar = ctx.mbarriers[off]
             bar.spins += 1
             if bar.spins > 1 and not land(ins, ctx, off):
-                _deadlock(ins, ctx, off, bar, int(tids[offs == off][0]))
+                stuck = _deadlock(ins, ctx, off, bar, int(tids[offs == off][0]))
+                if not apart:
+                    raise stuck
         put(done)
+        if blocked and apart:
+            return Wait(None if stuck is None else (stuck, ctx.progress))
+        return None
     return run
 
 
-def _deadlock(ins, ctx, off, bar, tid):
+def _deadlock(ins, ctx, off, bar, tid) -> SimError:
     missing = []
     if bar.pending:
         missing.append(f"{bar.pending} of its {bar.count} arrivals have not come")
@@ -240,7 +258,8 @@ def _deadlock(ins, ctx, off, bar, tid):
         missing.append(f"{bar.tx} announced bytes have not been delivered (no TMA copy left to land on it)")
     if bar.tx < 0:
         missing.append(f"its copies delivered {-bar.tx} bytes more than were announced")
-    raise SimError(f"deadlock: the CTA waits for phase {bar.phase} (parity {bar.phase & 1}) of {name_of(ctx, off)}, "
+    who = f"warp {tid // 32} waits" if ctx.active is not None else "the CTA waits"
+    return SimError(f"deadlock: {who} for phase {bar.phase} (parity {bar.phase & 1}) of {name_of(ctx, off)}, "
                    f"which can never complete: {'; '.join(missing) or 'nothing is missing'}",
                    kind="deadlock", line=ins.line, text=ins.text, cta=ctx.cta, tid=tid)
 

@@ -297,13 +297,26 @@ def _uniform(ins, ctx):
         ctx.unsupported(ins, f"a guarded {ins.opcode} (groups are modelled per CTA)")
 
 
+def _lockstep_only(ins, ctx, run):
+    """cp.async groups are modelled per CTA: run by warps that parted, they are refused."""
+    if not ctx.masked:
+        return run
+
+    def refuse():
+        if not ctx.active.all():
+            ctx.unsupported(ins, f"{ins.opcode} in warps that took different branches (cp.async groups are "
+                                 f"modelled per CTA; warp-specialized kernels copy with TMA)")
+        return run()
+    return refuse
+
+
 def _commit(ins, ctx):
     _uniform(ins, ctx)
 
     def run():
         ctx.groups.append(ctx.uncommitted)
         ctx.uncommitted = []
-    return run
+    return _lockstep_only(ins, ctx, run)
 
 
 def _wait(ins, ctx):
@@ -325,7 +338,7 @@ def _wait(ins, ctx):
             for b in ctx.groups.pop(0):
                 ctx.shared.data[b.offs] = b.data
                 ctx.shadow.retire_async(b.tids, b.offs, b.line)
-    return run
+    return _lockstep_only(ins, ctx, run)
 
 
 BUILDERS = {"ld": build_ld, "st": build_st, "cp.async": build_cp_async}

@@ -18,6 +18,14 @@ written by nobody in particular: every thread that waited on the barrier may rea
 wgmma may too without a proxy fence. A completed mbarrier phase that every thread of the
 CTA arrived on orders like a bar.sync.
 
+mbarriers order too (release / acquire): an arrival releases what its thread did before it,
+and a wait that sees the phase complete acquires those arrivals. A thread may write bytes
+another thread read in this epoch if it acquired an arrival that thread made after the
+read (a warp-specialized producer refilling a stage the consumers released), and read
+bytes another thread wrote if it acquired an arrival that thread made after the write. The order is
+direct only (not transitive), and a byte read by several threads names none of them, so
+such a write is still reported: conservative.
+
 wgmma (sm_90a) reads shared memory through the async proxy, from its issue until the
 wgmma.wait_group that retires it:
 - generic writes (st.shared, retired cp.async) must be followed by fence.proxy.async of the
@@ -50,14 +58,20 @@ class Violation:
 
 
 class SharedShadow:
-    def __init__(self, size: int):
+    def __init__(self, size: int, threads: int = 1024):
         n = max(int(size), 1)
+        self.threads = int(threads)
         self.writer = np.full(n, NOBODY, dtype=np.int16)     # thread ids: a CTA has <= 1024
         self.w_epoch = np.full(n, -1, dtype=np.int32)
         self.w_line = np.zeros(n, dtype=np.int32)
         self.reader = np.full(n, NOBODY, dtype=np.int16)
         self.r_epoch = np.full(n, -1, dtype=np.int32)
         self.r_line = np.zeros(n, dtype=np.int32)
+        self.r_clock = np.zeros(n, dtype=np.int64)            # when the byte was last read
+        self.w_clock = np.zeros(n, dtype=np.int64)            # ... and written
+        self.clock = 0
+        self.acquired = None      # (threads, threads): [t, u] the latest arrival of u that t acquired
+        self.released: dict = {}  # (barrier, phase) -> (threads,) clock of each thread's arrival
         self.pending = np.zeros(n, dtype=np.int32)           # cp.async copies not yet retired
         self.p_tid = np.full(n, NOBODY, dtype=np.int16)
         self.p_line = np.zeros(n, dtype=np.int32)
@@ -71,12 +85,57 @@ class SharedShadow:
     def reset(self):
         for a, v in ((self.writer, NOBODY), (self.w_epoch, -1), (self.reader, NOBODY),
                      (self.r_epoch, -1), (self.pending, 0), (self.p_tid, NOBODY),
-                     (self.unfenced, False), (self.inflight, 0), (self.bulk, 0)):
+                     (self.unfenced, False), (self.inflight, 0), (self.bulk, 0), (self.r_clock, 0), (self.w_clock, 0)):
             a.fill(v)
         self.epoch = 0
+        self.clock = 0
+        self.acquired = None
+        self.released = {}
 
     def barrier(self):
         self.epoch += 1
+
+    # -- mbarrier release / acquire ------------------------------------------------------------
+    def release(self, tid: int, key):
+        """Thread `tid` arrives on (barrier, phase): what it did so far is released."""
+        self.clock += 1
+        rel = self.released.get(key)
+        if rel is None:
+            rel = self.released[key] = np.full(self.threads, -1, dtype=np.int64)
+            old = [k for k in self.released if k[0] == key[0] and k[1] < key[1] - 1]
+            for k in old:   # only the last two phases of a barrier can still be waited for
+                del self.released[k]
+        rel[tid] = self.clock
+
+    def acquire(self, tids: np.ndarray, key):
+        """Threads `tids` saw (barrier, phase) complete: they acquire its arrivals."""
+        rel = self.released.get(key)
+        if rel is None:
+            return
+        if self.acquired is None:
+            self.acquired = np.full((self.threads, self.threads), -1, dtype=np.int64)
+        self.acquired[tids] = np.maximum(self.acquired[tids], rel)
+
+    def _released_to(self, t, rd, offs, clock):
+        """Accesses of bytes offs by threads rd (at clock[offs]) that threads t acquired (t,
+        rd, offs broadcast together): ordered before t's access, no conflict."""
+        if self.acquired is None:
+            return np.zeros(np.broadcast(t, rd, offs).shape, dtype=bool)
+        t = np.broadcast_to(t, np.broadcast(t, rd, offs).shape)
+        rd = np.broadcast_to(rd, t.shape)
+        when = clock[offs]
+        thread = rd >= 0
+        group = rd <= WARPGROUP_READER
+        out = np.zeros(t.shape, dtype=bool)
+        if thread.any():
+            out[thread] = self.acquired[t[thread], rd[thread]] >= np.broadcast_to(when, t.shape)[thread]
+        if group.any():  # a warpgroup's retired wgmma: any of its threads' later arrivals
+            g = WARPGROUP_READER - rd[group]
+            per_group = self.acquired.reshape(self.threads, -1, WARPGROUP_THREADS).max(axis=2) \
+                if self.threads % WARPGROUP_THREADS == 0 else None
+            if per_group is not None:
+                out[group] = per_group[t[group], g] >= np.broadcast_to(when, t.shape)[group]
+        return out
 
     # -- checks -----------------------------------------------------------------------------
     def _first(self, bad, offs) -> Optional[tuple]:
@@ -106,7 +165,10 @@ class SharedShadow:
                                    f"thread {self.p_tid[o]} at PTX line {self.p_line[o]}; no "
                                    f"cp.async.wait_group has retired it)", "pending")
         w = self.writer[offs]
-        hit = self._first((self.w_epoch[offs] == self.epoch) & (w != t) & (w != NOBODY), offs)
+        conflict = (self.w_epoch[offs] == self.epoch) & (w != t) & (w != NOBODY)
+        if conflict.any() and self.acquired is not None:
+            conflict &= ~self._released_to(t, w, offs, self.w_clock)
+        hit = self._first(conflict, offs)
         if hit:
             r, o = hit
             return Violation(r, o, f"shared-memory race: reads bytes that thread {self.writer[o]} wrote "
@@ -122,6 +184,8 @@ class SharedShadow:
         self.reader[offs] = new
         self.r_epoch[offs] = self.epoch
         self.r_line[offs] = line
+        self.clock += 1
+        self.r_clock[offs] = self.clock
         # Duplicates inside this access: the scatter kept one thread per byte; any other
         # thread that read the byte makes it SEVERAL.
         after = self.reader[offs]
@@ -138,7 +202,10 @@ class SharedShadow:
                                    f"at PTX line {self.i_line[o]}; no wgmma.wait_group has retired it)", "war")
         rd = self.reader[offs]
         own_group = (rd <= WARPGROUP_READER) & (WARPGROUP_READER - rd == t // WARPGROUP_THREADS)
-        hit = self._first((self.r_epoch[offs] == self.epoch) & (rd != t) & (rd != NOBODY) & ~own_group, offs)
+        conflict = (self.r_epoch[offs] == self.epoch) & (rd != t) & (rd != NOBODY) & ~own_group
+        if conflict.any() and self.acquired is not None:
+            conflict &= ~self._released_to(t, rd, offs, self.r_clock)
+        hit = self._first(conflict, offs)
         if hit:
             r, o = hit
             rd_o = int(self.reader[o])
@@ -146,7 +213,8 @@ class SharedShadow:
                    else f"the wgmma of warpgroup {WARPGROUP_READER - rd_o}")
             return Violation(r, o, f"{what} overwrites a stage another warp may still be reading: "
                                    f"{who} read these bytes (last at PTX line {self.r_line[o]}) and no "
-                                   f"bar.sync separates that read from this write", "war")
+                                   f"bar.sync separates that read from this write (nor an mbarrier arrival after the read that this "
+                                   f"thread waited for)", "war")
         w = self.writer[offs]
         hit = self._first((self.w_epoch[offs] == self.epoch) & (w != t) & (w != NOBODY), offs)
         if hit:
@@ -175,6 +243,8 @@ class SharedShadow:
         self.w_epoch[offs] = self.epoch
         self.w_line[offs] = line
         self.unfenced[offs] = True
+        self.clock += 1
+        self.w_clock[offs] = self.clock
 
     # -- the async proxy (wgmma) -------------------------------------------------------------
     def fence_async(self, tids: Optional[np.ndarray]):
@@ -211,11 +281,15 @@ class SharedShadow:
         self.i_line[offs] = line
         return None
 
-    def retire_async_read(self, group: int, offs: np.ndarray):
-        """wgmma.wait_group retired a wgmma: its bytes count as read by its warpgroup now."""
+    def retire_async_read(self, group: int, offs: np.ndarray, line: int = 0):
+        """wgmma.wait_group retired a wgmma (issued at PTX line `line`): its bytes count as
+        read by its warpgroup now."""
         np.subtract.at(self.inflight, offs, 1)
+        self.r_line[offs] = line
         self.reader[offs] = WARPGROUP_READER - group
         self.r_epoch[offs] = self.epoch
+        self.clock += 1
+        self.r_clock[offs] = self.clock
 
     def issue_async(self, tids: np.ndarray, offs: np.ndarray, line: int) -> Optional[Violation]:
         """A cp.async may write its bytes any time from now until its wait."""

@@ -15,7 +15,7 @@ from typing import Optional
 
 import numpy as np
 
-from .control import END
+from .control import END, Barrier, Diverge, Exit, Wait
 from .decode import decode
 from .errors import SimError
 from .memory import GlobalMemory
@@ -133,30 +133,177 @@ def _barrier_names(program, ent, base: int, symbols: dict, barriers) -> dict:
 
 
 def _run_cta(ctx: Context, code: list) -> int:
+    """Run one CTA in lockstep; when its threads part, go on with one program counter per
+    group of threads (_Apart) until they are together again."""
     n = len(code)
-    pc = steps = jumps = 0
+    pc = steps = 0
+    jumps = [0]
     try:
         while pc < n:
             nxt = code[pc]()
             steps += 1
             if nxt is None:
                 pc += 1
-            elif nxt == END:
-                break
-            else:
+            elif nxt.__class__ is int:
+                if nxt == END:
+                    break
                 pc = nxt
-                jumps += 1
-                if jumps > MAX_JUMPS:
-                    ins = ctx.entry.instrs[pc]
-                    raise SimError(f"CTA {ctx.cta} took more than {MAX_JUMPS} branches: an endless loop?",
-                                   kind="hang", line=ins.line, text=ins.text, cta=ctx.cta)
+                _count_jump(ctx, jumps, pc)
+            else:
+                apart = _Apart(ctx, jumps)
+                pc, more = apart.run(pc, nxt, np.ones(ctx.threads, dtype=bool))
+                steps += more
+                if pc is None:
+                    break
     except SimError:
         raise
     except Exception as e:  # an emulator bug: say where it happened
-        ins = ctx.entry.instrs[pc]
+        ins = ctx.entry.instrs[min(pc, n - 1)]
         raise SimError(f"internal emulator error ({type(e).__name__}: {e})", kind="internal",
                        line=ins.line, text=ins.text, cta=ctx.cta) from e
+    finally:
+        ctx.active = None
     return steps
+
+
+def _count_jump(ctx, jumps, pc):
+    jumps[0] += 1
+    if jumps[0] > MAX_JUMPS:
+        ins = ctx.entry.instrs[pc]
+        raise SimError(f"CTA {ctx.cta} took more than {MAX_JUMPS} branches: an endless loop?",
+                       kind="hang", line=ins.line, text=ins.text, cta=ctx.cta)
+
+
+class _Group:
+    """Threads at one program counter. `at_barrier`: waiting at a bar.sync; `stuck`: its last
+    turn ended on a wait that nothing in flight can complete: (the deadlock to report, the
+    value of ctx.progress then)."""
+
+    def __init__(self, pc: int, mask: np.ndarray):
+        self.pc, self.mask = pc, mask
+        self.at_barrier = None
+        self.stuck = None
+
+
+class _Apart:
+    """The CTA after its threads parted: groups of threads, each with its program counter,
+    run in turn on the masked code. A group runs until it waits (a barrier, an incomplete
+    mbarrier phase) or leaves; groups at the same instruction merge. When one group holds
+    every thread again, the CTA goes back to lockstep (run returns its pc)."""
+
+    def __init__(self, ctx: Context, jumps: list):
+        self.ctx, self.jumps = ctx, jumps
+        if ctx.masked_code is None:
+            ctx.masked_code = decode(ctx, masked=True)
+        self.code = ctx.masked_code
+        self.steps = 0
+
+    def run(self, pc: int, signal, mask: np.ndarray):
+        """Start from lockstep code at `pc` that returned `signal` for the threads `mask`;
+        returns (pc to resume lockstep at, or None when the CTA ended; steps)."""
+        self.live = mask.copy()
+        self.groups = []
+        for g in self._split(_Group(pc, mask), signal):
+            self._add(g)
+        turn = 0
+        while self.groups:
+            ready = [g for g in self.groups if g.at_barrier is None]
+            if not ready:
+                self._release_barrier()
+                continue
+            g = ready[turn % len(ready)]
+            turn += 1
+            for h in self._step(g):
+                self._add(h)
+            self._merge()
+            if self._deadlocked():
+                raise self._deadlock()
+            if len(self.groups) == 1 and self.live.all() and self.groups[0].at_barrier is None:
+                self.ctx.active = None
+                return self.groups[0].pc, self.steps
+        return None, self.steps
+
+    def _add(self, g):
+        if g.mask.any():
+            self.groups.append(g)
+
+    def _step(self, g: _Group) -> list:
+        """Run group g until it waits, parts or ends; returns the groups it became."""
+        ctx, code, n = self.ctx, self.code, len(self.code)
+        self.groups.remove(g)
+        ctx.active = g.mask
+        g.stuck = None
+        pc = g.pc
+        while pc < n:
+            nxt = code[pc]()
+            self.steps += 1
+            if nxt is None:
+                pc += 1
+                continue
+            if nxt.__class__ is int:
+                if nxt == END:
+                    self.live &= ~g.mask
+                    return []
+                pc = nxt
+                _count_jump(ctx, self.jumps, pc)
+                continue
+            g.pc = pc
+            return self._split(g, nxt)
+        self.live &= ~g.mask
+        return []
+
+    def _split(self, g: _Group, signal) -> list:
+        if isinstance(signal, Diverge):
+            return [_Group(g.pc + 1, g.mask & ~signal.taken), _Group(signal.target, signal.taken)]
+        if isinstance(signal, Exit):
+            self.live &= ~signal.leaving
+            return [_Group(g.pc + 1, g.mask & ~signal.leaving)]
+        if isinstance(signal, Barrier):
+            g.at_barrier = signal.ins
+            return [g]
+        if isinstance(signal, Wait):
+            g.pc += 1
+            g.stuck = signal.stuck
+            return [g]
+        raise TypeError(f"unknown signal {signal!r}")
+
+    def _merge(self):
+        by_pc = {}
+        for g in self.groups:
+            key = (g.pc, g.at_barrier is not None)
+            if key in by_pc:
+                h = by_pc[key]
+                h.mask = h.mask | g.mask
+                h.stuck = h.stuck if g.stuck is not None else None
+            else:
+                by_pc[key] = g
+        self.groups = list(by_pc.values())
+
+    def _release_barrier(self):
+        """Every live thread waits at a bar.sync (the groups cover the live threads): it
+        completes, and the groups go on."""
+        self.ctx.shadow_barrier()
+        self.ctx.progress += 1
+        for g in self.groups:
+            g.at_barrier = None
+            g.pc += 1
+        self._merge()
+
+    def _deadlock(self) -> SimError:
+        """The first stuck group's report, with what every other group waits for."""
+        stuck = [g.stuck[0] for g in self.groups if g.stuck is not None]
+        first = stuck[0]
+        others = [e.message.removeprefix("deadlock: ") for e in stuck[1:]]
+        others += [f"warp {int(np.flatnonzero(g.mask)[0]) // 32} waits at bar.sync (PTX line {g.at_barrier.line})"
+                   for g in self.groups if g.at_barrier is not None]
+        message = first.message + "".join(f"; meanwhile {o}" for o in others)
+        return SimError(message, kind=first.kind, line=first.line, text=first.text, cta=first.cta, tid=first.tid)
+
+    def _deadlocked(self) -> bool:
+        """Every group is at a barrier or stuck on a wait that nothing in flight can complete,
+        and nothing happened since it got stuck (ctx.progress counts arrivals and copies)."""
+        ready = [g for g in self.groups if g.at_barrier is None]
+        return bool(ready) and all(g.stuck is not None and g.stuck[1] == self.ctx.progress for g in ready)
 
 
 EMULATOR_SM_COUNT = 3  # persistent kernels on the emulator: a few CTAs, so each walks several tiles

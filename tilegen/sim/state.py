@@ -5,6 +5,11 @@ writers, guards, error reports).
 
 Register arrays are never written in place: every instruction binds a new array, so a
 fresh CTA starts by pointing every register at one shared zero array.
+
+While every thread is at the same instruction the CTA runs in lockstep on code decoded for
+the whole CTA. Once warps part (a branch or exit taken by some threads, as warp-specialized
+kernels do on the role of each warp), the runner switches to code decoded with `masked`
+set: there every instruction is guarded by `active`, the threads of the group now running.
 """
 from __future__ import annotations
 
@@ -89,14 +94,18 @@ class Context:
         self.specials = {}
         self.uncommitted: list = []           # cp.async batches not yet in a group
         self.groups: list = []                # committed groups, oldest first
-        self.wgmma_uncommitted: list = []     # (warpgroup, shared byte offsets) of wgmmas not yet in a group
-        self.wgmma_groups: list = []          # committed wgmma groups, oldest first
+        self.wgmma_uncommitted: dict = {}     # warpgroup -> shared byte offsets of wgmmas not yet in a group
+        self.wgmma_groups: dict = {}          # warpgroup -> its committed wgmma groups, oldest first
         # .param arrays (tensor maps) have addresses in a window of their own (mov.b64 %rd, name)
         self.param_address = {name: PARAM_WINDOW + PARAM_SLOT * i for i, (name, _, _) in enumerate(entry.params)}
         self.param_at = {a: name for name, a in self.param_address.items()}
         self.mbarriers: dict = {}             # shared offset -> sim.mbarrier.MBarrierState
         self.bulk: list = []                  # TMA copies issued, not yet landed (sim/tma.py)
         self.barrier_names: dict = {}         # shared offset -> "name[stage]", for messages
+        self.masked = False                   # decoding the code for warps that have parted
+        self.active: Optional[np.ndarray] = None   # at run time, the running group's threads
+        self.masked_code: Optional[list] = None    # that code, decoded when first needed
+        self.progress = 0                     # counts arrivals, copies and barriers (deadlock detection)
 
     # -- per launch and per CTA -------------------------------------------------------------
     def bind(self, params: dict, grid: tuple, memory):
@@ -106,7 +115,7 @@ class Context:
             self.shared = self.shadow = None
         else:
             self.shared = SharedMemory(self.shared_size, self.shared_base)
-            self.shadow = SharedShadow(self.shared_size)
+            self.shadow = SharedShadow(self.shared_size, self.threads)
 
     def start_cta(self, cta: tuple):
         self.cta = cta
@@ -115,8 +124,9 @@ class Context:
         self.shadow.reset()
         self.uncommitted = []
         self.groups = []
-        self.wgmma_uncommitted = []
-        self.wgmma_groups = []
+        self.wgmma_uncommitted = {}
+        self.wgmma_groups = {}
+        self.active = None
         self.mbarriers = {}
         self.bulk = []
         n = self.threads
@@ -130,6 +140,10 @@ class Context:
             "%laneid": tid & np.uint32(31), "%warpid": tid >> np.uint32(5),
             "%nwarpid": full(-(-n // 32)), "%smid": full(0), "%nsmid": full(1), "%gridid": full(0),
         }
+
+    def shadow_barrier(self):
+        """A CTA-wide barrier completed: accesses before it are ordered before those after."""
+        self.shadow.barrier()
 
     # -- operands ---------------------------------------------------------------------------
     def reader(self, ins: Instr, op, dtype) -> Callable[[], object]:
@@ -187,10 +201,19 @@ class Context:
         return put_guarded
 
     def guard(self, ins: Instr) -> Optional[Callable[[], np.ndarray]]:
-        """None for an unguarded instruction, else a function giving the active-thread mask."""
+        """None for an unguarded instruction, else a function giving the active-thread mask
+        (in masked code, always a function: the guard and the running group's threads)."""
+        R = self.R
+        if self.masked:
+            if ins.guard is None:
+                return lambda: self.active
+            s = ins.guard.slot
+            if ins.guard_neg:
+                return lambda: self.active & ~R[s]
+            return lambda: self.active & R[s]
         if ins.guard is None:
             return None
-        R, s = self.R, ins.guard.slot
+        s = ins.guard.slot
         if ins.guard_neg:
             return lambda: ~R[s]
         return lambda: R[s]

@@ -23,8 +23,10 @@ from .state import Context, per_thread
 WARP = 32
 
 
-def _aligned_guard(ins, ctx: Context):
-    """.sync.aligned instructions: every thread of the CTA runs them or none does."""
+def _aligned_guard(ins, ctx: Context, warp_partial: bool = False):
+    """.sync.aligned instructions: every thread of the CTA runs them or none does. With
+    warp_partial (mma, which only touches registers: the writes honour the guard), whole
+    warps of a group whose warps parted may run it without the others."""
     g = ctx.guard(ins)
     if g is None:
         return None
@@ -35,6 +37,10 @@ def _aligned_guard(ins, ctx: Context):
             return True
         if not m.any():
             return False
+        if warp_partial and ctx.threads % WARP == 0:
+            w = m.reshape(-1, WARP)
+            if (w.all(axis=1) | ~w.any(axis=1)).all():
+                return True
         ctx.fail(ins, f"{ins.opcode.split('.')[0]} is .sync.aligned but its guard differs between "
                       f"threads; the emulator needs it uniform across the CTA", kind="divergence",
                  tid=int(np.flatnonzero(m != m[0])[0]))
@@ -96,7 +102,7 @@ def build_mma(ins, ctx: Context):
     rb = [ctx.reader(ins, x, np.uint32) for x in b_items]
     rc = [ctx.reader(ins, x, wdt) for x in c_items]
     puts = [ctx.writer(ins, x, wdt) for x in d_items]
-    on = _aligned_guard(ins, ctx)
+    on = _aligned_guard(ins, ctx, warp_partial=True)
     n = ctx.threads
     m_, n_, k_ = L.m, L.n, L.k
     a_type, b_type = L.a_type, L.b_type

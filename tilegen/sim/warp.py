@@ -28,6 +28,7 @@ def build_shfl(ins, ctx: Context):
         ctx.unsupported(ins, f"{ins.opcode} (only shfl.sync.{{bfly,up,down,idx}}.b32)")
     if ins.guard is not None:
         ctx.unsupported(ins, "a guarded shfl.sync (every lane of the warp must take part)")
+    running = ctx.guard(ins)   # masked code: the warps of the running group (their writes only)
     if len(ins.operands) != 5:
         ctx.unsupported(ins, f"{ins.opcode} with {len(ins.operands)} operands (d, a, b, c, membermask)")
     d, a, b, c, member = ins.operands
@@ -62,6 +63,11 @@ def build_shfl(ins, ctx: Context):
             j = min_lane | (bv & ~seg)
             ok = j <= max_lane
         j = np.where(ok, j, lane)
+        if running is not None:
+            w = running().reshape(-1, 32)
+            if not (w.all(axis=1) | ~w.any(axis=1)).all():
+                ctx.fail(ins, "shfl.sync run by part of a warp (every lane must take part)", kind="divergence",
+                         tid=int(np.flatnonzero(w.any(axis=1) & ~w.all(axis=1))[0]) * 32)
         src = per_thread(ra(), n)
         put(src[warp_base + j])
     return run

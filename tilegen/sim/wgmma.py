@@ -96,16 +96,36 @@ def _aligned(ins, ctx):
         ctx.unsupported(ins, f"a guarded {ins.opcode} (.sync.aligned: every thread of the warpgroup runs it)")
 
 
+def _warpgroups(ins, ctx: Context):
+    """A function giving the warpgroups that run this instruction: all of them in lockstep
+    code; in masked code those whose threads all run (part of one is a divergence)."""
+    G = _groups(ctx, ins)
+    every = list(range(G))
+    if not ctx.masked:
+        return lambda: every
+
+    def running():
+        m = ctx.active[:G * GROUP].reshape(G, GROUP)
+        part = m.any(axis=1) & ~m.all(axis=1)
+        if part.any():
+            g = int(np.flatnonzero(part)[0])
+            ctx.fail(ins, f"{op_name} is run by only part of warpgroup {g}: .sync.aligned, all 128 threads must "
+                          f"run it together", kind="divergence", tid=g * GROUP + int(np.flatnonzero(~m[g])[0]))
+        return np.flatnonzero(m.all(axis=1)).tolist()
+    op_name = ins.opcode.split(".")[0]
+    return running
+
+
 def build_wgmma(ins, ctx: Context):
     _aligned(ins, ctx)
     op = ins.opcode
     if op == "wgmma.fence.sync.aligned":
         return lambda: None           # the emulator runs each wgmma at issue: nothing to order
+    running = _warpgroups(ins, ctx)
     if op == "wgmma.commit_group.sync.aligned":
         def commit():
-            ctx.wgmma_groups.append(ctx.wgmma_uncommitted)
-            ctx.wgmma_uncommitted = []
-        _groups(ctx, ins)
+            for g in running():
+                ctx.wgmma_groups.setdefault(g, []).append(ctx.wgmma_uncommitted.pop(g, []))
         return commit
     if op == "wgmma.wait_group.sync.aligned":
         if len(ins.operands) != 1 or not isinstance(ins.operands[0], Imm):
@@ -113,9 +133,11 @@ def build_wgmma(ins, ctx: Context):
         keep = int(ins.operands[0].value)
 
         def wait():
-            while len(ctx.wgmma_groups) > keep:
-                for group, offs in ctx.wgmma_groups.pop(0):
-                    ctx.shadow.retire_async_read(group, offs)
+            for g in running():
+                groups = ctx.wgmma_groups.get(g, [])
+                while len(groups) > keep:
+                    for flat, line in groups.pop(0):
+                        ctx.shadow.retire_async_read(g, flat, line)
         return wait
     m = _MMA.match(op)
     if m is None:
@@ -146,7 +168,6 @@ def build_wgmma(ins, ctx: Context):
     read_b = ctx.reader(ins, ops[2], np.uint64)
     accs = [ctx.reader(ins, x, np.float32) for x in d_items]
     puts = [ctx.writer(ins, x, np.float32) for x in d_items]
-    G = _groups(ctx, ins)
     pos = _acc_positions(n)
     # tf32: the f32 words in shared memory, truncated to their top 19 bits
     decode = {"f16": nm.f16_bits_to_f32, "bf16": nm.bf16_bits_to_f32, "tf32": nm.tf32_operand}[a_type]
@@ -173,7 +194,7 @@ def build_wgmma(ins, ctx: Context):
         v = ctx.shadow.issue_async_read(g, flat, ins.line)
         if v:
             ctx.fail(ins, v.message, kind=v.kind, tid=g * GROUP, address=ctx.shared.base + v.offset)
-        ctx.wgmma_uncommitted.append((g, flat))
+        ctx.wgmma_uncommitted.setdefault(g, []).append((flat, ins.line))
         if (off % esize).any():
             ctx.fail(ins, f"a wgmma operand element not aligned to its {esize} bytes", kind="misaligned", tid=g * GROUP)
         return decode(ctx.shared.words(esize)[off // esize]).reshape(rows, k)
@@ -190,7 +211,7 @@ def build_wgmma(ins, ctx: Context):
     def run():
         regs = np.stack([per_thread(r(), nt) for r in accs], axis=1).astype(np.float32)   # (threads, n/2)
         out = regs.copy()
-        for g in range(G):
+        for g in running():
             A = registers(g) if a_regs is not None else gather(descriptor(read_a, g, "A"), 64, trans_a == 0, g)
             B = gather(descriptor(read_b, g, "B"), n, trans_b == 0, g)                   # (n, k)
             D = A.astype(np.float64) @ B.astype(np.float64).T

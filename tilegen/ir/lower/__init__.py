@@ -4,8 +4,8 @@ from __future__ import annotations
 from ...errors import IRError
 from .. import tile as T
 from ..builder import Builder
-from ..instr import Comment, If, Instr, Loop
-from ..values import Addr, Sym
+from ..instr import Comment, If, Instr, Loop, Role
+from ..values import Addr, Imm, Sym
 from .context import LowerContext
 from .copy import lower_copy
 from .fragment import lower_fill, lower_load_fragment, lower_mma, lower_split
@@ -30,6 +30,12 @@ def _barrier(b, ctx, op):
     b.emit(Instr("bar.sync", (), (0,)))
 
 
+def _set_max_registers(b, ctx, op):
+    ctx.kernel.features.add("setmaxnreg")
+    b.emit(Instr(f"setmaxnreg.{'inc' if op.increase else 'dec'}.sync.aligned.u32", (), (Imm(op.count),),
+                 comment=f"this warpgroup {'takes' if op.increase else 'gives back'} registers: {op.count} per thread"))
+
+
 LOWERINGS = {
     T.CopyAsync: lower_copy,
     T.CommitGroup: _commit,
@@ -50,6 +56,8 @@ LOWERINGS = {
     T.MBarrierArrive: lower_arrive,
     T.MBarrierWait: lower_wait,
     T.TmaLoad: lower_tma_load,
+    # sm_90a: warp specialization
+    T.SetMaxRegisters: _set_max_registers,
 }
 # Fragment arithmetic (softmax, attention): ir/lower/elementwise.py
 LOWERINGS.update({
@@ -96,6 +104,11 @@ def _lower_region(nodes, ctx):
             out.append(node)
         elif isinstance(node, Loop):
             node.body = _lower_region(node.body, ctx)
+            out.append(node)
+        elif isinstance(node, Role):   # single-thread ops inside pick the role's first thread
+            outer, ctx.role = ctx.role, node
+            node.body = _lower_region(node.body, ctx)
+            ctx.role = outer
             out.append(node)
         elif isinstance(node, If):
             node.body = _lower_region(node.body, ctx)

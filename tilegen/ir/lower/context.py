@@ -23,6 +23,7 @@ class LowerContext:
         self._lane_terms: dict[tuple, Value] = {}
         self._ld_bytes: dict[int, Value] = {}
         self.addresses: dict = {}  # per-thread shared addresses, reused across k-steps (smem.py)
+        self.role = None           # the warp role (ir/instr.py Role) being lowered, if any
 
     def lane_term(self, deltas) -> object:
         key = tuple(deltas)

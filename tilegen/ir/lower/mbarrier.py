@@ -25,10 +25,12 @@ def barrier_address(b, ctx, bar, stage):
 
 
 def first_thread(ctx):
-    """A predicate true on thread 0 only: the thread that issues single-thread ops."""
-    key = ("first-thread",)
+    """A predicate true on one thread only, the one that issues single-thread ops: thread 0,
+    or inside a warp role the role's first thread."""
+    first = 32 * ctx.role.first_warp if ctx.role is not None else 0
+    key = ("first-thread", first)
     if key not in ctx.addresses:
-        ctx.addresses[key] = ctx.pro.cmp("eq", ctx.tid, 0)
+        ctx.addresses[key] = ctx.pro.cmp("eq", ctx.tid, first)
     return ctx.addresses[key]
 
 
@@ -39,7 +41,7 @@ def init_barriers(ctx):
     if not kernel.barriers:
         return
     kernel.features.add("mbarrier")
-    first = first_thread(ctx)
+    first = first_thread(ctx)   # (the roles start in the body: thread 0)
     pro.comment("mbarriers: thread 0 initialises them, a fence and a CTA barrier publish them")
     for bar in kernel.barriers:
         for s in range(bar.stages):

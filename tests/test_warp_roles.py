@@ -1,0 +1,174 @@
+"""Warp roles (warp specialization): the DSL's tilegen.role, its refusals, setmaxnreg, and
+the emulator running roles side by side (one program counter per group of warps), with the
+protocol mistakes of a producer / consumer pipeline planted one at a time into ladder step 6."""
+import importlib.util
+import sys
+import types
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import tilegen
+import tilegen.dsl as tg
+from ptxas_util import assert_assembles, needs_ptxas
+from tilegen.sim import SimError
+
+LADDER = Path(__file__).resolve().parent.parent / "examples" / "hopper_ladder"
+SOURCE = (LADDER / "step6_warp_specialized.py").read_text()
+if str(LADDER) not in sys.path:
+    sys.path.insert(0, str(LADDER))
+_spec = importlib.util.spec_from_file_location("tilegen_ladder_common_roles", LADDER / "common.py")
+common = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(common)
+
+
+def step6_with(old: str = "", new: str = ""):
+    """Ladder step 6's kernel with `old` replaced by `new` in its source."""
+    assert old in SOURCE, old
+    module = types.ModuleType("step6_planted")
+    module.__file__ = "step6_planted.py"
+    text = SOURCE.replace(old, new).replace('if __name__ == "__main__":', "if False:")
+    exec(compile(text, "step6_planted.py", "exec"), module.__dict__)
+    return tilegen.compile(module.step6, target="sm_90a")
+
+
+@pytest.fixture(scope="module")
+def step6():
+    return step6_with()
+
+
+def test_roles_branch_by_warp_and_move_registers(step6):
+    ptx = step6.ptx
+    assert "// role producer: warps 0..3" in ptx and "// role consumer: warps 4..11" in ptx
+    assert "setmaxnreg.dec.sync.aligned.u32 40;" in ptx and "setmaxnreg.inc.sync.aligned.u32 232;" in ptx
+    assert ".reqntid 384, 1, 1" in ptx
+    assert "role producer (warps 0..3" in step6.ir and "setmaxnreg inc 232" in step6.ir
+    # every TMA copy sits in the producer role (between the two role markers)
+    producer = ptx[ptx.index("// role producer"):ptx.index("// role consumer")]
+    assert ptx.count("cp.async.bulk.tensor") == producer.count("cp.async.bulk.tensor") > 0
+
+
+@needs_ptxas
+def test_role_kernel_assembles(step6):
+    assert_assembles(step6.ptx, "sm_90a")
+
+
+@pytest.mark.parametrize("K", [1, 64 * 4, 64 * 9 + 3])
+def test_step6_runs_on_the_emulator(step6, K):
+    err, bound, _ = common.check(step6, 130, 260, K, device="sim", seed=3)
+    assert err <= bound
+
+
+# ---- planted protocol mistakes: each is caught by the emulator, with what and where ----------------
+
+WAIT_EMPTY = "                tg.mbarrier_wait(empty[s], ((kt // S) + 1) & 1)"
+RELEASE = ("            tg.wgmma_wait(1)                        # k-tile kt - 1 retired: release its stage\n"
+           "            with tg.if_(tg.ge(kt, 1)):\n                tg.arrive(empty[(kt - 1) % S])")
+PLANTED = {
+    "producer refills without waiting for the release": (WAIT_EMPTY, "                pass", "mbarrier",
+                                                         "arrives on full[0] whose phase 0 already has all its 1 arrivals"),
+    "producer waits on the wrong parity": (WAIT_EMPTY, WAIT_EMPTY.replace("+ 1) & 1", ") & 1"), "mbarrier",
+                                           "already has all its 1 arrivals"),
+    "consumer waits on the wrong parity": ("tg.mbarrier_wait(full[s], (kt // S) & 1)",
+                                           "tg.mbarrier_wait(full[s], ((kt // S) + 1) & 1)", "pending",
+                                           "a TMA copy (issued at PTX line"),
+    "consumer reads without waiting": ("            tg.mbarrier_wait(full[s], (kt // S) & 1)\n", "", "pending",
+                                       "no mbarrier wait has seen the phase"),
+    "consumer releases before its wgmmas retire": (RELEASE, "            with tg.if_(tg.ge(kt, 1)):\n"
+                                                   "                tg.arrive(empty[(kt - 1) % S])\n"
+                                                   "            tg.wgmma_wait(1)", "war",
+                                                   "the wgmma of warpgroup 1 read these bytes"),
+    "consumer releases the wrong stage": ("tg.arrive(empty[(kt - 1) % S])", "tg.arrive(empty[kt % S])", "deadlock",
+                                          "meanwhile warp 0 waits for phase 0 (parity 0) of empty[0]"),
+    "announced bytes short of the copies": ("expect_bytes=sA.stage_bytes + sB.stage_bytes",
+                                            "expect_bytes=sA.stage_bytes", "mbarrier", "still to land"),
+    "empty barrier counts half the consumers": ("arrivals=CONSUMER_THREADS", "arrivals=128", "deadlock",
+                                                "deadlock: warp 4 waits"),
+}
+
+
+@pytest.mark.parametrize("name", list(PLANTED))
+def test_planted_protocol_mistakes_are_caught(name):
+    old, new, kind, says = PLANTED[name]
+    kernel = step6_with(old, new)
+    with pytest.raises(SimError) as e:
+        common.check(kernel, 130, 260, 64 * 9 + 3, device="sim", seed=1)
+    assert e.value.kind == kind, str(e.value)
+    assert says in str(e.value)
+    assert e.value.line is not None
+
+
+# ---- the DSL's refusals -------------------------------------------------------------------------------
+
+def _traced(body, threads=256, target="sm_90a"):
+    @tg.kernel
+    def k():
+        tg.launch(threads=threads, grid=(1, 1, 1))
+        body()
+    return tilegen.compile(k, target=target)
+
+
+def _shared_stage():
+    return tg.shared("s", "f16", 64, 64, stages=1)[0]
+
+
+@pytest.mark.parametrize("body, says", [
+    (lambda: tg.role("r", warps=(0, 9)).__enter__(), r"warps=\(0, 9\); allowed: \(first, end\) with 0 <= first < end <= 8"),
+    (lambda: tg.role("r", warps=(2, 2)).__enter__(), "allowed: (first, end)"),
+    (lambda: tg.role("r", warps=(0, 2), registers=40).__enter__(), "needs whole warpgroups"),
+    (lambda: tg.role("r", warps=(0, 4), registers=44).__enter__(), "a multiple of 8 in 24..256"),
+])
+def test_bad_roles_are_refused(body, says):
+    with pytest.raises(tilegen.DSLError, match=says if says.startswith("warps=") else None) as e:
+        _traced(body)
+    assert says.replace("\\", "") in str(e.value) or e.match(says)
+
+
+def _nested():
+    with tg.role("a", warps=(0, 4)):
+        with tg.role("b", warps=(0, 2)):
+            pass
+
+
+def _barrier_in_role():
+    with tg.role("a", warps=(0, 4)):
+        tg.barrier()
+
+
+def _copy_in_role():
+    A = tg.tensor("A", "f16", ("M", "K"))
+    s = tg.shared("s", "f16", 64, 64, stages=1)
+    with tg.role("a", warps=(0, 4)):
+        tg.copy_async(s[0], A.block(0, 0))
+
+
+@pytest.mark.parametrize("body, says", [
+    (_nested, "role 'b' inside the role 'a': roles do not nest"),
+    (_barrier_in_role, "a CTA barrier (tilegen.barrier) inside the warp role 'a'"),
+    (_copy_in_role, "a cooperative copy (tilegen.copy_async) inside the warp role 'a'"),
+])
+def test_role_misuse_is_refused(body, says):
+    with pytest.raises(tilegen.DSLError) as e:
+        _traced(body)
+    assert says in str(e.value)
+
+
+def test_registers_need_sm90a():
+    with pytest.raises(tilegen.DSLError) as e:
+        _traced(lambda: tg.role("r", warps=(0, 4), registers=40).__enter__(), target="sm_90")
+    assert "setmaxnreg, which needs target 'sm_90a'" in str(e.value)
+
+
+def test_single_thread_ops_use_the_roles_first_thread():
+    """The producer as the last warpgroup (warps 8-11): its copies and arrivals come from
+    thread 256, the role's first thread (thread 0 is a consumer and never runs them)."""
+    text = (SOURCE.replace('warps=(0, 4)', 'warps=(8, 12)').replace('warps=(4, 12)', 'warps=(0, 8)')
+            .replace("((tg.warp_id() >> 2) - 1) * 64", "(tg.warp_id() >> 2) * 64")
+            .replace("(tg.warp_id() - 4) * 16", "tg.warp_id() * 16"))
+    module = types.ModuleType("step6_last")
+    exec(compile(text.replace('if __name__ == "__main__":', "if False:"), "step6_last.py", "exec"), module.__dict__)
+    kernel = tilegen.compile(module.step6, target="sm_90a")
+    assert "setp.eq.u32 %p" in kernel.ptx and ", 256;" in kernel.ptx
+    err, bound, _ = common.check(kernel, 130, 260, 64 * 5 + 1, device="sim", seed=4)
+    assert err <= bound
