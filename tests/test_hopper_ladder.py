@@ -6,6 +6,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 import tilegen
@@ -14,7 +15,9 @@ from ptxas_util import assert_assembles, needs_ptxas
 
 LADDER = Path(__file__).resolve().parent.parent / "examples" / "hopper_ladder"
 STEPS = {"step1_one_tile": "step1", "step2_k_loop": "step2", "step3_grid": "step3", "step4_tma": "step4",
-         "step5_pipeline": "step5", "step6_warp_specialized": "step6"}
+         "step5_pipeline": "step5", "step6_warp_specialized": "step6", "step7_persistent": "step7",
+         "step8_tma_store": "step8"}
+OUT = {"step8_tma_store": np.float16}   # C's dtype where it is not f32
 
 
 def _load(name):
@@ -32,7 +35,10 @@ KERNELS = {name: getattr(_load(name), fn) for name, fn in STEPS.items()}
 SHAPES = {"step1_one_tile": [(64, 128, 64), (40, 100, 48)], "step2_k_loop": [(64, 128, 200), (17, 33, 65)],
           "step3_grid": [(130, 260, 70)], "step4_tma": [(130, 260, 200), (1, 1, 1)],
           "step5_pipeline": [(129, 257, 520), (64, 256, 64), (200, 100, 130)],
-          "step6_warp_specialized": [(129, 257, 520), (64, 256, 64), (200, 100, 130), (1, 1, 1)]}
+          "step6_warp_specialized": [(129, 257, 520), (64, 256, 64), (200, 100, 130), (1, 1, 1)],
+          # 3 emulated SMs: each CTA walks several blocks, and the stage phases run on across them
+          "step7_persistent": [(300, 520, 200), (700, 300, 64), (1, 1, 1), (129, 1000, 65)],
+          "step8_tma_store": [(300, 520, 200), (1, 1, 1), (129, 1000, 65), (64, 24, 16)]}
 
 
 @pytest.fixture(scope="module")
@@ -42,7 +48,7 @@ def compiled():
 
 @pytest.mark.parametrize("name, shape", [(n, s) for n, shapes in SHAPES.items() for s in shapes])
 def test_each_step_on_the_emulator(compiled, name, shape):
-    err, bound, _ = common.check(compiled[name], *shape, device="sim", seed=1)
+    err, bound, _ = common.check(compiled[name], *shape, device="sim", seed=1, out=OUT.get(name, np.float32))
     assert err <= bound, f"{name} {shape}: error {err} over {bound}"
 
 
@@ -78,8 +84,9 @@ def test_a_one_tile_step_refuses_larger_sizes():
 
 @pytest.mark.gpu
 @requires_gpu
-@pytest.mark.parametrize("name", ["step3_grid", "step4_tma", "step5_pipeline", "step6_warp_specialized"])
+@pytest.mark.parametrize("name", ["step3_grid", "step4_tma", "step5_pipeline", "step6_warp_specialized",
+                                  "step7_persistent", "step8_tma_store"])
 def test_each_step_on_the_gpu(compiled, name):
     for shape in [(1000, 1030, 999), (4096, 4096, 256)]:
-        err, bound, _ = common.check(compiled[name], *shape, device="gpu", seed=2)
+        err, bound, _ = common.check(compiled[name], *shape, device="gpu", seed=2, out=OUT.get(name, np.float32))
         assert err <= bound, f"{name} {shape}: error {err} over {bound}"

@@ -62,11 +62,11 @@ def test_step6_runs_on_the_emulator(step6, K):
 
 # ---- planted protocol mistakes: each is caught by the emulator, with what and where ----------------
 
-WAIT_EMPTY = "                tg.mbarrier_wait(empty[s], ((kt // S) + 1) & 1)"
+WAIT_EMPTY = "                    tg.mbarrier_wait(empty[s], ((kt // S) + 1) & 1)"
 RELEASE = ("            tg.wgmma_wait(1)                        # k-tile kt - 1 retired: release its stage\n"
            "            with tg.if_(tg.ge(kt, 1)):\n                tg.arrive(empty[(kt - 1) % S])")
 PLANTED = {
-    "producer refills without waiting for the release": (WAIT_EMPTY, "                pass", "mbarrier",
+    "producer refills without waiting for the release": (WAIT_EMPTY, "                    pass", "mbarrier",
                                                          "arrives on full[0] whose phase 0 already has all its 1 arrivals"),
     "producer waits on the wrong parity": (WAIT_EMPTY, WAIT_EMPTY.replace("+ 1) & 1", ") & 1"), "mbarrier",
                                            "already has all its 1 arrivals"),
@@ -145,13 +145,25 @@ def _copy_in_role():
 
 @pytest.mark.parametrize("body, says", [
     (_nested, "role 'b' inside the role 'a': roles do not nest"),
-    (_barrier_in_role, "a CTA barrier (tilegen.barrier) inside the warp role 'a'"),
     (_copy_in_role, "a cooperative copy (tilegen.copy_async) inside the warp role 'a'"),
 ])
 def test_role_misuse_is_refused(body, says):
     with pytest.raises(tilegen.DSLError) as e:
         _traced(body)
     assert says in str(e.value)
+
+
+def test_a_barrier_inside_a_role_is_the_roles_own():
+    @tg.kernel
+    def k():
+        tg.launch(threads=256, grid=(1, 1, 1))
+        tg.barrier()
+        with tg.role("a", warps=(0, 4)):
+            tg.barrier()
+        with tg.role("b", warps=(4, 8)):
+            tg.barrier()
+    ptx = tilegen.compile(k, target="sm_90a").ptx
+    assert "bar.sync 0;" in ptx and "bar.sync 1, 128;" in ptx and "bar.sync 2, 128;" in ptx
 
 
 def test_registers_need_sm90a():
@@ -161,9 +173,10 @@ def test_registers_need_sm90a():
 
 
 def test_single_thread_ops_use_the_roles_first_thread():
-    """The producer as the last warpgroup (warps 8-11): its copies and arrivals come from
-    thread 256, the role's first thread (thread 0 is a consumer and never runs them)."""
+    """The producer as the last warpgroup (warps 8-11; warp 8 loops): its copies and arrivals
+    come from thread 256, the role's first thread (thread 0 is a consumer and never runs them)."""
     text = (SOURCE.replace('warps=(0, 4)', 'warps=(8, 12)').replace('warps=(4, 12)', 'warps=(0, 8)')
+            .replace("tg.lt(tg.warp_id(), 1)", "tg.lt(tg.warp_id(), 9)")
             .replace("((tg.warp_id() >> 2) - 1) * 64", "(tg.warp_id() >> 2) * 64")
             .replace("(tg.warp_id() - 4) * 16", "tg.warp_id() * 16"))
     module = types.ModuleType("step6_last")

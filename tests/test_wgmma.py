@@ -94,10 +94,17 @@ def test_shape_rules():
 
 def test_wgmma_spec_defaults():
     s = tilegen.GemmSpec(dtype="bf16", instruction="wgmma")
-    assert (s.target, tuple(s.tile), tuple(s.warps), s.stages, s.frag_buffers, s.copy) == \
-        ("sm_90a", (128, 256, 64), (8, 1), 4, 1, "tma")
-    assert tilegen.GemmSpec(dtype="tf32", instruction="wgmma").copy == "cp.async"
-    assert tilegen.GemmSpec(dtype="bf16", instruction="wgmma", persistent=True).copy == "cp.async"
+    assert (s.target, tuple(s.tile), tuple(s.warps), s.stages, s.frag_buffers, s.copy, s.persistent, s.store) == \
+        ("sm_90a", (128, 256, 64), (8, 1), 4, 1, "tma", True, "tma")
+    assert s.warp_specialized and s.threads == 384 and s.math_threads == 256
+    tf32 = tilegen.GemmSpec(dtype="tf32", instruction="wgmma")
+    assert (tf32.copy, tf32.persistent, tf32.store, tf32.threads) == ("cp.async", False, "direct", 256)
+    cp = tilegen.GemmSpec(dtype="bf16", instruction="wgmma", copy="cp.async")
+    assert (cp.persistent, cp.store, cp.warp_specialized) == (False, "direct", False)
+    one = tilegen.GemmSpec(dtype="bf16", instruction="wgmma", persistent=False)
+    assert (one.copy, one.store, one.threads) == ("tma", "direct", 256)
+    fused = tilegen.GemmSpec(dtype="bf16", instruction="wgmma", epilogue=tilegen.Epilogue("col", "gelu"))
+    assert fused.warp_specialized and fused.store == "direct"
     assert tilegen.GemmSpec(dtype="bf16").copy == "cp.async"
     assert s.mainloop.shape(s).n == 256
     assert tilegen.GemmSpec.from_text(s.to_text()) == s
@@ -140,7 +147,7 @@ def test_tf32_wgmma_spec_reads_mn_major_operands_through_registers():
     (dict(instruction="tcgen05"), "instruction", "mma.sync, wgmma"),
     (dict(copy="dma"), "copy", "auto, cp.async, tma"),
     (dict(copy="tma", dtype="tf32"), "copy", "tf32 wgmma kernels copy with cp.async"),
-    (dict(copy="tma", persistent=True), "copy", "persistent kernels copy with cp.async"),
+    (dict(store="tma", persistent=False), "store", "only the warp-specialized kernels (persistent, copy=tma) store"),
     (dict(copy="tma", instruction="mma.sync"), "copy", "mma.sync kernels copy with cp.async"),
 ])
 def test_wgmma_spec_errors(kw, field, says):
@@ -163,8 +170,10 @@ def test_wgmma_kernels_assemble_without_spills(kw):
     spec = tilegen.GemmSpec(**{"dtype": "f16", "instruction": "wgmma", **kw})
     k = tilegen.compile(spec)
     assert ".target sm_90a" in k.ptx
-    if spec.copy == "tma":   # TMA writes through the async proxy: no fence, mbarriers instead
-        assert "cp.async.bulk.tensor.2d" in k.ptx and "mbarrier.try_wait" in k.ptx and "fence.proxy.async" not in k.ptx
+    if spec.copy == "tma":   # TMA writes through the async proxy: no fence, mbarriers instead (but for the
+        # generic writes of a TMA store's staging buffer)
+        assert "cp.async.bulk.tensor.2d" in k.ptx and "mbarrier.try_wait" in k.ptx
+        assert ("fence.proxy.async" in k.ptx) == (spec.store == "tma")
     else:
         assert "fence.proxy.async.shared::cta;" in k.ptx and "cp.async.bulk" not in k.ptx
     loops = 2 if spec.copy == "cp.async" else 1  # cp.async: a steady loop without K checks, then the drain
@@ -354,7 +363,7 @@ def test_emulator_refill_while_wgmma_in_flight(wg_kernel):
     ptx = wg_kernel.ptx.replace("wgmma.wait_group.sync.aligned 1;", "wgmma.wait_group.sync.aligned 2;")
     with pytest.raises(SimError) as e:
         _run_sim(wg_kernel, ptx=ptx)
-    assert e.value.kind == "war" and "wgmma still in flight" in str(e.value)
+    assert e.value.kind == "war" and "a wgmma or TMA store still in flight reads" in str(e.value)
 
 
 def test_emulator_wgmma_before_copies_land(wg_kernel):

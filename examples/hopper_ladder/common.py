@@ -32,33 +32,35 @@ def arguments(m=256, n=512, k=512):
     return parser.parse_args()
 
 
-def error_bound(K: int) -> float:
-    """Relative to max |A| |B|: f16 inputs are exact in f32; the f32 accumulation of K terms."""
-    return K * 2.0 ** -23 + 2.0 ** -20
+def error_bound(K: int, out=np.float32) -> float:
+    """Relative to max |A| |B|: f16 inputs are exact in f32; the f32 accumulation of K terms;
+    an f16 C rounds once more (2^-11 of |C| <= |A| |B|)."""
+    return K * 2.0 ** -23 + 2.0 ** -20 + (2.0 ** -11 if np.dtype(out) == np.float16 else 0.0)
 
 
-def check(kernel, M: int, N: int, K: int, device: str = "auto", seed: int = 0, time: bool = False):
-    """(relative error, bound, ms per launch or None) of kernel on random N(0, 1) f16 inputs."""
+def check(kernel, M: int, N: int, K: int, device: str = "auto", seed: int = 0, time: bool = False, out=np.float32):
+    """(relative error, bound, ms per launch or None) of kernel on random N(0, 1) f16 inputs;
+    C is f32, or `out` (np.float16) for a step that stores f16."""
     device = pick_device(device)
     rng = np.random.default_rng(seed)
     A = rng.standard_normal((M, K)).astype(np.float16)
     B = rng.standard_normal((K, N)).astype(np.float16)
     (a, lda), (b, ldb) = padded(A), padded(B)
-    c0, ldc = padded(np.full((M, N), np.nan, np.float32))
+    c0, ldc = padded(np.full((M, N), np.nan, out))
     run = Runner(device)
     pa, pb, pc = run.put(a), run.put(b), run.put(c0)
     args = {"M": M, "N": N, "K": K, "A_ptr": pa, "A_ld": lda, "B_ptr": pb, "B_ld": ldb, "C_ptr": pc, "C_ld": ldc}
     sizes = {"M": M, "N": N, "K": K}
     run.launch(kernel, args, sizes)
-    C = run.get(pc, (M, ldc), np.float32)[:, :N]
+    C = run.get(pc, (M, ldc), out)[:, :N].astype(np.float64)
     ref = A.astype(np.float64) @ B.astype(np.float64)
     scale = np.abs(A.astype(np.float64)) @ np.abs(B.astype(np.float64))
     err = float(np.max(np.abs(C - ref) / np.maximum(scale, 1e-30))) if np.all(np.isfinite(C)) else float("inf")
     ms = run.time_ms(kernel, args, sizes) if time and device == "gpu" else None
-    return err, error_bound(K), ms
+    return err, error_bound(K, out), ms
 
 
-def main(step: str, kernel_fn, most=None, sizes=(256, 512, 512), **constants):
+def main(step: str, kernel_fn, most=None, sizes=(256, 512, 512), out=np.float32, **constants):
     """Run a step from the command line (default sizes `sizes`); `most` (M, N, K) bounds a
     kernel that computes one tile (K 0: any K)."""
     args = arguments(*sizes)
@@ -68,7 +70,7 @@ def main(step: str, kernel_fn, most=None, sizes=(256, 512, 512), **constants):
                          + f": --m at most {most[0]}, --n at most {most[1]}" + (f", --k at most {most[2]}" if most[2] else ""))
     kernel = tilegen.compile(kernel_fn, target=TARGET, **constants)
     device = pick_device(args.device)
-    err, bound, ms = check(kernel, args.m, args.n, args.k, device, args.seed, time=True)
+    err, bound, ms = check(kernel, args.m, args.n, args.k, device, args.seed, time=True, out=out)
     extra = f", {2.0 * args.m * args.n * args.k / ms / 1e9:.1f} TFLOP/s" if ms else ""
     return report(f"{step}: {args.m}x{args.n}x{args.k} on the {'GPU' if device == 'gpu' else 'emulator'}",
                   err, bound, extra)

@@ -1,5 +1,6 @@
 """Step 6: warp specialization. The CTA has three warpgroups with different jobs: warpgroup 0
-is the producer (one of its threads issues every TMA copy, the rest idle with few registers),
+is the producer (its first warp runs the loop and one thread issues every TMA copy; the other
+three warps only give their registers back and finish),
 warpgroups 1 and 2 are consumers that only wait for a stage, run its wgmmas and release it.
 Nothing in the main loop waits for the whole CTA: the stages' `full` barriers (TMA bytes
 landed) and `empty` barriers (all 256 consumer threads done reading) are the only contact.
@@ -34,13 +35,14 @@ def step6(BM=128, BN=256, BK=64, stages=4):
     k_tiles = tg.cdiv(A.shape[1], BK)
 
     with tg.role("producer", warps=(0, 4), registers=40):
-        for kt in tg.range(k_tiles):
-            s = kt % S
-            with tg.if_(tg.ge(kt, S)):              # the stage's previous k-tile, kt - S, released
-                tg.mbarrier_wait(empty[s], ((kt // S) + 1) & 1)
-            tg.arrive(full[s], expect_bytes=sA.stage_bytes + sB.stage_bytes, single=True)
-            tg.tma_load(sA[s], A.block(m0, kt * BK), full[s])
-            tg.tma_load(sB[s], B.block(kt * BK, n0), full[s])
+        with tg.if_(tg.lt(tg.warp_id(), 1)):       # one warp loops; the other three are done
+            for kt in tg.range(k_tiles):
+                s = kt % S
+                with tg.if_(tg.ge(kt, S)):          # the stage's previous k-tile, kt - S, released
+                    tg.mbarrier_wait(empty[s], ((kt // S) + 1) & 1)
+                tg.arrive(full[s], expect_bytes=sA.stage_bytes + sB.stage_bytes, single=True)
+                tg.tma_load(sA[s], A.block(m0, kt * BK), full[s])
+                tg.tma_load(sB[s], B.block(kt * BK, n0), full[s])
 
     with tg.role("consumer", warps=(4, 12), registers=232):
         group_row = ((tg.warp_id() >> 2) - 1) * 64  # consumer warpgroup 0 or 1: rows 0-63 or 64-127

@@ -1,12 +1,13 @@
 """The kernel DSL: @kernel plus tile primitives, traced into tilegen's IR."""
 from .kernel import KernelFunction, kernel
 from .objects import Block, Fragment, SharedTile, Stage, Tensor, Vector
-from .primitives import (SM_COUNT, else_, ge, gt, if_, le, lt, barrier, cdiv, commit, copy_async, fragment, lane_id, launch, load, minimum,
+from .primitives import (SM_COUNT, else_, ge, gt, if_, is_zero, le, lt, barrier, cdiv, commit, copy_async, fragment, lane_id, launch, load, minimum,
                          mma, num_programs, program_id, range_, scalar, shared, split_tf32, store, tensor,
                          thread_id, vector, wait, warp_id, wgmma, wgmma_fence, wgmma_commit, wgmma_wait,
                          fence_proxy_async)
 from .scalars import Float, Int, Pred
-from .tma import BarrierStage, MBarrier, arrive, mbarrier, mbarrier_wait, tma_load
+from .tma import (BarrierStage, MBarrier, arrive, mbarrier, mbarrier_wait, store_stage, tma_load, tma_store,
+                  tma_store_commit, tma_store_wait)
 from .roles import role
 from .batched import BatchedTensor, batched_tensor
 from .fragment_ops import (RowVector, add, add_if_finite, assign, div, exp, exp2, mask, maximum, mul, row_max, row_sum,
@@ -14,7 +15,7 @@ from .fragment_ops import (RowVector, add, add_if_finite, assign, div, exp, exp2
 
 range = range_  # noqa: A001  (tilegen.range is the runtime loop, as in the DSL docs)
 
-__all__ = ["lt", "le", "gt", "ge", "if_", "else_", "Pred", "vector", "split_tf32", "Vector", "kernel", "KernelFunction", "Tensor", "Block", "SharedTile", "Stage", "Fragment", "Int", "Float",
+__all__ = ["lt", "le", "gt", "ge", "is_zero", "if_", "else_", "Pred", "vector", "split_tf32", "Vector", "kernel", "KernelFunction", "Tensor", "Block", "SharedTile", "Stage", "Fragment", "Int", "Float",
            "tensor", "scalar", "program_id", "num_programs", "thread_id", "warp_id", "lane_id", "cdiv",
            "minimum", "shared", "copy_async", "commit", "wait", "barrier", "fragment", "load", "mma",
            "store", "range", "launch", "SM_COUNT"]
@@ -24,6 +25,7 @@ __all__ += ["wgmma", "wgmma_fence", "wgmma_commit", "wgmma_wait", "fence_proxy_a
 __all__ += ["BatchedTensor", "batched_tensor", "RowVector", "add", "add_if_finite", "sub", "mul", "div", "maximum", "scale",
             "exp", "exp2", "assign", "row_vector", "row_max", "row_sum", "mask", "to_operand"]
 # TMA copies and mbarriers (sm_90; dsl/tma.py)
-__all__ += ["MBarrier", "BarrierStage", "mbarrier", "arrive", "mbarrier_wait", "tma_load"]
+__all__ += ["MBarrier", "BarrierStage", "mbarrier", "arrive", "mbarrier_wait", "tma_load", "store_stage", "tma_store",
+            "tma_store_commit", "tma_store_wait"]
 # Warp roles (warp specialization; dsl/roles.py)
 __all__ += ["role"]

@@ -12,7 +12,7 @@ from ..ir import grid as G
 from ..ir import tile as T
 from ..ir.access import TRANSPOSE_BYTES
 from ..ir.layout import SmemLayout
-from ..ir.values import Value
+from ..ir.values import Imm, Value
 from .objects import Block, Fragment, SharedTile, Stage, Tensor, Vector
 from .scalars import Float, Int, Pred, raw, wrap
 from .trace import current, fail, user_location
@@ -118,6 +118,13 @@ def _compare(rel: str, a, b) -> Pred:
 def lt(a, b) -> Pred:
     """a < b on the GPU (unsigned 32-bit)."""
     return _compare("lt", a, b)
+
+
+def is_zero(x: Float) -> Pred:
+    """x == 0.0 on the GPU (+0 or -0; NaN is not zero), for a Float parameter such as beta."""
+    if not isinstance(x, Float):
+        fail("is_zero takes a tilegen.scalar (a Float)")
+    return Pred(current().builder.op("setp.eq.f32", "pred", x.raw, Imm(0.0, "f32")))
 
 
 def le(a, b) -> Pred:
@@ -294,7 +301,12 @@ def wait(pending: int):
 
 
 def barrier():
-    _not_in_role("a CTA barrier (tilegen.barrier)")
+    """Wait until every thread of the CTA got here; inside a warp role, every thread of the
+    role (the role's own named barrier)."""
+    role = getattr(current(), "role_barrier", None)
+    if role is not None:
+        tile_op(T.Barrier(*role))
+        return
     tile_op(T.Barrier())
 
 

@@ -5,8 +5,9 @@
     with tilegen.role("consumer", warps=(4, 12), registers=232):  # warpgroups 1 and 2
         ...   # wgmma on the stages the producer filled
 
-The roles synchronise through mbarriers only: a CTA barrier or a cooperative cp.async copy
-inside a role is refused (the other roles' threads would never take part). `registers`
+The roles synchronise through mbarriers. Inside a role tilegen.barrier() waits for the role's
+own threads only (a named barrier per role); a cooperative cp.async copy is refused there
+(it spreads over every thread of the CTA). `registers`
 moves registers between warpgroups with setmaxnreg (sm_90a; the role must be whole
 warpgroups): producers give theirs back, consumers take more, within the 64K of the SM.
 """
@@ -21,6 +22,7 @@ from .trace import current, fail
 
 WARPGROUP_WARPS = 4
 MIN_REGISTERS, MAX_REGISTERS = 24, 256   # setmaxnreg's range, in steps of 8 (ptx.md 6.8)
+MAX_NAMED_BARRIERS = 16                  # bar.sync 0..15; 0 is the CTA's
 
 
 def default_registers(threads: int, tgt) -> int:
@@ -55,7 +57,11 @@ def role(name: str, warps: tuple, registers: int = None):
             fail(f"role {name!r}: registers={registers!r}; allowed: a multiple of 8 in {MIN_REGISTERS}..{MAX_REGISTERS}")
     tid = thread_id()
     cond = lt(tid - 32 * first if first else tid, 32 * (end - first))   # unsigned: earlier warps wrap
-    tr.role = name
+    roles = getattr(tr, "roles_seen", 0) + 1
+    if roles >= MAX_NAMED_BARRIERS:
+        fail(f"role {name!r}: at most {MAX_NAMED_BARRIERS - 1} warp roles per kernel (one named barrier each)")
+    tr.roles_seen = roles
+    tr.role, tr.role_barrier = name, (roles, 32 * (end - first))
     try:
         with tr.builder.role(cond.raw, name, first, end):
             if registers is not None:
@@ -64,7 +70,7 @@ def role(name: str, warps: tuple, registers: int = None):
                     tile_op(T.SetMaxRegisters(registers, registers > start))
             yield
     finally:
-        tr.role = None
+        tr.role = tr.role_barrier = None
 
 
 __all__ = ["role"]

@@ -19,9 +19,9 @@ from dataclasses import dataclass
 from ..arch.targets import target as _target
 from ..ir import tile as T
 from ..ir.values import Value
-from .objects import Block, Stage
+from .objects import Block, Fragment, Stage
 from .primitives import check_stage, tile_op
-from .scalars import Int, raw, wrap
+from .scalars import Float, Int, raw, wrap
 from .trace import current, fail
 
 MAX_ARRIVALS = (1 << 20) - 1
@@ -130,20 +130,84 @@ def tma_load(dst: Stage, src: Block, bar: BarrierStage):
         fail(f"tma_load: {tensor.ir.name} is {tensor.layout}-major but {tile.ir.name} is declared "
              f"logical={tile.logical!r}: TMA keeps the tensor's memory order (declare the tile "
              f"logical={tensor.layout!r})")
-    layout = tile.ir.layout
-    if layout.mode == "pad":
-        fail(f"tma_load: {tile.ir.name} has padded rows; TMA writes swizzled (128B, 64B, 32B) or dense "
-             f"('none') tiles")
-    cols = layout.panel_bytes // layout.esize if layout.swizzle else layout.cols
-    if layout.rows > MAX_BOX or cols > MAX_BOX:
-        fail(f"tma_load: a box of {layout.rows} x {cols} elements; a TMA box has at most {MAX_BOX} "
-             f"per dimension")
-    if not layout.swizzle and layout.row_bytes % 16:
-        fail(f"tma_load: {tile.ir.name}'s rows are {layout.row_bytes} bytes; TMA boxes need a multiple of 16")
+    layout = _tma_layout_ok("tma_load", tile)
     check_stage(dst)
     r0, c0 = tensor.ir.stored(src.row, src.col)
     tmap = _tensor_map(tensor.ir, layout)
     tile_op(T.TmaLoad(tile.ir, raw(dst.index), tmap, raw(wrap(r0)), raw(wrap(c0)), bar.bar.ir, raw(bar.index)))
 
 
-__all__ = ["MBarrier", "BarrierStage", "mbarrier", "arrive", "mbarrier_wait", "tma_load"]
+def _tma_layout_ok(what: str, tile):
+    layout = tile.ir.layout
+    if layout.mode == "pad":
+        fail(f"{what}: {tile.ir.name} has padded rows; TMA moves swizzled (128B, 64B, 32B) or dense "
+             f"('none') tiles")
+    cols = layout.panel_bytes // layout.esize if layout.swizzle else layout.cols
+    if layout.rows > MAX_BOX or cols > MAX_BOX:
+        fail(f"{what}: a box of {layout.rows} x {cols} elements; a TMA box has at most {MAX_BOX} per dimension")
+    if not layout.swizzle and layout.row_bytes % 16:
+        fail(f"{what}: {tile.ir.name}'s rows are {layout.row_bytes} bytes; TMA boxes need a multiple of 16")
+    return layout
+
+
+def store_stage(dst: Stage, acc: Fragment, row, part: int = 0, parts: int = 1, alpha: Float = None):
+    """Write the accumulator's rows row.. (this warp's), times alpha, converted to dst's dtype,
+    into the stage: its columns split in `parts` equal slices, slice `part` (dst holds one
+    slice: its columns are the slice's). The stage then goes out with tma_store (after
+    fence_proxy_async and a barrier of the threads that wrote it)."""
+    if not isinstance(dst, Stage) or not isinstance(acc, Fragment) or acc.operand != "C":
+        fail("store_stage(tile[stage], accumulator fragment, row, part=0, parts=1)")
+    tile = dst.tile
+    if tile.logical != "row":
+        fail(f"store_stage: {tile.ir.name} must be declared row-major (logical='row')")
+    tm, tn = acc.ir.tiles
+    if not isinstance(parts, int) or parts < 1 or tn % parts or not isinstance(part, int) or not 0 <= part < parts:
+        fail(f"store_stage: part={part!r} of parts={parts!r}; parts must divide the accumulator's {tn} atom columns "
+             f"and 0 <= part < parts")
+    rows, cols = acc.ir.atom.m * tm, acc.ir.atom.n * tn // parts
+    if tile.ir.layout.cols != cols or tile.ir.layout.rows < rows:
+        fail(f"store_stage: {tile.ir.name} is {tile.ir.layout.rows} x {tile.ir.layout.cols}; a slice of this "
+             f"accumulator is {rows} rows (one warp's) x {cols} columns: the stage's columns must be the slice's")
+    if tile.ir.dtype.name not in ("f16", "bf16", "f32"):
+        fail(f"store_stage: {tile.ir.name} is {tile.ir.dtype}; allowed: f16, bf16, f32")
+    if alpha is not None and not isinstance(alpha, Float):
+        fail("store_stage: alpha must be a tilegen.scalar (a Float)")
+    check_stage(dst)
+    tile_op(T.StoreStage(tile.ir, raw(dst.index), acc.ir, raw(wrap(row)), part, parts,
+                         alpha.raw if alpha is not None else None))
+
+
+def tma_store(dst: Block, src: Stage):
+    """One thread stores the stage into the block of `dst` it covers with TMA; elements
+    outside the tensor are left alone. Write the stage first (store_stage), then
+    fence_proxy_async and a barrier; before writing the stage again, tma_store_wait."""
+    _needs_sm90("tma_store")
+    if not isinstance(dst, Block) or not isinstance(src, Stage):
+        fail("tma_store(tensor.block(r, c), tile[stage])")
+    tensor, tile = dst.tensor, src.tile
+    if tensor.dtype != tile.ir.dtype:
+        fail(f"tma_store: {tensor.ir.name} is {tensor.dtype}, {tile.ir.name} is {tile.ir.dtype}")
+    if tensor.layout != tile.logical:
+        fail(f"tma_store: {tensor.ir.name} is {tensor.layout}-major but {tile.ir.name} is declared "
+             f"logical={tile.logical!r}: TMA keeps the tensor's memory order")
+    layout = _tma_layout_ok("tma_store", tile)
+    check_stage(src)
+    r0, c0 = tensor.ir.stored(dst.row, dst.col)
+    tmap = _tensor_map(tensor.ir, layout)
+    tile_op(T.TmaStore(tile.ir, raw(src.index), tmap, raw(wrap(r0)), raw(wrap(c0))))
+
+
+def tma_store_commit():
+    """Close the TMA stores issued since the last commit into one bulk group."""
+    tile_op(T.TmaStoreCommit())
+
+
+def tma_store_wait(pending: int = 0):
+    """Wait until at most `pending` bulk groups still read their shared stages."""
+    if not isinstance(pending, int) or pending < 0:
+        fail(f"tma_store_wait({pending!r}): the number of groups left pending must be an int >= 0")
+    tile_op(T.TmaStoreWait(pending))
+
+
+__all__ = ["MBarrier", "BarrierStage", "mbarrier", "arrive", "mbarrier_wait", "tma_load", "store_stage", "tma_store",
+           "tma_store_commit", "tma_store_wait"]

@@ -63,6 +63,11 @@ def _pitched(stored: np.ndarray) -> tuple[np.ndarray, int]:
     return buf, ld
 
 
+def _tma_rows_ok(ptr: int, ld: int, rows: int, esize: int) -> bool:
+    """Whether TMA can store a matrix at ptr with rows ld elements apart (ptx.md 6.5)."""
+    return ptr % ALIGN == 0 and ((ld * esize) % ALIGN == 0 or rows <= 1)
+
+
 def _aligned_ld(cols: int, esize: int) -> int:
     per = ALIGN // esize
     return max(per, -(-cols // per) * per)
@@ -136,6 +141,8 @@ class FastCall:
         self.b_row = spec.b_layout == "row"
         self.bias_axis = spec.epilogue.bias
         self.residual = spec.epilogue.residual
+        self.out_size = arch_dtype(spec.out_dtype).bytes
+        self.tma_store = spec.store == "tma"   # C's rows must suit TMA, else the direct-store kernel runs
         # the kernel's parameters, in its order, from the canonical tuple run() builds
         names = _CANONICAL + tuple(m.param for m in kernel.tensor_maps)
         self.pick = itemgetter(*(names.index(n) for n, _ in kernel.params))
@@ -202,6 +209,9 @@ class FastCall:
         c_ld = c_strides[0] if M > 1 else N
         if not (c_strides[1] == 1 or N == 1) or c_ld < N:
             return None
+        if self.tma_store and not _tma_rows_ok(c_ptr, c_ld, M, self.out_size):
+            return self.kernel.direct_store_kernel().fast_call.run(lib, pa, pb, out, pc, bias, residual, alpha, beta,
+                                                                   repitch)
         bias_ptr = r_ptr = r_ld = 0
         if bias is not None:
             pv = interop.library(bias) is lib and lib.probe(bias)
@@ -412,10 +422,10 @@ def _run_host(kernel, A, B, out, alpha, beta, bias, residual, memory):
         return out
     a_stored, lda = _pitched(A if spec.a_layout == "row" else A.T)
     b_stored, ldb = _pitched(B if spec.b_layout == "row" else B.T)
-    c_host = np.ascontiguousarray(out)
+    c_host, ldc = _pitched(out)   # rows 16-byte aligned: a TMA store's tensor map takes them
     try:
         args = {"M": M, "N": N, "K": K, "A_ptr": memory.put(a_stored), "A_ld": lda,
-                "B_ptr": memory.put(b_stored), "B_ld": ldb, "C_ptr": memory.put(c_host), "C_ld": N,
+                "B_ptr": memory.put(b_stored), "B_ld": ldb, "C_ptr": memory.put(c_host), "C_ld": ldc,
                 "alpha": alpha, "beta": beta}
         if bias is not None:
             length = N if spec.epilogue.bias == "col" else M
@@ -432,8 +442,7 @@ def _run_host(kernel, A, B, out, alpha, beta, bias, residual, memory):
         memory.get(args["C_ptr"], c_host)
     finally:
         memory.close()
-    if c_host is not out:
-        out[...] = c_host
+    out[...] = c_host[:M, :N]
     return out
 
 
@@ -472,6 +481,8 @@ def _run_device(kernel, A, B, out, alpha, beta, bias, residual, repitch=False):
     c = runtime.describe_array(out, name="out", dtype=out_dt, shape=(M, N), layout="row", writable=True, align=None)
     if M == 0 or N == 0:
         return out
+    if spec.store == "tma" and not _tma_rows_ok(c.ptr, c.ld, M, np.dtype(out_dt).itemsize):
+        kernel = kernel.direct_store_kernel()   # C's rows do not suit TMA stores
     lib = interop.library(A)
     stream = lib.stream(a.device or 0) if lib is not None else 0
     keep: list = []  # re-pitched copies, freed in stream order after the kernel

@@ -11,6 +11,16 @@ class GemmKernel(Kernel):
     """A Kernel whose spec is a GemmSpec: C = act(alpha * A @ B + beta * C + bias) + residual."""
 
     _fast = None
+    _direct = None
+
+    def direct_store_kernel(self) -> "GemmKernel":
+        """This kernel, or for a spec with store="tma" its twin that writes C directly (for
+        outputs whose rows TMA cannot take), compiled once."""
+        if self.spec.store != "tma":
+            return self
+        if self._direct is None:
+            self._direct = compile_gemm(self.spec.replace(store="direct"))
+        return self._direct
 
     @property
     def fast_call(self) -> FastCall:

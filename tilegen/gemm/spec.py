@@ -30,6 +30,7 @@ STAGES = range(2, 7)
 INSTRUCTIONS = tuple(MAINLOOPS)
 COPY_BYTES = 16  # one cp.async moves 16 bytes; tile rows are built from such chunks
 COPIES = ("cp.async", "tma")
+STORES = ("direct", "tma")
 
 
 def _ints(name: str, value, n: int) -> tuple:
@@ -128,10 +129,15 @@ class GemmSpec:
     | target     | sm_80, sm_86, sm_89, sm_90, sm_90a              | sm_80; sm_89 for fp8;    |
     |            |                                                 | sm_90a for wgmma         |
     | instruction| mma.sync, or wgmma (sm_90a, f16/bf16/tf32)      | mma.sync                 |
-    | persistent | wgmma: one CTA per SM walks the tiles, loading  | False                    |
-    |            | the next tile while storing this one            |                          |
+    | persistent | wgmma: one CTA per SM walks the tiles, loading  | True for f16/bf16 wgmma  |
+    |            | the next tile while storing this one; with TMA  | (TMA copies), else False |
+    |            | copies, warp-specialized: a producer warpgroup  |                          |
+    |            | ahead of `warps` issues every copy              |                          |
     | copy       | auto, cp.async (every thread copies), tma (one  | auto: tma for f16/bf16   |
     |            | thread, TMA boxes completing on mbarriers)      | wgmma, else cp.async     |
+    | store      | auto, direct (each thread writes its results),  | auto: tma for warp-      |
+    |            | tma (through shared memory and TMA stores while | specialized kernels with |
+    |            | the next block's main loop runs; beta = 0)      | a plain epilogue         |
 
     `instruction` names the main-loop family (tilegen/gemm/mainloops/): its defaults, its
     rules and its pipeline; the wgmma family's rules are in WgmmaLoop's docstring.
@@ -152,8 +158,9 @@ class GemmSpec:
     epilogue: Epilogue = field(default_factory=Epilogue)
     target: Optional[str] = None
     instruction: str = "mma.sync"
-    persistent: bool = False
+    persistent: Optional[bool] = None
     copy: str = "auto"
+    store: str = "auto"
 
     def __post_init__(self):
         set_ = lambda k, v: object.__setattr__(self, k, v)  # noqa: E731  (frozen)
@@ -195,8 +202,12 @@ class GemmSpec:
             set_("swizzle", self._auto_swizzle())
         if self.frag_buffers is None:
             set_("frag_buffers", family.default_frag_buffers(self.dtype))
+        if self.persistent is None:
+            set_("persistent", family.default_persistent(self))
         if self.copy == "auto":
             set_("copy", family.default_copy(self))
+        if self.store == "auto":
+            set_("store", family.default_store(self))
         self._validate()
 
     # -- derived facts ------------------------------------------------------------------------
@@ -228,8 +239,19 @@ class GemmSpec:
         return TARGETS[self.target]
 
     @property
-    def threads(self) -> int:
+    def math_threads(self) -> int:
+        """The threads of `warps`, which run the tensor cores and the epilogue."""
         return 32 * self.warps.count
+
+    @property
+    def warp_specialized(self) -> bool:
+        """Whether a producer role (its own warps, ahead of `warps`) issues the copies."""
+        return self.mainloop.producer_warps(self) > 0
+
+    @property
+    def threads(self) -> int:
+        """The CTA's threads: the math warps and any producer warps."""
+        return 32 * (self.warps.count + self.mainloop.producer_warps(self))
 
     @property
     def warp_tile(self) -> tuple[int, int]:
@@ -280,6 +302,8 @@ class GemmSpec:
         total = sum(smem_layout(self, op).stage_bytes for op in "AB") * self.stages
         if self.copy == "tma":
             total += 2 * 8 * self.stages  # a full and an empty mbarrier per stage
+        if self.store == "tma":
+            total += self.mainloop.store_staging(self)[1].stage_bytes  # a part of a block of C on its way out
         return total + 1024  # dynamic shared memory is rounded up to a 1024-byte boundary
 
     def replace(self, **changes) -> "GemmSpec":
@@ -352,6 +376,11 @@ class GemmSpec:
         if self.copy not in family.copies:
             raise SpecError("copy", self.copy, ", ".join(family.copies), f"{family.instruction} kernels copy with "
                             + " or ".join(family.copies))
+        if self.store not in STORES:
+            raise SpecError("store", self.store, ", ".join(("auto",) + STORES))
+        if self.store not in family.stores:
+            raise SpecError("store", self.store, ", ".join(family.stores), f"{family.instruction} kernels store with "
+                            + " or ".join(family.stores))
         if self.persistent and not family.persistent:
             raise SpecError("persistent", self.persistent, f"False for {family.instruction} kernels",
                             "persistent CTAs are built for the " + " and ".join(
@@ -386,7 +415,7 @@ class GemmSpec:
                                     f"operand {op} is transposed while copied, in blocks of 8 rows x 16 bytes: "
                                     f"its {rows} x {row_bytes}-byte stage must split into whole blocks for each "
                                     f"of the {self.warps.count} warps")
-            elif chunks % self.threads:
+            elif self.copy == "cp.async" and chunks % self.threads:   # every thread copies its share
                 raise SpecError("tile", (t.m, t.n, t.k),
                                 f"operand {op}'s tile has {chunks} 16-byte chunks, not a multiple of the "
                                 f"{self.threads} threads that copy it")

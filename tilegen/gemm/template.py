@@ -14,7 +14,8 @@ from .layouts import operand_mode
 
 def gemm_kernel_name(spec) -> str:
     t, w = spec.tile, spec.warps
-    kind = spec.mainloop.kernel_tag + ("_tma" if spec.copy == "tma" else "") + ("_persistent" if spec.persistent else "")
+    kind = (spec.mainloop.kernel_tag + ("_tma" if spec.copy == "tma" else "") + ("_persistent" if spec.persistent else "")
+            + ("_tmastore" if spec.store == "tma" else ""))
     return (f"tilegen_gemm{kind}_{spec.dtype}_{spec.a_layout[0]}{spec.b_layout[0]}_{spec.out_dtype}_"
             f"{t.m}x{t.n}x{t.k}_w{w.m}x{w.n}_s{spec.stages}_{spec.swizzle}_fb{spec.frag_buffers}"
             + _epilogue_suffix(spec.epilogue))
@@ -67,8 +68,9 @@ def gemm(spec):
     sA, sB = (tg.shared(f"s{op}", spec.dtype, *spec.operand_tile(op), stages=spec.stages,
                         swizzle=operand_mode(spec, op)[0], pad=operand_mode(spec, op)[1],
                         logical=spec.stage_layout(op)) for op in "AB")
-    # Warps are laid out M-fastest: warp w owns rows (w % warps.m) and columns (w // warps.m).
-    warp = tg.warp_id()
+    # Warps are laid out M-fastest: warp w owns rows (w % warps.m) and columns (w // warps.m);
+    # in a warp-specialized kernel w counts from the first math warp, after the producer's.
+    warp = tg.warp_id() - spec.mainloop.producer_warps(spec)
     wm = (warp % spec.warps.m) * spec.warp_tile[0]
     wn = (warp // spec.warps.m) * spec.warp_tile[1]
     pipe = spec.mainloop.pipeline(spec, A, B, sA, sB, warp, wm, wn)
@@ -84,6 +86,9 @@ def gemm(spec):
     # is stored, the copies of the next block's first k-tiles are already in flight.
     blocks = tg.cdiv(M, spec.tile.m) * tg.cdiv(N, spec.tile.n)
     ctas = tg.num_programs()
+    if spec.warp_specialized:   # a producer role requests them (gemm/mainloops/wgmma.py)
+        pipe.run(tg.cdiv(blocks - pid, ctas), lambda i: block_origin(spec, pid + i * ctas, M, N), store, C, alpha, beta)
+        return
     pipe.prologue(*block_origin(spec, pid, M, N))
     for i in tg.range(0, tg.cdiv(blocks - pid, ctas)):
         m0, n0 = block_origin(spec, pid + i * ctas, M, N)

@@ -342,6 +342,11 @@ RULES = {
     T.MBarrierWait: _mbarrier_wait,
     T.TmaLoad: _tma_load,
     T.SetMaxRegisters: _no_hazard,
+    # The TMA-store epilogue runs in warp roles (walked by the emulator, see the module doc)
+    T.StoreStage: _reads_accumulators,
+    T.TmaStore: _no_hazard,
+    T.TmaStoreCommit: _no_hazard,
+    T.TmaStoreWait: _no_hazard,
 }
 
 

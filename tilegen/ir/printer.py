@@ -123,7 +123,7 @@ TEXT = {
     T.CopyAsync: _copy,
     T.CommitGroup: lambda n, t: "commit_group",
     T.WaitGroup: lambda n, t: f"wait_group {n.pending}",
-    T.Barrier: lambda n, t: "barrier",
+    T.Barrier: lambda n, t: f"barrier {n.ident} ({n.threads} threads)" if n.threads else "barrier",
     T.FillFragment: lambda n, t: f"{t.frag(n.frag)} = fill {n.value}",
     T.LoadFragment: _load,
     T.Mma: lambda n, t: f"{t.frag(n.acc)} {'+=' if n.accumulate else '='} mma({n.a.name}, {n.b.name})",
@@ -140,6 +140,11 @@ TEXT = {
     T.FragmentToOperand: lambda n, t: (f"{t.frag(n.dst)} = to_operand({n.src.name} columns "
                                        f"{n.col0}..{n.col0 + n.dst.atom.k})"),
     T.MBarrierArrive: _arrive,
+    T.StoreStage: lambda n, t: (f"{n.dst.name}[{t.val(n.stage)}] = {n.frag.name}[{t.val(n.row0)}.., part {n.part}/{n.parts}]"
+                                + (f" * {t.val(n.alpha)}" if n.alpha is not None else "")),
+    T.TmaStore: lambda n, t: f"tma store {n.src.name}[{t.val(n.stage)}] -> {n.tmap.tensor.name}[{t.val(n.row0)}, {t.val(n.col0)}]",
+    T.TmaStoreCommit: lambda n, t: "tma store commit",
+    T.TmaStoreWait: lambda n, t: f"tma store wait.read {n.pending}",
     T.SetMaxRegisters: lambda n, t: f"setmaxnreg {'inc' if n.increase else 'dec'} {n.count}",
     T.MBarrierWait: lambda n, t: f"wait {n.bar.name}[{t.val(n.stage)}] parity {t.val(n.parity)}",
     T.TmaLoad: _tma_load,

@@ -187,7 +187,11 @@ class WaitGroup(TileOp):
 
 @dataclass(eq=False)
 class Barrier(TileOp):
-    pass
+    """bar.sync: every thread of the CTA, or inside a warp role the role's `threads` threads
+    on their own barrier `ident` (1..15; 0 is the CTA's)."""
+
+    ident: int = 0
+    threads: int = 0
 
 
 @dataclass(eq=False)
@@ -276,6 +280,32 @@ class FenceProxyAsync(TileOp):
 
 
 @dataclass(eq=False)
+class TmaStore(TileOp):
+    """One thread stores stage `stage` of `src` to the block of `tmap`'s tensor at stored
+    (row0, col0) with TMA, one box per swizzle panel; elements outside the tensor are not
+    written. The stores join this thread's bulk group (TmaStoreCommit)."""
+
+    src: SharedTile
+    stage: object
+    tmap: TensorMap
+    row0: object
+    col0: object
+
+
+@dataclass(eq=False)
+class TmaStoreCommit(TileOp):
+    """Close this thread's TMA stores issued since the last commit into a bulk group."""
+
+
+@dataclass(eq=False)
+class TmaStoreWait(TileOp):
+    """Wait until at most `pending` of this thread's bulk groups still read shared memory
+    (their sources may then be written again)."""
+
+    pending: int = 0
+
+
+@dataclass(eq=False)
 class SetMaxRegisters(TileOp):
     """setmaxnreg (sm_90a): the warpgroups that run it take (increase) or give back
     (not increase) registers, to `count` per thread."""
@@ -339,6 +369,21 @@ class StoreFragment(TileOp):
     bias_axis: str = "col"
     activation: str = "none"
     residual: Optional[GlobalTensor] = None
+
+
+@dataclass(eq=False)
+class StoreStage(TileOp):
+    """Stage `stage` of `dst`[r, c] = alpha * frag[row0 + r, part's first column + c], in
+    dst's dtype, for the columns of part `part` of `parts` equal slices of the fragment's
+    atoms (ir/lower/store.py): the accumulator on its way to a TMA store."""
+
+    dst: SharedTile
+    stage: object
+    frag: Fragment
+    row0: object
+    part: int = 0
+    parts: int = 1
+    alpha: Optional[Value] = None
 
 
 # -- fragment arithmetic: softmax and attention (lowered by ir/lower/elementwise.py) ---------

@@ -272,4 +272,8 @@ CHECKS = {
     T.MBarrierWait: _check_barrier_op,
     T.TmaLoad: _check_tma_load,
     T.SetMaxRegisters: _nothing_more,
+    T.StoreStage: _nothing_more,
+    T.TmaStore: _nothing_more,
+    T.TmaStoreCommit: _nothing_more,
+    T.TmaStoreWait: _nothing_more,
 }

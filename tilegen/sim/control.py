@@ -39,7 +39,11 @@ class Exit(Signal):
 
 @dataclass(eq=False)
 class Barrier(Signal):
-    ins: object                 # the bar.sync: every live thread of the CTA must reach one
+    """A bar.sync reached: barrier `ident` completes when `count` threads (None: every live
+    thread of the CTA) wait at it."""
+    ins: object
+    ident: int = 0
+    count: Optional[int] = None
 
 
 @dataclass(eq=False)
@@ -104,15 +108,26 @@ def build_bar(ins, ctx: Context):
     else:
         ok = parts[1:] in (["sync"],)
     ops = ins.operands
-    if not ok or len(ops) not in (1, 2) or not isinstance(ops[0], Imm):
-        ctx.unsupported(ins, f"{ins.opcode} (only bar.sync N / barrier.sync N)")
-    if len(ops) == 2 and not (isinstance(ops[1], Imm) and int(ops[1].value) == ctx.threads):
-        ctx.unsupported(ins, "a barrier over part of the CTA")
+    if not ok or len(ops) not in (1, 2) or not isinstance(ops[0], Imm) or (len(ops) == 2 and not isinstance(ops[1], Imm)):
+        ctx.unsupported(ins, f"{ins.opcode} (only bar.sync N / barrier.sync N, M with immediates)")
+    ident = int(ops[0].value)
+    count = int(ops[1].value) if len(ops) == 2 else None
+    if count == ctx.threads:
+        count = None
+    if not 0 <= ident < 16 or (count is not None and (count <= 0 or count % 32)):
+        ctx.fail(ins, f"bar.sync {ident}{'' if count is None else f', {count}'}: barriers 0..15, thread counts "
+                      f"multiples of 32", kind="unsupported")
     g = _mask(ins, ctx)
     if ctx.masked:   # warps have parted: the runner holds each group here until all arrive
         def arrive():
-            return Barrier(ins) if g().any() else None
+            return Barrier(ins, ident, count) if g().any() else None
         return arrive
+    if count is not None:   # reached in lockstep, every thread arrives: more than its count
+        def too_many():
+            if g is None or g().any():
+                ctx.fail(ins, f"bar.sync {ident}, {count} is reached by all {ctx.threads} threads of the CTA together: "
+                              f"more than its count (a role's barrier, reached outside the role?)", kind="deadlock")
+        return too_many
     if g is None:
         return ctx.shadow_barrier
 

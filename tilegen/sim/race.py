@@ -198,8 +198,9 @@ class SharedShadow:
         hit = self._first(self.inflight[offs] > 0, offs)
         if hit:
             r, o = hit
-            return Violation(r, o, f"{what} overwrites shared memory that a wgmma still in flight reads (issued "
-                                   f"at PTX line {self.i_line[o]}; no wgmma.wait_group has retired it)", "war")
+            return Violation(r, o, f"{what} overwrites shared memory that a wgmma or TMA store still in flight reads "
+                                   f"(issued at PTX line {self.i_line[o]}; no wgmma.wait_group / cp.async.bulk."
+                                   f"wait_group.read has retired it)", "war")
         rd = self.reader[offs]
         own_group = (rd <= WARPGROUP_READER) & (WARPGROUP_READER - rd == t // WARPGROUP_THREADS)
         conflict = (self.r_epoch[offs] == self.epoch) & (rd != t) & (rd != NOBODY) & ~own_group
@@ -324,6 +325,44 @@ class SharedShadow:
         np.add.at(self.bulk, offs, 1)
         self.b_line[offs] = line
         return None
+
+    def issue_bulk_read(self, tid: int, offs: np.ndarray, line: int) -> Optional[Violation]:
+        """A TMA store issued by thread `tid` reads bytes `offs` (1-D) through the async proxy
+        until a wait_group.read of that thread retires it."""
+        flat = offs[None, :]
+        v = self._bulk_pending(flat, "a TMA store reads")
+        if v:
+            return v
+        t = np.array([[tid]])
+        w = self.writer[flat]
+        conflict = (self.w_epoch[flat] == self.epoch) & (w != t) & (w != NOBODY)
+        if conflict.any() and self.acquired is not None:
+            conflict &= ~self._released_to(t, w, flat, self.w_clock)
+        hit = self._first(conflict, flat)
+        if hit:
+            _, o = hit
+            return Violation(0, o, f"shared-memory race: a TMA store reads bytes that thread {self.writer[o]} wrote "
+                                   f"(PTX line {self.w_line[o]}) with no barrier ordering that write before the store",
+                             "race")
+        hit = self._first(self.unfenced[flat], flat)
+        if hit:
+            _, o = hit
+            return Violation(0, o, f"a TMA store reads bytes that thread {self.writer[o]} wrote through the generic proxy "
+                                   f"(PTX line {self.w_line[o]}) with no fence.proxy.async after the write: TMA reads "
+                                   f"shared memory through the async proxy", "proxy")
+        np.add.at(self.inflight, offs, 1)
+        self.i_line[offs] = line
+        return None
+
+    def retire_bulk_read(self, tid: int, offs: np.ndarray, line: int = 0):
+        """A wait_group.read retired a TMA store (issued at PTX line `line`): its bytes count
+        as read by `tid` now."""
+        np.subtract.at(self.inflight, offs, 1)
+        self.r_line[offs] = line
+        self.reader[offs] = tid
+        self.r_epoch[offs] = self.epoch
+        self.clock += 1
+        self.r_clock[offs] = self.clock
 
     def land_bulk(self, offs: np.ndarray):
         """The copy landed and a wait saw it: its bytes are ordered before whoever waited."""

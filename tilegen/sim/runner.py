@@ -22,7 +22,7 @@ from .memory import GlobalMemory
 from .parser import parse_ptx
 from .program import Program
 from .state import Context
-from .tma import fill_tensor_maps
+from .tma import fill_tensor_maps, pending_store_reads
 
 SHARED_BASE = 16
 MAX_JUMPS = 10_000_000        # per CTA: a kernel looping longer than this is stuck
@@ -155,6 +155,13 @@ def _run_cta(ctx: Context, code: list) -> int:
                 steps += more
                 if pc is None:
                     break
+        left = pending_store_reads(ctx)
+        if left is not None:
+            tid, line = left
+            ins = next(i for i in ctx.entry.instrs if i.line == line)
+            raise SimError("the CTA ends while a TMA store still reads shared memory: wait for it "
+                           "(cp.async.bulk.wait_group.read) before the kernel exits", kind="tma", line=line,
+                           text=ins.text, cta=ctx.cta, tid=tid)
     except SimError:
         raise
     except Exception as e:  # an emulator bug: say where it happened
@@ -209,12 +216,12 @@ class _Apart:
         while self.groups:
             ready = [g for g in self.groups if g.at_barrier is None]
             if not ready:
-                self._release_barrier()
-                continue
+                raise self._barrier_deadlock()
             g = ready[turn % len(ready)]
             turn += 1
             for h in self._step(g):
                 self._add(h)
+            self._release_barriers()
             self._merge()
             if self._deadlocked():
                 raise self._deadlock()
@@ -253,13 +260,14 @@ class _Apart:
         return []
 
     def _split(self, g: _Group, signal) -> list:
+        """The groups g becomes after `signal`."""
         if isinstance(signal, Diverge):
             return [_Group(g.pc + 1, g.mask & ~signal.taken), _Group(signal.target, signal.taken)]
         if isinstance(signal, Exit):
             self.live &= ~signal.leaving
             return [_Group(g.pc + 1, g.mask & ~signal.leaving)]
         if isinstance(signal, Barrier):
-            g.at_barrier = signal.ins
+            g.at_barrier = signal
             return [g]
         if isinstance(signal, Wait):
             g.pc += 1
@@ -279,22 +287,51 @@ class _Apart:
                 by_pc[key] = g
         self.groups = list(by_pc.values())
 
-    def _release_barrier(self):
-        """Every live thread waits at a bar.sync (the groups cover the live threads): it
-        completes, and the groups go on."""
-        self.ctx.shadow_barrier()
-        self.ctx.progress += 1
-        for g in self.groups:
-            g.at_barrier = None
-            g.pc += 1
-        self._merge()
+    def _release_barriers(self):
+        """Complete every barrier that its threads have all reached: the CTA's (every live
+        thread) or a role's named one (its count); the groups waiting there go on."""
+        ctx = self.ctx
+        for ident in sorted({g.at_barrier.ident for g in self.groups if g.at_barrier is not None}):
+            waiting = [g for g in self.groups if g.at_barrier is not None and g.at_barrier.ident == ident]
+            count = waiting[0].at_barrier.count
+            arrived = np.zeros_like(self.live)
+            for g in waiting:
+                arrived |= g.mask
+            need = int(self.live.sum()) if count is None else count
+            got = int(arrived.sum())
+            if got < need:
+                continue
+            if got > need:
+                ins = waiting[0].at_barrier.ins
+                raise SimError(f"bar.sync {ident}, {count}: {got} threads arrive, more than its count", kind="deadlock",
+                               line=ins.line, text=ins.text, cta=ctx.cta)
+            if count is None:
+                ctx.shadow_barrier()
+            else:   # the participants' accesses before it are ordered before theirs after it
+                key = ("bar", ident, ctx.progress)
+                tids = np.flatnonzero(arrived)
+                for t in tids.tolist():
+                    ctx.shadow.release(t, key)
+                ctx.shadow.acquire(tids, key)
+            ctx.progress += 1
+            for g in waiting:
+                g.at_barrier = None
+                g.pc += 1
+
+    def _barrier_deadlock(self) -> SimError:
+        """Every live thread waits at a barrier that cannot complete."""
+        first = next(g.at_barrier for g in self.groups)
+        where = ", ".join(sorted({f"bar.sync {g.at_barrier.ident} (PTX line {g.at_barrier.ins.line}, "
+                                  f"{int(g.mask.sum())} threads)" for g in self.groups}))
+        return SimError(f"deadlock: every thread waits at a barrier that cannot complete: {where}", kind="deadlock",
+                        line=first.ins.line, text=first.ins.text, cta=self.ctx.cta)
 
     def _deadlock(self) -> SimError:
         """The first stuck group's report, with what every other group waits for."""
         stuck = [g.stuck[0] for g in self.groups if g.stuck is not None]
         first = stuck[0]
         others = [e.message.removeprefix("deadlock: ") for e in stuck[1:]]
-        others += [f"warp {int(np.flatnonzero(g.mask)[0]) // 32} waits at bar.sync (PTX line {g.at_barrier.line})"
+        others += [f"warp {int(np.flatnonzero(g.mask)[0]) // 32} waits at bar.sync (PTX line {g.at_barrier.ins.line})"
                    for g in self.groups if g.at_barrier is not None]
         message = first.message + "".join(f"; meanwhile {o}" for o in others)
         return SimError(message, kind=first.kind, line=first.line, text=first.text, cta=first.cta, tid=first.tid)

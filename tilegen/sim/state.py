@@ -101,6 +101,7 @@ class Context:
         self.param_at = {a: name for name, a in self.param_address.items()}
         self.mbarriers: dict = {}             # shared offset -> sim.mbarrier.MBarrierState
         self.bulk: list = []                  # TMA copies issued, not yet landed (sim/tma.py)
+        self.bulk_reads: dict = {}            # thread -> its TMA stores' bulk groups, the last still open
         self.barrier_names: dict = {}         # shared offset -> "name[stage]", for messages
         self.masked = False                   # decoding the code for warps that have parted
         self.active: Optional[np.ndarray] = None   # at run time, the running group's threads
@@ -129,6 +130,7 @@ class Context:
         self.active = None
         self.mbarriers = {}
         self.bulk = []
+        self.bulk_reads = {}
         n = self.threads
         full = lambda v: np.full(n, v, dtype=np.uint32)  # noqa: E731
         tid = self.tid

@@ -1,5 +1,6 @@
-"""TMA loads on the emulator: cp.async.bulk.tensor.2d ... .mbarrier::complete_tx::bytes, and
-the emulator's own tensor maps.
+"""TMA on the emulator: loads (cp.async.bulk.tensor.2d ... .mbarrier::complete_tx::bytes),
+stores (cp.async.bulk.tensor.2d.global.shared::cta ... .bulk_group with commit_group and
+wait_group.read), and the emulator's own tensor maps.
 
 A real CUtensorMap is opaque (the driver encodes it), so on the emulator the launch passes a
 tensor map of the emulator's own format instead (`encode_tensor_map`, the same fields as
@@ -10,6 +11,12 @@ The copy reads its box when issued: box_rows rows of box_cols elements from (c1,
 memory row by row with the map's swizzle applied to the shared address (ptx.md 6.5) when it
 lands, and completes box bytes on its mbarrier (sim/mbarrier.py). The destination must be
 128-byte aligned, and 1024-byte aligned with the 128B swizzle (the pattern wgmma expects).
+
+A store reads its box from shared memory (unswizzling it) and writes the elements inside the
+matrix to global memory when issued; its shared bytes count as read by the async proxy until
+a wait_group.read of the issuing thread retires its bulk group: writing them before is
+reported, and so is reading bytes the threads wrote without fence.proxy.async or without a
+barrier ordering them before the issuing thread (SharedShadow.issue_bulk_read).
 """
 from __future__ import annotations
 
@@ -21,7 +28,7 @@ from ..arch import tma as A
 from .errors import SimError
 from .mbarrier import BulkCopy, state
 from .memory import MemoryFault
-from .program import Mem, TensorRef
+from .program import Imm, Mem, TensorRef
 from .state import Context, per_thread
 
 MAGIC = b"TGTM"
@@ -31,6 +38,10 @@ _SPAN = {1: 32, 2: 64, 3: 128}
 OPCODES = {
     "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes",
     "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes",
+}
+STORE_OPCODES = {
+    "cp.async.bulk.tensor.2d.global.shared::cta.tile.bulk_group",
+    "cp.async.bulk.tensor.2d.global.shared::cta.bulk_group",
 }
 
 
@@ -65,6 +76,12 @@ def _decode_map(ins, ctx, name: str):
 
 
 def build_bulk(ins, ctx: Context):
+    if ins.opcode in STORE_OPCODES:
+        return _build_store(ins, ctx)
+    if ins.opcode == "cp.async.bulk.commit_group":
+        return _build_commit(ins, ctx)
+    if ins.opcode in ("cp.async.bulk.wait_group.read", "cp.async.bulk.wait_group"):
+        return _build_wait(ins, ctx)
     if ins.opcode not in OPCODES:
         ctx.unsupported(ins, f"the instruction {ins.opcode} (of the bulk copies, only 2-D TMA loads completing on "
                              f"an mbarrier)")
@@ -128,6 +145,103 @@ def _issue(ins, ctx, tid, dst, bar_addr, desc, c0, c1):
     ctx.bulk.append(BulkCopy(bar_off, offs, box.reshape(-1), box_rows * row_bytes, ins.line))
 
 
+def _box_offsets(ins, ctx, tid, addr, box_rows, row_bytes, swz):
+    """The shared offsets of a box at `addr` (row by row, the swizzle applied)."""
+    align = 1024 if swz == 3 else A.SMEM_ALIGN
+    if (addr - ctx.shared.base) % align and addr % align:
+        ctx.fail(ins, f"the TMA box at shared address {addr:#x} is not {align}-byte aligned", kind="misaligned",
+                 tid=tid, address=addr)
+    try:
+        ctx.shared.offsets(np.array([addr], dtype=np.uint64), box_rows * row_bytes)
+    except MemoryFault as f:
+        ctx.fail(ins, f.reason, kind="bounds", tid=tid, address=f.address)
+    linear = addr + np.arange(box_rows * row_bytes, dtype=np.int64)
+    bits = _SWIZZLE_BITS[swz]
+    swizzled = linear ^ (((linear >> 7) & ((1 << bits) - 1)) << 4) if bits else linear
+    return swizzled - ctx.shared.base
+
+
+def _build_store(ins, ctx):
+    ops = ins.operands
+    if len(ops) != 2 or not isinstance(ops[0], TensorRef) or not isinstance(ops[1], Mem) or len(ops[0].coords) != 2:
+        ctx.unsupported(ins, f"{ins.opcode} with these operands ([tensor map, {{c0, c1}}], [src])")
+    src = ctx.address(ins, ops[1])
+    desc = ctx.reader(ins, ops[0].desc, np.uint64)
+    coords = [ctx.reader(ins, c, np.uint32) for c in ops[0].coords]
+    guard = ctx.guard(ins)
+    n = ctx.threads
+
+    def run():
+        tids = ctx.all_tids if guard is None else ctx.all_tids[guard()]
+        s_all, m_all = per_thread(src(), n), per_thread(desc(), n)
+        c_all = [per_thread(c(), n).view(np.int32) for c in coords]
+        for t in tids.tolist():
+            _store(ins, ctx, t, int(s_all[t]), int(m_all[t]), int(c_all[0][t]), int(c_all[1][t]))
+    return run
+
+
+def _store(ins, ctx, tid, src, desc, c0, c1):
+    name = ctx.param_at.get(desc)
+    if name is None:
+        ctx.fail(ins, f"the tensor-map operand {desc:#x} is not the address of a kernel parameter", kind="tma", tid=tid)
+    ptr, rows, cols, pitch, box_rows, box_cols, esize, swz = _decode_map(ins, ctx, name)
+    row_bytes = box_cols * esize
+    if swz and row_bytes != _SPAN[swz]:
+        ctx.unsupported(ins, f"a swizzled box whose rows ({row_bytes} bytes) are not the swizzle span")
+    offs = _box_offsets(ins, ctx, tid, src, box_rows, row_bytes, swz)
+    v = ctx.shadow.issue_bulk_read(tid, offs, ins.line)
+    if v:
+        ctx.violation(ins, v, np.array([tid]))
+    box = ctx.shared.data[offs].reshape(box_rows, row_bytes)
+    r_lo, r_hi = max(c1, 0), min(c1 + box_rows, rows)
+    k_lo, k_hi = max(c0, 0), min(c0 + box_cols, cols)
+    for r in range(r_lo, r_hi) if k_lo < k_hi else ():
+        try:
+            ctx.memory.write(ptr + r * pitch + k_lo * esize, box[r - c1, (k_lo - c0) * esize:(k_hi - c0) * esize])
+        except (MemoryFault, SimError) as e:
+            ctx.fail(ins, f"the TMA store to {name} writes row {r} outside every allocation ({e})", kind="bounds", tid=tid)
+    ctx.bulk_reads.setdefault(tid, [[]])[-1].append((offs, ins.line))
+
+
+def _build_commit(ins, ctx):
+    guard = ctx.guard(ins)
+
+    def run():
+        tids = ctx.all_tids if guard is None else ctx.all_tids[guard()]
+        for t in tids.tolist():
+            ctx.bulk_reads.setdefault(t, [[]]).append([])
+    return run
+
+
+def _build_wait(ins, ctx):
+    if len(ins.operands) != 1 or not isinstance(ins.operands[0], Imm):
+        ctx.unsupported(ins, f"{ins.opcode} without an immediate count")
+    keep = int(ins.operands[0].value)
+    guard = ctx.guard(ins)
+
+    def run():
+        tids = ctx.all_tids if guard is None else ctx.all_tids[guard()]
+        for t in tids.tolist():
+            groups = ctx.bulk_reads.get(t)
+            if not groups:
+                continue
+            closed = groups[:-1]   # the last list collects stores not yet committed
+            while len(closed) > keep:
+                for offs, line in closed.pop(0):
+                    ctx.shadow.retire_bulk_read(t, offs, line)
+            ctx.bulk_reads[t] = closed + groups[-1:]
+    return run
+
+
+def pending_store_reads(ctx):
+    """(thread, PTX line) of a TMA store whose shared reads no wait_group.read retired, or None."""
+    for t, groups in ctx.bulk_reads.items():
+        for g in groups:
+            if g:
+                return t, g[0][1]
+    return None
+
+
 BUILDERS = {"cp.async.bulk": build_bulk}
 
-__all__ = ["BUILDERS", "encode_tensor_map", "fill_tensor_maps"]
+__all__ = ["BUILDERS", "encode_tensor_map", "fill_tensor_maps", "pending_store_reads"]

@@ -12,6 +12,7 @@ class MainLoop:
     default_stages: int = 3
     persistent: bool = False      # whether its kernels may walk several blocks per CTA
     copies: tuple = ("cp.async",)  # how its k-tiles may reach shared memory (GemmSpec.copy)
+    stores: tuple = ("direct",)    # how its blocks of C may reach global memory (GemmSpec.store)
 
     def default_target(self, dtype: str) -> str:
         raise NotImplementedError
@@ -22,6 +23,14 @@ class MainLoop:
 
     def default_frag_buffers(self, dtype: str) -> int:
         return 1
+
+    def default_persistent(self, spec) -> bool:
+        """GemmSpec.persistent of a spec that leaves it at None."""
+        return False
+
+    def default_store(self, spec) -> str:
+        """GemmSpec.store of a spec that leaves it at auto."""
+        return self.stores[0]
 
     def default_copy(self, spec) -> str:
         """GemmSpec.copy of a spec that leaves it at auto."""
@@ -45,6 +54,10 @@ class MainLoop:
     def tf32_truncates(self, spec) -> bool:
         """Whether the tensor cores truncate tf32 operands (instead of rounding them)."""
         return False
+
+    def producer_warps(self, spec) -> int:
+        """Warps of a producer role ahead of the math warps (warp-specialized kernels), or 0."""
+        return 0
 
     def pipeline(self, spec, A, B, sA, sB, warp, wm, wn):
         """The DSL object with prologue(m0, n0) and k_loop(m0, n0) -> accumulator."""

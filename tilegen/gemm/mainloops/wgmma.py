@@ -40,6 +40,8 @@ from ... import dsl as tg
 from ...arch import wgmma as W
 from ...arch.swizzle import SWIZZLE_MODES
 from ...errors import SpecError
+from ...ir.layout import SmemLayout
+from ..layouts import smem_layout
 from .base import MainLoop
 from .mma_sync import DEFAULT_TILE
 
@@ -69,13 +71,52 @@ class WgmmaLoop(MainLoop):
     default_stages = 4
     persistent = True
     copies = ("cp.async", "tma")
+    stores = ("direct", "tma")
     TMA_DTYPES = ("f16", "bf16")
+    STAGING_PARTS = (1, 2, 4, 8)    # a block of C goes out through shared memory in this many slices
+
+    def default_persistent(self, spec) -> bool:
+        """The warp-specialized TMA kernel for 16-bit operands: as fast as one CTA per block at
+        square sizes and 1.15-1.25x at short K (docs/perf_notes.md section 18)."""
+        return spec.dtype in self.TMA_DTYPES and spec.copy in ("auto", "tma")
+
+    def default_store(self, spec) -> str:
+        """TMA stores where they can (warp-specialized, plain epilogue, whole-width warp tiles,
+        room for the staging buffer): 1.06-1.10x the direct stores (docs/perf_notes.md 18)."""
+        return "tma" if self._tma_store_problem(spec) is None else "direct"
+
+    def _tma_store_problem(self, spec):
+        """Why a spec cannot store with TMA, or None."""
+        if not spec.warp_specialized:
+            return "only the warp-specialized kernels (persistent, copy=tma) store with TMA"
+        if not spec.epilogue.is_plain:
+            return "the bias, activation and residual epilogues store directly"
+        if spec.warps.n != 1:
+            return "TMA stores need warps (n, 1): each warp's accumulator spans the block's columns"
+        if self.store_staging(spec) is None:
+            return "no slice of the block of C fits in the shared memory the stages leave"
+        return None
+
+    def store_staging(self, spec):
+        """(parts, layout) of the shared buffer a block of C goes out through: the fewest
+        slices whose buffer fits beside the stages (128-byte swizzled rows), or None."""
+        t, osize = spec.tile, {"f32": 4, "f16": 2, "bf16": 2}[spec.out_dtype]
+        used = sum(smem_layout(spec, op).stage_bytes for op in "AB") * spec.stages + 2 * 8 * spec.stages + 1024
+        room = spec.target_info.smem_per_block - used
+        for parts in self.STAGING_PARTS:
+            cols = t.n // parts
+            if t.n % parts or (t.n // 8) % parts or (cols * osize) % 128 or cols * osize > 4 * 128 * 2:
+                continue
+            layout = SmemLayout(t.m, cols, osize, "128B")
+            if layout.stage_bytes <= room:
+                return parts, layout
+        return None
 
     def default_copy(self, spec) -> str:
         """TMA for 16-bit operands (measured 0.89-0.92x cuBLAS against cp.async's 0.66-0.80x,
-        docs/perf_notes.md section 17); tf32 (whose MN-major operands are transposed or go
-        through registers) and persistent kernels copy with cp.async."""
-        return "tma" if spec.dtype in self.TMA_DTYPES and not spec.persistent else "cp.async"
+        docs/perf_notes.md section 17; persistent, it is the warp-specialized kernel); tf32
+        (whose MN-major operands are transposed or go through registers) copies with cp.async."""
+        return "tma" if spec.dtype in self.TMA_DTYPES else "cp.async"
 
     def default_target(self, dtype: str) -> str:
         return "sm_90a"
@@ -160,12 +201,14 @@ class WgmmaLoop(MainLoop):
         if spec.stages < 3:
             raise SpecError("stages", spec.stages, "3..6", "wgmma kernels keep one stage for the tensor cores "
                             "still reading the previous tile")
+        if spec.store == "tma":
+            why = self._tma_store_problem(spec)
+            if why is not None:
+                raise SpecError("store", spec.store, "direct", why)
         if spec.copy == "tma":
             if spec.dtype not in self.TMA_DTYPES:
                 raise SpecError("copy", spec.copy, "cp.async", f"{spec.dtype} wgmma kernels copy with cp.async (TMA "
                                 f"copies of {', '.join(self.TMA_DTYPES)} only)")
-            if spec.persistent:
-                raise SpecError("copy", spec.copy, "cp.async", "persistent kernels copy with cp.async")
             for op in "AB":
                 rows = spec.operand_tile(op)[0]
                 if rows > 256:
@@ -173,9 +216,15 @@ class WgmmaLoop(MainLoop):
                                     f"a TMA box has at most 256 rows; operand {op}'s stage has {rows}")
 
     def pipeline(self, spec, A, B, sA, sB, warp, wm, wn):
+        if spec.warp_specialized:
+            return WarpSpecializedPipeline(spec, A, B, sA, sB, warp, wm, wn)
         if spec.copy == "tma":
             return TmaPipeline(spec, A, B, sA, sB, warp, wm, wn)
         return WgmmaPipeline(spec, A, B, sA, sB, warp, wm, wn)
+
+    def producer_warps(self, spec) -> int:
+        """Persistent TMA kernels are warp-specialized: a producer warpgroup before the math warps."""
+        return W.WARPGROUP if spec.copy == "tma" and spec.persistent else 0
 
 
 class WgmmaPipeline:
@@ -187,6 +236,7 @@ class WgmmaPipeline:
 
     def __init__(self, spec, A, B, sA, sB, warp, wm, wn):
         self.spec, self.A, self.B, self.sA, self.sB = spec, A, B, sA, sB
+        self.wm = wm
         self.S = spec.stages
         self.ahead = self.S - 2
         self.shape = spec.mainloop.shape(spec)
@@ -265,8 +315,8 @@ class TmaPipeline(WgmmaPipeline):
 
     def __init__(self, spec, A, B, sA, sB, warp, wm, wn):
         super().__init__(spec, A, B, sA, sB, warp, wm, wn)
-        self.full = tg.mbarrier("full", stages=self.S)                          # the k-tile landed
-        self.empty = tg.mbarrier("empty", stages=self.S, arrivals=spec.threads)  # every thread is done with it
+        self.full = tg.mbarrier("full", stages=self.S)                               # the k-tile landed
+        self.empty = tg.mbarrier("empty", stages=self.S, arrivals=spec.math_threads)  # every math thread is done
         self.k_tiles = tg.cdiv(A.shape[1], spec.tile.k)
 
     def request(self, m0, n0, t, stage):
@@ -307,4 +357,95 @@ class TmaPipeline(WgmmaPipeline):
         return acc
 
 
-__all__ = ["WgmmaLoop", "WgmmaPipeline", "TmaPipeline"]
+class WarpSpecializedPipeline(TmaPipeline):
+    """Persistent and warp-specialized (module docstring): warpgroup 0 is the producer, whose
+    first warp requests every k-tile of every block this CTA walks; the math warpgroups wait
+    for each stage, multiply it and release it. Stage and phase counters run on across blocks,
+    so the producer fills the stages with the next block's k-tiles while the math warps store
+    this block's accumulator."""
+
+    PRODUCER_REGISTERS = 40
+
+    def run(self, blocks, origin, store, C, alpha, beta):
+        """Walk `blocks` blocks of C (block i at origin(i) -> (m0, n0)), storing each
+        accumulator with store(acc, m0, n0), or with store="tma" and beta == 0 through shared
+        memory and TMA stores (store_through_shared)."""
+        spec, S, k_tiles = self.spec, self.S, self.k_tiles
+        staged = spec.store == "tma"
+        if staged:
+            parts, layout = spec.mainloop.store_staging(spec)
+            sC = tg.shared("sC", spec.out_dtype, layout.rows, layout.cols)
+        first_math = W.WARPGROUP
+        producer_regs, math_regs = _register_split(spec)
+        with tg.role("producer", warps=(0, first_math), registers=producer_regs):
+            with tg.if_(tg.lt(tg.warp_id(), 1)):     # one warp requests; the other three are done
+                for i in tg.range(blocks):
+                    m0, n0 = origin(i)
+                    for kt in tg.range(k_tiles):
+                        t = i * k_tiles + kt          # k-tiles this CTA requested before
+                        stage = t % S
+                        with tg.if_(tg.ge(t, S)):      # the stage's previous k-tile was released
+                            tg.mbarrier_wait(self.empty[stage], ((t // S) + 1) & 1)
+                        self.request(m0, n0, kt, stage)
+        with tg.role("math", warps=(first_math, first_math + spec.warps.count), registers=math_regs):
+            for i in tg.range(blocks):
+                m0, n0 = origin(i)
+                acc = self.consume(i)
+                if not staged:
+                    store(acc, m0, n0)
+                    continue
+                with tg.if_(tg.is_zero(beta)):   # C is not read: out through shared memory
+                    self.store_through_shared(acc, C, sC, parts, m0, n0, alpha)
+                with tg.else_():
+                    store(acc, m0, n0)
+            if staged:
+                tg.tma_store_wait(0)                 # the last stores have read sC
+
+    def store_through_shared(self, acc, C, sC, parts, m0, n0, alpha):
+        """The block of C in `parts` column slices: each written into sC by every math thread,
+        then stored by one thread with TMA while the next slice (or block) goes on."""
+        cols = self.spec.tile.n // parts
+        for p in range(parts):
+            tg.tma_store_wait(0)                     # the storing thread: the last store has read sC
+            tg.barrier()                             # ... as every math thread now knows
+            tg.store_stage(sC[0], acc, self.wm, part=p, parts=parts, alpha=alpha)
+            tg.fence_proxy_async()                   # visible to TMA's reads (the async proxy)
+            tg.barrier()                             # ... from every math thread
+            tg.tma_store(C.block(m0, n0 + p * cols), sC[0])
+            tg.tma_store_commit()
+
+    def consume(self, i):
+        """Block i's accumulator: wait for, multiply and release each of its k-tiles."""
+        spec, shape, S, k_tiles, full, empty = self.spec, self.shape, self.S, self.k_tiles, self.full, self.empty
+        acc = tg.fragment(spec.mma, "C", (1, shape.n // spec.mma.n), name="acc")
+        first = i * k_tiles
+        for kt in tg.range(k_tiles):
+            t = first + kt
+            stage = t % S
+            tg.mbarrier_wait(full[stage], (t // S) & 1)
+            tg.wgmma_fence()
+            for kk in range(spec.tile.k // shape.k):
+                tg.wgmma(acc, self.a_src[stage], self.b_src[stage], self.a_origin, kk * shape.k, self.b_origin)
+            tg.wgmma_commit()
+            tg.wgmma_wait(1)                          # k-tile t - 1 retired: release its stage
+            with tg.if_(tg.ge(kt, 1)):
+                tg.arrive(empty[(t - 1) % S])
+        tg.wgmma_wait(0)
+        tg.arrive(empty[(first + k_tiles - 1) % S])   # the block's last k-tile
+        return acc
+
+
+def _register_split(spec) -> tuple:
+    """(producer, math) registers per thread under setmaxnreg: the producer keeps few, the math
+    warps take what is left of the SM's 64K (at most 240), or None where the launch's share
+    is already enough."""
+    tgt = spec.target_info
+    at_launch = min(tgt.regs_per_thread, tgt.regs_per_sm // spec.threads) // 8 * 8
+    producer = WarpSpecializedPipeline.PRODUCER_REGISTERS
+    math = min(240, (tgt.regs_per_sm - producer * W.WARPGROUP * 32) // spec.math_threads // 8 * 8)
+    if math <= at_launch:
+        return None, None
+    return producer, math
+
+
+__all__ = ["WgmmaLoop", "WgmmaPipeline", "TmaPipeline", "WarpSpecializedPipeline"]

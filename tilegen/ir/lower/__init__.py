@@ -9,12 +9,12 @@ from ..values import Addr, Imm, Sym
 from .context import LowerContext
 from .copy import lower_copy
 from .fragment import lower_fill, lower_load_fragment, lower_mma, lower_split
-from .store import lower_store
+from .store import lower_store, lower_store_stage
 from .wgmma import (lower_fence_proxy_async, lower_wgmma, lower_wgmma_commit, lower_wgmma_fence,
                     lower_wgmma_wait)
 from .elementwise import lower_elementwise, lower_mask, lower_row_reduce, lower_to_operand
 from .mbarrier import init_barriers, lower_arrive, lower_wait
-from .tma import lower_tma_load
+from .tma import lower_tma_load, lower_tma_store, lower_tma_store_commit, lower_tma_store_wait
 
 
 def _commit(b, ctx, op):
@@ -27,7 +27,10 @@ def _wait(b, ctx, op):
 
 
 def _barrier(b, ctx, op):
-    b.emit(Instr("bar.sync", (), (0,)))
+    if op.threads:   # a warp role's own barrier
+        b.emit(Instr("bar.sync", (), (op.ident, op.threads)))
+    else:
+        b.emit(Instr("bar.sync", (), (0,)))
 
 
 def _set_max_registers(b, ctx, op):
@@ -56,6 +59,10 @@ LOWERINGS = {
     T.MBarrierArrive: lower_arrive,
     T.MBarrierWait: lower_wait,
     T.TmaLoad: lower_tma_load,
+    T.TmaStore: lower_tma_store,
+    T.TmaStoreCommit: lower_tma_store_commit,
+    T.TmaStoreWait: lower_tma_store_wait,
+    T.StoreStage: lower_store_stage,
     # sm_90a: warp specialization
     T.SetMaxRegisters: _set_max_registers,
 }

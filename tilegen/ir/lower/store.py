@@ -8,7 +8,9 @@ from ...errors import IRError
 from ..instr import Instr
 from ..values import Addr, Imm, Value, Vec
 from .activations import apply_activation
+from .fragment import split_origin
 from .lanes import fit_bit_linear
+from .smem import shared_address
 
 
 
@@ -177,3 +179,39 @@ def _store(b, value, addr, inside, out):
     else:  # cvt.rn.bf16.f32 wants a 16-bit register; the x2 form packs into a b32 (low half = value)
         packed = b.op("cvt.rn.bf16x2.f32", "b32", Imm(0.0, "f32"), value)
     b.emit(Instr("st.global.b16", (), (Addr(addr), packed), pred=inside))
+
+
+def lower_store_stage(b, ctx, op):
+    """The accumulator's elements of one column slice into a shared stage (row-major, the
+    stage's swizzle), converted to its dtype: two neighbouring columns per 32-bit store
+    (one 64-bit store for f32). Addresses split as in ir/lower/smem.py: one register per
+    thread, the atoms' offsets in the instruction."""
+    frag, tile = op.frag, op.dst
+    if frag.operand != "C":
+        raise IRError(f"only accumulator fragments can be stored, not operand {frag.operand}")
+    out, esize = tile.dtype.name, tile.dtype.bytes
+    tm, tn = frag.tiles
+    per = tn // op.parts
+    row_rt, row_ct = split_origin(op.row0)
+    pairs = _pairs(_elements(frag.map))
+    if any(len(g) != 2 for g in pairs):
+        raise IRError(f"{frag.name}: its accumulator elements do not come in column pairs")
+    for i in range(tm):
+        for j in range(op.part * per, (op.part + 1) * per):
+            b.comment(f"{frag.name} atom ({i},{j}) -> {tile.name}")
+            for (r, e, ((br, bc), deltas)), (r1, e1, _) in pairs:
+                lanes = [frag.map.coord(lane, r, e) for lane in range(32)]
+                row = (row_rt, ctx.lane_term([d[0] for d in deltas]), [x - br for x, _ in lanes],
+                       row_ct + 16 * i + br)
+                col = (0, ctx.lane_term([d[1] * esize for d in deltas]), [(c - bc) * esize for _, c in lanes],
+                       (8 * (j - op.part * per) + bc) * esize)
+                addr, disp = shared_address(b, ctx, tile, op.stage, row, col)
+                v0 = _accumulator_value(b, frag, frag.regs[(i, j)][r], e)
+                v1 = _accumulator_value(b, frag, frag.regs[(i, j)][r1], e1)
+                if op.alpha is not None:
+                    v0, v1 = (b.op("mul.f32", "f32", v, op.alpha) for v in (v0, v1))
+                if out == "f32":
+                    b.emit(Instr("st.shared.v2.f32", (), (Addr(addr, disp), Vec((v0, v1)))))
+                else:
+                    packed = b.op(f"cvt.rn.{out}x2.f32", "b32", v1, v0)  # the first operand goes high
+                    b.emit(Instr("st.shared.b32", (), (Addr(addr, disp), packed)))

@@ -1,5 +1,6 @@
-"""TMA loads (sm_90, ptx.md 6.4): one thread copies a block of a tensor into a shared stage
-with cp.async.bulk.tensor, the copies completing on an mbarrier.
+"""TMA loads and stores (sm_90, ptx.md 6.4): one thread copies a block of a tensor into a
+shared stage with cp.async.bulk.tensor, the copies completing on an mbarrier; or a stage out
+to a block of a tensor, the stores joining the thread's bulk groups (commit, wait.read).
 
 A stage is stored in panels one swizzle span wide (ir/layout.py), and a TMA box with that
 swizzle writes exactly one panel: so a stage takes one box per panel, each box the panel's
@@ -13,6 +14,7 @@ from .mbarrier import barrier_address, first_thread
 from .smem import cached_stage_base
 
 TMA_LOAD = "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+TMA_STORE = "cp.async.bulk.tensor.2d.global.shared::cta.tile.bulk_group"
 
 
 def panels(layout) -> int:
@@ -31,3 +33,24 @@ def lower_tma_load(b, ctx, op):
         col = b.add(op.col0, p * tmap.box_cols)
         b.emit(Instr(TMA_LOAD, (), (dst, TensorAddr(tmap.param.value, (col, op.row0)), bar), pred=first,
                      comment=f"{tmap.tensor.name} -> {op.dst.name}, panel {p}" if panels(layout) > 1 else ""))
+
+
+def lower_tma_store(b, ctx, op):
+    ctx.kernel.features.add("tma")
+    layout, tmap = op.src.layout, op.tmap
+    base = cached_stage_base(b, ctx, op.src, op.stage)
+    first = first_thread(ctx)
+    for p in range(panels(layout)):
+        src = Addr(b.add(base, p * layout.rows * layout.panel_bytes) if p else base)
+        col = b.add(op.col0, p * tmap.box_cols)
+        b.emit(Instr(TMA_STORE, (), (TensorAddr(tmap.param.value, (col, op.row0)), src), pred=first,
+                     comment=f"{op.src.name} -> {tmap.tensor.name}, panel {p}" if panels(layout) > 1 else ""))
+
+
+def lower_tma_store_commit(b, ctx, op):
+    b.emit(Instr("cp.async.bulk.commit_group", (), (), pred=first_thread(ctx)))
+
+
+def lower_tma_store_wait(b, ctx, op):
+    b.emit(Instr("cp.async.bulk.wait_group.read", (), (op.pending,), pred=first_thread(ctx),
+                 comment="the stores' shared sources may be written again"))

@@ -1,0 +1,153 @@
+"""The epilogue through shared memory and TMA stores: ladder step 8 with its protocol mistakes
+planted one at a time (each caught by the emulator), and the GEMM's store="tma" kernels on
+the emulator (every out dtype, both operand dtypes, layouts, alpha and beta, ragged shapes,
+outputs whose rows TMA cannot take) and on the GPU."""
+import importlib.util
+import sys
+import types
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import tilegen
+from gpu_util import requires_gpu
+from ptxas_util import assert_assembles, needs_ptxas
+from tilegen.arch.dtypes import numpy_dtype
+from tilegen.sim import SimError
+
+LADDER = Path(__file__).resolve().parent.parent / "examples" / "hopper_ladder"
+SOURCE = (LADDER / "step8_tma_store.py").read_text()
+if str(LADDER) not in sys.path:
+    sys.path.insert(0, str(LADDER))
+_spec = importlib.util.spec_from_file_location("tilegen_ladder_common_store", LADDER / "common.py")
+common = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(common)
+
+
+def step8_with(old: str = "", new: str = "", **constants):
+    assert old in SOURCE, old
+    module = types.ModuleType("step8_planted")
+    text = SOURCE.replace(old, new, 1).replace('if __name__ == "__main__":', "if False:")
+    exec(compile(text, "step8_planted.py", "exec"), module.__dict__)
+    return tilegen.compile(module.step8, target="sm_90a", **constants)
+
+
+def test_step8_runs_clean():
+    err, bound, _ = common.check(step8_with(), 300, 520, 130, device="sim", seed=5, out=np.float16)
+    assert err <= bound
+
+
+WAIT = "                tg.tma_store_wait(0)                # (the storing thread) the last store has read sC\n"
+FIRST_BARRIER = "                tg.barrier()                        # ... as every math thread now knows\n"
+FENCE = "                tg.fence_proxy_async()              # visible to TMA, which reads through the async proxy\n"
+SECOND_BARRIER = "                tg.barrier()                        # ... from every math thread\n"
+LAST_WAIT = "        tg.tma_store_wait(0)\n\n"
+PLANTED = {
+    "no fence before the store": (FENCE, "", "proxy", "no fence.proxy.async after the write"),
+    "no barrier before the store": (SECOND_BARRIER, "", "race", "a TMA store reads bytes that thread"),
+    "the buffer rewritten before the store read it": (WAIT, "", "war", "TMA store still in flight reads"),
+    "the others not told the store read it": (FIRST_BARRIER, "", "war", "st.shared overwrites a stage another warp "
+                                              "may still be reading: thread 128 read these bytes (last at PTX line"),
+    "the kernel ends before its stores read": (LAST_WAIT, "\n", "tma", "the CTA ends while a TMA store still reads"),
+}
+
+
+@pytest.mark.parametrize("name", list(PLANTED))
+def test_planted_store_mistakes_are_caught(name):
+    old, new, kind, says = PLANTED[name]
+    with pytest.raises(SimError) as e:
+        common.check(step8_with(old, new), 300, 520, 130, device="sim", seed=5, out=np.float16)
+    assert e.value.kind == kind, str(e.value)
+    assert says in str(e.value)
+
+
+# ---- the GEMM's store="tma" ---------------------------------------------------------------------
+
+def _gemm_case(spec, M, N, K, alpha, beta, seed=0, out_ld=None):
+    rng = np.random.default_rng(seed)
+    in_dt, out_dt = numpy_dtype(spec.dtype), numpy_dtype(spec.out_dtype)
+    A = rng.standard_normal((M, K)).astype(in_dt)
+    B = rng.standard_normal((K, N)).astype(in_dt)
+    A_in = np.asfortranarray(A) if spec.a_layout == "col" else A
+    B_in = np.asfortranarray(B) if spec.b_layout == "col" else B
+    C0 = rng.standard_normal((M, N)).astype(out_dt)
+    out = C0.copy() if out_ld is None else np.zeros((M, out_ld), out_dt)[:, :N]
+    if out_ld is not None:
+        out[...] = C0
+    C = tilegen.compile(spec)(A_in, B_in, out=out, alpha=alpha, beta=beta, device="sim")
+    a64, b64 = A.astype(np.float64), B.astype(np.float64)
+    ref = alpha * (a64 @ b64) + beta * C0.astype(np.float64)
+    scale = abs(alpha) * (np.abs(a64) @ np.abs(b64)) + abs(beta) * np.abs(C0.astype(np.float64))
+    rel = np.abs(C.astype(np.float64) - ref) / np.maximum(scale, 1e-30)
+    out_eps = {"f32": 0.0, "f16": 2.0 ** -11, "bf16": 2.0 ** -8}[spec.out_dtype]
+    assert np.isfinite(C).all()
+    assert rel.max() <= K * 2.0 ** -23 + 2.0 ** -20 + out_eps, rel.max()
+    return C
+
+
+@pytest.mark.parametrize("dtype, out, la, lb", [("f16", "f16", "row", "row"), ("bf16", "bf16", "col", "col"),
+                                                ("f16", "f32", "col", "row"), ("bf16", "f32", "row", "col")])
+def test_tma_store_gemm_on_the_emulator(dtype, out, la, lb):
+    spec = tilegen.GemmSpec(dtype=dtype, out_dtype=out, instruction="wgmma", a_layout=la, b_layout=lb)
+    assert spec.store == "tma" and spec.warp_specialized
+    _gemm_case(spec, 300, 520, 200, alpha=1.5, beta=0.0)
+
+
+def test_beta_reads_c_through_the_direct_path():
+    spec = tilegen.GemmSpec(dtype="f16", out_dtype="f16", instruction="wgmma")
+    _gemm_case(spec, 129, 300, 70, alpha=0.5, beta=-2.0, seed=1)
+
+
+def test_rows_tma_cannot_store_go_to_the_direct_twin():
+    spec = tilegen.GemmSpec(dtype="f16", out_dtype="f16", instruction="wgmma")
+    _gemm_case(spec, 70, 131, 40, alpha=1.0, beta=0.0, seed=2, out_ld=133)     # 266-byte rows
+    k = tilegen.compile(spec)
+    assert k.direct_store_kernel().spec.store == "direct" and k.direct_store_kernel() is k.direct_store_kernel()
+
+
+def test_store_tma_is_refused_where_it_cannot_work():
+    with pytest.raises(tilegen.SpecError, match="the bias, activation and residual epilogues store directly"):
+        tilegen.GemmSpec(dtype="f16", instruction="wgmma", store="tma", epilogue=tilegen.Epilogue("col", "relu"))
+    with pytest.raises(tilegen.SpecError, match="only the warp-specialized kernels"):
+        tilegen.GemmSpec(dtype="f16", instruction="wgmma", store="tma", persistent=False)
+    with pytest.raises(tilegen.SpecError, match="store"):
+        tilegen.GemmSpec(dtype="f16", store="tma")
+    with pytest.raises(tilegen.SpecError, match="allowed: auto, direct, tma"):
+        tilegen.GemmSpec(dtype="f16", instruction="wgmma", store="smem")
+
+
+@needs_ptxas
+def test_tma_store_gemm_assembles():
+    for out in ("f16", "f32"):
+        k = tilegen.compile(tilegen.GemmSpec(dtype="bf16", out_dtype=out, instruction="wgmma"))
+        assert "cp.async.bulk.tensor.2d.global.shared::cta.tile.bulk_group" in k.ptx
+        assert_assembles(k.ptx, "sm_90a")
+
+
+@pytest.mark.gpu
+@requires_gpu
+def test_tma_store_gemm_on_the_gpu():
+    import torch
+
+    for dtype, tdt in (("f16", torch.float16), ("bf16", torch.bfloat16)):
+        k = tilegen.compile(tilegen.GemmSpec(dtype=dtype, out_dtype=dtype, instruction="wgmma"))
+        for M, N, K in [(1000, 1032, 999), (4096, 4096, 256), (1, 8, 1), (257, 264, 4100)]:
+            A = torch.randn(M, K, device="cuda", dtype=tdt)
+            B = torch.randn(K, N, device="cuda", dtype=tdt)
+            C = torch.full((M, N), float("nan"), device="cuda", dtype=tdt)
+            k(A, B, out=C, alpha=2.0)
+            ref = 2.0 * (A.double() @ B.double())
+            scale = 2.0 * (A.double().abs() @ B.double().abs())
+            rel = ((C.double() - ref).abs() / scale.clamp_min(1e-30)).max().item()
+            bound = K * 2.0 ** -23 + 2.0 ** -20 + (2.0 ** -11 if dtype == "f16" else 2.0 ** -8)
+            assert rel <= bound, (dtype, M, N, K, rel)
+        # beta != 0 and rows TMA cannot store: the direct paths
+        C0 = torch.randn(300, 130, device="cuda", dtype=tdt)
+        wide = torch.zeros(300, 133, device="cuda", dtype=tdt)[:, :130]
+        wide.copy_(C0)
+        A = torch.randn(300, 64, device="cuda", dtype=tdt)
+        B = torch.randn(64, 130, device="cuda", dtype=tdt)
+        k(A, B, out=wide, alpha=1.0, beta=0.5)
+        ref = A.double() @ B.double() + 0.5 * C0.double()
+        assert ((wide.double() - ref).abs().max() / ref.abs().max()).item() < 2e-2

@@ -1,0 +1,102 @@
+"""One GPU run comparing GEMM kernel variants: each GemmSpec variant timed kernel-only (CUDA
+events around back-to-back kernel(A, B, out=C) calls) at several shapes beside cuBLAS
+(torch.matmul) in the same process, with its error against a float64 product. Writes JSON
+lines to DIR/variants.jsonl.
+
+    python3 tools/h200_variants.py DIR [--dtype f16] [--shapes 4096x4096x4096 ...]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, REPO)
+
+VARIANTS = {
+    "default: warp-specialized, TMA store": dict(),
+    "warp-specialized, direct store": dict(store="direct"),
+    "one CTA per block (TMA loads, direct store)": dict(persistent=False),
+    "warp-specialized, TMA store, f32 out": dict(out_dtype="f32"),
+}
+
+
+def _events_ms(fn, reps: int, rounds: int = 5) -> float:
+    import statistics
+
+    import torch
+
+    fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(rounds):
+        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        for _ in range(reps):
+            fn()
+        stop.record()
+        stop.synchronize()
+        times.append(start.elapsed_time(stop) / reps)
+    return statistics.median(times)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("out")
+    ap.add_argument("--dtype", default="f16")
+    ap.add_argument("--shapes", nargs="+", default=["2048x2048x2048", "4096x4096x4096", "8192x8192x8192",
+                                                     "4096x4096x1024", "1024x4096x4096"])
+    a = ap.parse_args()
+    import torch
+
+    import tilegen
+
+    tdt = {"f16": torch.float16, "bf16": torch.bfloat16}[a.dtype]
+    kernels = {name: tilegen.compile(tilegen.GemmSpec(**{"dtype": a.dtype, "out_dtype": a.dtype,
+                                                         "instruction": "wgmma", **kw}))
+               for name, kw in VARIANTS.items()}
+    sys.path.insert(0, os.path.join(REPO, "examples", "hopper_ladder"))
+    import step7_persistent
+    ladder = tilegen.compile(step7_persistent.step7, target="sm_90a") if a.dtype == "f16" else None
+    with open(os.path.join(a.out, "variants.jsonl"), "a") as f:
+        for shape in a.shapes:
+            M, N, K = (int(x) for x in shape.split("x"))
+            A = torch.randn(M, K, device="cuda", dtype=tdt)
+            B = torch.randn(K, N, device="cuda", dtype=tdt)
+            C = torch.empty(M, N, device="cuda", dtype=tdt)
+            C32 = torch.empty(M, N, device="cuda", dtype=torch.float32)
+            ref = A.double() @ B.double()
+            flop = 2.0 * M * N * K
+            reps = max(5, int(3e12 / flop))
+            row = {"shape": [M, N, K], "dtype": a.dtype,
+                   "cublas_tflops": flop / _events_ms(lambda: torch.matmul(A, B, out=C), reps) / 1e9, "variants": {}}
+            stream = torch.cuda.current_stream().cuda_stream
+            for name, k in kernels.items():
+                out = C32 if k.spec.out_dtype == "f32" else C
+                out.fill_(float("nan"))
+                k(A, B, out=out)
+                torch.cuda.synchronize()
+                err = float(((out.double() - ref).abs().max() / ref.abs().max()).item())
+                ms = _events_ms(lambda k=k: k(A, B, out=out), reps)
+                fc = k.fast_call
+                launcher = k.launcher(0)
+                args = fc.arguments((M, N, K, A.data_ptr(), K, B.data_ptr(), N, out.data_ptr(), N, 1.0, 0.0, 0, 0, 0))
+                grid = fc.grid(M, N, K, launcher.sm_count)
+                launch_ms = _events_ms(lambda: launcher(grid, args, stream), reps)
+                row["variants"][name] = {"kernel": k.name, "tflops": flop / ms / 1e9, "launch_tflops": flop / launch_ms / 1e9,
+                                         "vs_cublas": flop / ms / 1e9 / row["cublas_tflops"], "rel_err": err}
+            if ladder is not None:
+                args = {"M": M, "N": N, "K": K, "A_ptr": A.data_ptr(), "A_ld": K, "B_ptr": B.data_ptr(), "B_ld": N,
+                        "C_ptr": C32.data_ptr(), "C_ld": N}
+                ms = _events_ms(lambda: ladder.launch(args, {"M": M, "N": N, "K": K}), reps)
+                row["variants"]["ladder step 7 (f32 out)"] = {"kernel": ladder.name, "tflops": flop / ms / 1e9,
+                                                              "vs_cublas": flop / ms / 1e9 / row["cublas_tflops"]}
+            f.write(json.dumps(row) + "\n")
+            print(json.dumps(row), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
