@@ -1,5 +1,7 @@
 """Run a few ragged GEMMs for compute-sanitizer (memcheck / racecheck); exits non-zero on a
-wrong result. Usage: compute-sanitizer --tool memcheck python3 tools/sanitize_gemm.py"""
+wrong result. Usage: compute-sanitizer --tool memcheck python3 tools/sanitize_gemm.py [--hopper]
+(--hopper: the sm_90a wgmma kernels instead: the warp-specialized TMA kernel with its TMA-store
+epilogue, its beta and unaligned-output paths, and the one-CTA-per-block TMA kernel)."""
 import sys
 
 import numpy as np
@@ -11,7 +13,37 @@ CASES = [("f16", "row", "col", (133, 70, 45)), ("tf32", "col", "row", (67, 201, 
          ("bf16", "col", "col", (129, 255, 70)), ("f32", "row", "row", (77, 90, 130))]
 
 
+HOPPER = [(dict(dtype="f16", out_dtype="f16"), (133, 270, 45), 0.0, None),
+          (dict(dtype="bf16", out_dtype="bf16", a_layout="col", b_layout="col"), (300, 520, 200), 0.0, None),
+          (dict(dtype="f16", out_dtype="f32"), (129, 255, 70), 0.0, None),
+          (dict(dtype="bf16", out_dtype="bf16"), (129, 256, 70), 0.5, None),
+          (dict(dtype="f16", out_dtype="f16"), (70, 131, 40), 0.0, 133),
+          (dict(dtype="f16", out_dtype="f16", persistent=False), (200, 300, 130), 0.0, None)]
+
+
+def hopper() -> int:
+    rng = np.random.default_rng(12)
+    bad = 0
+    for kw, (M, N, K), beta, out_ld in HOPPER:
+        spec = tilegen.GemmSpec(instruction="wgmma", **kw)
+        kernel = tilegen.compile(spec)
+        A = rng.standard_normal((M, K)).astype(numpy_dtype(spec.dtype))
+        B = rng.standard_normal((K, N)).astype(numpy_dtype(spec.dtype))
+        C0 = rng.standard_normal((M, N)).astype(numpy_dtype(spec.out_dtype))
+        out = np.zeros((M, out_ld or N), numpy_dtype(spec.out_dtype))[:, :N]
+        out[...] = C0
+        C = kernel(A, B, out=out, beta=beta)
+        ref = A.astype(np.float64) @ B.astype(np.float64) + beta * C0.astype(np.float64)
+        rel = np.linalg.norm(C - ref) / np.linalg.norm(ref)
+        ok = np.isfinite(C).all() and rel < 1e-2
+        bad += not ok
+        print(f"{kernel.name} {M}x{N}x{K} beta={beta} out_ld={out_ld or N}: rel {rel:.2e} {'ok' if ok else 'WRONG'}")
+    return 1 if bad else 0
+
+
 def main() -> int:
+    if "--hopper" in sys.argv[1:]:
+        return hopper()
     rng = np.random.default_rng(11)
     bad = 0
     for dtype, la, lb, (M, N, K) in CASES:

@@ -1,0 +1,49 @@
+"""Bit-identical results over repeated launches: the default Hopper GEMM (warp-specialized,
+TMA-store epilogue) launched N times on the same inputs; every result must equal the first
+bit for bit. Writes JSON to DIR/repeat.json.
+
+    python3 tools/h200_repeat.py DIR [--launches 500]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, REPO)
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("out")
+    ap.add_argument("--launches", type=int, default=500)
+    a = ap.parse_args()
+    import torch
+
+    import tilegen
+
+    rows = []
+    for dtype, tdt, (M, N, K) in (("f16", torch.float16, (2048, 2048, 2048)), ("bf16", torch.bfloat16, (1000, 1032, 4104)),
+                                  ("bf16", torch.bfloat16, (4096, 4096, 1024))):
+        k = tilegen.compile(tilegen.GemmSpec(dtype=dtype, out_dtype=dtype, instruction="wgmma"))
+        A = torch.randn(M, K, device="cuda", dtype=tdt)
+        B = torch.randn(K, N, device="cuda", dtype=tdt)
+        first = k(A, B).clone()
+        C = torch.empty_like(first)
+        differ = 0
+        for _ in range(a.launches - 1):
+            C.fill_(float("nan"))
+            k(A, B, out=C)
+            differ += int(not torch.equal(C.view(torch.int16), first.view(torch.int16)))
+        row = {"kernel": k.name, "shape": [M, N, K], "launches": a.launches, "launches_differing": differ}
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+    with open(os.path.join(a.out, "repeat.json"), "w") as f:
+        json.dump(rows, f, indent=1)
+    return 1 if any(r["launches_differing"] for r in rows) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
