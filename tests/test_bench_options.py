@@ -63,7 +63,7 @@ def test_device_target_is_the_default_and_overrides_win():
 
 
 @pytest.mark.parametrize("items, match", [
-    (["tiles=1,2,3"], r"'tiles' is not a GemmSpec field.*keys: acc_dtype, atom, frag_buffers, group_m"),
+    (["tiles=1,2,3"], r"'tiles' is not a GemmSpec field.*keys: acc_dtype, atom, copy, frag_buffers, group_m"),
     (["stages"], "write KEY=VALUE"),
     (["stages=four"], "stages takes an integer"),
     (["stages=0"], "stages must be positive"),

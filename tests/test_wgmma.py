@@ -104,7 +104,7 @@ def test_wgmma_spec_defaults():
     one = tilegen.GemmSpec(dtype="bf16", instruction="wgmma", persistent=False)
     assert (one.copy, one.store, one.threads) == ("tma", "direct", 256)
     fused = tilegen.GemmSpec(dtype="bf16", instruction="wgmma", epilogue=tilegen.Epilogue("col", "gelu"))
-    assert fused.warp_specialized and fused.store == "direct"
+    assert fused.warp_specialized and fused.store == "tma"
     assert tilegen.GemmSpec(dtype="bf16").copy == "cp.async"
     assert s.mainloop.shape(s).n == 256
     assert tilegen.GemmSpec.from_text(s.to_text()) == s

@@ -18,7 +18,9 @@ HOPPER = [(dict(dtype="f16", out_dtype="f16"), (133, 270, 45), 0.0, None),
           (dict(dtype="f16", out_dtype="f32"), (129, 255, 70), 0.0, None),
           (dict(dtype="bf16", out_dtype="bf16"), (129, 256, 70), 0.5, None),
           (dict(dtype="f16", out_dtype="f16"), (70, 131, 40), 0.0, 133),
-          (dict(dtype="f16", out_dtype="f16", persistent=False), (200, 300, 130), 0.0, None)]
+          (dict(dtype="f16", out_dtype="f16", persistent=False), (200, 300, 130), 0.0, None),
+          (dict(dtype="bf16", out_dtype="bf16", epilogue=tilegen.Epilogue("col", "gelu_tanh", True)), (260, 300, 70),
+           0.0, None)]
 
 
 def hopper() -> int:
@@ -32,8 +34,15 @@ def hopper() -> int:
         C0 = rng.standard_normal((M, N)).astype(numpy_dtype(spec.out_dtype))
         out = np.zeros((M, out_ld or N), numpy_dtype(spec.out_dtype))[:, :N]
         out[...] = C0
-        C = kernel(A, B, out=out, beta=beta)
-        ref = A.astype(np.float64) @ B.astype(np.float64) + beta * C0.astype(np.float64)
+        epi = spec.epilogue
+        if epi.is_plain:
+            C = kernel(A, B, out=out, beta=beta)
+            ref = A.astype(np.float64) @ B.astype(np.float64) + beta * C0.astype(np.float64)
+        else:   # bias per column, GELU (tanh), residual
+            bias = rng.standard_normal(N).astype(numpy_dtype(spec.out_dtype))
+            C = kernel(A, B, out=out, bias=bias, residual=C0)
+            x = A.astype(np.float64) @ B.astype(np.float64) + bias.astype(np.float64)
+            ref = 0.5 * x * (1 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x ** 3))) + C0.astype(np.float64)
         rel = np.linalg.norm(C - ref) / np.linalg.norm(ref)
         ok = np.isfinite(C).all() and rel < 1e-2
         bad += not ok

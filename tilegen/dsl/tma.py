@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from ..arch.targets import target as _target
 from ..ir import tile as T
 from ..ir.values import Value
-from .objects import Block, Fragment, Stage
+from .objects import Block, Fragment, Stage, Tensor, Vector
 from .primitives import check_stage, tile_op
 from .scalars import Float, Int, raw, wrap
 from .trace import current, fail
@@ -150,11 +150,14 @@ def _tma_layout_ok(what: str, tile):
     return layout
 
 
-def store_stage(dst: Stage, acc: Fragment, row, part: int = 0, parts: int = 1, alpha: Float = None):
-    """Write the accumulator's rows row.. (this warp's), times alpha, converted to dst's dtype,
-    into the stage: its columns split in `parts` equal slices, slice `part` (dst holds one
-    slice: its columns are the slice's). The stage then goes out with tma_store (after
-    fence_proxy_async and a barrier of the threads that wrote it)."""
+def store_stage(dst: Stage, acc: Fragment, row, part: int = 0, parts: int = 1, alpha: Float = None, *,
+                out: Block = None, bias=None, activation: str = "none", residual=None):
+    """Write the accumulator's rows row.. (this warp's), converted to dst's dtype, into the
+    stage: its columns split in `parts` equal slices, slice `part` (dst holds one slice: its
+    columns are the slice's). On the way: act(alpha * acc + bias) + residual, where `out` is
+    the block of the output the slice will be stored to (it places the bias, a vector along
+    its rows or columns, and the residual, a tensor of its shape). The stage then goes out
+    with tma_store (after fence_proxy_async and a barrier of the threads that wrote it)."""
     if not isinstance(dst, Stage) or not isinstance(acc, Fragment) or acc.operand != "C":
         fail("store_stage(tile[stage], accumulator fragment, row, part=0, parts=1)")
     tile = dst.tile
@@ -172,9 +175,30 @@ def store_stage(dst: Stage, acc: Fragment, row, part: int = 0, parts: int = 1, a
         fail(f"store_stage: {tile.ir.name} is {tile.ir.dtype}; allowed: f16, bf16, f32")
     if alpha is not None and not isinstance(alpha, Float):
         fail("store_stage: alpha must be a tilegen.scalar (a Float)")
+    act = T.canonical_activation(activation)
+    if act is None:
+        fail(f"store_stage: activation={activation!r}; allowed: {T.activation_choices()}")
+    axis = "col"
+    if bias is not None or residual is not None:
+        if not isinstance(out, Block) or out.tensor.layout != "row":
+            fail("store_stage: a bias or residual needs out=the row-major tensor's block the slice goes to")
+        names = out.tensor.ir.shape_names
+        if bias is not None:
+            if not isinstance(bias, Vector) or bias.size not in names:
+                fail(f"store_stage: bias must be a tilegen.vector of size {names[0]!r} (per row) or {names[1]!r} "
+                     f"(per column)")
+            axis = "row" if bias.size == names[0] else "col"
+        if residual is not None and (not isinstance(residual, Tensor) or residual.layout != "row"
+                                     or residual.ir.shape_names != names):
+            fail(f"store_stage: residual must be a row-major tilegen.tensor of sizes {names}")
     check_stage(dst)
     tile_op(T.StoreStage(tile.ir, raw(dst.index), acc.ir, raw(wrap(row)), part, parts,
-                         alpha.raw if alpha is not None else None))
+                         alpha.raw if alpha is not None else None,
+                         out=out.tensor.ir if out is not None else None,
+                         out_row0=raw(wrap(out.row)) if out is not None else 0,
+                         out_col0=raw(wrap(out.col)) if out is not None else 0,
+                         bias=bias.ir if bias is not None else None, bias_axis=axis, activation=act,
+                         residual=residual.ir if residual is not None else None))
 
 
 def tma_store(dst: Block, src: Stage):

@@ -153,7 +153,10 @@ def explain(A, B, *, bias=None, activation=None, residual=None, out=None, allow_
     elif preset is not None:
         spec = GemmSpec(**{**base, **preset})
         why.append(f"large problem on {target}: the fastest {dtype} kernel measured on the H200 "
-                   f"({spec.instruction}, {spec.tile.m}x{spec.tile.n} tiles, target {spec.target})")
+                   f"({spec.instruction}, {spec.tile.m}x{spec.tile.n} tiles"
+                   + (", warp-specialized" if spec.warp_specialized else "")
+                   + (", the epilogue through TMA stores" if spec.store == "tma" else "")
+                   + f", target {spec.target})")
         if spec.tf32_truncates:
             why.append("wgmma truncates the tf32 operands it reads from shared memory where mma.sync rounds "
                        + ("them: relative error about 2.6x cuBLAS's tf32" if spec.register_operand is None else

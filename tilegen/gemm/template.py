@@ -87,7 +87,8 @@ def gemm(spec):
     blocks = tg.cdiv(M, spec.tile.m) * tg.cdiv(N, spec.tile.n)
     ctas = tg.num_programs()
     if spec.warp_specialized:   # a producer role requests them (gemm/mainloops/wgmma.py)
-        pipe.run(tg.cdiv(blocks - pid, ctas), lambda i: block_origin(spec, pid + i * ctas, M, N), store, C, alpha, beta)
+        pipe.run(tg.cdiv(blocks - pid, ctas), lambda i: block_origin(spec, pid + i * ctas, M, N), store, C, alpha, beta,
+                 bias, R)
         return
     pipe.prologue(*block_origin(spec, pid, M, N))
     for i in tg.range(0, tg.cdiv(blocks - pid, ctas)):

@@ -384,6 +384,15 @@ class StoreStage(TileOp):
     part: int = 0
     parts: int = 1
     alpha: Optional[Value] = None
+    # The fused epilogue (as StoreFragment's): the slice goes to `out` at (out_row0, out_col0),
+    # which places the bias and the residual and bounds their loads.
+    out: Optional[GlobalTensor] = None
+    out_row0: object = 0
+    out_col0: object = 0
+    bias: Optional[GlobalVector] = None
+    bias_axis: str = "col"
+    activation: str = "none"
+    residual: Optional[GlobalTensor] = None
 
 
 # -- fragment arithmetic: softmax and attention (lowered by ir/lower/elementwise.py) ---------

@@ -81,16 +81,14 @@ class WgmmaLoop(MainLoop):
         return spec.dtype in self.TMA_DTYPES and spec.copy in ("auto", "tma")
 
     def default_store(self, spec) -> str:
-        """TMA stores where they can (warp-specialized, plain epilogue, whole-width warp tiles,
-        room for the staging buffer): 1.06-1.10x the direct stores (docs/perf_notes.md 18)."""
+        """TMA stores where they can (warp-specialized, whole-width warp tiles, room for the
+        staging buffer): 1.06-1.20x the direct stores (docs/perf_notes.md section 18)."""
         return "tma" if self._tma_store_problem(spec) is None else "direct"
 
     def _tma_store_problem(self, spec):
         """Why a spec cannot store with TMA, or None."""
         if not spec.warp_specialized:
             return "only the warp-specialized kernels (persistent, copy=tma) store with TMA"
-        if not spec.epilogue.is_plain:
-            return "the bias, activation and residual epilogues store directly"
         if spec.warps.n != 1:
             return "TMA stores need warps (n, 1): each warp's accumulator spans the block's columns"
         if self.store_staging(spec) is None:
@@ -366,7 +364,7 @@ class WarpSpecializedPipeline(TmaPipeline):
 
     PRODUCER_REGISTERS = 40
 
-    def run(self, blocks, origin, store, C, alpha, beta):
+    def run(self, blocks, origin, store, C, alpha, beta, bias=None, R=None):
         """Walk `blocks` blocks of C (block i at origin(i) -> (m0, n0)), storing each
         accumulator with store(acc, m0, n0), or with store="tma" and beta == 0 through shared
         memory and TMA stores (store_through_shared)."""
@@ -395,20 +393,22 @@ class WarpSpecializedPipeline(TmaPipeline):
                     store(acc, m0, n0)
                     continue
                 with tg.if_(tg.is_zero(beta)):   # C is not read: out through shared memory
-                    self.store_through_shared(acc, C, sC, parts, m0, n0, alpha)
+                    self.store_through_shared(acc, C, sC, parts, m0, n0, alpha, bias, R)
                 with tg.else_():
                     store(acc, m0, n0)
             if staged:
                 tg.tma_store_wait(0)                 # the last stores have read sC
 
-    def store_through_shared(self, acc, C, sC, parts, m0, n0, alpha):
-        """The block of C in `parts` column slices: each written into sC by every math thread,
-        then stored by one thread with TMA while the next slice (or block) goes on."""
+    def store_through_shared(self, acc, C, sC, parts, m0, n0, alpha, bias=None, R=None):
+        """The block of C in `parts` column slices: each written into sC by every math thread
+        (through the spec's fused epilogue), then stored by one thread with TMA while the next
+        slice (or block) goes on."""
         cols = self.spec.tile.n // parts
         for p in range(parts):
             tg.tma_store_wait(0)                     # the storing thread: the last store has read sC
             tg.barrier()                             # ... as every math thread now knows
-            tg.store_stage(sC[0], acc, self.wm, part=p, parts=parts, alpha=alpha)
+            tg.store_stage(sC[0], acc, self.wm, part=p, parts=parts, alpha=alpha, out=C.block(m0, n0 + p * cols),
+                           bias=bias, activation=self.spec.epilogue.activation, residual=R)
             tg.fence_proxy_async()                   # visible to TMA's reads (the async proxy)
             tg.barrier()                             # ... from every math thread
             tg.tma_store(C.block(m0, n0 + p * cols), sC[0])

@@ -183,9 +183,10 @@ def _store(b, value, addr, inside, out):
 
 def lower_store_stage(b, ctx, op):
     """The accumulator's elements of one column slice into a shared stage (row-major, the
-    stage's swizzle), converted to its dtype: two neighbouring columns per 32-bit store
-    (one 64-bit store for f32). Addresses split as in ir/lower/smem.py: one register per
-    thread, the atoms' offsets in the instruction."""
+    stage's swizzle), through the fused epilogue (alpha, bias, activation, residual; no beta)
+    and converted to its dtype: two neighbouring columns per 32-bit store (one 64-bit store
+    for f32). Addresses split as in ir/lower/smem.py: one register per thread, the atoms'
+    offsets in the instruction."""
     frag, tile = op.frag, op.dst
     if frag.operand != "C":
         raise IRError(f"only accumulator fragments can be stored, not operand {frag.operand}")
@@ -196,19 +197,57 @@ def lower_store_stage(b, ctx, op):
     pairs = _pairs(_elements(frag.map))
     if any(len(g) != 2 for g in pairs):
         raise IRError(f"{frag.name}: its accumulator elements do not come in column pairs")
+    fused = op.bias is not None or op.residual is not None
+    where: dict = {}
+    bias_cache: dict = {}
+
+    def placed(axis, key, local_ct, lane_deltas):
+        """(global index, inside) of a row or column of the slice (fused epilogues only)."""
+        if (axis, key) not in where:
+            if axis == "r":
+                v = b.add(b.add(b.add(op.out_row0, row_rt), ctx.lane_term(lane_deltas)), local_ct)
+                where[(axis, key)] = (v, b.cmp("lt", v, op.out.rows))
+            else:
+                v = b.add(b.add(op.out_col0, ctx.lane_term(lane_deltas)), local_ct)
+                where[(axis, key)] = (v, b.cmp("lt", v, op.out.cols))
+        return where[(axis, key)]
+
+    def finish(value, r_at, c_at):
+        if op.alpha is not None:
+            value = b.op("mul.f32", "f32", value, op.alpha)
+        if op.bias is not None:
+            index, ok = r_at if op.bias_axis == "row" else c_at
+            key = (op.bias_axis, id(index))
+            if key not in bias_cache:
+                bias_cache[key] = _load_f32(b, op.bias.ptr, index, op.bias.dtype, ok)
+            value = b.op("add.f32", "f32", value, bias_cache[key])
+        value = apply_activation(b, op.activation, value)
+        if op.residual is not None:
+            res = op.residual
+            inside = b.pred_and(r_at[1], c_at[1])
+            row_base = b.wide_mad(r_at[0], ctx.ld_bytes(res), res.ptr)
+            value = b.op("add.f32", "f32", value, _load_f32(b, row_base, c_at[0], res.dtype, inside))
+        return value
+
     for i in range(tm):
         for j in range(op.part * per, (op.part + 1) * per):
             b.comment(f"{frag.name} atom ({i},{j}) -> {tile.name}")
-            for (r, e, ((br, bc), deltas)), (r1, e1, _) in pairs:
+            for (r, e, ((br, bc), deltas)), (r1, e1, (_, deltas1)) in pairs:
                 lanes = [frag.map.coord(lane, r, e) for lane in range(32)]
-                row = (row_rt, ctx.lane_term([d[0] for d in deltas]), [x - br for x, _ in lanes],
-                       row_ct + 16 * i + br)
-                col = (0, ctx.lane_term([d[1] * esize for d in deltas]), [(c - bc) * esize for _, c in lanes],
-                       (8 * (j - op.part * per) + bc) * esize)
+                row_deltas, col_deltas = [d[0] for d in deltas], [d[1] for d in deltas]
+                local_row, local_col = row_ct + 16 * i + br, 8 * (j - op.part * per) + bc
+                row = (row_rt, ctx.lane_term(row_deltas), [x - br for x, _ in lanes], local_row)
+                col = (0, ctx.lane_term([d * esize for d in col_deltas]), [(c - bc) * esize for _, c in lanes],
+                       local_col * esize)
                 addr, disp = shared_address(b, ctx, tile, op.stage, row, col)
                 v0 = _accumulator_value(b, frag, frag.regs[(i, j)][r], e)
                 v1 = _accumulator_value(b, frag, frag.regs[(i, j)][r1], e1)
-                if op.alpha is not None:
+                if fused or op.activation != "none":
+                    r_at = placed("r", (i, br, tuple(row_deltas)), local_row, row_deltas) if fused else None
+                    c0 = placed("c", (j, bc, tuple(col_deltas)), local_col, col_deltas) if fused else None
+                    c1 = placed("c", (j, bc + 1, tuple(col_deltas)), local_col + 1, col_deltas) if fused else None
+                    v0, v1 = finish(v0, r_at, c0), finish(v1, r_at, c1)
+                elif op.alpha is not None:
                     v0, v1 = (b.op("mul.f32", "f32", v, op.alpha) for v in (v0, v1))
                 if out == "f32":
                     b.emit(Instr("st.shared.v2.f32", (), (Addr(addr, disp), Vec((v0, v1)))))
