@@ -7,7 +7,10 @@ Each is written to stay accurate to a few f32 ulps (torch's reference is the yar
   x / (1 + exp(-2u)) so no tanh (tanh.approx has only 11 good bits) and no cancellation
 - gelu_erf(x) = 0.5 x (1 + erf(x / sqrt(2))), erf from Abramowitz and Stegun 7.1.26
   (absolute error under 1.5e-7) with erf(-z) = -erf(z)
-exp(y) is ex2.approx.ftz.f32(y * log2(e)): relative error about 2^-22.
+exp(y) is ex2.approx.ftz.f32(y * log2(e)): relative error about 2^-22. Divisions are
+div.full.f32 (full range, at most 2 ulp): div.rn.f32 is a long subroutine that made a fused
+GELU epilogue a third slower than a plain one (docs/perf_notes.md section 18). Both keep the
+IEEE cases: x = +inf gives +inf, x = -inf gives NaN (as numpy's -inf * 0), NaN stays NaN.
 """
 from __future__ import annotations
 
@@ -34,7 +37,7 @@ def _exp_neg(b, x, scale: float):
 def _x_over_one_plus(b, x, e):
     """x / (1 + e)."""
     d = b.op("add.f32", "f32", e, _f(1.0))
-    return b.op("div.rn.f32", "f32", x, d)
+    return b.op("div.full.f32", "f32", x, d)
 
 
 def relu(b, x):
@@ -53,7 +56,7 @@ def gelu_tanh(b, x):
 
 def gelu_erf(b, x):
     z = b.op("mul.f32", "f32", b.op("abs.f32", "f32", x), _f(1.0 / math.sqrt(2.0)))
-    t = b.op("div.rn.f32", "f32", _f(1.0), b.op("fma.rn.f32", "f32", z, _f(_AS_P), _f(1.0)))
+    t = b.op("div.full.f32", "f32", _f(1.0), b.op("fma.rn.f32", "f32", z, _f(_AS_P), _f(1.0)))
     poly = _f(_AS_A[-1])
     for a in reversed(_AS_A[:-1]):  # Horner: ((a5 t + a4) t + a3) t + a2) t + a1
         poly = b.op("fma.rn.f32", "f32", poly, t, _f(a))

@@ -181,6 +181,9 @@ def _store(b, value, addr, inside, out):
     b.emit(Instr("st.global.b16", (), (Addr(addr), packed), pred=inside))
 
 
+LOAD_CHUNK = 4   # atoms whose bias / residual loads are issued together, ahead of their use
+
+
 def lower_store_stage(b, ctx, op):
     """The accumulator's elements of one column slice into a shared stage (row-major, the
     stage's swizzle), through the fused epilogue (alpha, bias, activation, residual; no beta)
@@ -212,27 +215,48 @@ def lower_store_stage(b, ctx, op):
                 where[(axis, key)] = (v, b.cmp("lt", v, op.out.cols))
         return where[(axis, key)]
 
-    def finish(value, r_at, c_at):
-        if op.alpha is not None:
-            value = b.op("mul.f32", "f32", value, op.alpha)
+    def loads(r_at, c_at):
+        """The bias and residual values an element needs, loaded (before any is used: the
+        loads of a chunk of atoms overlap their latency)."""
+        bias = res = None
         if op.bias is not None:
             index, ok = r_at if op.bias_axis == "row" else c_at
             key = (op.bias_axis, id(index))
             if key not in bias_cache:
                 bias_cache[key] = _load_f32(b, op.bias.ptr, index, op.bias.dtype, ok)
-            value = b.op("add.f32", "f32", value, bias_cache[key])
-        value = apply_activation(b, op.activation, value)
+            bias = bias_cache[key]
         if op.residual is not None:
-            res = op.residual
             inside = b.pred_and(r_at[1], c_at[1])
-            row_base = b.wide_mad(r_at[0], ctx.ld_bytes(res), res.ptr)
-            value = b.op("add.f32", "f32", value, _load_f32(b, row_base, c_at[0], res.dtype, inside))
+            row_base = b.wide_mad(r_at[0], ctx.ld_bytes(op.residual), op.residual.ptr)
+            res = _load_f32(b, row_base, c_at[0], op.residual.dtype, inside)
+        return bias, res
+
+    def finish(value, bias, res):
+        if op.alpha is not None:
+            value = b.op("mul.f32", "f32", value, op.alpha)
+        if bias is not None:
+            value = b.op("add.f32", "f32", value, bias)
+        value = apply_activation(b, op.activation, value)
+        if res is not None:
+            value = b.op("add.f32", "f32", value, res)
         return value
 
-    for i in range(tm):
-        for j in range(op.part * per, (op.part + 1) * per):
+    atoms = [(i, j) for i in range(tm) for j in range(op.part * per, (op.part + 1) * per)]
+    for start in range(0, len(atoms), LOAD_CHUNK):
+        chunk = atoms[start:start + LOAD_CHUNK]
+        fetched = {}
+        if fused:   # every load of the chunk first
+            for i, j in chunk:
+                for (r, e, ((br, bc), deltas)), _ in pairs:
+                    row_deltas, col_deltas = [d[0] for d in deltas], [d[1] for d in deltas]
+                    local_row, local_col = row_ct + 16 * i + br, 8 * (j - op.part * per) + bc
+                    r_at = placed("r", (i, br, tuple(row_deltas)), local_row, row_deltas)
+                    c0 = placed("c", (j, bc, tuple(col_deltas)), local_col, col_deltas)
+                    c1 = placed("c", (j, bc + 1, tuple(col_deltas)), local_col + 1, col_deltas)
+                    fetched[(i, j, r, e)] = (loads(r_at, c0), loads(r_at, c1))
+        for i, j in chunk:
             b.comment(f"{frag.name} atom ({i},{j}) -> {tile.name}")
-            for (r, e, ((br, bc), deltas)), (r1, e1, (_, deltas1)) in pairs:
+            for (r, e, ((br, bc), deltas)), (r1, e1, _) in pairs:
                 lanes = [frag.map.coord(lane, r, e) for lane in range(32)]
                 row_deltas, col_deltas = [d[0] for d in deltas], [d[1] for d in deltas]
                 local_row, local_col = row_ct + 16 * i + br, 8 * (j - op.part * per) + bc
@@ -242,13 +266,8 @@ def lower_store_stage(b, ctx, op):
                 addr, disp = shared_address(b, ctx, tile, op.stage, row, col)
                 v0 = _accumulator_value(b, frag, frag.regs[(i, j)][r], e)
                 v1 = _accumulator_value(b, frag, frag.regs[(i, j)][r1], e1)
-                if fused or op.activation != "none":
-                    r_at = placed("r", (i, br, tuple(row_deltas)), local_row, row_deltas) if fused else None
-                    c0 = placed("c", (j, bc, tuple(col_deltas)), local_col, col_deltas) if fused else None
-                    c1 = placed("c", (j, bc + 1, tuple(col_deltas)), local_col + 1, col_deltas) if fused else None
-                    v0, v1 = finish(v0, r_at, c0), finish(v1, r_at, c1)
-                elif op.alpha is not None:
-                    v0, v1 = (b.op("mul.f32", "f32", v, op.alpha) for v in (v0, v1))
+                (bias0, res0), (bias1, res1) = fetched.get((i, j, r, e), ((None, None), (None, None)))
+                v0, v1 = finish(v0, bias0, res0), finish(v1, bias1, res1)
                 if out == "f32":
                     b.emit(Instr("st.shared.v2.f32", (), (Addr(addr, disp), Vec((v0, v1)))))
                 else:
