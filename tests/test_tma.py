@@ -161,7 +161,7 @@ def test_tma_into_a_k_major_b(tmp_path):
 def test_a_pitch_tma_cannot_take_is_refused_with_the_reason(one_stage):
     mem = GlobalMemory()
     a = mem.alloc(64 * 70 * 2)
-    with pytest.raises(SimError, match="A cannot be read with TMA: its rows are 140 bytes apart, not a multiple of 16"):
+    with pytest.raises(SimError, match="A cannot go through TMA: its rows are 140 bytes apart, not a multiple of 16"):
         run_kernel(one_stage, {"M": 64, "N": 64, "K": 70, "A_ptr": a, "A_ld": 70, "B_ptr": a, "B_ld": 64,
                                "C_ptr": a, "C_ld": 64}, {"M": 64, "N": 64, "K": 70}, mem)
 

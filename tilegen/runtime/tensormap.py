@@ -37,7 +37,7 @@ def tensor_map_bytes(decl: A.TensorMapDecl, ptr: int, rows: int, cols: int, ld: 
         return got
     why = decl.problem(ptr, rows, cols, ld)
     if why is not None:
-        raise LaunchError(f"{decl.tensor} cannot be read with TMA: {why}")
+        raise LaunchError(f"{decl.tensor} cannot go through TMA: {why}")
     d = _drv.bindings()
     U64, U32 = d.cuuint64_t, d.cuuint32_t
     tm = _drv.check(d.cuTensorMapEncodeTiled(

@@ -49,7 +49,7 @@ def encode_tensor_map(decl: A.TensorMapDecl, ptr: int, rows: int, cols: int, ld:
     """The emulator's 128-byte tensor map of this matrix (the fields cuTensorMapEncodeTiled takes)."""
     why = decl.problem(ptr, rows, cols, ld)
     if why is not None:
-        raise SimError(f"{decl.tensor} cannot be read with TMA: {why}")
+        raise SimError(f"{decl.tensor} cannot go through TMA: {why}")
     raw = _FORMAT.pack(MAGIC, 1, ptr, rows, cols, decl.pitch(rows, cols, ld), decl.box_rows, decl.box_cols, decl.esize,
                        A.SWIZZLE_CODE[decl.swizzle])
     return raw.ljust(A.TENSOR_MAP_BYTES, b"\0")
