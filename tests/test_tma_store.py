@@ -184,6 +184,6 @@ def test_tma_store_gemm_on_the_gpu():
         wide.copy_(C0)
         A = torch.randn(300, 64, device="cuda", dtype=tdt)
         B = torch.randn(64, 130, device="cuda", dtype=tdt)
-        k(A, B, out=wide, alpha=1.0, beta=0.5)
+        k(A, B, out=wide, alpha=1.0, beta=0.5, repitch=True)   # B's rows of 130 elements: re-pitched
         ref = A.double() @ B.double() + 0.5 * C0.double()
         assert ((wide.double() - ref).abs().max() / ref.abs().max()).item() < 2e-2
