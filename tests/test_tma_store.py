@@ -33,12 +33,13 @@ def step8_with(old: str = "", new: str = "", **constants):
     return tilegen.compile(module.step8, target="sm_90a", **constants)
 
 
-def test_step8_runs_clean():
-    err, bound, _ = common.check(step8_with(), 300, 520, 130, device="sim", seed=5, out=np.float16)
+@pytest.mark.parametrize("constants", [{}, {"buffers": 2, "parts": 4}])
+def test_step8_runs_clean(constants):
+    err, bound, _ = common.check(step8_with(**constants), 300, 520, 130, device="sim", seed=5, out=np.float16)
     assert err <= bound
 
 
-WAIT = "                tg.tma_store_wait(0)                # (the storing thread) the last store has read sC\n"
+WAIT = "                tg.tma_store_wait(buffers - 1)      # (the storing thread) the store that last used buf read it\n"
 FIRST_BARRIER = "                tg.barrier()                        # ... as every math thread now knows\n"
 FENCE = "                tg.fence_proxy_async()              # visible to TMA, which reads through the async proxy\n"
 SECOND_BARRIER = "                tg.barrier()                        # ... from every math thread\n"
@@ -187,3 +188,37 @@ def test_tma_store_gemm_on_the_gpu():
         k(A, B, out=wide, alpha=1.0, beta=0.5, repitch=True)   # B's rows of 130 elements: re-pitched
         ref = A.double() @ B.double() + 0.5 * C0.double()
         assert ((wide.double() - ref).abs().max() / ref.abs().max()).item() < 2e-2
+
+
+def test_gemm_staging_buffers_alternate_and_a_late_wait_is_caught():
+    """The GEMM's epilogue alternates two staging buffers and waits until the store two slices
+    back has read the one it refills (wait_group.read 1); waiting for one more is a race."""
+    kernel = tilegen.compile(tilegen.GemmSpec(dtype="f16", out_dtype="f16", instruction="wgmma"))
+    assert "cp.async.bulk.wait_group.read 1;" in kernel.ptx
+    from tilegen.sim import GlobalMemory, run_kernel
+
+    rng = np.random.default_rng(6)
+    M, N, K = 130, 304, 64
+    A = rng.standard_normal((M, K)).astype(np.float16)
+    B = rng.standard_normal((K, N)).astype(np.float16)
+
+    def run(ptx):
+        mem = GlobalMemory()
+        pa, pb = mem.alloc(A.nbytes), mem.alloc(B.nbytes)
+        mem.write(pa, A.tobytes())
+        mem.write(pb, B.tobytes())
+        pc = mem.alloc(M * 304 * 2)
+        args = {"M": M, "N": N, "K": K, "A_ptr": pa, "A_ld": K, "B_ptr": pb, "B_ld": N, "C_ptr": pc, "C_ld": 304,
+                "alpha": 1.0, "beta": 0.0}
+        k = types.SimpleNamespace(ptx=ptx, name=kernel.name, params=kernel.params, threads=kernel.threads,
+                                  smem_bytes=kernel.smem_bytes, tensor_maps=kernel.tensor_maps, barriers=kernel.barriers,
+                                  grid=kernel.grid)
+        run_kernel(k, args, {"M": M, "N": N, "K": K}, memory=mem)
+        return np.frombuffer(mem.read(pc, M * 304 * 2), np.float16).reshape(M, 304)[:, :N]
+
+    C = run(kernel.ptx).astype(np.float64)
+    ref = A.astype(np.float64) @ B.astype(np.float64)
+    assert np.abs(C - ref).max() <= 2e-3 * np.abs(ref).max()
+    with pytest.raises(SimError) as e:
+        run(kernel.ptx.replace("cp.async.bulk.wait_group.read 1;", "cp.async.bulk.wait_group.read 2;"))
+    assert e.value.kind == "war" and "TMA store still in flight reads" in str(e.value)

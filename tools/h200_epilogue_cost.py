@@ -1,11 +1,12 @@
 """What the epilogue costs the Hopper GEMM: ladder step 7 (each math thread stores its f32
 accumulator to global memory), the same kernel with the store kept but never taken (a run-time
 guard no problem meets, so the wgmmas stay), step 8 (f16 through shared memory and TMA stores:
-half blocks, whole blocks with 3 stages, quarter blocks), and the GEMM's warp-specialized
+half blocks, whole blocks with 3 stages, quarter blocks, quarter blocks in two alternating
+buffers), and the GEMM's warp-specialized
 kernel with direct stores and with TMA stores, kernel-only beside cuBLAS, f16, A and B
 row-major. Writes JSON lines to DIR/epilogue.jsonl.
 
-    python3 tools/h200_epilogue_cost.py DIR [--sizes 4096 8192 2048]
+    python3 tools/h200_epilogue_cost.py DIR [--sizes 4096 8192 2048 4096x4096x1024]
 """
 from __future__ import annotations
 
@@ -46,7 +47,7 @@ def _ms(fn, reps: int = 20) -> float:
 def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("out")
-    ap.add_argument("--sizes", nargs="+", type=int, default=[4096, 8192, 2048])
+    ap.add_argument("--sizes", nargs="+", default=["4096", "8192", "2048", "4096x4096x1024"])
     a = ap.parse_args()
     import torch
 
@@ -64,23 +65,27 @@ def main() -> int:
               "step 8 (f16 C, TMA stores, half blocks)": (tilegen.compile(step8_tma_store.step8, target="sm_90a"), 16),
               "step 8, 3 stages, whole blocks": (tilegen.compile(step8_tma_store.step8, target="sm_90a", stages=3,
                                                                  parts=1), 16),
-              "step 8, quarter blocks": (tilegen.compile(step8_tma_store.step8, target="sm_90a", parts=4), 16)}
+              "step 8, quarter blocks": (tilegen.compile(step8_tma_store.step8, target="sm_90a", parts=4), 16),
+              "step 8, quarter blocks, two buffers": (tilegen.compile(step8_tma_store.step8, target="sm_90a", parts=4,
+                                                                      buffers=2), 16)}
     gemm = {f"GEMM, warp-specialized, {s} stores": tilegen.compile(
         tilegen.GemmSpec(dtype="f16", out_dtype="f16", instruction="wgmma", store=s)) for s in ("direct", "tma")}
     with open(os.path.join(a.out, "epilogue.jsonl"), "a") as f:
-        for n in a.sizes:
-            A = torch.randn(n, n, device="cuda", dtype=torch.float16)
-            B = torch.randn(n, n, device="cuda", dtype=torch.float16)
-            C = {32: torch.empty(n, n, device="cuda", dtype=torch.float32),
-                 16: torch.empty(n, n, device="cuda", dtype=torch.float16)}
-            flop = 2.0 * n ** 3
-            row = {"size": n, "cublas_tflops": flop / _ms(lambda: torch.matmul(A, B, out=C[16])) / 1e9, "tflops": {}}
+        for size in a.sizes:
+            M, N, K = (int(x) for x in size.split("x")) if "x" in size else (int(size),) * 3
+            A = torch.randn(M, K, device="cuda", dtype=torch.float16)
+            B = torch.randn(K, N, device="cuda", dtype=torch.float16)
+            C = {32: torch.empty(M, N, device="cuda", dtype=torch.float32),
+                 16: torch.empty(M, N, device="cuda", dtype=torch.float16)}
+            flop = 2.0 * M * N * K
+            row = {"size": [M, N, K], "cublas_tflops": flop / _ms(lambda: torch.matmul(A, B, out=C[16])) / 1e9,
+                   "tflops": {}}
             for name, k in gemm.items():
                 row["tflops"][name] = flop / _ms(lambda k=k: k(A, B, out=C[16])) / 1e9
-            sizes = {"M": n, "N": n, "K": n}
+            sizes = {"M": M, "N": N, "K": K}
             for name, (k, bits) in ladder.items():
-                args = {"M": n, "N": n, "K": n, "A_ptr": A.data_ptr(), "A_ld": n, "B_ptr": B.data_ptr(), "B_ld": n,
-                        "C_ptr": C[bits].data_ptr(), "C_ld": n}
+                args = {"M": M, "N": N, "K": K, "A_ptr": A.data_ptr(), "A_ld": K, "B_ptr": B.data_ptr(), "B_ld": N,
+                        "C_ptr": C[bits].data_ptr(), "C_ld": N}
                 row["tflops"][name] = flop / _ms(lambda k=k, args=args: k.launch(args, sizes)) / 1e9
             f.write(json.dumps(row) + "\n")
             print(json.dumps(row), flush=True)

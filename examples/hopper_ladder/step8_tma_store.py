@@ -4,7 +4,8 @@ waited. Here they write it, converted to f16, into a shared buffer (half a block
 the buffer is 128 x 128), and one thread hands each half to TMA, which writes it to C while
 the math warps go on with the next block. Before the buffer is written again, that thread
 waits until the previous store has read it (tma_store_wait) and the role's barrier tells the
-other math threads.
+other math threads. With buffers=2 (and parts=4: two 16 KB buffers) one slice fills while TMA
+reads the other, which is what the GEMM does.
 
     python step8_tma_store.py --m 300 --n 520 --k 1000
 """
@@ -31,7 +32,7 @@ def block_origin(index, M, N, BM, BN, group_m):
 
 
 @tg.kernel
-def step8(BM=128, BN=256, BK=64, stages=4, group_m=8, parts=2):
+def step8(BM=128, BN=256, BK=64, stages=4, group_m=8, parts=2, buffers=1):
     S = stages
     tg.launch(threads=THREADS, grid=(tg.minimum(tg.cdiv("M", BM) * tg.cdiv("N", BN), tg.SM_COUNT), 1, 1))
     A = tg.tensor("A", "f16", ("M", "K"))
@@ -40,7 +41,7 @@ def step8(BM=128, BN=256, BK=64, stages=4, group_m=8, parts=2):
     M, N = A.shape[0], B.shape[1]
     sA = tg.shared("sA", "f16", BM, BK, stages=S)
     sB = tg.shared("sB", "f16", BK, BN, stages=S)
-    sC = tg.shared("sC", "f16", BM, BN // parts)   # one part of a block of C on its way out
+    sC = tg.shared("sC", "f16", BM, BN // parts, stages=buffers)   # parts of a block of C on their way out
     full = tg.mbarrier("full", stages=S)
     empty = tg.mbarrier("empty", stages=S, arrivals=CONSUMER_THREADS)
     k_tiles = tg.cdiv(A.shape[1], BK)
@@ -80,12 +81,13 @@ def step8(BM=128, BN=256, BK=64, stages=4, group_m=8, parts=2):
             tg.wgmma_wait(0)
             tg.arrive(empty[(i * k_tiles + k_tiles - 1) % S])
             for p in range(parts):
-                tg.tma_store_wait(0)                # (the storing thread) the last store has read sC
+                buf = p % buffers
+                tg.tma_store_wait(buffers - 1)      # (the storing thread) the store that last used buf read it
                 tg.barrier()                        # ... as every math thread now knows
-                tg.store_stage(sC[0], acc, (tg.warp_id() - 4) * 16, part=p, parts=parts)
+                tg.store_stage(sC[buf], acc, (tg.warp_id() - 4) * 16, part=p, parts=parts)
                 tg.fence_proxy_async()              # visible to TMA, which reads through the async proxy
                 tg.barrier()                        # ... from every math thread
-                tg.tma_store(C.block(m0, n0 + p * (BN // parts)), sC[0])
+                tg.tma_store(C.block(m0, n0 + p * (BN // parts)), sC[buf])
                 tg.tma_store_commit()
         tg.tma_store_wait(0)
 

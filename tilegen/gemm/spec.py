@@ -303,7 +303,8 @@ class GemmSpec:
         if self.copy == "tma":
             total += 2 * 8 * self.stages  # a full and an empty mbarrier per stage
         if self.store == "tma":
-            total += self.mainloop.store_staging(self)[1].stage_bytes  # a part of a block of C on its way out
+            family = self.mainloop
+            total += family.STAGING_BUFFERS * family.store_staging(self)[1].stage_bytes  # slices of C on their way out
         return total + 1024  # dynamic shared memory is rounded up to a 1024-byte boundary
 
     def replace(self, **changes) -> "GemmSpec":

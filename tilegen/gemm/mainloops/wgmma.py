@@ -73,7 +73,8 @@ class WgmmaLoop(MainLoop):
     copies = ("cp.async", "tma")
     stores = ("direct", "tma")
     TMA_DTYPES = ("f16", "bf16")
-    STAGING_PARTS = (1, 2, 4, 8)    # a block of C goes out through shared memory in this many slices
+    STAGING_PARTS = (2, 4, 8, 16)   # a block of C goes out through shared memory in this many slices
+    STAGING_BUFFERS = 2             # ... alternating between two buffers: one fills while TMA reads the other
 
     def default_persistent(self, spec) -> bool:
         """The warp-specialized TMA kernel for 16-bit operands: as fast as one CTA per block at
@@ -96,8 +97,9 @@ class WgmmaLoop(MainLoop):
         return None
 
     def store_staging(self, spec):
-        """(parts, layout) of the shared buffer a block of C goes out through: the fewest
-        slices whose buffer fits beside the stages (128-byte swizzled rows), or None."""
+        """(parts, layout) of the shared buffers a block of C goes out through
+        (STAGING_BUFFERS of `layout`): the fewest slices whose buffers fit beside the stages
+        (128-byte swizzled rows), or None."""
         t, osize = spec.tile, {"f32": 4, "f16": 2, "bf16": 2}[spec.out_dtype]
         used = sum(smem_layout(spec, op).stage_bytes for op in "AB") * spec.stages + 2 * 8 * spec.stages + 1024
         room = spec.target_info.smem_per_block - used
@@ -106,7 +108,7 @@ class WgmmaLoop(MainLoop):
             if t.n % parts or (t.n // 8) % parts or (cols * osize) % 128 or cols * osize > 4 * 128 * 2:
                 continue
             layout = SmemLayout(t.m, cols, osize, "128B")
-            if layout.stage_bytes <= room:
+            if self.STAGING_BUFFERS * layout.stage_bytes <= room:
                 return parts, layout
         return None
 
@@ -372,7 +374,7 @@ class WarpSpecializedPipeline(TmaPipeline):
         staged = spec.store == "tma"
         if staged:
             parts, layout = spec.mainloop.store_staging(spec)
-            sC = tg.shared("sC", spec.out_dtype, layout.rows, layout.cols)
+            sC = tg.shared("sC", spec.out_dtype, layout.rows, layout.cols, stages=spec.mainloop.STAGING_BUFFERS)
         first_math = W.WARPGROUP
         producer_regs, math_regs = _register_split(spec)
         with tg.role("producer", warps=(0, first_math), registers=producer_regs):
@@ -400,18 +402,20 @@ class WarpSpecializedPipeline(TmaPipeline):
                 tg.tma_store_wait(0)                 # the last stores have read sC
 
     def store_through_shared(self, acc, C, sC, parts, m0, n0, alpha, bias=None, R=None):
-        """The block of C in `parts` column slices: each written into sC by every math thread
-        (through the spec's fused epilogue), then stored by one thread with TMA while the next
-        slice (or block) goes on."""
+        """The block of C in `parts` column slices (an even number), alternating between the two
+        buffers of sC: each slice written by every math thread (through the spec's fused
+        epilogue), then stored by one thread with TMA while the next slice fills the other
+        buffer, and the next block's main loop runs."""
         cols = self.spec.tile.n // parts
         for p in range(parts):
-            tg.tma_store_wait(0)                     # the storing thread: the last store has read sC
+            buf = p % 2
+            tg.tma_store_wait(1)                     # the storing thread: the store two slices back read buf
             tg.barrier()                             # ... as every math thread now knows
-            tg.store_stage(sC[0], acc, self.wm, part=p, parts=parts, alpha=alpha, out=C.block(m0, n0 + p * cols),
+            tg.store_stage(sC[buf], acc, self.wm, part=p, parts=parts, alpha=alpha, out=C.block(m0, n0 + p * cols),
                            bias=bias, activation=self.spec.epilogue.activation, residual=R)
             tg.fence_proxy_async()                   # visible to TMA's reads (the async proxy)
             tg.barrier()                             # ... from every math thread
-            tg.tma_store(C.block(m0, n0 + p * cols), sC[0])
+            tg.tma_store(C.block(m0, n0 + p * cols), sC[buf])
             tg.tma_store_commit()
 
     def consume(self, i):
