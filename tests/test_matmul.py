@@ -124,3 +124,18 @@ def test_a_tuned_mma_sync_spec_does_not_replace_the_faster_wgmma_preset(monkeypa
     choice = mm.explain(A, A)
     assert choice.spec.instruction == "wgmma" and "autotuner's mma.sync spec skipped" in choice.reason
     assert mm.explain(A[:512], A).spec.tile.n == 256      # small problems keep the tuned spec
+
+
+def test_a_tuned_wgmma_spec_is_used_on_hopper(monkeypatch):
+    import importlib
+
+    mm = importlib.import_module("tilegen.gemm.matmul")
+    tuned = tilegen.GemmSpec(dtype="f16", out_dtype="f16", instruction="wgmma", tile=(128, 128, 64), warps=(8, 1),
+                             stages=5, group_m=16)
+    monkeypatch.setattr(mm, "_target", lambda: "sm_90")
+    monkeypatch.setattr(mm, "_tuned", lambda *a, **k: tuned)
+    A = np.zeros((4096, 4096), np.float16)
+    choice = mm.explain(A, A)
+    assert choice.spec == tuned and "autotuner's cache" in choice.reason
+    fused = mm.explain(A, A, bias=np.zeros(4096, np.float16), activation="relu").spec
+    assert fused.tile == tuned.tile and fused.epilogue.activation == "relu" and fused.store == "tma"

@@ -413,3 +413,14 @@ def test_prelink_failures_are_left_to_prepare():
                clock=clock, log_stream=io.StringIO(), workers=2, space=SMALL, store=False)
     assert res.spec is not None
     assert all(t.status in ("ok", "screened") for t in res.candidates)
+
+
+def test_the_hopper_space_is_searched_and_stored(cdir):
+    clock = Clock()
+    space = S.SearchSpace(instruction="wgmma", wgmma_tiles=((128, 256), (128, 128)), wgmma_stages=(3, 4),
+                          wgmma_group_m=(8,))
+    res, _, _ = run(pool=fake_pool(registers=150), clock=clock, space=space, store=True, out_dtype="f16")
+    assert res.spec is not None and res.spec.instruction == "wgmma" and res.spec.target == "sm_90a"
+    assert res.default_spec.instruction == "wgmma"
+    found = lookup("f16", "row", "row", M, N, K, "f16", *GPU)
+    assert found == res.spec

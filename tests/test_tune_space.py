@@ -135,7 +135,7 @@ def test_base_variant_and_shape():
     assert S.base_variant(spec)
     assert not S.base_variant(spec.replace(group_m=4))
     assert not S.base_variant(spec.replace(swizzle="pad"))
-    assert S.shape_of(spec) == ((128, 128, 64), (2, 2), 3, 2)
+    assert S.shape_of(spec) == ((128, 128, 64), (2, 2), 3, 2, "mma.sync", False)
     assert S.spec_text(spec) == "128x128x64 w2x2 s3 128B g8 fb2"
 
 
@@ -150,3 +150,18 @@ def test_register_estimate_is_below_ptxas(dtype):
         res = tilegen.compile(spec).resources
         assert res is not None
         assert S.register_estimate(spec) <= res.registers, (S.spec_text(spec), res)
+
+
+def test_the_hopper_space_is_the_wgmma_kernels():
+    res = S.enumerate_space("f16", "row", "row", "f16", "sm_90", S.SearchSpace(instruction="wgmma"))
+    specs = res.candidates
+    assert specs and all(s.instruction == "wgmma" and s.target == "sm_90a" for s in specs)
+    assert {s.persistent for s in specs} == {True, False}
+    assert any(s.warp_specialized and s.store == "tma" for s in specs)
+    assert {(s.tile.m, s.tile.n) for s in specs} == {(128, 256), (128, 128), (256, 128), (128, 192)}
+    # five stages of 128x256x64 do not fit: pruned with the reason, never compiled
+    assert any("246864 bytes of shared memory" in p.reason for p in res.pruned)
+    assert S.spec_text(S.default_spec("f16", "row", "row", "f16", instruction="wgmma")).endswith("wgmma ws tmastore")
+    # wgmma reads its operands from shared memory: no fragment registers in the estimate
+    ws = S.default_spec("f16", "row", "row", "f16", instruction="wgmma")
+    assert S.register_estimate(ws) == 128 + S.REG_OVERHEAD

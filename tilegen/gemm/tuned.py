@@ -44,7 +44,9 @@ FORMAT = 1
 _lookups: dict = {}   # (generation, key) -> GemmSpec or None, read from disk once
 _LAYOUT_SHORT = {"r": "row", "c": "col", "row": "row", "col": "col"}
 SPEC_FIELDS = ("dtype", "acc_dtype", "out_dtype", "a_layout", "b_layout", "tile", "warps", "atom",
-               "stages", "swizzle", "group_m", "frag_buffers", "target")
+               "stages", "swizzle", "group_m", "frag_buffers", "target", "instruction", "persistent", "copy", "store")
+# Fields entries written before the Hopper kernel was tuned lack: GemmSpec's defaults then.
+LATER_FIELDS = ("instruction", "persistent", "copy", "store")
 
 
 # ---- keys ------------------------------------------------------------------------------
@@ -110,7 +112,7 @@ def spec_to_dict(spec: GemmSpec) -> dict:
 
 def spec_from_dict(d: dict) -> GemmSpec:
     """The GemmSpec a stored dict describes; SpecError / ValueError when it is not one."""
-    if not isinstance(d, dict) or set(d) != set(SPEC_FIELDS):
+    if not isinstance(d, dict) or not (set(SPEC_FIELDS) - set(LATER_FIELDS) <= set(d) <= set(SPEC_FIELDS)):
         raise ValueError(f"a stored spec has the fields {', '.join(SPEC_FIELDS)}")
     kw = dict(d)
     for name in ("tile", "warps"):

@@ -17,7 +17,7 @@ from ..bench import env
 from ..bench.options import OptionError, parse_layout, parse_size
 from ..gemm import tuned as store
 from . import search
-from .space import TUNE_DTYPES
+from .space import TUNE_DTYPES, SearchSpace
 
 EXIT_OK, EXIT_FAIL, EXIT_USAGE = 0, 1, 2
 _clock = time.monotonic  # the run's wall clock (--total-budget-s); tests replace it
@@ -37,6 +37,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="A/B layouts, r = row-major, c = column-major (default rr)")
     p.add_argument("--sizes", nargs="+", default=["4096"], metavar="SIZE", help="N (cube) or MxNxK (default 4096)")
     p.add_argument("--out-dtype", default="f32", choices=["f32", "f16", "bf16"], help="C's dtype (default f32)")
+    p.add_argument("--instruction", default="mma.sync", choices=["mma.sync", "wgmma"],
+                   help="the kernel family searched: mma.sync (any sm_80+ GPU, default) or wgmma (the Hopper "
+                        "kernel: tiles, stages, persistent / warp-specialized, group_m)")
     p.add_argument("--budget-s", type=float, default=60.0, help="seconds per problem (default 60)")
     p.add_argument("--total-budget-s", type=float, default=None,
                    help="seconds for the whole run: each problem gets --budget-s while the ones after it can "
@@ -217,7 +220,8 @@ def run(args, t_start: float) -> int:
         log(f"=== [{i + 1}/{len(problems)}] {dt} {lay} {size_text(m, n, k)}, budget {budget:.0f}s")
         try:
             res = search.tune(dt, lay[0], lay[1], m, n, k, out_dtype=args.out_dtype, budget_s=budget, device=args.device,
-                       progress=not args.quiet, store=not args.no_store, workers=args.workers)
+                              space=SearchSpace(instruction=args.instruction), progress=not args.quiet,
+                              store=not args.no_store, workers=args.workers)
         except Exception as e:  # noqa: BLE001  (e.g. out of memory for the operands)
             row = _row(dt, lay, m, n, k, error=f"FAILED: {type(e).__name__}: {str(e)[:300]}")
             status = EXIT_FAIL

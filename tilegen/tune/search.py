@@ -389,7 +389,8 @@ class Tuner:
         """(anchors, phase-1 list, every candidate) before any compilation."""
         sp = S.enumerate_space(self.dtype, self.a_layout, self.b_layout, self.out_dtype, self.target, self.space)
         self.space_result = sp
-        default = S.default_spec(self.dtype, self.a_layout, self.b_layout, self.out_dtype, self.target)
+        default = S.default_spec(self.dtype, self.a_layout, self.b_layout, self.out_dtype, self.target,
+                                 self.space.instruction)
         anchors = [("default", default)]
         if self.previous is not None and self.previous != default:
             anchors.append(("cached", self.previous))
@@ -647,7 +648,9 @@ def tune(dtype: str, a_layout: str, b_layout: str, M: int, N: int, K: int, *, ou
                 previous = entry["spec"] if entry else None
             except Exception:  # noqa: BLE001  (a bad entry only loses the anchor)
                 previous = None
-            if previous is not None and previous.target != target:
+            if previous is not None and previous.instruction != (space or S.SearchSpace()).instruction:
+                previous = None   # a cached spec of the other family is not an anchor of this search
+            if previous is not None and previous.instruction == "mma.sync" and previous.target != target:
                 try:
                     previous = previous.replace(target=target)
                 except Exception:  # noqa: BLE001

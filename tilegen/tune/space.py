@@ -22,6 +22,16 @@ Pruning, in order; each pruned point is kept with its reason (`Pruned`):
 3. After compilation (search.py): ptxas's own count (Kernel.resources) - spills, or more
    registers than 255 or than 65536 / threads, prune the point before it reaches the GPU.
 
+With `SearchSpace(instruction="wgmma")` (sm_90a) the space is the Hopper kernel's instead:
+
+| knob          | values tried                                             | GemmSpec field |
+| ------------- | -------------------------------------------------------- | -------------- |
+| tile          | 128x256, 128x128, 256x128, 128x192 (K 64; tf32 32)        | tile           |
+| warps         | tile M / 16 along M (a warpgroup per 64 rows), 1 along N | warps          |
+| stages        | 3, 4, 5                                                  | stages         |
+| persistent    | True (warp-specialized for f16/bf16, TMA stores), False  | persistent     |
+| group_m       | 4, 8, 16                                                 | group_m        |
+
 Order: `prior_ms` is a rough analytic time (wave quantisation over the SMs, occupancy from
 shared memory and registers, warp-tile and CTA-tile reuse, k-tile overhead, pipeline fill).
 It only decides what is tried first when the budget cannot try everything; the GPU decides
@@ -64,9 +74,19 @@ class SearchSpace:
     swizzles: tuple = ("auto", "128B", "64B", "pad")
     group_m: tuple = (1, 4, 8, 16)
     frag_buffers: tuple = (1, 2)
+    instruction: str = "mma.sync"           # or "wgmma": the Hopper kernel's space (WGMMA_* below)
+    wgmma_tiles: tuple = ((128, 256), (128, 128), (256, 128), (128, 192))
+    wgmma_stages: tuple = (3, 4, 5)
+    wgmma_group_m: tuple = (4, 8, 16)
+    persistent: tuple = (True, False)
 
     def k_tiles(self, dtype: str) -> tuple:
         return tuple(self.tile_k) if self.tile_k is not None else K_TILES[dtype]
+
+    @property
+    def target(self) -> str:
+        """The target the space's specs are built for."""
+        return "sm_90a" if self.instruction == "wgmma" else "sm_90"
 
 
 @dataclass(frozen=True)
@@ -107,9 +127,14 @@ def params_text(p: dict) -> str:
 
 
 def spec_text(spec: GemmSpec) -> str:
-    """Short form of the knobs the tuner turns: '128x128x64 w2x2 s3 128B g8 fb2'."""
+    """Short form of the knobs the tuner turns: '128x128x64 w2x2 s3 128B g8 fb2' (wgmma kernels
+    add 'wgmma', and 'ws'/'persistent' and 'tmastore' where they apply)."""
     t, w = spec.tile, spec.warps
-    return f"{t.m}x{t.n}x{t.k} w{w.m}x{w.n} s{spec.stages} {spec.swizzle} g{spec.group_m} fb{spec.frag_buffers}"
+    text = f"{t.m}x{t.n}x{t.k} w{w.m}x{w.n} s{spec.stages} {spec.swizzle} g{spec.group_m} fb{spec.frag_buffers}"
+    if spec.instruction != "mma.sync":
+        text += f" {spec.instruction}" + (" ws" if spec.warp_specialized else " persistent" if spec.persistent else "")
+        text += " tmastore" if spec.store == "tma" else ""
+    return text
 
 
 # ---- registers -------------------------------------------------------------------------
@@ -119,7 +144,10 @@ def register_estimate(spec: GemmSpec) -> int:
     atom = spec.mma
     wm, wn = spec.warp_tile
     acc = (wm // atom.m) * (wn // atom.n) * atom.c.regs
-    frags = spec.frag_buffers * ((wm // atom.m) * atom.a.regs + (wn // atom.n) * atom.b.regs)
+    if spec.instruction == "wgmma":   # operands from shared memory, but an A held in registers
+        frags = 4 * (spec.tile.k // 8) if spec.register_operand else 0
+    else:
+        frags = spec.frag_buffers * ((wm // atom.m) * atom.a.regs + (wn // atom.n) * atom.b.regs)
     return acc + frags + REG_OVERHEAD
 
 
@@ -152,6 +180,9 @@ def _warp_grids(tm: int, tn: int, space: SearchSpace):
 
 def points(dtype: str, space: SearchSpace = SearchSpace()) -> Iterable[dict]:
     """Every combination of knob values, as GemmSpec keyword arguments (unvalidated)."""
+    if space.instruction == "wgmma":
+        yield from _wgmma_points(dtype, space)
+        return
     for tm in space.tile_mn:
         for tn in space.tile_mn:
             grids = list(_warp_grids(tm, tn, space))
@@ -165,13 +196,31 @@ def points(dtype: str, space: SearchSpace = SearchSpace()) -> Iterable[dict]:
                                            "swizzle": swz, "group_m": g, "frag_buffers": fb}
 
 
+def _wgmma_points(dtype: str, space: SearchSpace) -> Iterable[dict]:
+    tk = 32 if dtype == "tf32" else 64   # one 128-byte swizzled row of K per stage row
+    for tm, tn in space.wgmma_tiles:
+        # warpgroups stacked along M; a tf32 kernel with a row-major B stacks them along N
+        for warps in ((tm // 16, 1),) + (((1, tn // 16),) if dtype == "tf32" else ()):
+            for stages in space.wgmma_stages:
+                for persistent in space.persistent:
+                    for g in space.wgmma_group_m:
+                        yield {"instruction": "wgmma", "tile": (tm, tn, tk), "warps": warps, "stages": stages,
+                               "persistent": persistent, "group_m": g}
+
+
 def make_spec(dtype: str, a_layout: str, b_layout: str, out_dtype: str, target: str, params: dict) -> GemmSpec:
+    if params.get("instruction") == "wgmma":
+        target = "sm_90a"
     return GemmSpec(dtype=dtype, a_layout=a_layout, b_layout=b_layout, out_dtype=out_dtype,
                     target=target, **params)
 
 
-def default_spec(dtype: str, a_layout: str, b_layout: str, out_dtype: str = "f32", target: str = "sm_90") -> GemmSpec:
+def default_spec(dtype: str, a_layout: str, b_layout: str, out_dtype: str = "f32", target: str = "sm_90",
+                 instruction: str = "mma.sync") -> GemmSpec:
     """GemmSpec's own defaults for this problem: the baseline every tuning is compared with."""
+    if instruction == "wgmma":
+        return GemmSpec(dtype=dtype, a_layout=a_layout, b_layout=b_layout, out_dtype=out_dtype, target="sm_90a",
+                        instruction="wgmma")
     return GemmSpec(dtype=dtype, a_layout=a_layout, b_layout=b_layout, out_dtype=out_dtype, target=target)
 
 
@@ -280,7 +329,7 @@ def base_variant(spec: GemmSpec) -> bool:
 
 
 def shape_of(spec: GemmSpec) -> tuple:
-    return (tuple(spec.tile), tuple(spec.warps), spec.stages, spec.frag_buffers)
+    return (tuple(spec.tile), tuple(spec.warps), spec.stages, spec.frag_buffers, spec.instruction, spec.persistent)
 
 
 __all__ = ["SearchSpace", "Pruned", "SpaceResult", "TUNE_DTYPES", "enumerate_space", "points", "make_spec",
