@@ -139,3 +139,23 @@ def test_a_tuned_wgmma_spec_is_used_on_hopper(monkeypatch):
     assert choice.spec == tuned and "autotuner's cache" in choice.reason
     fused = mm.explain(A, A, bias=np.zeros(4096, np.float16), activation="relu").spec
     assert fused.tile == tuned.tile and fused.epilogue.activation == "relu" and fused.store == "tma"
+
+
+def test_skinny_products_on_hopper_keep_more_in_flight(monkeypatch):
+    import importlib
+
+    mm = importlib.import_module("tilegen.gemm.matmul")
+    monkeypatch.setattr(mm, "_target", lambda: "sm_90")
+    monkeypatch.setattr(mm, "_tuned", lambda *a, **k: None)
+    W = np.zeros((8192, 8192), np.float16)
+    for m in (1, 16, 64):
+        s = mm.explain(np.zeros((m, 8192), np.float16), W).spec
+        assert (s.instruction, tuple(s.tile), s.stages) == ("mma.sync", (64, 64, 64), 6)
+    c = mm.explain(np.zeros((128, 8192), np.float16), W)
+    assert (c.spec.instruction, tuple(c.spec.tile), c.spec.stages, c.spec.persistent) == ("wgmma", (64, 128, 64), 6, False)
+    assert "skinny product" in c.reason and "short M: 128" in c.reason
+    tall = mm.explain(W, np.zeros((8192, 128), np.float16)).spec
+    assert tuple(tall.tile) == (128, 64, 64) and tuple(tall.warps) == (8, 1)
+    # elsewhere (another GPU, or tf32) nothing changes
+    monkeypatch.setattr(mm, "_target", lambda: "sm_80")
+    assert mm.explain(np.zeros((16, 8192), np.float16), W).spec.stages == 3

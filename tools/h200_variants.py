@@ -46,6 +46,8 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("out")
     ap.add_argument("--dtype", default="f16")
+    ap.add_argument("--variants", metavar="JSON", help='replace the variants: {"name": {GemmSpec fields}, ...} '
+                    '(tuples as lists)')
     ap.add_argument("--shapes", nargs="+", default=["2048x2048x2048", "4096x4096x4096", "8192x8192x8192",
                                                      "4096x4096x1024", "1024x4096x4096"])
     a = ap.parse_args()
@@ -54,9 +56,13 @@ def main() -> int:
     import tilegen
 
     tdt = {"f16": torch.float16, "bf16": torch.bfloat16}[a.dtype]
+    variants = VARIANTS
+    if a.variants:
+        variants = {name: {k: tuple(v) if isinstance(v, list) else v for k, v in kw.items()}
+                    for name, kw in json.loads(a.variants).items()}
     kernels = {name: tilegen.compile(tilegen.GemmSpec(**{"dtype": a.dtype, "out_dtype": a.dtype,
                                                          "instruction": "wgmma", **kw}))
-               for name, kw in VARIANTS.items()}
+               for name, kw in variants.items()}
     sys.path.insert(0, os.path.join(REPO, "examples", "hopper_ladder"))
     import step7_persistent
     ladder = tilegen.compile(step7_persistent.step7, target="sm_90a") if a.dtype == "f16" else None
