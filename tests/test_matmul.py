@@ -148,14 +148,15 @@ def test_skinny_products_on_hopper_keep_more_in_flight(monkeypatch):
     monkeypatch.setattr(mm, "_target", lambda: "sm_90")
     monkeypatch.setattr(mm, "_tuned", lambda *a, **k: None)
     W = np.zeros((8192, 8192), np.float16)
-    for m in (1, 16, 64):
+    for m in (1, 16):
         s = mm.explain(np.zeros((m, 8192), np.float16), W).spec
-        assert (s.instruction, tuple(s.tile), s.stages) == ("mma.sync", (64, 64, 64), 6)
+        assert (s.instruction, tuple(s.tile), s.stages, s.target) == ("mma.sync", (64, 64, 128), 6, "sm_90")
     c = mm.explain(np.zeros((128, 8192), np.float16), W)
-    assert (c.spec.instruction, tuple(c.spec.tile), c.spec.stages, c.spec.persistent) == ("wgmma", (64, 128, 64), 6, False)
-    assert "skinny product" in c.reason and "short M: 128" in c.reason
-    tall = mm.explain(W, np.zeros((8192, 128), np.float16)).spec
-    assert tuple(tall.tile) == (128, 64, 64) and tuple(tall.warps) == (8, 1)
-    # elsewhere (another GPU, or tf32) nothing changes
+    assert (c.spec.instruction, tuple(c.spec.tile), c.spec.stages, c.spec.persistent) == ("wgmma", (64, 128, 128), 4, False)
+    assert "skinny product" in c.reason and "M = 128 rows" in c.reason
+    wide = mm.explain(np.zeros((64, 8192), np.float16), np.zeros((8192, 28672), np.float16)).spec
+    assert (tuple(wide.tile), wide.stages) == ((64, 256, 64), 5)
+    # a short N, another GPU, or tf32: as before
+    assert mm.explain(W, np.zeros((8192, 16), np.float16)).spec.stages == 3
     monkeypatch.setattr(mm, "_target", lambda: "sm_80")
     assert mm.explain(np.zeros((16, 8192), np.float16), W).spec.stages == 3

@@ -33,14 +33,14 @@ from .spec import Epilogue, GemmSpec
 
 _DTYPES = {"float16": "f16", "bfloat16": "bf16", "float32": "f32"}
 SMALL = 64  # a dimension this small leaves most of a 128-wide tile idle
-# Skinny products on Hopper (one side up to SKINNY, the other large), measured on the H200
-# (docs/results/2026-11-24-h200-hopper.md, run 35, bf16, N = K = 8192 and N = 28672): streaming B
-# is the work, so what counts is how much of it is in flight per SM. Up to SMALL rows: 64x64
-# mma.sync tiles with 6 stages (0.87-0.90x cuBLAS, against 0.58x with 3); up to SKINNY rows: the
-# wgmma kernel with 64x128 tiles (128x64 when N is the short side), 6 stages, one CTA per block
-# (0.79x at N = 8192, 1.12x at N = 28672, against 0.46x and 1.00x).
+# Skinny products on Hopper (M up to SKINNY rows of tokens against a wide weight), measured on
+# the H200 (docs/results/2026-11-24-h200-hopper.md, run 37, bf16, N = K = 8192 and N = 28672):
+# streaming B is the work, so what counts is how much of it each SM has in flight. M up to 16:
+# 64x64x128 mma.sync tiles, 6 stages (0.92x cuBLAS, from 0.58x with 64x64x64 and 3 stages); up to
+# SKINNY: the wgmma kernel, one CTA per block, 64x128x128 tiles with 4 stages (0.95x at N = 8192),
+# or 64x256x64 with 5 stages where N gives 96 or more such blocks (1.04-1.41x at N = 28672).
 SKINNY = 128
-SKINNY_STAGES = 6
+SKINNY_WIDE_BLOCKS = 96
 
 # Specs measured best on an H200 for large problems, used when this machine has no tuning cache
 # of its own: (target, dtype) -> fields. The wgmma kernel (128x256 tiles, every layout pair)
@@ -170,16 +170,17 @@ def explain(A, B, *, bias=None, activation=None, residual=None, out=None, allow_
                        + ("them: relative error about 2.6x cuBLAS's tf32" if spec.register_operand is None else
                           f"them ({'AB'.replace(spec.register_operand, '')}; {spec.register_operand} is rounded): "
                           f"relative error about 1.6x cuBLAS's tf32"))
-    elif target == "sm_90" and dtype in ("f16", "bf16") and min(M, N) <= SKINNY and max(M, N) >= 4 * SKINNY:
-        short = "M" if M <= N else "N"
-        if min(M, N) <= SMALL:
-            spec = GemmSpec(**base, tile=(64, 64, 64), warps=(2, 2), stages=SKINNY_STAGES)
+    elif target == "sm_90" and dtype in ("f16", "bf16") and M <= SKINNY and N >= 4 * SKINNY:
+        if M <= 16:
+            spec = GemmSpec(**base, tile=(64, 64, 128), warps=(2, 2), stages=6)
+        elif N // 256 >= SKINNY_WIDE_BLOCKS:
+            spec = GemmSpec(**{**base, "target": "sm_90a"}, instruction="wgmma", tile=(64, 256, 64), warps=(4, 1),
+                            stages=5, persistent=False)
         else:
-            tile, warps = ((64, 128, 64), (4, 1)) if short == "M" else ((128, 64, 64), (8, 1))
-            spec = GemmSpec(**{**base, "target": "sm_90a"}, instruction="wgmma", tile=tile, warps=warps,
-                            stages=SKINNY_STAGES, persistent=False)
-        why.append(f"skinny product on {target} (short {short}: {min(M, N)}): {spec.instruction} with "
-                   f"{spec.tile.m}x{spec.tile.n} tiles and {spec.stages} stages keeps more of the long operand in "
+            spec = GemmSpec(**{**base, "target": "sm_90a"}, instruction="wgmma", tile=(64, 128, 128), warps=(4, 1),
+                            stages=4, persistent=False)
+        why.append(f"skinny product on {target} (M = {M} rows against N = {N}): {spec.instruction} with "
+                   f"{spec.tile.m}x{spec.tile.n}x{spec.tile.k} tiles and {spec.stages} stages keeps more of B in "
                    f"flight (measured on the H200)")
     elif min(M, N) <= SMALL:
         try:
