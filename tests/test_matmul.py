@@ -156,6 +156,8 @@ def test_skinny_products_on_hopper_keep_more_in_flight(monkeypatch):
     assert "skinny product" in c.reason and "M = 128 rows" in c.reason
     wide = mm.explain(np.zeros((64, 8192), np.float16), np.zeros((8192, 28672), np.float16)).spec
     assert (tuple(wide.tile), wide.stages) == ((64, 256, 64), 5)
+    few = mm.explain(np.zeros((16, 8192), np.float16), np.zeros((8192, 28672), np.float16)).spec
+    assert (tuple(few.tile), few.stages) == ((64, 64, 64), 3)     # many blocks: small tiles, several per SM
     # a short N, another GPU, or tf32: as before
     assert mm.explain(W, np.zeros((8192, 16), np.float16)).spec.stages == 3
     monkeypatch.setattr(mm, "_target", lambda: "sm_80")

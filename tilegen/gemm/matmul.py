@@ -36,7 +36,9 @@ SMALL = 64  # a dimension this small leaves most of a 128-wide tile idle
 # Skinny products on Hopper (M up to SKINNY rows of tokens against a wide weight), measured on
 # the H200 (docs/results/2026-11-24-h200-hopper.md, run 37, bf16, N = K = 8192 and N = 28672):
 # streaming B is the work, so what counts is how much of it each SM has in flight. M up to 16:
-# 64x64x128 mma.sync tiles, 6 stages (0.92x cuBLAS, from 0.58x with 64x64x64 and 3 stages); up to
+# 64x64x128 mma.sync tiles, 6 stages (0.92x cuBLAS, from 0.58x with 64x64x64 and 3 stages), but
+# where N gives 96 or more 256-wide blocks the small 3-stage tiles, several CTAs per SM, stay
+# ahead (run 38: 0.78-0.84x with 6 stages at N = 28672, 0.86-0.93x with 3 in runs 33 and 35); up to
 # SKINNY: the wgmma kernel, one CTA per block, 64x128x128 tiles with 4 stages (0.95x at N = 8192),
 # or 64x256x64 with 5 stages where N gives 96 or more such blocks (1.04-1.41x at N = 28672).
 SKINNY = 128
@@ -170,7 +172,8 @@ def explain(A, B, *, bias=None, activation=None, residual=None, out=None, allow_
                        + ("them: relative error about 2.6x cuBLAS's tf32" if spec.register_operand is None else
                           f"them ({'AB'.replace(spec.register_operand, '')}; {spec.register_operand} is rounded): "
                           f"relative error about 1.6x cuBLAS's tf32"))
-    elif target == "sm_90" and dtype in ("f16", "bf16") and M <= SKINNY and N >= 4 * SKINNY:
+    elif (target == "sm_90" and dtype in ("f16", "bf16") and M <= SKINNY and N >= 4 * SKINNY
+          and not (M <= 16 and N // 256 >= SKINNY_WIDE_BLOCKS)):
         if M <= 16:
             spec = GemmSpec(**base, tile=(64, 64, 128), warps=(2, 2), stages=6)
         elif N // 256 >= SKINNY_WIDE_BLOCKS:
