@@ -59,7 +59,10 @@ def test_device_target_is_the_default_and_overrides_win():
     assert O.make_spec("tf32", "row", "row", "sm_90", {}).target == "sm_90"
     assert O.make_spec("tf32", "row", "row", "sm_90", {"target": "sm_80"}).target == "sm_80"
     assert O.make_spec("bf16", "col", "row", "sm_90", {}) == GemmSpec(dtype="bf16", a_layout="col",
-                                                                      b_layout="row", target="sm_90")
+                                                                      b_layout="row", target="sm_90", out_dtype="bf16")
+    # C in cuBLAS's dtype unless asked otherwise
+    assert O.make_spec("tf32", "row", "row", "sm_90", {}).out_dtype == "f32"
+    assert O.make_spec("f16", "row", "row", "sm_90", {"out_dtype": "f32"}).out_dtype == "f32"
 
 
 @pytest.mark.parametrize("items, match", [

@@ -121,8 +121,9 @@ def parse_spec_overrides(items) -> dict:
 
 
 def make_spec(dtype: str, a_layout: str, b_layout: str, target: str, overrides: dict):
-    """The GemmSpec of one bench row; overrides win over the device's target."""
-    kw = {"target": target, **overrides}
+    """The GemmSpec of one bench row; overrides win over the device's target and over the
+    output dtype, which is cuBLAS's (the operands' dtype; f32 for tf32) unless given."""
+    kw = {"target": target, "out_dtype": "f32" if dtype in ("tf32", "f32") else dtype, **overrides}
     if overrides.get("instruction") == "wgmma" and "target" not in overrides and target == "sm_90":
         kw["target"] = "sm_90a"  # wgmma exists on the arch-specific Hopper target only
     return GemmSpec(dtype=dtype, a_layout=a_layout, b_layout=b_layout, **kw)
