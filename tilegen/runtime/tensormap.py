@@ -62,6 +62,14 @@ def fill_tensor_maps(decls, args: dict) -> dict:
         return args
     out = dict(args)
     for decl in decls:
-        if decl.param not in out:
-            out[decl.param] = tensor_map_bytes(decl, *decl.operand(args))
+        if decl.param in out:
+            continue
+        entry = _by_id.get(id(decl))    # the cache found without hashing the declaration (hot path)
+        cache = entry[1] if entry is not None and entry[0] is decl else map_cache(decl)
+        ptr = args[decl.ptr]
+        if type(ptr) is not int:
+            ptr = int(ptr.ptr if hasattr(ptr, "ptr") else ptr)
+        key = (ptr, args[decl.rows], args[decl.cols], args[decl.ld])
+        raw = cache.get(key)
+        out[decl.param] = raw if raw is not None else tensor_map_bytes(decl, ptr, *(int(x) for x in key[1:]))
     return out
