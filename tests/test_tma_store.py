@@ -222,3 +222,38 @@ def test_gemm_staging_buffers_alternate_and_a_late_wait_is_caught():
     with pytest.raises(SimError) as e:
         run(kernel.ptx.replace("cp.async.bulk.wait_group.read 1;", "cp.async.bulk.wait_group.read 2;"))
     assert e.value.kind == "war" and "TMA store still in flight reads" in str(e.value)
+
+
+def _store_kernel(body):
+    import tilegen.dsl as tg
+
+    @tg.kernel
+    def k():
+        tg.launch(threads=128, grid=(1, 1, 1))
+        body(tg)
+    return tilegen.compile(k, target="sm_90a")
+
+
+def _acc(tg):
+    return tg.fragment("m16n8k16.f16.f32", "C", (1, 8))
+
+
+@pytest.mark.parametrize("body, says", [
+    (lambda tg: tg.tma_store(tg.tensor("C", "f32", ("M", "N")).block(0, 0), tg.shared("s", "f16", 16, 64)[0]),
+     "tma_store: C is f32, s is f16"),
+    (lambda tg: tg.tma_store(tg.tensor("C", "f16", ("M", "N")).block(0, 0), tg.shared("s", "f16", 16, 64, swizzle="pad")[0]),
+     "has padded rows"),
+    (lambda tg: tg.tma_store(tg.shared("s", "f16", 16, 64)[0], tg.tensor("C", "f16", ("M", "N")).block(0, 0)),
+     "tma_store(tensor.block(r, c), tile[stage])"),
+    (lambda tg: tg.store_stage(tg.shared("s", "f16", 16, 128)[0], _acc(tg), 0),
+     "the stage's columns must be the slice's"),
+    (lambda tg: tg.store_stage(tg.shared("s", "f16", 16, 64)[0], _acc(tg), 0, part=1, parts=3),
+     "parts must divide the accumulator's 8 atom columns"),
+    (lambda tg: tg.store_stage(tg.shared("s", "f16", 16, 64)[0], _acc(tg), 0, bias=tg.vector("b", "f16", "N")),
+     "a bias or residual needs out="),
+    (lambda tg: tg.tma_store_wait(-1), "the number of groups left pending must be an int >= 0"),
+])
+def test_bad_tma_store_use_is_refused(body, says):
+    with pytest.raises(tilegen.DSLError) as e:
+        _store_kernel(body)
+    assert says in str(e.value)
