@@ -257,3 +257,21 @@ def test_bad_tma_store_use_is_refused(body, says):
     with pytest.raises(tilegen.DSLError) as e:
         _store_kernel(body)
     assert says in str(e.value)
+
+
+def test_tf32_with_k_major_operands_is_warp_specialized_on_tma():
+    """tf32 goes through TMA where no operand needs transposing (A row-major, B column-major):
+    the warp-specialized kernel with TMA stores; other layouts keep cp.async."""
+    spec = tilegen.GemmSpec(dtype="tf32", instruction="wgmma", b_layout="col")
+    assert (spec.copy, spec.warp_specialized, spec.store) == ("tma", True, "tma")
+    assert tilegen.GemmSpec(dtype="tf32", instruction="wgmma").copy == "cp.async"
+    with pytest.raises(tilegen.SpecError, match="tf32 only with a row-major A and a column-major B"):
+        tilegen.GemmSpec(dtype="tf32", instruction="wgmma", a_layout="col", b_layout="col", copy="tma")
+    rng = np.random.default_rng(8)
+    M, N, K = 200, 300, 70
+    A = rng.standard_normal((M, K)).astype(np.float32)
+    B = rng.standard_normal((K, N)).astype(np.float32)
+    C = tilegen.compile(spec)(A, np.asfortranarray(B), device="sim")
+    ref = A.astype(np.float64) @ B.astype(np.float64)
+    scale = np.abs(A.astype(np.float64)) @ np.abs(B.astype(np.float64))
+    assert (np.abs(C - ref) / scale).max() <= 2 * 2.0 ** -10 + K * 2.0 ** -23   # truncated tf32 operands

@@ -76,10 +76,19 @@ class WgmmaLoop(MainLoop):
     STAGING_PARTS = (2, 4, 8, 16)   # a block of C goes out through shared memory in this many slices
     STAGING_BUFFERS = 2             # ... alternating between two buffers: one fills while TMA reads the other
 
+    def tma_copies(self, spec) -> bool:
+        """Whether TMA can fill the stages as the tensors lie: 16-bit operands in any layout
+        (wgmma transposes them), tf32 only with both operands K-major (A row-major, B
+        column-major: wgmma reads 32-bit operands K-major only, and TMA does not transpose)."""
+        if spec.dtype in self.TMA_DTYPES:
+            return True
+        return (spec.dtype == "tf32" and not self.swaps_operands(spec) and self.register_operand(spec) is None
+                and spec.a_layout == "row" and spec.b_layout == "col")
+
     def default_persistent(self, spec) -> bool:
-        """The warp-specialized TMA kernel for 16-bit operands: as fast as one CTA per block at
+        """The warp-specialized TMA kernel where TMA can copy: as fast as one CTA per block at
         square sizes and 1.15-1.25x at short K (docs/perf_notes.md section 18)."""
-        return spec.dtype in self.TMA_DTYPES and spec.copy in ("auto", "tma")
+        return self.tma_copies(spec) and spec.copy in ("auto", "tma")
 
     def default_store(self, spec) -> str:
         """TMA stores where they can (warp-specialized, whole-width warp tiles, room for the
@@ -116,7 +125,7 @@ class WgmmaLoop(MainLoop):
         """TMA for 16-bit operands (measured 0.89-0.92x cuBLAS against cp.async's 0.66-0.80x,
         docs/perf_notes.md section 17; persistent, it is the warp-specialized kernel); tf32
         (whose MN-major operands are transposed or go through registers) copies with cp.async."""
-        return "tma" if spec.dtype in self.TMA_DTYPES else "cp.async"
+        return "tma" if self.tma_copies(spec) else "cp.async"
 
     def default_target(self, dtype: str) -> str:
         return "sm_90a"
@@ -206,9 +215,10 @@ class WgmmaLoop(MainLoop):
             if why is not None:
                 raise SpecError("store", spec.store, "direct", why)
         if spec.copy == "tma":
-            if spec.dtype not in self.TMA_DTYPES:
-                raise SpecError("copy", spec.copy, "cp.async", f"{spec.dtype} wgmma kernels copy with cp.async (TMA "
-                                f"copies of {', '.join(self.TMA_DTYPES)} only)")
+            if not self.tma_copies(spec):
+                raise SpecError("copy", spec.copy, "cp.async", f"{spec.dtype} wgmma kernels copy with cp.async here (TMA "
+                                f"copies {', '.join(self.TMA_DTYPES)} in any layout, tf32 only with a row-major A and a "
+                                f"column-major B: TMA does not transpose)")
             for op in "AB":
                 rows = spec.operand_tile(op)[0]
                 if rows > 256:
