@@ -40,8 +40,8 @@ class Builder:
             self._regions.pop()
 
     @contextmanager
-    def if_(self, cond: Value, negate: bool = False, comment: str = ""):
-        node = If(cond, [], negate, comment)
+    def _body_of(self, node):
+        """Emit `node` and build its body inside the block."""
         self.emit(node)
         self._regions.append(node.body)
         try:
@@ -49,17 +49,13 @@ class Builder:
         finally:
             self._regions.pop()
 
-    @contextmanager
+    def if_(self, cond: Value, negate: bool = False, comment: str = ""):
+        return self._body_of(If(cond, [], negate, comment))
+
     def role(self, cond: Value, name: str, first_warp: int, end_warp: int):
         """A warp role: the body runs on the warps where `cond` holds (ir/instr.py Role)."""
-        node = Role(cond, [], False, f"role {name}: warps {first_warp}..{end_warp - 1}", [], name,
-                    first_warp, end_warp)
-        self.emit(node)
-        self._regions.append(node.body)
-        try:
-            yield node
-        finally:
-            self._regions.pop()
+        return self._body_of(Role(cond, [], False, f"role {name}: warps {first_warp}..{end_warp - 1}", [], name,
+                                  first_warp, end_warp))
 
     @contextmanager
     def else_(self):

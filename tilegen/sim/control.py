@@ -58,13 +58,12 @@ def _mask(ins, ctx: Context):
     return ctx.guard(ins)
 
 
-def build_bra(ins, ctx: Context):
-    if len(ins.operands) != 1 or not isinstance(ins.operands[0], Sym):
-        ctx.unsupported(ins, f"{ins.opcode} with these operands")
-    target = ctx.entry.labels[ins.operands[0].name]
+def _by_guard(ins, ctx: Context, all_of_them, some_of_them):
+    """A closure for a guarded jump or exit: None when no running thread takes it,
+    `all_of_them` when every one does, else some_of_them(the mask) (a Signal)."""
     g = _mask(ins, ctx)
     if g is None:
-        return lambda: target
+        return lambda: all_of_them
     whole = _running(ctx)
 
     def run():
@@ -72,9 +71,16 @@ def build_bra(ins, ctx: Context):
         if not m.any():
             return None
         if np.array_equal(m, whole()):
-            return target
-        return Diverge(target, m)
+            return all_of_them
+        return some_of_them(m)
     return run
+
+
+def build_bra(ins, ctx: Context):
+    if len(ins.operands) != 1 or not isinstance(ins.operands[0], Sym):
+        ctx.unsupported(ins, f"{ins.opcode} with these operands")
+    target = ctx.entry.labels[ins.operands[0].name]
+    return _by_guard(ins, ctx, target, lambda m: Diverge(target, m))
 
 
 def _running(ctx: Context):
@@ -86,19 +92,7 @@ def _running(ctx: Context):
 
 
 def build_exit(ins, ctx: Context):
-    g = _mask(ins, ctx)
-    if g is None:
-        return lambda: END
-    whole = _running(ctx)
-
-    def run():
-        m = g()
-        if not m.any():
-            return None
-        if np.array_equal(m, whole()):
-            return END
-        return Exit(m)
-    return run
+    return _by_guard(ins, ctx, END, Exit)
 
 
 def build_bar(ins, ctx: Context):

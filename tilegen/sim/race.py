@@ -164,17 +164,22 @@ class SharedShadow:
             return Violation(r, o, f"reads shared memory whose cp.async is still pending (issued by "
                                    f"thread {self.p_tid[o]} at PTX line {self.p_line[o]}; no "
                                    f"cp.async.wait_group has retired it)", "pending")
-        w = self.writer[offs]
-        conflict = (self.w_epoch[offs] == self.epoch) & (w != t) & (w != NOBODY)
-        if conflict.any() and self.acquired is not None:
-            conflict &= ~self._released_to(t, w, offs, self.w_clock)
-        hit = self._first(conflict, offs)
+        hit = self._first(self._unordered_writes(t, offs), offs)
         if hit:
             r, o = hit
             return Violation(r, o, f"shared-memory race: reads bytes that thread {self.writer[o]} wrote "
                                    f"(PTX line {self.w_line[o]}) with no bar.sync in between", "race")
         self._note_reads(tids, offs, line)
         return None
+
+    def _unordered_writes(self, t, offs) -> np.ndarray:
+        """Bytes offs (read by threads t, broadcast) that another thread wrote in this epoch
+        with no arrival of it after the write acquired by t."""
+        w = self.writer[offs]
+        conflict = (self.w_epoch[offs] == self.epoch) & (w != t) & (w != NOBODY)
+        if conflict.any() and self.acquired is not None:
+            conflict &= ~self._released_to(t, w, offs, self.w_clock)
+        return conflict
 
     def _note_reads(self, tids, offs, line):
         t = np.broadcast_to(tids[:, None], offs.shape)
@@ -333,12 +338,7 @@ class SharedShadow:
         v = self._bulk_pending(flat, "a TMA store reads")
         if v:
             return v
-        t = np.array([[tid]])
-        w = self.writer[flat]
-        conflict = (self.w_epoch[flat] == self.epoch) & (w != t) & (w != NOBODY)
-        if conflict.any() and self.acquired is not None:
-            conflict &= ~self._released_to(t, w, flat, self.w_clock)
-        hit = self._first(conflict, flat)
+        hit = self._first(self._unordered_writes(np.array([[tid]]), flat), flat)
         if hit:
             _, o = hit
             return Violation(0, o, f"shared-memory race: a TMA store reads bytes that thread {self.writer[o]} wrote "
