@@ -6,7 +6,6 @@ import sys
 import types
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 import tilegen
@@ -109,10 +108,6 @@ def _traced(body, threads=256, target="sm_90a"):
     return tilegen.compile(k, target=target)
 
 
-def _shared_stage():
-    return tg.shared("s", "f16", 64, 64, stages=1)[0]
-
-
 @pytest.mark.parametrize("body, says", [
     (lambda: tg.role("r", warps=(0, 9)).__enter__(), r"warps=\(0, 9\); allowed: \(first, end\) with 0 <= first < end <= 8"),
     (lambda: tg.role("r", warps=(2, 2)).__enter__(), "allowed: (first, end)"),
@@ -129,11 +124,6 @@ def _nested():
     with tg.role("a", warps=(0, 4)):
         with tg.role("b", warps=(0, 2)):
             pass
-
-
-def _barrier_in_role():
-    with tg.role("a", warps=(0, 4)):
-        tg.barrier()
 
 
 def _copy_in_role():

@@ -13,7 +13,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
 import sys
 import types
 
@@ -21,27 +20,12 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 LADDER = os.path.join(REPO, "examples", "hopper_ladder")
 sys.path.insert(0, REPO)
 sys.path.insert(0, LADDER)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from gpu_timing import events_ms  # noqa: E402
 
 STORE = "            tg.store(C.block(m0 + (tg.warp_id() - 4) * 16, n0), acc)\n"
 GUARDED = ("            with tg.if_(tg.gt(M, 1 << 30)):   # never: the wgmmas stay, the store is skipped\n"
            "                tg.store(C.block(m0 + (tg.warp_id() - 4) * 16, n0), acc)\n")
-
-
-def _ms(fn, reps: int = 20) -> float:
-    import torch
-
-    fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(5):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        for _ in range(reps):
-            fn()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b) / reps)
-    return statistics.median(times)
 
 
 def main() -> int:
@@ -78,15 +62,15 @@ def main() -> int:
             C = {32: torch.empty(M, N, device="cuda", dtype=torch.float32),
                  16: torch.empty(M, N, device="cuda", dtype=torch.float16)}
             flop = 2.0 * M * N * K
-            row = {"size": [M, N, K], "cublas_tflops": flop / _ms(lambda: torch.matmul(A, B, out=C[16])) / 1e9,
-                   "tflops": {}}
+            cublas = events_ms(lambda: torch.matmul(A, B, out=C[16]), 20)["ms"]
+            row = {"size": [M, N, K], "cublas_tflops": flop / cublas / 1e9, "tflops": {}}
             for name, k in gemm.items():
-                row["tflops"][name] = flop / _ms(lambda k=k: k(A, B, out=C[16])) / 1e9
+                row["tflops"][name] = flop / events_ms(lambda k=k: k(A, B, out=C[16]), 20)["ms"] / 1e9
             sizes = {"M": M, "N": N, "K": K}
             for name, (k, bits) in ladder.items():
                 args = {"M": M, "N": N, "K": K, "A_ptr": A.data_ptr(), "A_ld": K, "B_ptr": B.data_ptr(), "B_ld": N,
                         "C_ptr": C[bits].data_ptr(), "C_ld": N}
-                row["tflops"][name] = flop / _ms(lambda k=k, args=args: k.launch(args, sizes)) / 1e9
+                row["tflops"][name] = flop / events_ms(lambda k=k, args=args: k.launch(args, sizes), 20)["ms"] / 1e9
             f.write(json.dumps(row) + "\n")
             print(json.dumps(row), flush=True)
     return 0

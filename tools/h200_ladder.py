@@ -17,23 +17,8 @@ import time
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
 sys.path.insert(0, os.path.join(REPO, "examples", "hopper_ladder"))
-
-
-def _events_ms(fn, reps: int, rounds: int = 5) -> dict:
-    import torch
-
-    fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(rounds):
-        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        for _ in range(reps):
-            fn()
-        stop.record()
-        stop.synchronize()
-        times.append(start.elapsed_time(stop) / reps)
-    return {"ms": statistics.median(times), "ms_min": min(times)}
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from gpu_timing import events_ms  # noqa: E402
 
 
 def host_us(rounds: int = 21, calls: int = 200) -> dict:
@@ -106,7 +91,7 @@ def main() -> int:
         ref = (A.double() @ B.double())
         reps = max(3, int(2e12 / (2.0 * M * N * K)))
         flop = 2.0 * M * N * K
-        cub = _events_ms(lambda: torch.matmul(A, B), reps)
+        cub = events_ms(lambda: torch.matmul(A, B), reps)
         row = {"size": [M, N, K], "cublas_tflops": flop / cub["ms"] / 1e9, "steps": {}}
         args = {"M": M, "N": N, "K": K, "A_ptr": A.data_ptr(), "A_ld": K, "B_ptr": B.data_ptr(), "B_ld": N,
                 "C_ptr": C.data_ptr(), "C_ld": N}
@@ -118,14 +103,14 @@ def main() -> int:
             k.launch(kargs, sizes)
             torch.cuda.synchronize()
             err = float(((out.double() - ref).abs().max() / ref.abs().max()).item())
-            t = _events_ms(lambda k=k, kargs=kargs: k.launch(kargs, sizes), reps)
+            t = events_ms(lambda k=k, kargs=kargs: k.launch(kargs, sizes), reps)
             row["steps"][name] = {"tflops": flop / t["ms"] / 1e9, "ms": t["ms"], "rel_err": err,
                                   "vs_cublas": cub["ms"] / t["ms"]}
         C.fill_(float("nan"))
         wg(A, B, out=C)
         torch.cuda.synchronize()
         err = float(((C.double() - ref).abs().max() / ref.abs().max()).item())
-        t = _events_ms(lambda: wg(A, B, out=C), reps)
+        t = events_ms(lambda: wg(A, B, out=C), reps)
         row["steps"]["the wgmma GEMM (GemmSpec instruction=wgmma, TMA)"] = {
             "tflops": flop / t["ms"] / 1e9, "ms": t["ms"], "rel_err": err, "vs_cublas": cub["ms"] / t["ms"]}
         rows.append(row)
@@ -136,8 +121,8 @@ def main() -> int:
     B = torch.randn(K, N, device="cuda", dtype=torch.bfloat16)
     C = torch.empty(M, N, device="cuda", dtype=torch.bfloat16)
     reps = 50
-    mm = _events_ms(lambda: tilegen.matmul(A, B, out=C), reps)
-    th = _events_ms(lambda: torch.matmul(A, B, out=C), reps)
+    mm = events_ms(lambda: tilegen.matmul(A, B, out=C), reps)
+    th = events_ms(lambda: torch.matmul(A, B, out=C), reps)
     choice = str(tilegen.matmul.explain(A, B, out=C).spec) if hasattr(tilegen.matmul, "explain") else ""
     short = {"size": [M, N, K], "dtype": "bf16", "tilegen_matmul_tflops": 2.0 * M * N * K / mm["ms"] / 1e9,
              "torch_matmul_tflops": 2.0 * M * N * K / th["ms"] / 1e9, "choice": choice}

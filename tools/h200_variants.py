@@ -14,6 +14,8 @@ import sys
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, REPO)
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from gpu_timing import events_ms  # noqa: E402
 
 VARIANTS = {
     "default: warp-specialized, TMA store": dict(),
@@ -21,25 +23,6 @@ VARIANTS = {
     "one CTA per block (TMA loads, direct store)": dict(persistent=False),
     "warp-specialized, TMA store, f32 out": dict(out_dtype="f32"),
 }
-
-
-def _events_ms(fn, reps: int, rounds: int = 5) -> float:
-    import statistics
-
-    import torch
-
-    fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(rounds):
-        start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        for _ in range(reps):
-            fn()
-        stop.record()
-        stop.synchronize()
-        times.append(start.elapsed_time(stop) / reps)
-    return statistics.median(times)
 
 
 def main() -> int:
@@ -77,7 +60,7 @@ def main() -> int:
             flop = 2.0 * M * N * K
             reps = max(5, int(3e12 / flop))
             row = {"shape": [M, N, K], "dtype": a.dtype,
-                   "cublas_tflops": flop / _events_ms(lambda: torch.matmul(A, B, out=C), reps) / 1e9, "variants": {}}
+                   "cublas_tflops": flop / events_ms(lambda: torch.matmul(A, B, out=C), reps)["ms"] / 1e9, "variants": {}}
             stream = torch.cuda.current_stream().cuda_stream
             for name, k in kernels.items():
                 out = C32 if k.spec.out_dtype == "f32" else C
@@ -85,18 +68,18 @@ def main() -> int:
                 k(A, B, out=out)
                 torch.cuda.synchronize()
                 err = float(((out.double() - ref).abs().max() / ref.abs().max()).item())
-                ms = _events_ms(lambda k=k: k(A, B, out=out), reps)
+                ms = events_ms(lambda k=k: k(A, B, out=out), reps)["ms"]
                 fc = k.fast_call
                 launcher = k.launcher(0)
                 args = fc.arguments((M, N, K, A.data_ptr(), K, B.data_ptr(), N, out.data_ptr(), N, 1.0, 0.0, 0, 0, 0))
                 grid = fc.grid(M, N, K, launcher.sm_count)
-                launch_ms = _events_ms(lambda: launcher(grid, args, stream), reps)
+                launch_ms = events_ms(lambda: launcher(grid, args, stream), reps)["ms"]
                 row["variants"][name] = {"kernel": k.name, "tflops": flop / ms / 1e9, "launch_tflops": flop / launch_ms / 1e9,
                                          "vs_cublas": flop / ms / 1e9 / row["cublas_tflops"], "rel_err": err}
             if ladder is not None:
                 args = {"M": M, "N": N, "K": K, "A_ptr": A.data_ptr(), "A_ld": K, "B_ptr": B.data_ptr(), "B_ld": N,
                         "C_ptr": C32.data_ptr(), "C_ld": N}
-                ms = _events_ms(lambda: ladder.launch(args, {"M": M, "N": N, "K": K}), reps)
+                ms = events_ms(lambda: ladder.launch(args, {"M": M, "N": N, "K": K}), reps)["ms"]
                 row["variants"]["ladder step 7 (f32 out)"] = {"kernel": ladder.name, "tflops": flop / ms / 1e9,
                                                               "vs_cublas": flop / ms / 1e9 / row["cublas_tflops"]}
             f.write(json.dumps(row) + "\n")

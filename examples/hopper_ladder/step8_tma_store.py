@@ -13,22 +13,13 @@ import sys
 
 import numpy as np
 from common import main
+from step7_persistent import block_origin   # the grouped block order of step 7
 
 import tilegen.dsl as tg
 
 ATOM = "m16n8k16.f16.f32"
 THREADS = 384                  # producer warpgroup + 2 consumer warpgroups
 CONSUMER_THREADS = 256
-
-
-def block_origin(index, M, N, BM, BN, group_m):
-    """(m0, n0) of block `index`: group_m consecutive blocks walk down M, then along N."""
-    blocks_m, blocks_n = tg.cdiv(M, BM), tg.cdiv(N, BN)
-    per_group = blocks_n * group_m
-    first_m = (index // per_group) * group_m
-    rows = tg.minimum(blocks_m - first_m, group_m)
-    in_group = index % per_group
-    return (first_m + in_group % rows) * BM, (in_group // rows) * BN
 
 
 @tg.kernel

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 MAX_PTX = (9, 0)  # the newest ISA CUDA 13.0's ptxas and driver 580's JIT accept
 STATIC_SMEM_MAX = 48 * 1024  # above this, dynamic shared memory needs the opt-in attribute
+SETMAXNREG_RANGE = (24, 256)  # setmaxnreg's register counts, in steps of 8 (ptx.md 6.8)
 
 
 @dataclass(frozen=True)

@@ -15,13 +15,14 @@ from __future__ import annotations
 
 from contextlib import contextmanager
 
+from ..arch.targets import SETMAXNREG_RANGE
 from ..arch.targets import target as _target
 from ..ir import tile as T
 from .primitives import lt, thread_id, tile_op
 from .trace import current, fail
 
 WARPGROUP_WARPS = 4
-MIN_REGISTERS, MAX_REGISTERS = 24, 256   # setmaxnreg's range, in steps of 8 (ptx.md 6.8)
+MIN_REGISTERS, MAX_REGISTERS = SETMAXNREG_RANGE
 MAX_NAMED_BARRIERS = 16                  # bar.sync 0..15; 0 is the CTA's
 
 

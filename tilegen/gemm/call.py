@@ -63,9 +63,9 @@ def _pitched(stored: np.ndarray) -> tuple[np.ndarray, int]:
     return buf, ld
 
 
-def _tma_rows_ok(ptr: int, ld: int, rows: int, esize: int) -> bool:
-    """Whether TMA can store a matrix at ptr with rows ld elements apart (ptx.md 6.5)."""
-    return ptr % ALIGN == 0 and ((ld * esize) % ALIGN == 0 or rows <= 1)
+def _c_map(kernel):
+    """The tensor map a TMA-store kernel writes C through, or None."""
+    return next((m for m in kernel.tensor_maps if m.ptr == "C_ptr"), None)
 
 
 def _aligned_ld(cols: int, esize: int) -> int:
@@ -141,8 +141,7 @@ class FastCall:
         self.b_row = spec.b_layout == "row"
         self.bias_axis = spec.epilogue.bias
         self.residual = spec.epilogue.residual
-        self.out_size = arch_dtype(spec.out_dtype).bytes
-        self.tma_store = spec.store == "tma"   # C's rows must suit TMA, else the direct-store kernel runs
+        self.c_map = _c_map(kernel)   # C's TMA-store map: rows it cannot take go to the direct-store kernel
         # the kernel's parameters, in its order, from the canonical tuple run() builds
         names = _CANONICAL + tuple(m.param for m in kernel.tensor_maps)
         self.pick = itemgetter(*(names.index(n) for n, _ in kernel.params))
@@ -209,7 +208,7 @@ class FastCall:
         c_ld = c_strides[0] if M > 1 else N
         if not (c_strides[1] == 1 or N == 1) or c_ld < N:
             return None
-        if self.tma_store and not _tma_rows_ok(c_ptr, c_ld, M, self.out_size):
+        if self.c_map is not None and self.c_map.problem(c_ptr, M, N, c_ld) is not None:
             return self.kernel.direct_store_kernel().fast_call.run(lib, pa, pb, out, pc, bias, residual, alpha, beta,
                                                                    repitch)
         bias_ptr = r_ptr = r_ld = 0
@@ -481,7 +480,8 @@ def _run_device(kernel, A, B, out, alpha, beta, bias, residual, repitch=False):
     c = runtime.describe_array(out, name="out", dtype=out_dt, shape=(M, N), layout="row", writable=True, align=None)
     if M == 0 or N == 0:
         return out
-    if spec.store == "tma" and not _tma_rows_ok(c.ptr, c.ld, M, np.dtype(out_dt).itemsize):
+    c_map = _c_map(kernel)
+    if c_map is not None and c_map.problem(c.ptr, M, N, c.ld) is not None:
         kernel = kernel.direct_store_kernel()   # C's rows do not suit TMA stores
     lib = interop.library(A)
     stream = lib.stream(a.device or 0) if lib is not None else 0

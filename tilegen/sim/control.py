@@ -14,12 +14,13 @@ from typing import Optional
 
 import numpy as np
 
+from ..arch.targets import SETMAXNREG_RANGE
 from .errors import SimError
 from .program import Imm, Sym
 from .state import Context
 
 END = 1 << 62
-MIN_REGS, MAX_REGS = 24, 256     # setmaxnreg's range (ptx.md 6.8), in steps of 8
+MIN_REGS, MAX_REGS = SETMAXNREG_RANGE
 
 
 class Signal:

@@ -114,6 +114,14 @@ def _active(ctx, guard):
     return ctx.all_tids if guard is None else ctx.all_tids[guard()]
 
 
+def _targets(ins, ctx, addr, guard):
+    """(threads that run it, the shared offset of each one's barrier), or None when none runs it."""
+    tids = _active(ctx, guard)
+    if not tids.size:
+        return None
+    return tids, _offsets(ins, ctx, per_thread(addr(), ctx.threads)[tids].astype(np.uint64), tids)
+
+
 def state(ins, ctx: Context, off: int, tid: int) -> MBarrierState:
     bar = ctx.mbarriers.get(off)
     if bar is None:
@@ -146,12 +154,11 @@ def _init(ins, ctx):
     n = ctx.threads
 
     def run():
-        tids = _active(ctx, guard)
-        if not tids.size:
+        got = _targets(ins, ctx, addr, guard)
+        if got is None:
             return
-        a = per_thread(addr(), n)[tids].astype(np.uint64)
+        tids, offs = got
         c = per_thread(count(), n)[tids]
-        offs = _offsets(ins, ctx, a, tids)
         for off, k, t in zip(offs.tolist(), c.tolist(), tids.tolist()):
             if not 1 <= k <= MAX_COUNT:
                 ctx.fail(ins, f"mbarrier.init with {k} arrivals; allowed 1..{MAX_COUNT}", kind="mbarrier", tid=t)
@@ -170,11 +177,10 @@ def _arrive(ins, ctx, expect: bool):
     n = ctx.threads
 
     def run():
-        tids = _active(ctx, guard)
-        if not tids.size:
+        got = _targets(ins, ctx, addr, guard)
+        if got is None:
             return
-        a = per_thread(addr(), n)[tids].astype(np.uint64)
-        offs = _offsets(ins, ctx, a, tids)
+        tids, offs = got
         tx = per_thread(nbytes(), n)[tids] if expect else None
         ctx.progress += 1
         for i, (off, t) in enumerate(zip(offs.tolist(), tids.tolist())):
@@ -215,11 +221,10 @@ def _try_wait(ins, ctx):
     apart = ctx.masked   # code for warps that parted: other groups may still arrive
 
     def run():
-        tids = _active(ctx, guard)
-        if not tids.size:
+        got = _targets(ins, ctx, addr, guard)
+        if got is None:
             return
-        a = per_thread(addr(), n)[tids].astype(np.uint64)
-        offs = _offsets(ins, ctx, a, tids)
+        tids, offs = got
         par = per_thread(parity(), n)[tids] & 1
         done = np.zeros(n, dtype=bool)
         blocked = []

@@ -261,6 +261,17 @@ class SharedShadow:
         else:
             self.unfenced &= ~np.isin(self.writer, tids)
 
+    def _unfenced(self, flat, who: str, engine: str) -> Optional[Violation]:
+        """A read through the async proxy of bytes written through the generic one with no
+        fence.proxy.async after the write."""
+        hit = self._first(self.unfenced[flat], flat)
+        if hit:
+            _, o = hit
+            return Violation(0, o, f"{who} reads bytes that thread {self.writer[o]} wrote through the generic proxy "
+                                   f"(PTX line {self.w_line[o]}) with no fence.proxy.async after the write: {engine} "
+                                   f"reads shared memory through the async proxy", "proxy")
+        return None
+
     def issue_async_read(self, group: int, offs: np.ndarray, line: int) -> Optional[Violation]:
         """A wgmma of warpgroup `group` starts reading bytes `offs` (1-D)."""
         flat = offs[None, :]
@@ -277,12 +288,9 @@ class SharedShadow:
             _, o = hit
             return Violation(0, o, f"shared-memory race: the wgmma reads bytes that thread {self.writer[o]} wrote "
                                    f"(PTX line {self.w_line[o]}) with no bar.sync in between", "race")
-        hit = self._first(self.unfenced[flat], flat)
-        if hit:
-            _, o = hit
-            return Violation(0, o, f"the wgmma reads bytes that thread {self.writer[o]} wrote through the generic "
-                                   f"proxy (PTX line {self.w_line[o]}) with no fence.proxy.async after the write: "
-                                   f"wgmma reads shared memory through the async proxy", "proxy")
+        v = self._unfenced(flat, "the wgmma", "wgmma")
+        if v:
+            return v
         np.add.at(self.inflight, offs, 1)
         self.i_line[offs] = line
         return None
@@ -344,12 +352,9 @@ class SharedShadow:
             return Violation(0, o, f"shared-memory race: a TMA store reads bytes that thread {self.writer[o]} wrote "
                                    f"(PTX line {self.w_line[o]}) with no barrier ordering that write before the store",
                              "race")
-        hit = self._first(self.unfenced[flat], flat)
-        if hit:
-            _, o = hit
-            return Violation(0, o, f"a TMA store reads bytes that thread {self.writer[o]} wrote through the generic proxy "
-                                   f"(PTX line {self.w_line[o]}) with no fence.proxy.async after the write: TMA reads "
-                                   f"shared memory through the async proxy", "proxy")
+        v = self._unfenced(flat, "a TMA store", "TMA")
+        if v:
+            return v
         np.add.at(self.inflight, offs, 1)
         self.i_line[offs] = line
         return None

@@ -105,20 +105,24 @@ def build_bulk(ins, ctx: Context):
     return run
 
 
-def _issue(ins, ctx, tid, dst, bar_addr, desc, c0, c1):
+def _map_of(ins, ctx, tid, desc):
+    """(parameter name, the map's fields, bytes per box row) of a tensor-map operand."""
     name = ctx.param_at.get(desc)
     if name is None:
         ctx.fail(ins, f"the tensor-map operand {desc:#x} is not the address of a kernel parameter "
                       f"(mov.b64 + cvta.param of a .param .b8 [128])", kind="tma", tid=tid)
-    ptr, rows, cols, pitch, box_rows, box_cols, esize, swz = _decode_map(ins, ctx, name)
+    fields = _decode_map(ins, ctx, name)
+    box_cols, esize, swz = fields[5:]
     row_bytes = box_cols * esize
     if swz and row_bytes != _SPAN[swz]:
         ctx.unsupported(ins, f"a swizzled box whose rows ({row_bytes} bytes) are not the swizzle span")
-    align = 1024 if swz == 3 else A.SMEM_ALIGN
-    if (dst - ctx.shared.base) % align and dst % align:
-        ctx.fail(ins, f"the TMA destination {dst:#x} is not {align}-byte aligned", kind="misaligned", tid=tid, address=dst)
+    return name, fields, row_bytes
+
+
+def _issue(ins, ctx, tid, dst, bar_addr, desc, c0, c1):
+    name, (ptr, rows, cols, pitch, box_rows, box_cols, esize, swz), row_bytes = _map_of(ins, ctx, tid, desc)
+    offs = _box_offsets(ins, ctx, tid, dst, box_rows, row_bytes, swz, "the TMA destination")
     try:
-        base = int(ctx.shared.offsets(np.array([dst], dtype=np.uint64), box_rows * row_bytes)[0])
         bar_off = int(ctx.shared.offsets(np.array([bar_addr], dtype=np.uint64), 8)[0])
     except MemoryFault as f:
         ctx.fail(ins, f.reason, kind="bounds", tid=tid, address=f.address)
@@ -135,22 +139,17 @@ def _issue(ins, ctx, tid, dst, bar_addr, desc, c0, c1):
                 ctx.fail(ins, f"the TMA copy from {name} reads row {r} outside every allocation ({e})",
                          kind="bounds", tid=tid)
             box[r - c1, (k_lo - c0) * esize:(k_hi - c0) * esize] = got
-    linear = dst + np.arange(box_rows * row_bytes, dtype=np.int64)
-    bits = _SWIZZLE_BITS[swz]
-    addr = linear ^ (((linear >> 7) & ((1 << bits) - 1)) << 4) if bits else linear
-    offs = addr - ctx.shared.base
     v = ctx.shadow.issue_bulk(tid, offs, ins.line)
     if v:
         ctx.violation(ins, v, np.array([tid]))
     ctx.bulk.append(BulkCopy(bar_off, offs, box.reshape(-1), box_rows * row_bytes, ins.line))
 
 
-def _box_offsets(ins, ctx, tid, addr, box_rows, row_bytes, swz):
+def _box_offsets(ins, ctx, tid, addr, box_rows, row_bytes, swz, what: str):
     """The shared offsets of a box at `addr` (row by row, the swizzle applied)."""
     align = 1024 if swz == 3 else A.SMEM_ALIGN
     if (addr - ctx.shared.base) % align and addr % align:
-        ctx.fail(ins, f"the TMA box at shared address {addr:#x} is not {align}-byte aligned", kind="misaligned",
-                 tid=tid, address=addr)
+        ctx.fail(ins, f"{what} {addr:#x} is not {align}-byte aligned", kind="misaligned", tid=tid, address=addr)
     try:
         ctx.shared.offsets(np.array([addr], dtype=np.uint64), box_rows * row_bytes)
     except MemoryFault as f:
@@ -181,14 +180,8 @@ def _build_store(ins, ctx):
 
 
 def _store(ins, ctx, tid, src, desc, c0, c1):
-    name = ctx.param_at.get(desc)
-    if name is None:
-        ctx.fail(ins, f"the tensor-map operand {desc:#x} is not the address of a kernel parameter", kind="tma", tid=tid)
-    ptr, rows, cols, pitch, box_rows, box_cols, esize, swz = _decode_map(ins, ctx, name)
-    row_bytes = box_cols * esize
-    if swz and row_bytes != _SPAN[swz]:
-        ctx.unsupported(ins, f"a swizzled box whose rows ({row_bytes} bytes) are not the swizzle span")
-    offs = _box_offsets(ins, ctx, tid, src, box_rows, row_bytes, swz)
+    name, (ptr, rows, cols, pitch, box_rows, box_cols, esize, swz), row_bytes = _map_of(ins, ctx, tid, desc)
+    offs = _box_offsets(ins, ctx, tid, src, box_rows, row_bytes, swz, "the TMA store's source")
     v = ctx.shadow.issue_bulk_read(tid, offs, ins.line)
     if v:
         ctx.violation(ins, v, np.array([tid]))

@@ -37,6 +37,7 @@ so S - 1 k-tiles are in flight while the tensor cores work, with no CTA barrier 
 from __future__ import annotations
 
 from ... import dsl as tg
+from ...dsl.roles import default_registers
 from ...arch import wgmma as W
 from ...arch.swizzle import SWIZZLE_MODES
 from ...errors import SpecError
@@ -454,7 +455,7 @@ def _register_split(spec) -> tuple:
     warps take what is left of the SM's 64K (at most 240), or None where the launch's share
     is already enough."""
     tgt = spec.target_info
-    at_launch = min(tgt.regs_per_thread, tgt.regs_per_sm // spec.threads) // 8 * 8
+    at_launch = default_registers(spec.threads, tgt)
     producer = WarpSpecializedPipeline.PRODUCER_REGISTERS
     math = min(240, (tgt.regs_per_sm - producer * W.WARPGROUP * 32) // spec.math_threads // 8 * 8)
     if math <= at_launch:
