@@ -100,3 +100,70 @@ def test_bad_launch_dims(grid, block, message):
 def test_pointer_must_be_an_address(value):
     with pytest.raises(LaunchError, match="not a device pointer"):
         pack_arg(value, "ptr")
+
+
+# -- the cuLaunchKernelEx buffer: parameters and CUlaunchConfig packed in one write ----------
+
+def _bindings_config(grid, block, smem, stream, cluster):
+    """The bytes of cuda.bindings' own CUlaunchConfig (and cluster attribute) for these values."""
+    d = pytest.importorskip("cuda.bindings.driver")
+    c = d.CUlaunchConfig()
+    c.gridDimX, c.gridDimY, c.gridDimZ = grid
+    c.blockDimX, c.blockDimY, c.blockDimZ = block
+    c.sharedMemBytes, c.hStream = smem, d.CUstream(stream)
+    attr = b""
+    if cluster:
+        a = d.CUlaunchAttribute()
+        a.id = d.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
+        a.value.clusterDim.x, a.value.clusterDim.y, a.value.clusterDim.z = cluster
+        c.attrs, c.numAttrs = [a], 1
+        attr = ctypes.string_at(a.getPtr(), 72)
+    return ctypes.string_at(c.getPtr(), 56), attr
+
+
+@pytest.mark.parametrize("cluster", [None, (2, 1, 1)])
+def test_launch_config_matches_the_drivers_struct(cluster):
+    from tilegen.runtime import ParamBuffer
+    kinds = ["u32", "ptr", "f32", "tensormap", "s32"]
+    buf = ParamBuffer(kinds, (384, 1, 1), 200_000, cluster, config=True)
+    values = [7, 0x7F0000001000, 1.5, bytes(range(128)), -3]
+    buf.pack_launch((132, 3, 1), values, 0xABCD)
+    raw = ctypes.string_at(ctypes.addressof(buf.storage), len(buf.storage))
+    config, attr = _bindings_config((132, 3, 1), (384, 1, 1), 200_000, 0xABCD, cluster)
+    mine = raw[buf.config_offset:buf.config_offset + 56]
+    assert mine[:40] == config[:40]  # grid, block, shared bytes, stream
+    attrs_at, count = struct.unpack_from("<QI", mine, 40)
+    assert count == (1 if cluster else 0) and count == struct.unpack_from("<I", config, 48)[0]
+    if cluster:
+        base = ctypes.addressof(buf.storage)
+        assert ctypes.string_at(attrs_at, 72) == attr and base <= attrs_at < base + len(buf.storage)
+    # each kernel parameter sits where the pointer array says, with its value's bytes
+    ptrs = [buf.pointers[i] for i in range(len(kinds))]
+    expect = [struct.pack("<I", 7), struct.pack("<Q", 0x7F0000001000), struct.pack("<f", 1.5), bytes(range(128)),
+              struct.pack("<i", -3)]
+    assert [ctypes.string_at(p, len(e)) for p, e in zip(ptrs, expect)] == expect
+    # (the driver copies each parameter by its offset in the kernel's .param list, so these
+    # host copies need no particular alignment)
+
+
+def test_launch_config_rewrites_only_the_per_call_fields():
+    from tilegen.runtime import ParamBuffer
+    buf = ParamBuffer(["u32"], (128, 1, 1), 0, (2, 1, 1), config=True)
+    before = ctypes.string_at(ctypes.addressof(buf.storage) + buf.config_offset + 40, 12)
+    buf.pack_launch((5, 1, 1), [1], 0)
+    buf.pack_launch((9, 2, 1), [2], 77)
+    raw = ctypes.string_at(ctypes.addressof(buf.storage), len(buf.storage))
+    assert struct.unpack_from("<3I", raw, buf.config_offset) == (9, 2, 1)
+    assert struct.unpack_from("<Q", raw, buf.config_offset + 32) == (77,)
+    assert raw[buf.config_offset + 40:buf.config_offset + 52] == before  # the attribute array stays
+
+
+def test_launch_config_bad_values_say_what_is_wrong():
+    from tilegen.runtime import ParamBuffer
+    buf = ParamBuffer(["u32", "ptr"], (128, 1, 1), 0, config=True)
+    with pytest.raises(LaunchError, match="argument 0"):
+        buf.pack_launch((1, 1, 1), [-1, 0], 0)
+    with pytest.raises(LaunchError, match="takes 2 arguments"):
+        buf.pack_launch((1, 1, 1), [1], 0)
+    with pytest.raises(LaunchError, match="grid"):
+        buf.pack_launch((2**32, 1, 1), [1, 0], 0)

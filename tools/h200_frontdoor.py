@@ -15,6 +15,7 @@ import sys
 import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROUTES = ("ex", "bindings", "ctypes")  # tilegen.runtime.launch.ROUTES
 
 _OLD_HOST = r'''
 import json, statistics, sys, time, torch, tilegen
@@ -43,7 +44,7 @@ print("RESULT " + json.dumps(res))
 
 def host(out: dict, old: str | None) -> None:
     env = dict(os.environ)
-    for route in ("bindings", "ctypes"):
+    for route in ROUTES:
         code = ("import json, sys; from tilegen.bench.host import host_costs; "
                 "print('RESULT ' + json.dumps([host_costs(d, size=s) for d, s in "
                 "(('bf16', 1024), ('f16', 1024), ('bf16', 256), ('f32', 1024))]))")
@@ -94,7 +95,7 @@ s = torch.cuda.current_stream().cuda_stream
 vals = k.fast_call.arguments((256, 256, 256, A.data_ptr(), 256, B.data_ptr(), 256, C.data_ptr(), 256, 1.0, 1.0, 0, 0, 0))
 fn = k.function()
 routes = {}
-for r in ("ctypes", "bindings"):
+for r in L.ROUTES:
     os.environ["TILEGEN_LAUNCH"] = r
     routes[r] = L.Launcher(fn, k._kinds, k.threads, k.smem_bytes, 0)
     routes[r].buffer.pack(vals)
@@ -103,11 +104,12 @@ args = {"M": 256, "N": 256, "K": 256, "A_ptr": A.data_ptr(), "A_ld": 256, "B_ptr
         "C_ptr": C.data_ptr(), "C_ld": 256, "alpha": 1.0, "beta": 0.0}
 sizes = {"M": 256, "N": 256, "K": 256}
 tl, cl = interop.library(A), interop.library(a)
-variants = {
-    "driver call, ctypes (ready buffer)": lambda: routes["ctypes"]._launch(g, s),
-    "driver call, bindings (ready buffer)": lambda: routes["bindings"]._launch(g, s),
-    "Launcher, ctypes": lambda: routes["ctypes"](g, vals, s),
-    "Launcher, bindings": lambda: routes["bindings"](g, vals, s),
+routes["ex"].buffer.pack_launch(g, vals, s)
+variants = {}
+for r in L.ROUTES:
+    variants[f"driver call, {r} (ready buffer)"] = (lambda r: lambda: routes[r]._launch(g, s))(r)
+    variants[f"Launcher, {r}"] = (lambda r: lambda: routes[r](g, vals, s))(r)
+variants.update({
     "kernel.launch(args, sizes)": lambda: k.launch(args, sizes, stream=s),
     "kernel(A, B, out=C) torch": lambda: k(A, B, out=C),
     "kernel(A, B, out=C) cupy": lambda: k(a, b, out=c),
@@ -120,7 +122,7 @@ variants = {
     "probe cupy": lambda: cl.probe(a),
     "stream torch": lambda: tl.stream(0),
     "stream cupy": lambda: cl.stream(0),
-}
+})
 samples = {n: [] for n in variants}
 calls = 200
 for f in variants.values():
@@ -140,7 +142,7 @@ def floors(out: dict) -> None:
     """What one launch costs below tilegen, measured interleaved in one process (each round
     times every variant once, so drift hits all alike): the driver call alone with a ready
     buffer on both routes, tilegen's layers, torch's and CuPy's own small ops."""
-    for route in ("ctypes", "bindings"):  # the route of kernel(...) and matmul in that process
+    for route in ROUTES:  # the route of kernel(...) and matmul in that process
         p = subprocess.run([sys.executable, "-c", _FLOOR], env=dict(os.environ, TILEGEN_LAUNCH=route), cwd=REPO,
                            capture_output=True, text=True, timeout=300)
         line = [x for x in p.stdout.splitlines() if x.startswith("RESULT ")]

@@ -9,10 +9,15 @@ address as a plain int, so nothing is converted per call. The driver copies the 
 when the launch is enqueued, so the buffer is free again as soon as the call returns (a
 lock keeps two threads from packing into it at once).
 
-The call itself goes through cuda.bindings, or, with TILEGEN_LAUNCH=ctypes, through ctypes
-straight into libcuda (the library cuda-python loaded); both take the same arguments. On
-the H200 host the bindings route measured 1.2 us faster per call, interleaved in one process
-(docs/perf_notes.md): ctypes' conversion of eleven arguments costs more than the bindings'.
+Three routes make the call (TILEGEN_LAUNCH picks one):
+  "ex"        cuLaunchKernelEx through ctypes, the default: the launch configuration (grid,
+              block, shared memory, stream, attributes such as a cluster shape) is packed into
+              the same buffer as the parameters, so the call passes four pointers that never
+              change, and ctypes converts nothing per call;
+  "bindings"  cuLaunchKernel through cuda.bindings (eleven arguments, converted by Cython);
+  "ctypes"    cuLaunchKernel through ctypes (eleven arguments, converted by ctypes; slowest).
+A cluster launch (cluster=(x, y, z)) needs cuLaunchKernelEx, so it takes "ex" whatever the
+choice. Measured per call on the H200 host: docs/perf_notes.md section 16.
 """
 from __future__ import annotations
 
@@ -32,18 +37,23 @@ _SIZE = {"Q": 8, "I": 4, "i": 4, "f": 4, "d": 8, "128s": 128}
 _INVALID_CONTEXT = (201, 400)  # CUDA_ERROR_INVALID_CONTEXT, CUDA_ERROR_INVALID_HANDLE
 
 
+ROUTES = ("ex", "bindings", "ctypes")
+
+
 def launch_route() -> str:
-    """"bindings" (cuda.bindings.driver.cuLaunchKernel, the default) or "ctypes" (libcuda's
-    cuLaunchKernel directly), from TILEGEN_LAUNCH."""
-    route = os.environ.get("TILEGEN_LAUNCH", "bindings").strip().lower()
-    return route if route in ("bindings", "ctypes") else "bindings"
+    """The driver call launches go through, from TILEGEN_LAUNCH: "ex" (the default),
+    "bindings" or "ctypes" (module docstring)."""
+    route = os.environ.get("TILEGEN_LAUNCH", "ex").strip().lower()
+    return route if route in ROUTES else "ex"
 
 
 class ParamBuffer:
     """The parameters of one kernel, packed at their natural offsets, and the pointer array
-    cuLaunchKernel reads them through."""
+    cuLaunchKernel reads them through. With `config=True` a CUlaunchConfig follows the
+    parameters in the same buffer (cluster: its attribute too), and `pack_launch` writes the
+    parameters, the grid and the stream with one struct call."""
 
-    def __init__(self, kinds):
+    def __init__(self, kinds, block=(1, 1, 1), smem: int = 0, cluster=None, config: bool = False):
         for i, k in enumerate(kinds):
             if k not in _CODE:
                 raise LaunchError(f"kernel argument {i}: kind {k!r} is not one of {', '.join(ARG_KINDS)}")
@@ -57,10 +67,25 @@ class ParamBuffer:
             offsets.append(at)
             at += _SIZE[code]
         self.struct = struct.Struct(fmt)
-        self.storage = ctypes.create_string_buffer(max(self.struct.size, 8))
+        self.block, self.smem = tuple(block), int(smem)
+        size = max(self.struct.size, 8)
+        if config:
+            self.config_offset = size + (-size % 8)
+            # CUlaunchConfig: grid x y z, block x y z, shared bytes, (pad), stream; then the
+            # attribute array's address and count, which the per-call struct leaves alone.
+            self.launch_struct = struct.Struct(fmt + "x" * (self.config_offset - self.struct.size) + "7I4xQ")
+            attrs_offset = self.config_offset + _CONFIG_BYTES
+            size = attrs_offset + (_ATTR_BYTES if cluster else 0)
+        self.storage = ctypes.create_string_buffer(size)
         base = ctypes.addressof(self.storage)
         self.pointers = (ctypes.c_void_p * max(len(self.kinds), 1))(*[base + o for o in offsets])
         self.address = ctypes.addressof(self.pointers) if self.kinds else 0
+        if config:
+            self.config_address = base + self.config_offset
+            attrs = (base + attrs_offset, 1) if cluster else (0, 0)
+            struct.pack_into("<QI", self.storage, self.config_offset + 40, *attrs)
+            if cluster:  # CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION, value {x, y, z}
+                struct.pack_into("<I4x3I", self.storage, attrs_offset, _CLUSTER_DIMENSION, *cluster)
 
     def pack(self, values) -> None:
         """Write the values; a value struct refuses (a pointer object, a number out of range)
@@ -68,22 +93,42 @@ class ParamBuffer:
         try:
             self.struct.pack_into(self.storage, 0, *values)
         except (struct.error, OverflowError, TypeError):
-            if len(values) != len(self.kinds):
-                raise LaunchError(f"the kernel takes {len(self.kinds)} arguments; got {len(values)}") from None
-            plain = []
-            for i, (v, k) in enumerate(zip(values, self.kinds)):
-                value, _ = pack_arg(v, k, i)
-                plain.append(bytes(value) if k == "tensormap" else value.value if hasattr(value, "value") else value)
-            self.struct.pack_into(self.storage, 0, *plain)
+            self.struct.pack_into(self.storage, 0, *self.plain(values))
+
+    def plain(self, values) -> list:
+        """values converted by params.pack_arg (or a LaunchError saying which is wrong)."""
+        if len(values) != len(self.kinds):
+            raise LaunchError(f"the kernel takes {len(self.kinds)} arguments; got {len(values)}")
+        plain = []
+        for i, (v, k) in enumerate(zip(values, self.kinds)):
+            value, _ = pack_arg(v, k, i)
+            plain.append(bytes(value) if k == "tensormap" else value.value if hasattr(value, "value") else value)
+        return plain
+
+    def pack_launch(self, grid, values, stream: int) -> None:
+        """The parameters and the launch configuration for cuLaunchKernelEx, in one write."""
+        (bx, by, bz), smem = self.block, self.smem
+        try:
+            self.launch_struct.pack_into(self.storage, 0, *values, grid[0], grid[1], grid[2], bx, by, bz, smem, stream)
+        except (struct.error, OverflowError, TypeError):
+            self.launch_struct.pack_into(self.storage, 0, *self.plain(values), *check_launch_dims(grid, self.block)[0],
+                                         bx, by, bz, smem, stream)
 
 
-def _ctypes_launch():
-    """libcuda's cuLaunchKernel through ctypes (the library cuda-python already loaded), or
-    None where ctypes cannot load it."""
+_CONFIG_BYTES = 56  # sizeof(CUlaunchConfig) on 64-bit hosts
+_ATTR_BYTES = 72  # sizeof(CUlaunchAttribute): id, pad, a 64-byte value union
+_CLUSTER_DIMENSION = 4  # CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
+
+
+def _libcuda():
+    """libcuda through ctypes (the library cuda-python already loaded), or None."""
     try:
-        lib = ctypes.CDLL("libcuda.so.1")
+        return ctypes.CDLL("libcuda.so.1")
     except OSError:
         return None
+
+
+def _ctypes_launch(lib):
     fn = lib.cuLaunchKernel
     u = ctypes.c_uint
     fn.argtypes = [ctypes.c_void_p, u, u, u, u, u, u, u, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
@@ -91,60 +136,90 @@ def _ctypes_launch():
     return fn
 
 
-_CTYPES: list = []
+def _ex_launch(lib):
+    try:
+        fn = lib.cuLaunchKernelEx
+    except AttributeError:  # a driver older than CUDA 12.0
+        return None
+    fn.argtypes = [ctypes.c_void_p] * 4
+    fn.restype = ctypes.c_int
+    return fn
+
+
+_FUNCTIONS: dict = {}
+
+
+def _driver_function(route: str):
+    """libcuda's cuLaunchKernelEx ("ex") or cuLaunchKernel ("ctypes") as a ctypes function,
+    looked up once; None where it cannot be had."""
+    if route not in _FUNCTIONS:
+        lib = _libcuda()
+        _FUNCTIONS[route] = None if lib is None else (_ex_launch if route == "ex" else _ctypes_launch)(lib)
+    return _FUNCTIONS[route]
 
 
 class Launcher:
     """One loaded kernel, ready to launch: `launcher(grid, values, stream)`.
 
     values are in the kernel's parameter order (ints for pointers and integers, floats);
-    stream as module.stream_handle takes it (an int handle is used as it is). The calling
-    thread's current context is not checked before each launch: a launch refused for the
-    context (a new thread, another device's context current) makes it current and is
-    retried once."""
+    stream as module.stream_handle takes it (an int handle is used as it is); cluster, a
+    cluster shape (x, y, z) the grid is launched in (ptx.md 6.9). The calling thread's
+    current context is not checked before each launch: a launch refused for the context (a
+    new thread, another device's context current) makes it current and is retried once."""
 
-    def __init__(self, function, kinds, threads: int, smem: int, device: int = 0):
+    def __init__(self, function, kinds, threads: int, smem: int, device: int = 0, cluster=None):
         self.function = function
-        self.buffer = ParamBuffer(kinds)
         self.block = check_launch_dims((1, 1, 1), (threads, 1, 1))[1]
         self.smem = int(smem)
         self.device = device
+        self.cluster = tuple(cluster) if cluster else None
         self.handle = function.handle
-        self.route = launch_route()
-        if self.route == "ctypes" and not _CTYPES:
-            _CTYPES.append(_ctypes_launch())
-        if self.route == "ctypes" and _CTYPES[0] is None:
-            self.route = "bindings"
-        self._driver = _drv.bindings()
-        self._pack = self.buffer.struct.pack_into
+        route = "ex" if self.cluster else launch_route()
+        if route != "bindings" and _driver_function(route) is None:
+            if self.cluster:
+                raise LaunchError("a cluster launch needs cuLaunchKernelEx (CUDA 12.0 or newer), which "
+                                  "this driver does not have")
+            route = "bindings"
+        self.route = route
+        self.buffer = ParamBuffer(kinds, self.block, self.smem, self.cluster, config=route == "ex")
+        self.lock = threading.Lock()
         self._storage = self.buffer.storage
         self._address = self.buffer.address
-        self.lock = threading.Lock()
-        self._ctypes = self.route == "ctypes"
-        self._fn = _CTYPES[0] if self._ctypes else self._driver.cuLaunchKernel
-        self._handle = int(function.handle) if self._ctypes else function.handle
+        if route == "ex":  # four pointers that never change; ctypes converts nothing per call
+            self._fn = _driver_function(route)
+            self._ex_args = (ctypes.c_void_p(self.buffer.config_address), ctypes.c_void_p(int(function.handle)),
+                             ctypes.c_void_p(self._address or None), None)
+            self._pack = self.buffer.launch_struct.pack_into
+        else:
+            self._fn = _driver_function(route) if route == "ctypes" else _drv.bindings().cuLaunchKernel
+            self._handle = int(function.handle) if route == "ctypes" else function.handle
+            self._pack = self.buffer.struct.pack_into
 
     def _launch(self, grid, stream) -> int:
+        """The driver call with the buffer as it is (the values already packed)."""
+        if self.route == "ex":
+            return self._fn(*self._ex_args)
         bx, by, bz = self.block
-        if self._ctypes:
+        if self.route == "ctypes":
             return self._fn(self._handle, grid[0], grid[1], grid[2], bx, by, bz, self.smem, stream, self._address, None)
         return self._fn(self._handle, grid[0], grid[1], grid[2], bx, by, bz, self.smem, stream, self._address, 0)[0]
 
     def __call__(self, grid, values, stream=0) -> None:
         if stream.__class__ is not int:
             stream = int(stream_handle(stream))
-        bx, by, bz = self.block
         with self.lock:
-            try:
-                self._pack(self._storage, 0, *values)
-            except (struct.error, OverflowError, TypeError):
-                self.buffer.pack(values)  # converts what it can, or says what is wrong
-            if self._ctypes:
-                err = self._fn(self._handle, grid[0], grid[1], grid[2], bx, by, bz, self.smem, stream, self._address,
-                               None)
+            if self.route == "ex":
+                try:
+                    self._pack(self._storage, 0, *values, grid[0], grid[1], grid[2], *self.block, self.smem, stream)
+                except (struct.error, OverflowError, TypeError):
+                    self.buffer.pack_launch(grid, values, stream)  # converts what it can, or says what is wrong
+                err = self._fn(*self._ex_args)
             else:
-                err = self._fn(self._handle, grid[0], grid[1], grid[2], bx, by, bz, self.smem, stream, self._address,
-                               0)[0]
+                try:
+                    self._pack(self._storage, 0, *values)
+                except (struct.error, OverflowError, TypeError):
+                    self.buffer.pack(values)
+                err = self._launch(grid, stream)
         if err:
             self._failed(int(err), grid, values, stream)
 
@@ -153,13 +228,17 @@ class Launcher:
             _drv.forget_current()
             _drv.ensure_context(self.device)
             with self.lock:
-                self.buffer.pack(values)
+                if self.route == "ex":
+                    self.buffer.pack_launch(grid, values, stream)
+                else:
+                    self.buffer.pack(values)
                 err = int(self._launch(grid, stream))
             if not err:
                 return
         check_launch_dims(grid, self.block)  # a grid out of range says so plainly
-        _drv.check((err,), f"launching {self.function.entry} (grid {tuple(grid)}, block {self.block}, "
+        where = f" in clusters of {self.cluster}" if self.cluster else ""
+        _drv.check((err,), f"launching {self.function.entry} (grid {tuple(grid)}{where}, block {self.block}, "
                            f"{self.smem} B dynamic smem)")
 
 
-__all__ = ["Launcher", "ParamBuffer", "launch_route"]
+__all__ = ["Launcher", "ParamBuffer", "ROUTES", "launch_route"]
