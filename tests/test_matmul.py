@@ -87,12 +87,36 @@ def test_large_16bit_problems_on_hopper_take_the_wgmma_kernel(monkeypatch):
     spec = mm.explain(A, B).spec
     assert (spec.instruction, spec.target, spec.b_layout) == ("wgmma", "sm_90a", "col")
     assert "wgmma" in mm.explain(A, B).reason
-    assert mm.explain(A[:512], B).spec.instruction == "mma.sync"
     # a short side of 1024 with the area of 2048^2 fills the GPU with the preset's tiles
-    assert mm.explain(A[:1024], B).spec.instruction == "wgmma"
-    assert mm.explain(A[:1023], B).spec.instruction == "mma.sync"
-    assert mm.explain(A[:1024], B[:, :2048]).spec.instruction == "mma.sync"
+    assert tuple(mm.explain(A[:1024], B).spec.tile) == (128, 256, 64)
+    assert tuple(mm.explain(A[:1023], B).spec.tile) == (128, 128, 64)
     assert mm.explain(A.astype(np.float32), B.astype(np.float32)).spec.instruction == "mma.sync"
+
+
+def test_medium_16bit_problems_on_hopper_take_smaller_wgmma_tiles(monkeypatch):
+    """Below the preset's size: the warp-specialized wgmma kernel with 128x128 tiles while they
+    give MEDIUM_BLOCKS blocks, 64x128 below; a side of SMALL or less keeps mma.sync's 64x64."""
+    import importlib
+
+    mm = importlib.import_module("tilegen.gemm.matmul")
+    monkeypatch.setattr(mm, "_target", lambda: "sm_90")
+    monkeypatch.setattr(mm, "_tuned", lambda *a, **k: None)
+    z = lambda r, c: np.zeros((r, c), np.float16)  # noqa: E731
+    for (M, N), tile, stages in (((1024, 2048), (128, 128, 64), 4), ((1536, 1024), (128, 128, 64), 4),
+                                 ((1024, 1024), (64, 128, 64), 6), ((512, 512), (64, 128, 64), 6),
+                                 ((96, 96), (64, 128, 64), 6)):
+        choice = mm.explain(z(M, 512), np.asfortranarray(z(512, N)))
+        s = choice.spec
+        assert (s.instruction, s.target, tuple(s.tile), s.stages, s.warp_specialized, s.b_layout) == \
+            ("wgmma", "sm_90a", tile, stages, True, "col"), (M, N)
+        assert "medium problem" in choice.reason and f"{-(-M // 128) * -(-N // 128)} blocks" in choice.reason
+    assert (1024 * 1536 // 128 ** 2) == mm.MEDIUM_BLOCKS  # the boundary the measurements put here
+    assert tuple(mm.explain(z(1024, 512), z(512, 1408)).spec.tile) == (64, 128, 64)   # 88 blocks
+    small = mm.explain(z(64, 512), z(512, 300)).spec
+    assert (small.instruction, tuple(small.tile)) == ("mma.sync", (64, 64, 64))
+    assert mm.explain(z(512, 512).astype(np.float32), z(512, 512).astype(np.float32)).spec.instruction == "mma.sync"
+    monkeypatch.setattr(mm, "_target", lambda: "sm_80")
+    assert mm.explain(z(1024, 512), z(512, 1024)).spec.instruction == "mma.sync"
 
 
 def test_large_tf32_problems_on_hopper_take_wgmma(monkeypatch):
@@ -123,7 +147,9 @@ def test_a_tuned_mma_sync_spec_does_not_replace_the_faster_wgmma_preset(monkeypa
     A = np.zeros((4096, 4096), np.float16)
     choice = mm.explain(A, A)
     assert choice.spec.instruction == "wgmma" and "autotuner's mma.sync spec skipped" in choice.reason
-    assert mm.explain(A[:512], A).spec.tile.n == 256      # small problems keep the tuned spec
+    medium = mm.explain(A[:512], A[:, :512])
+    assert medium.spec.instruction == "wgmma" and "autotuner's mma.sync spec skipped" in medium.reason
+    assert mm.explain(A[:64], A).spec.tile.n == 256      # a side of SMALL keeps the tuned spec
 
 
 def test_a_tuned_wgmma_spec_is_used_on_hopper(monkeypatch):
@@ -162,3 +188,29 @@ def test_skinny_products_on_hopper_keep_more_in_flight(monkeypatch):
     assert mm.explain(W, np.zeros((8192, 16), np.float16)).spec.stages == 3
     monkeypatch.setattr(mm, "_target", lambda: "sm_80")
     assert mm.explain(np.zeros((16, 8192), np.float16), W).spec.stages == 3
+
+
+def test_the_choice_reads_the_shape_only_through_size_class(monkeypatch):
+    """matmul remembers its choice per size_class, so two shapes of one class must get one spec.
+    Every threshold of the rules sits at a small number or a multiple of 128: walking one
+    dimension through those (and their neighbours) with the other fixed crosses each of them."""
+    import importlib
+
+    mm = importlib.import_module("tilegen.gemm.matmul")
+    monkeypatch.setattr(mm, "_tuned", lambda *a, **k: None)
+    walk = sorted(set(range(1, 131)) | {128 * k + d for k in range(1, 260) for d in (-1, 0, 1)})
+    fixed = [1, 16, 17, 64, 65, 100, 128, 129, 512, 1000, 1024, 1536, 2048, 4096, 8192]
+    arr = lambda r, c: np.broadcast_to(np.float16(0), (r, c))  # noqa: E731  (no memory)
+    K = 512
+    for target in ("sm_90", "sm_80"):
+        monkeypatch.setattr(mm, "_target", lambda: target)
+        for f in fixed:
+            for shape in (lambda x: (f, x), lambda x: (x, f)):
+                last_class = last_spec = None
+                for x in walk:
+                    M, N = shape(x)
+                    cls = mm.size_class(M, N, K)
+                    spec = mm.explain(arr(M, K), arr(K, N)).spec
+                    if cls == last_class:
+                        assert spec == last_spec, f"{target}: {M}x{N} and its neighbour share a class, not a spec"
+                    last_class, last_spec = cls, spec

@@ -57,6 +57,13 @@ PRESETS = {
 # 370-385, and tf32 313 against 168: a side of 1024 is enough when the area is there.
 LARGE_AREA = 2048 * 2048
 LARGE_SIDE = 1024
+# Medium f16/bf16 problems on Hopper (below LARGE, no side under SMALL): the same warp-specialized
+# wgmma kernel with smaller tiles; 128x128x64 with 4 stages where that gives MEDIUM_BLOCKS or more
+# blocks, else 64x128x64 with 6 stages and one math warpgroup (twice the blocks). Measured on the H200
+# kernel-only (CUDA-graph replay, bf16; docs/results/2026-11-24-h200-frontdoor2.md): against
+# mma.sync's 128x128 tiles 0.29-0.51x cuBLAS -> 0.70-0.80x at 512^3-1024^3, 0.96-0.97x at 2048x1024
+# and 2048x2048x512.
+MEDIUM_BLOCKS = 96
 
 
 def is_large(M: int, N: int) -> bool:
@@ -103,10 +110,15 @@ def _target() -> str:
     return f"sm_{major}{minor}"
 
 
+def _blocks128(M: int, N: int) -> int:
+    return -(-M // 128) * -(-N // 128)
+
+
 def size_class(M: int, N: int, K: int) -> tuple:
     """All that explain's choice reads of the shape: each dimension's power-of-two bucket
-    (the tuned store's key), whether the smaller of M, N is SMALL and whether the output is large."""
-    return (M - 1).bit_length(), (N - 1).bit_length(), (K - 1).bit_length(), min(M, N) <= SMALL, is_large(M, N)
+    (the tuned store's key) and every threshold a rule below compares it with."""
+    return ((M - 1).bit_length(), (N - 1).bit_length(), (K - 1).bit_length(), min(M, N) <= SMALL, is_large(M, N),
+            M <= 16, M <= SKINNY, N >= 4 * SKINNY, N // 256 >= SKINNY_WIDE_BLOCKS, _blocks128(M, N) >= MEDIUM_BLOCKS)
 
 
 def _allow_tf32(allow) -> bool:
@@ -153,9 +165,13 @@ def explain(A, B, *, bias=None, activation=None, residual=None, out=None, allow_
                 target=target)
     tuned = _tuned(dtype, a_layout, b_layout, M, N, K, out_dtype)
     preset = PRESETS.get((target, dtype)) if is_large(M, N) else None
-    if tuned is not None and preset is not None and tuned.instruction != preset["instruction"]:
-        # the autotuner searches mma.sync specs only: the preset's instruction measured faster
-        why.append(f"the autotuner's {tuned.instruction} spec skipped for the faster {preset['instruction']} preset")
+    hopper16 = target == "sm_90" and dtype in ("f16", "bf16")
+    skinny = hopper16 and M <= SKINNY and N >= 4 * SKINNY and not (M <= 16 and N // 256 >= SKINNY_WIDE_BLOCKS)
+    medium = hopper16 and preset is None and not skinny and min(M, N) > SMALL
+    wgmma = preset["instruction"] if preset is not None else "wgmma" if medium else None
+    if tuned is not None and wgmma is not None and tuned.instruction != wgmma:
+        # the autotuner searches mma.sync specs unless asked for wgmma: the wgmma kernel measured faster
+        why.append(f"the autotuner's {tuned.instruction} spec skipped for the faster {wgmma} kernel")
         tuned = None
     if tuned is not None:
         spec = tuned.replace(epilogue=epilogue, out_dtype=out_dtype)
@@ -172,8 +188,7 @@ def explain(A, B, *, bias=None, activation=None, residual=None, out=None, allow_
                        + ("them: relative error about 2.6x cuBLAS's tf32" if spec.register_operand is None else
                           f"them ({'AB'.replace(spec.register_operand, '')}; {spec.register_operand} is rounded): "
                           f"relative error about 1.6x cuBLAS's tf32"))
-    elif (target == "sm_90" and dtype in ("f16", "bf16") and M <= SKINNY and N >= 4 * SKINNY
-          and not (M <= 16 and N // 256 >= SKINNY_WIDE_BLOCKS)):
+    elif skinny:
         if M <= 16:
             spec = GemmSpec(**base, tile=(64, 64, 128), warps=(2, 2), stages=6)
         elif N // 256 >= SKINNY_WIDE_BLOCKS:
@@ -185,6 +200,12 @@ def explain(A, B, *, bias=None, activation=None, residual=None, out=None, allow_
         why.append(f"skinny product on {target} (M = {M} rows against N = {N}): {spec.instruction} with "
                    f"{spec.tile.m}x{spec.tile.n}x{spec.tile.k} tiles and {spec.stages} stages keeps more of B in "
                    f"flight (measured on the H200)")
+    elif medium:
+        blocks = _blocks128(M, N)
+        tile, warps, stages = ((128, 128, 64), (8, 1), 4) if blocks >= MEDIUM_BLOCKS else ((64, 128, 64), (4, 1), 6)
+        spec = GemmSpec(**{**base, "target": "sm_90a"}, instruction="wgmma", tile=tile, warps=warps, stages=stages)
+        why.append(f"medium problem on {target} ({blocks} blocks of 128x128): the warp-specialized wgmma kernel "
+                   f"with {tile[0]}x{tile[1]}x{tile[2]} tiles and {stages} stages (measured on the H200)")
     elif min(M, N) <= SMALL:
         try:
             spec = GemmSpec(**base, tile=(64, 64, 32 if dtype in ("tf32", "f32") else 64), warps=(2, 2))
