@@ -77,7 +77,10 @@ SPECS = [dict(persistent=True), dict(persistent=True, a_layout="col", b_layout="
          dict(dtype="tf32", a_layout="col", b_layout="col", tile=(128, 128, 32), warps=(8, 1), stages=6),
          # tilegen.matmul's medium-size specs on Hopper
          dict(tile=(64, 128, 64), warps=(4, 1), stages=6, a_layout="col", out_dtype="f16"),
-         dict(dtype="bf16", tile=(128, 128, 64), warps=(8, 1), out_dtype="bf16", b_layout="col")]
+         dict(dtype="bf16", tile=(128, 128, 64), warps=(8, 1), out_dtype="bf16", b_layout="col"),
+         # 2-CTA clusters multicasting B (pairs along M) or A (along N)
+         dict(cluster=(2, 1)), dict(cluster=(2, 1), b_layout="col", dtype="bf16", out_dtype="bf16"),
+         dict(cluster=(1, 2), a_layout="col", out_dtype="f16"), dict(cluster=(1, 2), b_layout="col")]
 
 
 @pytest.mark.parametrize("kw", SPECS, ids=lambda k: ",".join(f"{a}={b}" for a, b in k.items()))

@@ -58,6 +58,8 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("out")
     ap.add_argument("--sizes", nargs="+", type=int, default=[2048, 4096, 8192])
+    ap.add_argument("--steps", nargs="+", default=None, help="only the steps whose names start with these")
+    ap.add_argument("--no-host", action="store_true", help="skip the host-cost section")
     a = ap.parse_args()
     import torch
 
@@ -68,6 +70,7 @@ def main() -> int:
     import step6_warp_specialized
     import step7_persistent
     import step8_tma_store
+    import step9_cluster
 
     kernels = {"step3 grid (cp.async, synchronous)": tilegen.compile(step3_grid.step3, target="sm_90a"),
                "step4 TMA + mbarrier": tilegen.compile(step4_tma.step4, target="sm_90a"),
@@ -78,7 +81,10 @@ def main() -> int:
                                                                     target="sm_90a"),
                "step7 persistent, warp specialized (4 stages)": tilegen.compile(step7_persistent.step7,
                                                                                 target="sm_90a"),
-               "step8 TMA-store epilogue (f16 C)": tilegen.compile(step8_tma_store.step8, target="sm_90a")}
+               "step8 TMA-store epilogue (f16 C)": tilegen.compile(step8_tma_store.step8, target="sm_90a"),
+               "step9 2-CTA cluster, B multicast": tilegen.compile(step9_cluster.step9, target="sm_90a")}
+    if a.steps:
+        kernels = {n: k for n, k in kernels.items() if any(n.startswith(s) for s in a.steps)}
     f16_out = {"step8 TMA-store epilogue (f16 C)"}
     wg = tilegen.compile(tilegen.GemmSpec(dtype="f16", instruction="wgmma", b_layout="row", out_dtype="f32"))
     rows = []
@@ -127,7 +133,7 @@ def main() -> int:
     short = {"size": [M, N, K], "dtype": "bf16", "tilegen_matmul_tflops": 2.0 * M * N * K / mm["ms"] / 1e9,
              "torch_matmul_tflops": 2.0 * M * N * K / th["ms"] / 1e9, "choice": choice}
     print(json.dumps(short), flush=True)
-    host = host_us()
+    host = {} if a.no_host else host_us()
     print(json.dumps(host), flush=True)
     info = {"host_us": host, "gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "when": time.strftime("%Y-%m-%d %H:%M:%S"),
             "sizes": rows, "matmul_short_m": short}

@@ -69,12 +69,13 @@ FEATURE_PTX = {
     "mbarrier": (8, 0),   # arrive.expect_tx, try_wait.parity (ptx.md 6.6)
     "tma": (8, 0),        # cp.async.bulk.tensor with mbarrier::complete_tx (ptx.md 6.4)
     "setmaxnreg": (8, 0),  # ptx.md 6.8
+    "cluster": (8, 0),     # mapa, barrier.cluster, .multicast::cluster, remote arrive (7.8; multicast 8.0; 6.9)
 }
 
 
 # Lowest target of the features that are not on every sm_80+ target.
 FEATURE_SM = {"mma.fp8": 89, "stmatrix": 90, "wgmma": 90, "fence.proxy.async": 90, "mbarrier": 90, "tma": 90,
-              "setmaxnreg": 90}
+              "setmaxnreg": 90, "cluster": 90}
 # Features of the arch-specific targets only (sm_90a).
 FEATURE_ARCH_SPECIFIC = {"wgmma", "setmaxnreg"}
 

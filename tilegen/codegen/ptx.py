@@ -26,6 +26,7 @@ KNOWN = {
     "wgmma", "fence",  # sm_90a: warpgroup mma from shared memory and its proxy fence (ir/lower/wgmma.py)
     "mbarrier",  # sm_90: mbarriers that TMA copies complete on (ir/lower/mbarrier.py); cp.async.bulk is cp.async's family
     "setmaxnreg",  # sm_90a: warp roles move registers between warpgroups (dsl/roles.py)
+    "mapa", "barrier",  # sm_90 clusters: a peer's shared address, the cluster barrier (ir/lower/mbarrier.py)
 }
 
 
@@ -166,6 +167,8 @@ def emit_ptx(kernel) -> str:
     params = ",\n".join(f"    .param {_param_decl(p)}" for p in kernel.params)
     out.append(f".visible .entry {kernel.name}(\n{params}\n)")
     out.append(f".reqntid {kernel.threads}, 1, 1")
+    if kernel.cluster != (1, 1, 1):
+        out.append(f".reqnctapercluster {', '.join(map(str, kernel.cluster))}")
     out.append("{")
     for t, prefix in REG_PREFIX.items():
         if pr.reg.count[t]:

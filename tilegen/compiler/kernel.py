@@ -27,6 +27,7 @@ class Kernel:
     | launch_grid   | the grid over the size symbols (tilegen.ir.grid.LaunchGrid)  |
     | tensor_maps   | [arch.tma.TensorMapDecl]: TMA maps built at each launch      |
     | barriers      | [(name, shared offset, stages)] of the mbarriers             |
+    | cluster       | CTAs per cluster (x, y, z), (1, 1, 1) without (sm_90)        |
     | threads, smem_bytes, target, name, spec (GemmSpec or None)                   |
     | resources     | ptxas's report (registers, shared memory, spills) or None    |
     """
@@ -58,6 +59,11 @@ class Kernel:
         return f"<tilegen.Kernel {self.name}: {self.threads} threads, {self.smem_bytes} B shared>"
 
     @property
+    def cluster(self) -> tuple:
+        """CTAs per cluster (x, y, z); (1, 1, 1) without clusters."""
+        return self.launch_grid.cluster
+
+    @property
     def instructions(self) -> str:
         """The instruction-level IR after every pass (what codegen printed as PTX), as text;
         Kernel.ir is the tile level."""
@@ -86,7 +92,7 @@ class Kernel:
             if not runtime.gpu_available():
                 raise LaunchError(f"{self.name}'s grid depends on the GPU's multiprocessor count and there is "
                                   f"no GPU here: pass sm_count=")
-            sm_count = runtime.device_info().sm_count
+            sm_count = self.launcher().sm_count if self.cluster != (1, 1, 1) else runtime.device_info().sm_count
         try:
             return self._grid(sizes, sm_count)
         except KeyError as e:
@@ -115,8 +121,12 @@ class Kernel:
         entry = self._launchers.get(device)
         if entry is not None and entry[0] == module_generation():
             return entry[1]
-        launcher = runtime.Launcher(self.function(device), self._kinds, self.threads, self.smem_bytes, device)
+        fn = self.function(device)
+        cluster = self.cluster if self.cluster != (1, 1, 1) else None
+        launcher = runtime.Launcher(fn, self._kinds, self.threads, self.smem_bytes, device, cluster)
         launcher.sm_count = runtime.device_info(device).sm_count
+        if cluster:   # a persistent grid counts the CTAs that fit at once in clusters
+            launcher.sm_count = runtime.cluster_capacity(fn, self.threads, self.smem_bytes, cluster, launcher.sm_count)
         self._launchers[device] = (module_generation(), launcher)
         return launcher
 

@@ -6,6 +6,7 @@ from contextlib import contextmanager
 
 from ..arch.dtypes import dtype as _dtype
 from ..arch.mma import MmaAtom, mma_atom
+from ..arch.targets import target as _target
 from ..arch.wgmma import WgmmaShape
 from ..errors import DSLError
 from ..ir import grid as G
@@ -496,13 +497,34 @@ def range_(start, stop=None):
         yield Int(counter)
 
 
-def launch(*, threads: int, grid):
+MAX_CLUSTER = 8   # CTAs per cluster without the non-portable attribute (ptx.md 6.9)
+
+
+def launch(*, threads: int, grid, cluster=(1, 1, 1)):
     """Set the CTA size and the grid: (x, y, z), each an int, a size name or an expression
     of them, e.g. grid=(tilegen.cdiv("M", 128) * tilegen.cdiv("N", 128), "BATCH"); a
     persistent kernel takes tilegen.minimum(blocks, tilegen.SM_COUNT). The grid is data,
     evaluated at each launch from the sizes (tilegen/ir/grid.py); a size no tensor declares
-    (such as "BATCH" above) is given at launch only."""
+    (such as "BATCH" above) is given at launch only. cluster=(x, y, z) (sm_90) launches the
+    CTAs in clusters of that shape (dsl/cluster.py); the grid is rounded up to whole clusters,
+    and SM_COUNT then counts the CTAs that fit at once in such clusters."""
     tr = current()
+    if (not isinstance(cluster, (tuple, list)) or not 1 <= len(cluster) <= 3
+            or not all(isinstance(c, int) and c >= 1 for c in cluster)):
+        fail(f"cluster={cluster!r}; allowed: (x, y, z) of ints >= 1")
+    cluster = tuple(cluster) + (1,) * (3 - len(cluster))
+    size = cluster[0] * cluster[1] * cluster[2]
+    if size > MAX_CLUSTER:
+        fail(f"cluster={cluster}: {size} CTAs; at most {MAX_CLUSTER} per cluster")
+    if size > 1:
+        try:
+            sm = _target(tr.kernel.target).sm
+        except ValueError:
+            sm = 90
+        if sm < 90:
+            fail(f"cluster={cluster} needs an sm_90 target or newer; this kernel is traced for {tr.kernel.target}: "
+                 f"compile it with target='sm_90a'")
+    tr.kernel.cluster = cluster
     if not isinstance(threads, int) or not 32 <= threads <= 1024 or threads % 32:
         fail(f"threads={threads!r}; allowed: a multiple of 32 from 32 to 1024")
     if callable(grid):
@@ -511,7 +533,7 @@ def launch(*, threads: int, grid):
     if _grid_operand(grid) or isinstance(grid, int):
         grid = (grid,)
     try:
-        tr.kernel.grid = G.LaunchGrid(tuple(grid) if isinstance(grid, (tuple, list)) else grid)
+        tr.kernel.grid = G.LaunchGrid(tuple(grid) if isinstance(grid, (tuple, list)) else grid, tr.kernel.cluster)
     except ValueError as e:
         fail(f"launch: {e}")
     tr.kernel.threads = threads

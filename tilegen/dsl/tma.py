@@ -27,6 +27,7 @@ from .trace import current, fail
 MAX_ARRIVALS = (1 << 20) - 1
 MAX_TX_BYTES = (1 << 20) - 1
 MAX_BOX = 256   # elements per dimension of a TMA box
+SWIZZLE_ROWS = 8   # rows of one swizzle atom: a share of a stage's rows starts on one
 
 
 class MBarrier:
@@ -75,14 +76,37 @@ def mbarrier(name: str, stages: int = 1, arrivals: int = 1) -> MBarrier:
     return MBarrier(ir)
 
 
-def arrive(bar: BarrierStage, expect_bytes: int = 0, single: bool = False):
+ONE_PER = {"warp": 32, "warpgroup": 128}
+
+
+def arrive(bar: BarrierStage, expect_bytes: int = 0, single: bool = False, cta=None, one_per: str = ""):
     """Arrive on bar: every thread that runs this counts one arrival, or with single=True only
-    one of them. expect_bytes announces the bytes of this phase's TMA copies."""
+    one of them, or with one_per="warp" / "warpgroup" the first thread of each warp or
+    warpgroup that runs it. expect_bytes announces the bytes of this phase's TMA copies.
+    cta=r (an int or Int): the arrival goes to that barrier in the CTA of rank r of the
+    cluster."""
     if not isinstance(bar, BarrierStage):
-        fail("arrive(barrier[stage], expect_bytes=0, single=False)")
+        fail("arrive(barrier[stage], expect_bytes=0, single=False, cta=None, one_per='')")
+    if one_per and (one_per not in ONE_PER or single):
+        fail(f"arrive: one_per={one_per!r}; allowed: 'warp' or 'warpgroup' (and not with single=True)")
     if not isinstance(expect_bytes, int) or not 0 <= expect_bytes <= MAX_TX_BYTES:
         fail(f"arrive: expect_bytes={expect_bytes!r}; allowed: 0..{MAX_TX_BYTES}")
-    tile_op(T.MBarrierArrive(bar.bar.ir, raw(bar.index), expect_bytes, bool(single)))
+    if cta is not None:
+        size = _cluster_size()
+        if size == 1:
+            fail("arrive(..., cta=...): the kernel has no cluster; launch it with tilegen.launch(..., cluster=(2, 1, 1))")
+        if expect_bytes:
+            fail("arrive(..., cta=...): a remote arrival announces no bytes (expect_bytes on the CTA's own barrier)")
+        c = raw(wrap(cta))
+        if isinstance(c, int) and not 0 <= c < size:
+            fail(f"arrive: cta={c}; the cluster has ranks 0..{size - 1}")
+        cta = c
+    tile_op(T.MBarrierArrive(bar.bar.ir, raw(bar.index), expect_bytes, bool(single), cta, one_per))
+
+
+def _cluster_size() -> int:
+    x, y, z = current().kernel.cluster
+    return x * y * z
 
 
 def mbarrier_wait(bar: BarrierStage, parity):
@@ -98,10 +122,11 @@ def mbarrier_wait(bar: BarrierStage, parity):
     tile_op(T.MBarrierWait(bar.bar.ir, raw(bar.index), p))
 
 
-def _tensor_map(tensor, layout) -> T.TensorMap:
-    """The kernel's tensor map of `tensor` with the box of one panel of `layout` (made once)."""
+def _tensor_map(tensor, layout, box_rows: int = None) -> T.TensorMap:
+    """The kernel's tensor map of `tensor` with the box of one panel of `layout` (or
+    `box_rows` of its rows), made once."""
     tr = current()
-    box_rows = layout.rows
+    box_rows = box_rows or layout.rows
     box_cols = layout.panel_bytes // layout.esize if layout.swizzle else layout.cols
     swizzle = layout.mode if layout.swizzle else "none"
     for m in tr.kernel.tensor_maps:
@@ -116,13 +141,32 @@ def _tensor_map(tensor, layout) -> T.TensorMap:
     return tmap
 
 
-def tma_load(dst: Stage, src: Block, bar: BarrierStage):
+def tma_load(dst: Stage, src: Block, bar: BarrierStage, *, multicast: int = None, part=0, parts: int = 1):
     """One thread copies the block of `src` that matches the stage's extent into `dst` with
     TMA; the copies complete on `bar` (announce dst.tile.stage_bytes with arrive). Elements
-    outside the tensor arrive as zeros. The stage keeps the tensor's memory order."""
+    outside the tensor arrive as zeros. The stage keeps the tensor's memory order.
+
+    In a cluster: multicast=mask (an int, bit r for the CTA of rank r) lands the copy in the
+    same stage of every CTA of the mask, completing on the same barrier in each; part=i (int
+    or Int) of parts=n copies only the i-th of n equal shares of the stage (of its 128-byte
+    panels where n divides them, else of each panel's rows), so n CTAs that each multicast
+    their share fill the stage together (each still announces the whole stage's bytes on its
+    own barrier)."""
     _needs_sm90("tma_load")
     if not isinstance(dst, Stage) or not isinstance(src, Block) or not isinstance(bar, BarrierStage):
-        fail("tma_load(tile[stage], tensor.block(r, c), barrier[stage])")
+        fail("tma_load(tile[stage], tensor.block(r, c), barrier[stage], multicast=None, part=0, parts=1)")
+    size = _cluster_size()
+    if multicast is not None:
+        if size == 1:
+            fail("tma_load(..., multicast=...): the kernel has no cluster; launch it with "
+                 "tilegen.launch(..., cluster=(2, 1, 1))")
+        if not isinstance(multicast, int) or not 0 < multicast < (1 << size):
+            fail(f"tma_load: multicast={multicast!r}; allowed: an int mask of the cluster's ranks, 1..{(1 << size) - 1}")
+    if not isinstance(parts, int) or parts < 1:
+        fail(f"tma_load: parts={parts!r}; allowed: an int >= 1")
+    part = raw(wrap(part))
+    if isinstance(part, int) and not 0 <= part < parts:
+        fail(f"tma_load: part={part} of parts={parts}; allowed 0..{parts - 1}")
     tensor, tile = src.tensor, dst.tile
     if tensor.dtype != tile.ir.dtype:
         fail(f"tma_load: {tensor.ir.name} is {tensor.dtype}, {tile.ir.name} is {tile.ir.dtype}")
@@ -131,10 +175,19 @@ def tma_load(dst: Stage, src: Block, bar: BarrierStage):
              f"logical={tile.logical!r}: TMA keeps the tensor's memory order (declare the tile "
              f"logical={tensor.layout!r})")
     layout = _tma_layout_ok("tma_load", tile)
+    panels = layout.row_bytes // layout.panel_bytes if layout.swizzle else 1
+    box_rows = layout.rows
+    if panels % parts:   # a share of each panel's rows, whole swizzle atoms (8 rows) of them
+        box_rows = layout.rows // parts
+        if layout.rows % parts or box_rows % SWIZZLE_ROWS:
+            fail(f"tma_load: parts={parts} must divide {tile.ir.name}'s {panels} panel{'s' if panels > 1 else ''} "
+                 f"(128-byte-wide column slices of its stored rows) or its {layout.rows} stored rows into shares of "
+                 f"a multiple of {SWIZZLE_ROWS} rows")
     check_stage(dst)
     r0, c0 = tensor.ir.stored(src.row, src.col)
-    tmap = _tensor_map(tensor.ir, layout)
-    tile_op(T.TmaLoad(tile.ir, raw(dst.index), tmap, raw(wrap(r0)), raw(wrap(c0)), bar.bar.ir, raw(bar.index)))
+    tmap = _tensor_map(tensor.ir, layout, box_rows)
+    tile_op(T.TmaLoad(tile.ir, raw(dst.index), tmap, raw(wrap(r0)), raw(wrap(c0)), bar.bar.ir, raw(bar.index),
+                      multicast, part, parts))
 
 
 def _tma_layout_ok(what: str, tile):

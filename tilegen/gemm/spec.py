@@ -31,6 +31,7 @@ INSTRUCTIONS = tuple(MAINLOOPS)
 COPY_BYTES = 16  # one cp.async moves 16 bytes; tile rows are built from such chunks
 COPIES = ("cp.async", "tma")
 STORES = ("direct", "tma")
+CLUSTERS = ((1, 1), (2, 1), (1, 2))   # CTAs per cluster along (M, N)
 
 
 def _ints(name: str, value, n: int) -> tuple:
@@ -138,6 +139,10 @@ class GemmSpec:
     | store      | auto, direct (each thread writes its results),  | auto: tma for warp-      |
     |            | tma (through shared memory and TMA stores while | specialized kernels with |
     |            | the next block's main loop runs; beta = 0)      | a plain epilogue         |
+    | cluster    | (1, 1); (2, 1): two CTAs along M share each B   | (1, 1)                   |
+    |            | k-tile, each loading half and multicasting it;  |                          |
+    |            | (1, 2): along N, sharing A (warp-specialized    |                          |
+    |            | wgmma kernels, sm_90a)                          |                          |
 
     `instruction` names the main-loop family (tilegen/gemm/mainloops/): its defaults, its
     rules and its pipeline; the wgmma family's rules are in WgmmaLoop's docstring.
@@ -161,9 +166,12 @@ class GemmSpec:
     persistent: Optional[bool] = None
     copy: str = "auto"
     store: str = "auto"
+    cluster: tuple = (1, 1)
 
     def __post_init__(self):
         set_ = lambda k, v: object.__setattr__(self, k, v)  # noqa: E731  (frozen)
+        if isinstance(self.cluster, list):
+            set_("cluster", tuple(self.cluster))
         if self.dtype not in OPERAND_DTYPES:
             raise SpecError("dtype", self.dtype, ", ".join(OPERAND_DTYPES))
         if self.b_layout is None:  # fp8 has no transposing load: its B must be K-major
@@ -382,6 +390,12 @@ class GemmSpec:
         if self.store not in family.stores:
             raise SpecError("store", self.store, ", ".join(family.stores), f"{family.instruction} kernels store with "
                             + " or ".join(family.stores))
+        if self.cluster not in CLUSTERS:
+            raise SpecError("cluster", self.cluster, ", ".join(map(str, CLUSTERS)))
+        if self.cluster != (1, 1) and not (family.clusters and self.warp_specialized):
+            raise SpecError("cluster", self.cluster, "(1, 1) for this kernel",
+                            "clusters are built for the warp-specialized wgmma kernel (instruction='wgmma', "
+                            "persistent, copy='tma', target sm_90a)")
         if self.persistent and not family.persistent:
             raise SpecError("persistent", self.persistent, f"False for {family.instruction} kernels",
                             "persistent CTAs are built for the " + " and ".join(

@@ -15,7 +15,8 @@ from .layouts import operand_mode
 def gemm_kernel_name(spec) -> str:
     t, w = spec.tile, spec.warps
     kind = (spec.mainloop.kernel_tag + ("_tma" if spec.copy == "tma" else "") + ("_persistent" if spec.persistent else "")
-            + ("_tmastore" if spec.store == "tma" else ""))
+            + ("_tmastore" if spec.store == "tma" else "")
+            + (f"_cluster{spec.cluster[0]}x{spec.cluster[1]}" if spec.cluster != (1, 1) else ""))
     return (f"tilegen_gemm{kind}_{spec.dtype}_{spec.a_layout[0]}{spec.b_layout[0]}_{spec.out_dtype}_"
             f"{t.m}x{t.n}x{t.k}_w{w.m}x{w.n}_s{spec.stages}_{spec.swizzle}_fb{spec.frag_buffers}"
             + _epilogue_suffix(spec.epilogue))
@@ -28,15 +29,19 @@ def _epilogue_suffix(epi) -> str:
 
 def launch_grid(spec):
     """One CTA per tile.m x tile.n block of C, in one dimension; persistent kernels launch
-    at most one CTA per SM, each walking blocks pid, pid + CTAs, ..."""
-    blocks = tg.cdiv("M", spec.tile.m) * tg.cdiv("N", spec.tile.n)
-    return (tg.minimum(blocks, tg.SM_COUNT) if spec.persistent else blocks, 1, 1)
+    at most one CTA per SM, each walking blocks pid, pid + CTAs, ... In clusters (pairs of
+    CTAs) the unit is a pair's block (cluster_block) and every pair's two CTAs walk the same."""
+    cm, cn = spec.cluster
+    blocks = tg.cdiv("M", spec.tile.m * cm) * tg.cdiv("N", spec.tile.n * cn)
+    ctas = blocks * (cm * cn) if cm * cn > 1 else blocks
+    return (tg.minimum(ctas, tg.SM_COUNT) if spec.persistent else blocks, 1, 1)
 
 
 def block_origin(spec, index, M, N):
     """(m0, n0) of block `index` in the grouped launch order: spec.group_m consecutive
-    blocks walk down M before moving along N, so the B blocks they share stay in L2."""
-    BM, BN = spec.tile.m, spec.tile.n
+    blocks walk down M before moving along N, so the B blocks they share stay in L2. In a
+    cluster the blocks are a pair's (tile.m * 2 x tile.n along M, or the other way)."""
+    BM, BN = spec.tile.m * spec.cluster[0], spec.tile.n * spec.cluster[1]
     blocks_m, blocks_n = tg.cdiv(M, BM), tg.cdiv(N, BN)
     per_group = blocks_n * spec.group_m
     first_m = (index // per_group) * spec.group_m
@@ -47,7 +52,7 @@ def block_origin(spec, index, M, N):
 
 @tg.kernel
 def gemm(spec):
-    tg.launch(threads=spec.threads, grid=launch_grid(spec))
+    tg.launch(threads=spec.threads, grid=launch_grid(spec), cluster=(spec.cluster[0] * spec.cluster[1], 1, 1))
     epi = spec.epilogue
     A = tg.tensor("A", spec.dtype, ("M", "K"), layout=spec.a_layout)
     B = tg.tensor("B", spec.dtype, ("K", "N"), layout=spec.b_layout)
@@ -86,6 +91,16 @@ def gemm(spec):
     # is stored, the copies of the next block's first k-tiles are already in flight.
     blocks = tg.cdiv(M, spec.tile.m) * tg.cdiv(N, spec.tile.n)
     ctas = tg.num_programs()
+    if spec.cluster != (1, 1):   # pairs of CTAs walk pairs of blocks; this CTA takes its half
+        cm = spec.cluster[0]
+        pairs = tg.cdiv(M, spec.tile.m * cm) * tg.cdiv(N, spec.tile.n * spec.cluster[1])
+        cid, clusters, rank = tg.cluster_id(), tg.num_clusters(), tg.cluster_rank()
+
+        def pair_origin(i):
+            m0, n0 = block_origin(spec, cid + i * clusters, M, N)
+            return (m0 + rank * spec.tile.m, n0) if cm == 2 else (m0, n0 + rank * spec.tile.n)
+        pipe.run(tg.cdiv(pairs - cid, clusters), pair_origin, store, C, alpha, beta, bias, R)
+        return
     if spec.warp_specialized:   # a producer role requests them (gemm/mainloops/wgmma.py)
         pipe.run(tg.cdiv(blocks - pid, ctas), lambda i: block_origin(spec, pid + i * ctas, M, N), store, C, alpha, beta,
                  bias, R)

@@ -200,14 +200,20 @@ def expr_from_data(d) -> GridExpr:
 
 @dataclass(frozen=True)
 class LaunchGrid:
-    """(x, y, z) of a launch, each an expression."""
+    """(x, y, z) of a launch, each an expression; with a cluster shape (sm_90), each rounded
+    up to a whole number of clusters when evaluated."""
     dims: tuple
+    cluster: tuple = (1, 1, 1)
 
     def __post_init__(self):
         dims = tuple(self.dims) + (1,) * (3 - len(self.dims)) if isinstance(self.dims, (tuple, list)) else ()
         if len(dims) != 3:
             raise ValueError(f"grid {self.dims!r}: (x,), (x, y) or (x, y, z)")
         object.__setattr__(self, "dims", tuple(as_expr(d) for d in dims))
+        cluster = tuple(self.cluster)
+        if len(cluster) != 3 or not all(isinstance(c, int) and c >= 1 for c in cluster):
+            raise ValueError(f"cluster {self.cluster!r}: (x, y, z) of ints >= 1")
+        object.__setattr__(self, "cluster", cluster)
 
     @property
     def symbols(self) -> set:
@@ -219,20 +225,28 @@ class LaunchGrid:
         return any(isinstance(n, SmCount) for d in self.dims for n in nodes(d))
 
     def to_data(self) -> list:
-        return [d.data() for d in self.dims]
+        dims = [d.data() for d in self.dims]
+        return dims if self.cluster == (1, 1, 1) else dims + [["cluster", *self.cluster]]
 
     @classmethod
     def from_data(cls, data) -> "LaunchGrid":
-        if not (isinstance(data, list) and len(data) == 3):
+        if not (isinstance(data, list) and len(data) in (3, 4)):
             raise ValueError(f"not a grid: {data!r}")
-        return cls(tuple(expr_from_data(d) for d in data))
+        cluster = (1, 1, 1)
+        if len(data) == 4:
+            c = data[3]
+            if not (isinstance(c, list) and len(c) == 4 and c[0] == "cluster"):
+                raise ValueError(f"not a grid's cluster: {c!r}")
+            cluster = tuple(c[1:])
+        return cls(tuple(expr_from_data(d) for d in data[:3]), cluster)
 
     def evaluator(self, positional=None):
         """A function (sizes: dict, sm_count: int) -> (x, y, z), compiled once; with
         `positional` (size names), a function (*sizes in that order, sm_count) instead, for
         callers that have the sizes at hand. The source is built from the validated nodes
         above (size names are identifiers), never from user text."""
-        body = ", ".join(d.source() for d in self.dims)
+        body = ", ".join(d.source() if c == 1 else f"-(-({d.source()}) // {c}) * {c}"
+                         for d, c in zip(self.dims, self.cluster))
         if positional is None:
             return eval(f"lambda s, sms: ({body})", {"__builtins__": {}, "min": min})  # noqa: S307
         names = [Size(n).name for n in positional]
@@ -245,7 +259,8 @@ class LaunchGrid:
         return eval(f"lambda {args}, sms: ({body})", {"__builtins__": {}, "min": min})  # noqa: S307
 
     def __str__(self) -> str:
-        return "(" + ", ".join(d.text() for d in self.dims) + ")"
+        text = "(" + ", ".join(d.text() for d in self.dims) + ")"
+        return text if self.cluster == (1, 1, 1) else f"{text} in clusters of {self.cluster}"
 
 
 __all__ = ["LaunchGrid", "GridExpr", "Size", "Const", "CeilDiv", "Mul", "Add", "Min", "SM_COUNT", "as_expr",

@@ -270,13 +270,16 @@ def _barrier_key(ev, n, field: str = "stage"):
 def _tma_load(n, ev, st):
     key = (n.dst.name, _stage(ev, n, n.dst))
     _check_refill(n, st, key, "TMA copy")
-    st.phase(_barrier_key(ev, n, "bar_stage")).copies.append((key, n, n.dst.layout.bytes))
+    # a share of the stage multicast by every CTA of the cluster fills it whole (the peers,
+    # running the same code with their own part, deliver the rest)
+    nbytes = n.dst.layout.bytes if n.parts == 1 or n.multicast is not None else n.dst.layout.bytes // n.parts
+    st.phase(_barrier_key(ev, n, "bar_stage")).copies.append((key, n, nbytes))
     st.tma_pending[key] = n
 
 
 def _arrive(n, ev, st):
     ph = st.phase(_barrier_key(ev, n))
-    ph.arrivals += 1 if n.single else st.threads
+    ph.arrivals += 1 if n.single else st.threads // {"warp": 32, "warpgroup": 128}.get(n.one_per, 1)
     ph.expected += n.expect_bytes
     # what this thread read before arriving is released to whoever waits for the phase
     ph.released.update(st.read_since_barrier)
@@ -341,6 +344,7 @@ RULES = {
     T.MBarrierArrive: _arrive,
     T.MBarrierWait: _mbarrier_wait,
     T.TmaLoad: _tma_load,
+    T.ClusterSync: _barrier,
     T.SetMaxRegisters: _no_hazard,
     # The TMA-store epilogue runs in warp roles (walked by the emulator, see the module doc)
     T.StoreStage: _reads_accumulators,

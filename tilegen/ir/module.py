@@ -24,6 +24,7 @@ class KernelIR:
     level: str = "tile"                             # "tile" until lowered, then "instr"
     grid: Optional[LaunchGrid] = None               # (x, y, z) over the size symbols, as data
     symbols: dict = field(default_factory=dict)     # shape symbol name -> Param
+    cluster: tuple = (1, 1, 1)                      # CTAs per cluster (x, y, z), sm_90
 
     def param(self, name: str) -> Param:
         for p in self.params:

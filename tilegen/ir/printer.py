@@ -109,13 +109,17 @@ def _mask(n, t):
 
 
 def _arrive(n, t):
-    who = "one thread" if n.single else "each thread"
-    return f"arrive {n.bar.name}[{t.val(n.stage)}] ({who}" + (f", expecting {n.expect_bytes} B)" if n.expect_bytes else ")")
+    who = "one thread" if n.single else f"one thread per {n.one_per}" if n.one_per else "each thread"
+    where = f" of cluster CTA {t.val(n.cta)}" if n.cta is not None else ""
+    return (f"arrive {n.bar.name}[{t.val(n.stage)}]{where} ({who}"
+            + (f", expecting {n.expect_bytes} B)" if n.expect_bytes else ")"))
 
 
 def _tma_load(n, t):
-    return (f"{n.dst.name}[{t.val(n.stage)}] <- tma {n.tmap.name} at stored ({t.val(n.row0)}, {t.val(n.col0)}), "
-            f"completes on {n.bar.name}[{t.val(n.bar_stage)}]")
+    share = f" part {t.val(n.part)}/{n.parts} of the panels," if n.parts > 1 else ""
+    cast = f" multicast to CTAs {t.val(n.multicast)}," if n.multicast is not None else ""
+    return (f"{n.dst.name}[{t.val(n.stage)}] <- tma {n.tmap.name} at stored ({t.val(n.row0)}, {t.val(n.col0)}),"
+            f"{share}{cast} completes on {n.bar.name}[{t.val(n.bar_stage)}]")
 
 
 # One line per tile op: a renderer for each TileOp class (a new op adds its entry).
@@ -148,6 +152,7 @@ TEXT = {
     T.SetMaxRegisters: lambda n, t: f"setmaxnreg {'inc' if n.increase else 'dec'} {n.count}",
     T.MBarrierWait: lambda n, t: f"wait {n.bar.name}[{t.val(n.stage)}] parity {t.val(n.parity)}",
     T.TmaLoad: _tma_load,
+    T.ClusterSync: lambda n, t: "cluster sync",
 }
 
 

@@ -325,6 +325,8 @@ class MBarrierArrive(TileOp):
     stage: object        # Value or int
     expect_bytes: int = 0
     single: bool = False
+    cta: object = None   # the cluster rank (Value or int) whose barrier it is; None: this CTA's
+    one_per: str = ""    # "warp" / "warpgroup": one thread of each (its first) arrives
 
 
 @dataclass(eq=False)
@@ -335,6 +337,13 @@ class MBarrierWait(TileOp):
     bar: MBarrier
     stage: object
     parity: object
+
+
+@dataclass(eq=False)
+class ClusterSync(TileOp):
+    """Every thread of every CTA of the cluster arrives, then waits for all the others
+    (barrier.cluster.arrive + wait): accesses before it, in any CTA, are ordered before
+    those after it."""
 
 
 @dataclass(eq=False)
@@ -351,6 +360,9 @@ class TmaLoad(TileOp):
     col0: object         # stored column
     bar: MBarrier
     bar_stage: object
+    multicast: object = None   # a mask of cluster ranks (Value or int): the boxes land in each of them
+    part: object = 0           # this CTA copies part `part` of `parts` equal shares of the stage's panels
+    parts: int = 1
 
 
 @dataclass(eq=False)

@@ -243,9 +243,14 @@ def _check_tma_load(kernel, op, defined, where):
     if tmap.tensor.dtype != op.dst.dtype:
         raise IRError(f"TMA copy from {tmap.tensor.dtype} into a {op.dst.dtype} tile{where}")
     box_cols = lay.panel_bytes // lay.esize if lay.swizzle else lay.cols
-    if (tmap.box_rows, tmap.box_cols, tmap.swizzle) != (lay.rows, box_cols, lay.mode if lay.swizzle else "none"):
+    panels = lay.row_bytes // lay.panel_bytes if lay.swizzle else 1
+    rows = lay.rows if panels % op.parts == 0 else lay.rows // op.parts   # a share of each panel's rows
+    if op.parts < 1 or (panels % op.parts and lay.rows % op.parts):
+        raise IRError(f"a TMA copy of part of {op.parts} of {op.dst.name}: the parts must divide its {panels} "
+                      f"panels or its {lay.rows} rows{where}")
+    if (tmap.box_rows, tmap.box_cols, tmap.swizzle) != (rows, box_cols, lay.mode if lay.swizzle else "none"):
         raise IRError(f"tensor map {tmap.name} has a {tmap.box_rows} x {tmap.box_cols} {tmap.swizzle} box; "
-                      f"{op.dst.name}'s panels are {lay.rows} x {box_cols} {lay.mode}{where}")
+                      f"{op.dst.name}'s copies are {rows} x {box_cols} {lay.mode}{where}")
 
 
 # The rules of each tile op beyond the common ones (a new op adds its entry).
@@ -271,6 +276,7 @@ CHECKS = {
     T.MBarrierArrive: _check_barrier_op,
     T.MBarrierWait: _check_barrier_op,
     T.TmaLoad: _check_tma_load,
+    T.ClusterSync: _nothing_more,
     T.SetMaxRegisters: _nothing_more,
     T.StoreStage: _nothing_more,
     T.TmaStore: _nothing_more,

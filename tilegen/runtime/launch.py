@@ -241,4 +241,26 @@ class Launcher:
                            f"{self.smem} B dynamic smem)")
 
 
-__all__ = ["Launcher", "ParamBuffer", "ROUTES", "launch_route"]
+def cluster_capacity(function, threads: int, smem: int, cluster, sm_count: int) -> int:
+    """How many CTAs of this kernel run at once in clusters of `cluster` (the driver's
+    cuOccupancyMaxActiveClusters times the cluster's size): what a persistent cluster kernel
+    takes for SM_COUNT. Without the query, the multiprocessors rounded down to whole clusters."""
+    size = cluster[0] * cluster[1] * cluster[2]
+    fallback = max(size, sm_count - sm_count % size)
+    d = _drv.bindings()
+    try:
+        cfg = d.CUlaunchConfig()
+        cfg.gridDimX, cfg.gridDimY, cfg.gridDimZ = cluster
+        cfg.blockDimX, cfg.blockDimY, cfg.blockDimZ = threads, 1, 1
+        cfg.sharedMemBytes = int(smem)
+        attr = d.CUlaunchAttribute()
+        attr.id = d.CUlaunchAttributeID.CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
+        attr.value.clusterDim.x, attr.value.clusterDim.y, attr.value.clusterDim.z = cluster
+        cfg.attrs, cfg.numAttrs = [attr], 1
+        err, n = d.cuOccupancyMaxActiveClusters(function.handle, cfg)
+    except Exception:  # noqa: BLE001  (an older driver or binding: the plain estimate)
+        return fallback
+    return int(n) * size if int(err) == 0 and int(n) > 0 else fallback
+
+
+__all__ = ["Launcher", "ParamBuffer", "ROUTES", "cluster_capacity", "launch_route"]

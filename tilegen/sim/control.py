@@ -9,49 +9,15 @@ together, and runs the groups in turn until they meet again.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Optional
-
 import numpy as np
 
 from ..arch.targets import SETMAXNREG_RANGE
-from .errors import SimError
+from .cluster import build_cluster_barrier
 from .program import Imm, Sym
+from .signals import END, Barrier, Diverge, Exit, Signal, Wait  # noqa: F401  (re-exported)
 from .state import Context
 
-END = 1 << 62
 MIN_REGS, MAX_REGS = SETMAXNREG_RANGE
-
-
-class Signal:
-    """What a closure returns when the running threads part or wait (see the module doc)."""
-
-
-@dataclass(eq=False)
-class Diverge(Signal):
-    target: int
-    taken: np.ndarray           # the threads that jump (a mask over the CTA)
-
-
-@dataclass(eq=False)
-class Exit(Signal):
-    leaving: np.ndarray         # the threads that leave the kernel
-
-
-@dataclass(eq=False)
-class Barrier(Signal):
-    """A bar.sync reached: barrier `ident` completes when `count` threads (None: every live
-    thread of the CTA) wait at it."""
-    ins: object
-    ident: int = 0
-    count: Optional[int] = None
-
-
-@dataclass(eq=False)
-class Wait(Signal):
-    """A try_wait found its phase incomplete: other warps run first. `stuck` is the deadlock
-    to report if no other warp can move either (nothing left to land on the barrier)."""
-    stuck: Optional[SimError]
 
 
 def _mask(ins, ctx: Context):
@@ -98,6 +64,8 @@ def build_exit(ins, ctx: Context):
 
 def build_bar(ins, ctx: Context):
     parts = ins.opcode.split(".")
+    if parts[:2] == ["barrier", "cluster"]:
+        return build_cluster_barrier(ins, ctx)
     if parts[0] == "barrier":
         ok = parts[1:] in (["sync"], ["sync", "aligned"])
     else:

@@ -5,11 +5,11 @@ never runs half-way into something the emulator cannot do.
 """
 from __future__ import annotations
 
-from . import alu, control, mbarrier, memops, tensor, tma, warp, wgmma
+from . import alu, cluster, control, mbarrier, memops, tensor, tma, warp, wgmma
 from .state import Context
 
 BUILDERS = {**alu.BUILDERS, **memops.BUILDERS, **control.BUILDERS, **tensor.BUILDERS, **warp.BUILDERS,
-            **wgmma.BUILDERS, **mbarrier.BUILDERS, **tma.BUILDERS}
+            **wgmma.BUILDERS, **mbarrier.BUILDERS, **tma.BUILDERS, **cluster.BUILDERS}
 
 
 def family(opcode: str) -> str:

@@ -16,6 +16,10 @@ when no group can move (sim/runner.py).
 
 Arrivals release and successful waits acquire (SharedShadow.release / acquire): a stage
 read before an arrival may be overwritten by a thread that waited for that arrival's phase.
+
+In a cluster (sim/cluster.py) an arrival may go to a peer CTA's barrier through a
+shared::cluster address, and a wait whose phase only a peer can complete hands the run to
+the peers before it is called a deadlock.
 """
 from __future__ import annotations
 
@@ -23,7 +27,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .control import Wait
+from .cluster import peer_context, split_address
+from .signals import Wait
 from .errors import SimError
 from .memory import MemoryFault
 from .program import Mem, Reg, Sym
@@ -39,7 +44,7 @@ class MBarrierState:
     pending: int                   # arrivals still missing in the phase in progress
     tx: int = 0                    # bytes announced minus bytes delivered, this phase
     phase: int = 0                 # phases completed
-    arrived: set = field(default_factory=set)   # threads that arrived this phase
+    arrived: set = field(default_factory=set)   # this CTA's threads that arrived this phase
     spins: int = 0                 # failed waits in a row on the phase in progress
 
     def complete_if_done(self, ctx: Context):
@@ -134,8 +139,11 @@ def build_mbarrier(ins, ctx: Context):
     parts = ins.opcode.split(".")
     op = parts[1] if len(parts) > 1 else ""
     quals = set(parts[2:])
+    if op == "arrive" and "shared::cluster" in quals and not quals & {"expect_tx"} \
+            and quals <= {"release", "cluster", "shared::cluster", "b64"}:
+        return _remote_arrive(ins, ctx)
     if "shared::cta" not in quals and "shared" not in quals:
-        ctx.unsupported(ins, f"{ins.opcode} (only .shared::cta barriers)")
+        ctx.unsupported(ins, f"{ins.opcode} (only .shared::cta barriers, and arrivals on .shared::cluster ones)")
     if op == "init":
         return _init(ins, ctx)
     if op == "arrive":
@@ -185,7 +193,7 @@ def _arrive(ins, ctx, expect: bool):
         ctx.progress += 1
         for i, (off, t) in enumerate(zip(offs.tolist(), tids.tolist())):
             bar = state(ins, ctx, off, t)
-            ctx.shadow.release(t, (off, bar.phase))
+            ctx.shadow.release(t, (ctx.rank, off, bar.phase))
             if expect:
                 bar.tx += int(tx[i])
             if bar.pending == 0:
@@ -236,7 +244,7 @@ def _try_wait(ins, ctx):
                 blocked.append(off)
             done[tids[sel]] = ok
             if ok.any():   # they saw the last completed phase of their parity
-                ctx.shadow.acquire(tids[sel][ok], (off, bar.phase - 1))
+                ctx.shadow.acquire(tids[sel][ok], (ctx.rank, off, bar.phase - 1))
         # The first failed try only fails (a loop that gives up on a failed try reads too
         # early, and is caught); the next lets the copies land, or, with none left to land,
         # the phase waits on other warps (a deadlock if there are none).
@@ -247,11 +255,52 @@ def _try_wait(ins, ctx):
             if bar.spins > 1 and not land(ins, ctx, off):
                 stuck = _deadlock(ins, ctx, off, bar, int(tids[offs == off][0]))
                 if not apart:
-                    raise stuck
+                    if ctx.cluster is None:
+                        raise stuck
+                    ctx.cluster.block(ctx, stuck)   # a peer may arrive or multicast; the loop tries again
         put(done)
         if blocked and apart:
             return Wait(None if stuck is None else (stuck, ctx.progress))
         return None
+    return run
+
+
+def _remote_arrive(ins, ctx):
+    """mbarrier.arrive.release.cluster.shared::cluster.b64 _, [a]: an arrival on the barrier
+    at shared::cluster address a (a peer CTA's, from mapa, or this CTA's own)."""
+    ops = ins.operands
+    if len(ops) != 2 or not isinstance(ops[0], Sym) or ops[0].name != "_":
+        ctx.unsupported(ins, f"{ins.opcode} with these operands (the sink _, [addr])")
+    addr = _address(ins, ctx, ops[1])
+    guard = ctx.guard(ins)
+    n = ctx.threads
+
+    def run():
+        tids = _active(ctx, guard)
+        if not tids.size:
+            return
+        a = per_thread(addr(), n)[tids]
+        ctx.progress += 1
+        for t, x in zip(tids.tolist(), a.tolist()):
+            rank, off = split_address(ctx, int(x))
+            dest = peer_context(ins, ctx, rank, "a remote mbarrier arrival", t)
+            if off % BAR_BYTES or not 0 <= off < dest.shared.size:
+                ctx.fail(ins, f"a remote mbarrier arrival at offset {off} of CTA rank {rank}'s shared memory: not an "
+                              f"8-byte aligned barrier", kind="misaligned", tid=t, address=int(x))
+            bar = dest.mbarriers.get(off)
+            if bar is None:
+                ctx.fail(ins, f"arrives on {name_of(dest, off)} of CTA rank {rank} before that CTA initialised it "
+                              f"(a cluster barrier after mbarrier.init orders the two)", kind="mbarrier", tid=t)
+            ctx.shadow.release(t, (rank, off, bar.phase))
+            if bar.pending == 0:
+                ctx.fail(ins, f"arrives on {name_of(dest, off)} of CTA rank {rank} whose phase {bar.phase} already has "
+                              f"all its {bar.count} arrivals", kind="mbarrier", tid=t)
+            bar.pending -= 1
+            if dest is ctx:
+                bar.arrived.add(t)
+            dest.progress += 1
+            if bar.complete_if_done(dest):
+                _no_copies_left_over(ins, dest, off, t)
     return run
 
 

@@ -32,8 +32,10 @@ from .program import Entry, Imm, Instr, Mem, Program, Reg, SharedDecl, Special, 
 
 GRAMMAR = Path(__file__).with_name("ptx.lark")
 
-SPECIAL_REGS = {f"%{n}.{a}" for n in ("tid", "ntid", "ctaid", "nctaid") for a in "xyz"} | {
-    "%laneid", "%warpid", "%nwarpid", "%smid", "%nsmid", "%clock", "%clock64", "%gridid"}
+SPECIAL_REGS = {f"%{n}.{a}" for n in ("tid", "ntid", "ctaid", "nctaid", "clusterid", "nclusterid", "cluster_ctaid",
+                                      "cluster_nctaid") for a in "xyz"} | {
+    "%laneid", "%warpid", "%nwarpid", "%smid", "%nsmid", "%clock", "%clock64", "%gridid", "%cluster_ctarank",
+    "%cluster_nctarank"}
 
 _TYPE_BYTES = {"b8": 1, "u8": 1, "s8": 1, "b16": 2, "u16": 2, "s16": 2, "f16": 2, "bf16": 2,
                "b32": 4, "u32": 4, "s32": 4, "f32": 4, "f16x2": 4, "bf16x2": 4,
@@ -253,7 +255,9 @@ def _resolve(name, params, perfs, body, lines) -> Entry:
                                      f"{name}", line=r.line, text=text(r.line))
         instrs.append(Instr(i, r.line, text(r.line), r.opcode, g, r.neg, ops))
     reqntid = perfs.get("reqntid")
-    return Entry(name, params, reqntid, regs, shared, instrs, labels)
+    cluster = perfs.get("reqnctapercluster")
+    cluster = tuple(cluster) + (1,) * (3 - len(cluster)) if cluster else None
+    return Entry(name, params, reqntid, regs, shared, instrs, labels, cluster)
 
 
 _LOCK = threading.Lock()

@@ -88,6 +88,7 @@ class Entry:
     shared: list                 # [SharedDecl] declared inside the entry
     instrs: list                 # [Instr]
     labels: dict                 # label -> instruction index
+    cluster: Optional[tuple] = None   # .reqnctapercluster (x, y, z)
 
 
 @dataclass

@@ -35,6 +35,12 @@ wgmma.wait_group that retires it:
 
 Each check returns None or a Violation for the first offending (row, byte); the caller
 names the thread and the PTX line.
+
+Clusters (sm_90): each CTA has its own shadow of its own shared memory, and the CTAs of a
+cluster share one `Sync` (the clock, the arrivals released and acquired) over one space of
+thread ids: thread t of the CTA of rank r is r * threads + t there (`base`), so a consumer in
+one CTA releasing a stage by an arrival on its peer's barrier orders its reads before the
+peer producer's multicast into that stage. The methods take the CTA's own thread ids.
 """
 from __future__ import annotations
 
@@ -57,10 +63,27 @@ class Violation:
     kind: str         # "pending", "race" (read/write after write), "war" (write after read)
 
 
-class SharedShadow:
-    def __init__(self, size: int, threads: int = 1024):
-        n = max(int(size), 1)
+class Sync:
+    """What the shadows of one cluster's CTAs share: the clock the accesses and arrivals are
+    stamped with, and who released and acquired which arrivals, over `threads` thread ids."""
+
+    def __init__(self, threads: int):
         self.threads = int(threads)
+        self.reset()
+
+    def reset(self):
+        self.clock = 0
+        self.acquired = None      # (threads, threads): [t, u] the latest arrival of u that t acquired
+        self.released: dict = {}  # (barrier, phase) -> (threads,) clock of each thread's arrival
+
+
+class SharedShadow:
+    def __init__(self, size: int, threads: int = 1024, sync: Optional[Sync] = None, base: int = 0):
+        n = max(int(size), 1)
+        self.sync = sync if sync is not None else Sync(threads)
+        self.own_sync = sync is None
+        self.threads = self.sync.threads      # thread ids: this CTA's are base .. base + its threads
+        self.base = int(base)
         self.writer = np.full(n, NOBODY, dtype=np.int16)     # thread ids: a CTA has <= 1024
         self.w_epoch = np.full(n, -1, dtype=np.int32)
         self.w_line = np.zeros(n, dtype=np.int32)
@@ -69,9 +92,6 @@ class SharedShadow:
         self.r_line = np.zeros(n, dtype=np.int32)
         self.r_clock = np.zeros(n, dtype=np.int64)            # when the byte was last read
         self.w_clock = np.zeros(n, dtype=np.int64)            # ... and written
-        self.clock = 0
-        self.acquired = None      # (threads, threads): [t, u] the latest arrival of u that t acquired
-        self.released: dict = {}  # (barrier, phase) -> (threads,) clock of each thread's arrival
         self.pending = np.zeros(n, dtype=np.int32)           # cp.async copies not yet retired
         self.p_tid = np.full(n, NOBODY, dtype=np.int16)
         self.p_line = np.zeros(n, dtype=np.int32)
@@ -88,9 +108,17 @@ class SharedShadow:
                      (self.unfenced, False), (self.inflight, 0), (self.bulk, 0), (self.r_clock, 0), (self.w_clock, 0)):
             a.fill(v)
         self.epoch = 0
-        self.clock = 0
-        self.acquired = None
-        self.released = {}
+        if self.own_sync:   # a cluster's runner resets its Sync once for all its CTAs
+            self.sync.reset()
+
+    # the cluster's shared clock and arrival tables
+    clock = property(lambda self: self.sync.clock, lambda self, v: setattr(self.sync, "clock", v))
+    acquired = property(lambda self: self.sync.acquired, lambda self, v: setattr(self.sync, "acquired", v))
+    released = property(lambda self: self.sync.released)
+
+    def _ids(self, tids):
+        """This CTA's thread ids in the cluster's space."""
+        return tids + self.base if self.base else tids
 
     def barrier(self):
         self.epoch += 1
@@ -98,11 +126,12 @@ class SharedShadow:
     # -- mbarrier release / acquire ------------------------------------------------------------
     def release(self, tid: int, key):
         """Thread `tid` arrives on (barrier, phase): what it did so far is released."""
+        tid = self._ids(tid)
         self.clock += 1
         rel = self.released.get(key)
         if rel is None:
             rel = self.released[key] = np.full(self.threads, -1, dtype=np.int64)
-            old = [k for k in self.released if k[0] == key[0] and k[1] < key[1] - 1]
+            old = [k for k in self.released if k[:-1] == key[:-1] and k[-1] < key[-1] - 1]
             for k in old:   # only the last two phases of a barrier can still be waited for
                 del self.released[k]
         rel[tid] = self.clock
@@ -112,6 +141,7 @@ class SharedShadow:
         rel = self.released.get(key)
         if rel is None:
             return
+        tids = self._ids(tids)
         if self.acquired is None:
             self.acquired = np.full((self.threads, self.threads), -1, dtype=np.int64)
         self.acquired[tids] = np.maximum(self.acquired[tids], rel)
@@ -154,6 +184,7 @@ class SharedShadow:
 
     def read(self, tids: np.ndarray, offs: np.ndarray, line: int) -> Optional[Violation]:
         """tids (n,), offs (n, w) byte offsets read by thread tids[i]."""
+        tids = self._ids(tids)
         t = tids[:, None]
         v = self._bulk_pending(offs, "reads")
         if v:
@@ -230,6 +261,7 @@ class SharedShadow:
         return None
 
     def write(self, tids: np.ndarray, offs: np.ndarray, line: int, what: str = "st.shared") -> Optional[Violation]:
+        tids = self._ids(tids)
         v = self._bulk_pending(offs, f"{what} writes")
         if v:
             return v
@@ -259,7 +291,7 @@ class SharedShadow:
         if tids is None:
             self.unfenced[:] = False
         else:
-            self.unfenced &= ~np.isin(self.writer, tids)
+            self.unfenced &= ~np.isin(self.writer, self._ids(tids))
 
     def _unfenced(self, flat, who: str, engine: str) -> Optional[Violation]:
         """A read through the async proxy of bytes written through the generic one with no
@@ -300,13 +332,14 @@ class SharedShadow:
         read by its warpgroup now."""
         np.subtract.at(self.inflight, offs, 1)
         self.r_line[offs] = line
-        self.reader[offs] = WARPGROUP_READER - group
+        self.reader[offs] = WARPGROUP_READER - group - self.base // WARPGROUP_THREADS
         self.r_epoch[offs] = self.epoch
         self.clock += 1
         self.r_clock[offs] = self.clock
 
     def issue_async(self, tids: np.ndarray, offs: np.ndarray, line: int) -> Optional[Violation]:
         """A cp.async may write its bytes any time from now until its wait."""
+        tids = self._ids(tids)
         v = self._war(tids, offs, "cp.async")
         if v:
             return v
@@ -318,11 +351,13 @@ class SharedShadow:
     def retire_async(self, tids: np.ndarray, offs: np.ndarray, line: int):
         """The wait of the issuing thread retired the copy: it is now that thread's write."""
         np.subtract.at(self.pending, offs.reshape(-1), 1)
-        self._note_writes(tids, offs, line)
+        self._note_writes(self._ids(tids), offs, line)
 
     # -- TMA -----------------------------------------------------------------------------------
-    def issue_bulk(self, tid: int, offs: np.ndarray, line: int) -> Optional[Violation]:
-        """A TMA copy issued by thread `tid` will write bytes `offs` (1-D) until it lands."""
+    def issue_bulk(self, tid: int, offs: np.ndarray, line: int, foreign: bool = False) -> Optional[Violation]:
+        """A TMA copy issued by thread `tid` will write bytes `offs` (1-D) until it lands
+        (foreign: a multicast from another CTA of the cluster, `tid` in the cluster's space)."""
+        tid = tid if foreign else self._ids(tid)
         flat = offs[None, :]
         v = self._bulk_pending(flat, "a TMA copy writes")
         if v:
@@ -342,6 +377,7 @@ class SharedShadow:
     def issue_bulk_read(self, tid: int, offs: np.ndarray, line: int) -> Optional[Violation]:
         """A TMA store issued by thread `tid` reads bytes `offs` (1-D) through the async proxy
         until a wait_group.read of that thread retires it."""
+        tid = self._ids(tid)
         flat = offs[None, :]
         v = self._bulk_pending(flat, "a TMA store reads")
         if v:
@@ -364,7 +400,7 @@ class SharedShadow:
         as read by `tid` now."""
         np.subtract.at(self.inflight, offs, 1)
         self.r_line[offs] = line
-        self.reader[offs] = tid
+        self.reader[offs] = self._ids(tid)
         self.r_epoch[offs] = self.epoch
         self.clock += 1
         self.r_clock[offs] = self.clock

@@ -15,7 +15,8 @@ from typing import Optional
 
 import numpy as np
 
-from .control import END, Barrier, Diverge, Exit, Wait
+from .cluster import MAX_CLUSTER, Cluster
+from .signals import END, Barrier, Diverge, Exit, Wait
 from .decode import decode
 from .errors import SimError
 from .memory import GlobalMemory
@@ -83,10 +84,12 @@ def _shared_layout(program: Program, entry, base: int, dynamic_bytes: int):
 
 
 def launch(ptx, grid, threads: int, args: dict, *, memory: GlobalMemory, entry: Optional[str] = None,
-           shared_bytes: int = 0, shared_base: int = SHARED_BASE, barriers=()) -> LaunchStats:
+           shared_bytes: int = 0, shared_base: int = SHARED_BASE, barriers=(), cluster=None) -> LaunchStats:
     """Run `entry` of a PTX module (text or parsed Program) over `grid` CTAs of `threads`
     threads; pointer arguments are addresses in `memory`. `barriers` ((name, offset from
-    the 1024-aligned dynamic shared base, stages)) name the mbarriers in messages."""
+    the 1024-aligned dynamic shared base, stages)) name the mbarriers in messages. `cluster`
+    (x, y, z), or the entry's .reqnctapercluster: the CTAs of each cluster run side by side
+    (sim/cluster.py)."""
     program = parse_ptx(ptx) if isinstance(ptx, str) else ptx
     ent = program.entry(entry)
     grid = tuple(int(g) for g in (tuple(grid) + (1, 1, 1))[:3])
@@ -98,28 +101,61 @@ def launch(ptx, grid, threads: int, args: dict, *, memory: GlobalMemory, entry: 
         if tuple(ent.reqntid[1:]) not in ((), (1,), (1, 1)) or want != threads:
             raise SimError(f"{ent.name} declares .reqntid {', '.join(map(str, ent.reqntid))}; "
                            f"the launch has {threads} threads (the emulator runs 1-D blocks)")
+    dims = _cluster_dims(ent, grid, cluster)
+    size = int(np.prod(dims))
     params = _params(ent, args)
     symbols, shared_size = _shared_layout(program, ent, int(shared_base), shared_bytes)
     key = (ent.name, threads, shared_size, int(shared_base), tuple(sorted(symbols.items())))
+    taken = []
     with _LOCK:  # take the decoded code out of the cache while running (another thread decodes anew)
-        ctx, code = program.decoded.pop(key, (None, None))
-    if ctx is None:
-        ctx = Context(ent, threads, shared_size, int(shared_base), symbols)
-        code = decode(ctx)
-    ctx.barrier_names = _barrier_names(program, ent, int(shared_base), symbols, barriers)
-    ctx.bind(params, grid, memory)
+        for r in range(size):
+            taken.append(program.decoded.pop(key + (r,), (None, None)))
+    for r, (ctx, code) in enumerate(taken):
+        if ctx is None:
+            ctx = Context(ent, threads, shared_size, int(shared_base), symbols)
+            taken[r] = (ctx, decode(ctx))
+    ctxs = [c for c, _ in taken]
+    group = Cluster(ctxs) if size > 1 else None
+    names = _barrier_names(program, ent, int(shared_base), symbols, barriers)
+    for r, ctx in enumerate(ctxs):
+        ctx.cluster, ctx.cluster_dims, ctx.rank = group, dims, r
+        ctx.barrier_names = names
+        ctx.bind(params, grid, memory)
     stats = LaunchStats()
     try:
         with np.errstate(all="ignore"):
-            for z, y, x in itertools.product(range(grid[2]), range(grid[1]), range(grid[0])):
-                ctx.start_cta((x, y, z))
-                stats.instructions += _run_cta(ctx, code)
-                stats.ctas += 1
+            if group is None:
+                ctx, code = taken[0]
+                for z, y, x in itertools.product(range(grid[2]), range(grid[1]), range(grid[0])):
+                    ctx.start_cta((x, y, z))
+                    stats.instructions += _run_cta(ctx, code)
+                    stats.ctas += 1
+            else:
+                cx, cy, cz = dims
+                for z, y, x in itertools.product(range(0, grid[2], cz), range(0, grid[1], cy), range(0, grid[0], cx)):
+                    ctas = [(x + i % cx, y + (i // cx) % cy, z + i // (cx * cy)) for i in range(size)]
+                    stats.instructions += group.run(ctas, [c for _, c in taken], _run_cta)
+                    stats.ctas += size
     finally:
-        ctx.bind({}, (1, 1, 1), None)
-        with _LOCK:
-            program.decoded[key] = (ctx, code)
+        for r, (ctx, code) in enumerate(taken):
+            ctx.bind({}, (1, 1, 1), None)
+            ctx.cluster, ctx.cluster_dims, ctx.rank = None, (1, 1, 1), 0
+            with _LOCK:
+                program.decoded[key + (r,)] = (ctx, code)
     return stats
+
+
+def _cluster_dims(ent, grid, cluster) -> tuple:
+    dims = tuple(int(c) for c in (tuple(cluster) + (1, 1, 1))[:3]) if cluster else ent.cluster or (1, 1, 1)
+    if ent.cluster is not None and cluster and tuple(ent.cluster) != dims:
+        raise SimError(f"{ent.name} declares .reqnctapercluster {', '.join(map(str, ent.cluster))}; the launch asks "
+                       f"for clusters of {dims}")
+    size = int(np.prod(dims))
+    if min(dims) < 1 or size > MAX_CLUSTER:
+        raise SimError(f"launch of {ent.name}: clusters of {dims}; each dimension >= 1, at most {MAX_CLUSTER} CTAs")
+    if any(g % c for g, c in zip(grid, dims)):
+        raise SimError(f"launch of {ent.name}: the grid {grid} is not a whole number of clusters of {dims}")
+    return dims
 
 
 def _barrier_names(program, ent, base: int, symbols: dict, barriers) -> dict:
@@ -224,7 +260,9 @@ class _Apart:
             self._release_barriers()
             self._merge()
             if self._deadlocked():
-                raise self._deadlock()
+                if self.ctx.cluster is None:
+                    raise self._deadlock()
+                self.ctx.cluster.block(self.ctx, self._deadlock())   # a peer CTA may move it
             if len(self.groups) == 1 and self.live.all() and self.groups[0].at_barrier is None:
                 self.ctx.active = None
                 return self.groups[0].pc, self.steps
@@ -270,7 +308,7 @@ class _Apart:
             g.at_barrier = signal
             return [g]
         if isinstance(signal, Wait):
-            g.pc += 1
+            g.pc += 0 if signal.again else 1
             g.stuck = signal.stuck
             return [g]
         raise TypeError(f"unknown signal {signal!r}")
@@ -308,7 +346,7 @@ class _Apart:
             if count is None:
                 ctx.shadow_barrier()
             else:   # the participants' accesses before it are ordered before theirs after it
-                key = ("bar", ident, ctx.progress)
+                key = ("bar", ctx.rank, ident, ctx.progress)
                 tids = np.flatnonzero(arrived)
                 for t in tids.tolist():
                     ctx.shadow.release(t, key)

@@ -44,8 +44,10 @@ TYPE = {
 }
 
 # Special registers the emulator models (%clock and friends are not).
-SPECIALS = frozenset({f"%{n}.{a}" for n in ("tid", "ntid", "ctaid", "nctaid") for a in "xyz"}
-                     | {"%laneid", "%warpid", "%nwarpid", "%smid", "%nsmid", "%gridid"})
+SPECIALS = frozenset({f"%{n}.{a}" for n in ("tid", "ntid", "ctaid", "nctaid", "clusterid", "nclusterid",
+                                           "cluster_ctaid", "cluster_nctaid") for a in "xyz"}
+                     | {"%laneid", "%warpid", "%nwarpid", "%smid", "%nsmid", "%gridid", "%cluster_ctarank",
+                        "%cluster_nctarank"})
 
 _UNSIGNED = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
 PARAM_WINDOW = 0x7E00_0000_0000   # addresses of kernel parameters (far from global allocations)
@@ -107,6 +109,11 @@ class Context:
         self.active: Optional[np.ndarray] = None   # at run time, the running group's threads
         self.masked_code: Optional[list] = None    # that code, decoded when first needed
         self.progress = 0                     # counts arrivals, copies and barriers (deadlock detection)
+        self.cluster = None                   # sim/cluster.py: the CTAs running side by side with this one
+        self.cluster_dims = (1, 1, 1)
+        self.rank = 0                         # %cluster_ctarank
+        self.cluster_phase: dict = {}
+        self.solo_barrier = None
 
     # -- per launch and per CTA -------------------------------------------------------------
     def bind(self, params: dict, grid: tuple, memory):
@@ -116,7 +123,10 @@ class Context:
             self.shared = self.shadow = None
         else:
             self.shared = SharedMemory(self.shared_size, self.shared_base)
-            self.shadow = SharedShadow(self.shared_size, self.threads)
+            if self.cluster is None:
+                self.shadow = SharedShadow(self.shared_size, self.threads)
+            else:
+                self.shadow = SharedShadow(self.shared_size, sync=self.cluster.sync, base=self.rank * self.threads)
 
     def start_cta(self, cta: tuple):
         self.cta = cta
@@ -131,6 +141,8 @@ class Context:
         self.mbarriers = {}
         self.bulk = []
         self.bulk_reads = {}
+        self.cluster_phase = {}   # thread -> the cluster-barrier phase it arrived in (sim/cluster.py)
+        self.solo_barrier = None
         n = self.threads
         full = lambda v: np.full(n, v, dtype=np.uint32)  # noqa: E731
         tid = self.tid
@@ -142,6 +154,15 @@ class Context:
             "%laneid": tid & np.uint32(31), "%warpid": tid >> np.uint32(5),
             "%nwarpid": full(-(-n // 32)), "%smid": full(0), "%nsmid": full(1), "%gridid": full(0),
         }
+        dims = self.cluster_dims
+        for i, a in enumerate("xyz"):
+            self.specials[f"%cluster_ctaid.{a}"] = full(cta[i] % dims[i])
+            self.specials[f"%cluster_nctaid.{a}"] = full(dims[i])
+            self.specials[f"%clusterid.{a}"] = full(cta[i] // dims[i])
+            self.specials[f"%nclusterid.{a}"] = full(self.grid[i] // dims[i])
+        self.rank = cta[0] % dims[0] + dims[0] * (cta[1] % dims[1] + dims[1] * (cta[2] % dims[2]))
+        self.specials["%cluster_ctarank"] = full(self.rank)
+        self.specials["%cluster_nctarank"] = full(dims[0] * dims[1] * dims[2])
 
     def shadow_barrier(self):
         """A CTA-wide barrier completed: accesses before it are ordered before those after."""

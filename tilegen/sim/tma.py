@@ -26,7 +26,8 @@ import numpy as np
 
 from ..arch import tma as A
 from .errors import SimError
-from .mbarrier import BulkCopy, state
+from .cluster import peer_context
+from .mbarrier import BulkCopy, name_of, state
 from .memory import MemoryFault
 from .program import Imm, Mem, TensorRef
 from .state import Context, per_thread
@@ -39,6 +40,7 @@ OPCODES = {
     "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes",
     "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes",
 }
+MULTICAST = ".multicast::cluster"   # + a 16-bit CTA mask operand: the box lands in every CTA of the mask
 STORE_OPCODES = {
     "cp.async.bulk.tensor.2d.global.shared::cta.tile.bulk_group",
     "cp.async.bulk.tensor.2d.global.shared::cta.bulk_group",
@@ -82,17 +84,20 @@ def build_bulk(ins, ctx: Context):
         return _build_commit(ins, ctx)
     if ins.opcode in ("cp.async.bulk.wait_group.read", "cp.async.bulk.wait_group"):
         return _build_wait(ins, ctx)
-    if ins.opcode not in OPCODES:
+    multicast = ins.opcode.endswith(MULTICAST)
+    if ins.opcode.removesuffix(MULTICAST) not in OPCODES:
         ctx.unsupported(ins, f"the instruction {ins.opcode} (of the bulk copies, only 2-D TMA loads completing on "
                              f"an mbarrier)")
     ops = ins.operands
-    if len(ops) != 3 or not isinstance(ops[0], Mem) or not isinstance(ops[1], TensorRef) or not isinstance(ops[2], Mem) \
-            or len(ops[1].coords) != 2:
-        ctx.unsupported(ins, f"{ins.opcode} with these operands ([dst], [tensor map, {{c0, c1}}], [mbarrier])")
+    if len(ops) != 3 + multicast or not isinstance(ops[0], Mem) or not isinstance(ops[1], TensorRef) \
+            or not isinstance(ops[2], Mem) or len(ops[1].coords) != 2:
+        ctx.unsupported(ins, f"{ins.opcode} with these operands ([dst], [tensor map, {{c0, c1}}], [mbarrier]"
+                             f"{', ctaMask' if multicast else ''})")
     dst = ctx.address(ins, ops[0])
     bar = ctx.address(ins, ops[2])
     desc = ctx.reader(ins, ops[1].desc, np.uint64)
     coords = [ctx.reader(ins, c, np.uint32) for c in ops[1].coords]
+    mask = ctx.reader(ins, ops[3], np.uint32) if multicast else None
     guard = ctx.guard(ins)
     n = ctx.threads
 
@@ -100,9 +105,22 @@ def build_bulk(ins, ctx: Context):
         tids = ctx.all_tids if guard is None else ctx.all_tids[guard()]
         d_all, b_all, m_all = per_thread(dst(), n), per_thread(bar(), n), per_thread(desc(), n)
         c_all = [per_thread(c(), n).view(np.int32) for c in coords]
+        k_all = per_thread(mask(), n) if multicast else None
         for t in tids.tolist():
-            _issue(ins, ctx, t, int(d_all[t]), int(b_all[t]), int(m_all[t]), int(c_all[0][t]), int(c_all[1][t]))
+            ranks = _mask_ranks(ins, ctx, t, int(k_all[t])) if multicast else (ctx.rank,)
+            _issue(ins, ctx, t, int(d_all[t]), int(b_all[t]), int(m_all[t]), int(c_all[0][t]), int(c_all[1][t]),
+                   ranks)
     return run
+
+
+def _mask_ranks(ins, ctx, tid, mask: int) -> tuple:
+    """The CTA ranks a multicast's 16-bit mask selects."""
+    size = ctx.cluster.size if ctx.cluster is not None else 1
+    ranks = tuple(r for r in range(16) if mask >> r & 1)
+    if not ranks or mask >> 16 or ranks[-1] >= size:
+        ctx.fail(ins, f"a TMA multicast with CTA mask {mask:#x}: its bits must name CTAs of the cluster (ranks 0.."
+                      f"{size - 1}), at least one", kind="cluster", tid=tid)
+    return ranks
 
 
 def _map_of(ins, ctx, tid, desc):
@@ -119,14 +137,21 @@ def _map_of(ins, ctx, tid, desc):
     return name, fields, row_bytes
 
 
-def _issue(ins, ctx, tid, dst, bar_addr, desc, c0, c1):
+def _issue(ins, ctx, tid, dst, bar_addr, desc, c0, c1, ranks):
     name, (ptr, rows, cols, pitch, box_rows, box_cols, esize, swz), row_bytes = _map_of(ins, ctx, tid, desc)
     offs = _box_offsets(ins, ctx, tid, dst, box_rows, row_bytes, swz, "the TMA destination")
     try:
         bar_off = int(ctx.shared.offsets(np.array([bar_addr], dtype=np.uint64), 8)[0])
     except MemoryFault as f:
         ctx.fail(ins, f.reason, kind="bounds", tid=tid, address=f.address)
-    state(ins, ctx, bar_off, tid)  # the barrier must exist
+    dests = [peer_context(ins, ctx, r, "a TMA multicast", tid) for r in ranks]
+    for d in dests:   # the barrier must exist in every CTA the box lands in
+        if d is ctx:
+            state(ins, ctx, bar_off, tid)
+        elif bar_off not in d.mbarriers:
+            ctx.fail(ins, f"a TMA multicast completes on {name_of(d, bar_off)} of CTA rank {d.rank} before that CTA "
+                          f"initialised it (a cluster barrier after mbarrier.init orders the two)", kind="mbarrier",
+                     tid=tid)
     # the box, read now: rows c1.., columns c0.., zeros outside the matrix
     box = np.zeros((box_rows, row_bytes), dtype=np.uint8)
     r_lo, r_hi = max(c1, 0), min(c1 + box_rows, rows)
@@ -139,10 +164,13 @@ def _issue(ins, ctx, tid, dst, bar_addr, desc, c0, c1):
                 ctx.fail(ins, f"the TMA copy from {name} reads row {r} outside every allocation ({e})",
                          kind="bounds", tid=tid)
             box[r - c1, (k_lo - c0) * esize:(k_hi - c0) * esize] = got
-    v = ctx.shadow.issue_bulk(tid, offs, ins.line)
-    if v:
-        ctx.violation(ins, v, np.array([tid]))
-    ctx.bulk.append(BulkCopy(bar_off, offs, box.reshape(-1), box_rows * row_bytes, ins.line))
+    for d in dests:
+        v = d.shadow.issue_bulk(tid + ctx.shadow.base, offs, ins.line, foreign=True)
+        if v:
+            where = "" if d is ctx else f" (the multicast into CTA rank {d.rank})"
+            ctx.fail(ins, v.message + where, kind=v.kind, tid=tid, address=d.shared.base + v.offset)
+        d.bulk.append(BulkCopy(bar_off, offs, box.reshape(-1), box_rows * row_bytes, ins.line))
+        d.progress += 1
 
 
 def _box_offsets(ins, ctx, tid, addr, box_rows, row_bytes, swz, what: str):

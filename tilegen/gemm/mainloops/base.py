@@ -13,6 +13,7 @@ class MainLoop:
     persistent: bool = False      # whether its kernels may walk several blocks per CTA
     copies: tuple = ("cp.async",)  # how its k-tiles may reach shared memory (GemmSpec.copy)
     stores: tuple = ("direct",)    # how its blocks of C may reach global memory (GemmSpec.store)
+    clusters: bool = False         # whether its warp-specialized kernels run in 2-CTA clusters (GemmSpec.cluster)
 
     def default_target(self, dtype: str) -> str:
         raise NotImplementedError

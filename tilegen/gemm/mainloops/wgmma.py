@@ -73,6 +73,7 @@ class WgmmaLoop(MainLoop):
     persistent = True
     copies = ("cp.async", "tma")
     stores = ("direct", "tma")
+    clusters = True
     TMA_DTYPES = ("f16", "bf16")
     STAGING_PARTS = (2, 4, 8, 16)   # a block of C goes out through shared memory in this many slices
     STAGING_BUFFERS = 2             # ... alternating between two buffers: one fills while TMA reads the other
@@ -225,6 +226,14 @@ class WgmmaLoop(MainLoop):
                 if rows > 256:
                     raise SpecError("tile", (t.m, t.n, t.k), "operand tiles of at most 256 stored rows",
                                     f"a TMA box has at most 256 rows; operand {op}'s stage has {rows}")
+        shared = multicast_operand(spec)
+        if shared is not None:   # each CTA of the pair loads half of the shared operand's stage
+            lay = smem_layout(spec, shared)
+            panels = lay.row_bytes // lay.panel_bytes
+            if panels % 2 and (lay.rows % 2 or (lay.rows // 2) % 8):
+                raise SpecError("tile", (t.m, t.n, t.k), "a shared operand whose stage splits in two halves",
+                                f"with cluster={spec.cluster} each CTA loads half of {shared}'s {lay.rows} x "
+                                f"{lay.cols} stage: an even number of 128-byte panels, or of 8-row groups")
 
     def pipeline(self, spec, A, B, sA, sB, warp, wm, wn):
         if spec.warp_specialized:
@@ -327,8 +336,12 @@ class TmaPipeline(WgmmaPipeline):
     def __init__(self, spec, A, B, sA, sB, warp, wm, wn):
         super().__init__(spec, A, B, sA, sB, warp, wm, wn)
         self.full = tg.mbarrier("full", stages=self.S)                               # the k-tile landed
-        self.empty = tg.mbarrier("empty", stages=self.S, arrivals=spec.math_threads)  # every math thread is done
+        self.empty = tg.mbarrier("empty", stages=self.S, arrivals=self.releases())
         self.k_tiles = tg.cdiv(A.shape[1], spec.tile.k)
+
+    def releases(self) -> int:
+        """Arrivals that free a stage: every math thread's."""
+        return self.spec.math_threads
 
     def request(self, m0, n0, t, stage):
         """k-tile t into `stage`: announce its bytes, start its copies (one thread)."""
@@ -368,6 +381,12 @@ class TmaPipeline(WgmmaPipeline):
         return acc
 
 
+def multicast_operand(spec):
+    """The operand the two CTAs of a cluster share (and multicast): B for a pair along M,
+    A for a pair along N, None without a cluster."""
+    return {(2, 1): "B", (1, 2): "A"}.get(spec.cluster)
+
+
 class WarpSpecializedPipeline(TmaPipeline):
     """Persistent and warp-specialized (module docstring): warpgroup 0 is the producer, whose
     first warp requests every k-tile of every block this CTA walks; the math warpgroups wait
@@ -376,6 +395,39 @@ class WarpSpecializedPipeline(TmaPipeline):
     this block's accumulator."""
 
     PRODUCER_REGISTERS = 40
+
+    def __init__(self, spec, A, B, sA, sB, warp, wm, wn):
+        super().__init__(spec, A, B, sA, sB, warp, wm, wn)
+        self.shared = multicast_operand(spec)
+        if self.shared is not None:
+            self.rank = tg.cluster_rank()
+            self.peer = self.rank ^ 1
+
+    def releases(self) -> int:
+        """In a cluster a stage is refilled once the math warpgroups of both CTAs are done with
+        it: one thread of each arrives on its own CTA's `empty` and on the peer's."""
+        if multicast_operand(self.spec) is None:
+            return super().releases()
+        return 2 * (self.spec.math_threads // (32 * W.WARPGROUP))
+
+    def request(self, m0, n0, t, stage):
+        """k-tile t into `stage`; in a cluster, the shared operand's half of this CTA, multicast
+        into the stage of both."""
+        if self.shared is None:
+            return super().request(m0, n0, t, stage)
+        BK, sA, sB, full = self.spec.tile.k, self.sA, self.sB, self.full
+        tg.arrive(full[stage], expect_bytes=sA.stage_bytes + sB.stage_bytes, single=True)
+        both = dict(multicast=0b11, part=self.rank, parts=2)
+        tg.tma_load(sA[stage], self.A.block(m0, t * BK), full[stage], **(both if self.shared == "A" else {}))
+        tg.tma_load(sB[stage], self.B.block(t * BK, n0), full[stage], **(both if self.shared == "B" else {}))
+
+    def release(self, stage):
+        """This thread is done with `stage` (in a cluster: one thread per warpgroup tells both CTAs)."""
+        if self.shared is None:
+            tg.arrive(self.empty[stage])
+            return
+        tg.arrive(self.empty[stage], one_per="warpgroup")
+        tg.arrive(self.empty[stage], cta=self.peer, one_per="warpgroup")
 
     def run(self, blocks, origin, store, C, alpha, beta, bias=None, R=None):
         """Walk `blocks` blocks of C (block i at origin(i) -> (m0, n0)), storing each
@@ -444,9 +496,9 @@ class WarpSpecializedPipeline(TmaPipeline):
             tg.wgmma_commit()
             tg.wgmma_wait(1)                          # k-tile t - 1 retired: release its stage
             with tg.if_(tg.ge(kt, 1)):
-                tg.arrive(empty[(t - 1) % S])
+                self.release((t - 1) % S)
         tg.wgmma_wait(0)
-        tg.arrive(empty[(first + k_tiles - 1) % S])   # the block's last k-tile
+        self.release((first + k_tiles - 1) % S)       # the block's last k-tile
         return acc
 
 
@@ -463,4 +515,4 @@ def _register_split(spec) -> tuple:
     return producer, math
 
 
-__all__ = ["WgmmaLoop", "WgmmaPipeline", "TmaPipeline", "WarpSpecializedPipeline"]
+__all__ = ["WgmmaLoop", "WgmmaPipeline", "TmaPipeline", "WarpSpecializedPipeline", "multicast_operand"]

@@ -13,7 +13,7 @@ from .store import lower_store, lower_store_stage
 from .wgmma import (lower_fence_proxy_async, lower_wgmma, lower_wgmma_commit, lower_wgmma_fence,
                     lower_wgmma_wait)
 from .elementwise import lower_elementwise, lower_mask, lower_row_reduce, lower_to_operand
-from .mbarrier import init_barriers, lower_arrive, lower_wait
+from .mbarrier import cluster_size, cluster_sync, init_barriers, lower_arrive, lower_cluster_sync, lower_wait
 from .tma import lower_tma_load, lower_tma_store, lower_tma_store_commit, lower_tma_store_wait
 
 
@@ -63,6 +63,7 @@ LOWERINGS = {
     T.TmaStoreCommit: lower_tma_store_commit,
     T.TmaStoreWait: lower_tma_store_wait,
     T.StoreStage: lower_store_stage,
+    T.ClusterSync: lower_cluster_sync,
     # sm_90a: warp specialization
     T.SetMaxRegisters: _set_max_registers,
 }
@@ -97,6 +98,10 @@ def lower_tile_ops(kernel):
     ctx = LowerContext(kernel, prologue)
     init_barriers(ctx)
     body = _lower_region(kernel.body, ctx)
+    if cluster_size(kernel) > 1:   # no CTA leaves while a peer may still arrive on or copy into it
+        end = Builder(body)
+        end.comment("the cluster's CTAs leave together")
+        cluster_sync(end)
     entry = [Comment("entry: thread ids, shared base, lane-dependent offsets")]
     kernel.body = load_params(kernel) + entry + prologue + body
     kernel.level = "instr"

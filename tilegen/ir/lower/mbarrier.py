@@ -34,6 +34,15 @@ def first_thread(ctx):
     return ctx.addresses[key]
 
 
+def first_of_each(ctx, unit: str):
+    """A predicate true on the first thread of each warp ("warp") or warpgroup ("warpgroup")."""
+    key = ("first-of-each", unit)
+    if key not in ctx.addresses:
+        size = {"warp": 32, "warpgroup": 128}[unit]
+        ctx.addresses[key] = ctx.pro.cmp("eq", ctx.pro.op("and.b32", "b32", ctx.tid, size - 1, hint=f"in_{unit}"), 0)
+    return ctx.addresses[key]
+
+
 def init_barriers(ctx):
     """Thread 0 initialises every stage of every barrier with its arrival count, then the
     initialisation is fenced and published to the CTA (and to the TMA unit)."""
@@ -50,12 +59,32 @@ def init_barriers(ctx):
                            comment=f"{bar.name}[{s}]: {bar.arrivals} arrival{'s' if bar.arrivals > 1 else ''}"))
     pro.emit(Instr("fence.mbarrier_init.release.cluster", (), (), pred=first))
     pro.emit(Instr("bar.sync", (), (0,)))
+    if cluster_size(kernel) > 1:   # peers arrive on these barriers and multicast onto them
+        pro.comment("every CTA of the cluster has its barriers before any peer uses them")
+        cluster_sync(pro)
+
+
+def cluster_size(kernel) -> int:
+    x, y, z = kernel.cluster
+    return x * y * z
+
+
+def cluster_sync(b):
+    """barrier.cluster.arrive + wait: every thread of the cluster."""
+    b.emit(Instr("barrier.cluster.arrive.release", (), ()))
+    b.emit(Instr("barrier.cluster.wait.acquire", (), ()))
 
 
 def lower_arrive(b, ctx, op):
     ctx.kernel.features.add("mbarrier")
     addr = Addr(barrier_address(b, ctx, op.bar, op.stage))
-    pred = first_thread(ctx) if op.single else None
+    pred = first_thread(ctx) if op.single else first_of_each(ctx, op.one_per) if op.one_per else None
+    if op.cta is not None:   # a peer's barrier: its shared::cluster address, then a release there
+        ctx.kernel.features.add("cluster")
+        remote = b.op("mapa.shared::cluster.u32", "b32", addr.base, op.cta, hint="peer_bar", pred=pred)
+        b.emit(Instr("mbarrier.arrive.release.cluster.shared::cluster.b64", (), (Sym("_"), Addr(remote)), pred=pred,
+                     comment=f"{op.bar.name}: arrive on cluster CTA {op.cta if isinstance(op.cta, int) else 'peer'}"))
+        return
     if op.expect_bytes:
         b.emit(Instr(f"mbarrier.arrive.expect_tx.{SHARED}.b64", (), (Sym("_"), addr, Imm(op.expect_bytes)),
                      pred=pred, comment=f"{op.bar.name}: arrive, expecting {op.expect_bytes} bytes"))
@@ -75,4 +104,10 @@ def _text(x) -> str:
     return str(x) if isinstance(x, int) else (x.hint or "p")
 
 
-__all__ = ["barrier_address", "first_thread", "init_barriers", "lower_arrive", "lower_wait"]
+def lower_cluster_sync(b, ctx, op):
+    ctx.kernel.features.add("cluster")
+    cluster_sync(b)
+
+
+__all__ = ["barrier_address", "cluster_size", "cluster_sync", "first_thread", "init_barriers", "lower_arrive",
+           "lower_cluster_sync", "lower_wait"]

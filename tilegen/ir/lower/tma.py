@@ -9,7 +9,7 @@ panel (TensorMap.box_rows x box_cols)."""
 from __future__ import annotations
 
 from ..instr import Instr
-from ..values import Addr, TensorAddr
+from ..values import Addr, Imm, TensorAddr
 from .mbarrier import barrier_address, first_thread
 from .smem import cached_stage_base
 
@@ -23,16 +23,34 @@ def panels(layout) -> int:
 
 
 def lower_tma_load(b, ctx, op):
+    """One box per panel; with parts > 1 only this CTA's share of the panels (part * share ..),
+    and with a multicast mask each box lands in every CTA of the mask (ptx.md 6.4)."""
     ctx.kernel.features.add("tma")
     layout, tmap = op.dst.layout, op.tmap
     base = cached_stage_base(b, ctx, op.dst, op.stage)
     bar = Addr(barrier_address(b, ctx, op.bar, op.bar_stage))
     first = first_thread(ctx)
-    for p in range(panels(layout)):
-        dst = Addr(b.add(base, p * layout.rows * layout.panel_bytes) if p else base)
-        col = b.add(op.col0, p * tmap.box_cols)
-        b.emit(Instr(TMA_LOAD, (), (dst, TensorAddr(tmap.param.value, (col, op.row0)), bar), pred=first,
-                     comment=f"{tmap.tensor.name} -> {op.dst.name}, panel {p}" if panels(layout) > 1 else ""))
+    opcode, extra = TMA_LOAD, ()
+    if op.multicast is not None:
+        ctx.kernel.features.add("cluster")
+        opcode, extra = TMA_LOAD + ".multicast::cluster", (Imm(op.multicast),)
+    panel_bytes = layout.rows * (layout.panel_bytes if layout.swizzle else layout.row_bytes)
+    if panels(layout) % op.parts == 0:   # this CTA's share of the panels, whole
+        share = panels(layout) // op.parts
+        first_panel = b.mul(op.part, share)
+        boxes = [(b.add(first_panel, j), 0) for j in range(share)]
+    else:                                # this CTA's share of every panel's rows (tmap.box_rows of them)
+        boxes = [(p, b.mul(op.part, tmap.box_rows)) for p in range(panels(layout))]
+    row_bytes = panel_bytes // layout.rows
+    for j, (p, r) in enumerate(boxes):
+        dst = Addr(b.add(b.add(base, b.mul(p, panel_bytes)), b.mul(r, row_bytes)))
+        col = b.add(op.col0, b.mul(p, tmap.box_cols))
+        which = f"panel {p}" if isinstance(p, int) else f"panel {j} of this CTA's {len(boxes)}"
+        if not isinstance(r, int) or r:
+            which += ", this CTA's share of its rows"
+        b.emit(Instr(opcode, (), (dst, TensorAddr(tmap.param.value, (col, b.add(op.row0, r))), bar) + extra,
+                     pred=first, comment=f"{tmap.tensor.name} -> {op.dst.name}, {which}"
+                     if panels(layout) > 1 or op.parts > 1 else ""))
 
 
 def lower_tma_store(b, ctx, op):
