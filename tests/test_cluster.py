@@ -49,7 +49,7 @@ def test_cluster_kernel_ptx(step9):
     assert ".reqnctapercluster 2, 1, 1" in ptx and step9.cluster == (2, 1, 1)
     assert ptx.count(".multicast::cluster") == 2                  # this CTA's 2 of B's 4 panels
     assert ptx.count("complete_tx::bytes [") == 1                 # A: one box, not multicast
-    assert "mapa.shared::cluster.u32" in ptx and "mbarrier.arrive.release.cluster.shared::cluster.b64" in ptx
+    assert "mapa.shared::cluster.u32" in ptx and "mbarrier.arrive.shared::cluster.b64" in ptx
     # the barriers are published to the cluster before the body; the CTAs leave together
     first, last = ptx.index("barrier.cluster.arrive"), ptx.rindex("barrier.cluster.arrive")
     assert first < ptx.index("%cluster_ctarank") and first < ptx.index("cp.async.bulk.tensor")

@@ -13,7 +13,7 @@ What crosses between CTAs:
 - shared::cluster addresses (`mapa.shared::cluster.u32 d, a, rank`): the emulator maps rank
   r's shared memory at CLUSTER_WINDOW + r * RANK_SPAN; a plain shared address means the
   CTA's own;
-- `mbarrier.arrive.release.cluster.shared::cluster.b64 _, [a]`: an arrival on a peer's
+- `mbarrier.arrive{.release.cluster}.shared::cluster.b64 _, [a]`: an arrival on a peer's
   mbarrier (it must have been initialised: a cluster barrier after mbarrier.init orders that);
 - TMA loads with `.multicast::cluster` and a CTA mask: the box lands at the same shared offset
   in every CTA of the mask and completes bytes on each one's mbarrier at the same offset;

@@ -266,7 +266,7 @@ def _try_wait(ins, ctx):
 
 
 def _remote_arrive(ins, ctx):
-    """mbarrier.arrive.release.cluster.shared::cluster.b64 _, [a]: an arrival on the barrier
+    """mbarrier.arrive{.release.cluster}.shared::cluster.b64 _, [a]: an arrival on the barrier
     at shared::cluster address a (a peer CTA's, from mapa, or this CTA's own)."""
     ops = ins.operands
     if len(ops) != 2 or not isinstance(ops[0], Sym) or ops[0].name != "_":

@@ -82,7 +82,9 @@ def lower_arrive(b, ctx, op):
     if op.cta is not None:   # a peer's barrier: its shared::cluster address, then a release there
         ctx.kernel.features.add("cluster")
         remote = b.op("mapa.shared::cluster.u32", "b32", addr.base, op.cta, hint="peer_bar", pred=pred)
-        b.emit(Instr("mbarrier.arrive.release.cluster.shared::cluster.b64", (), (Sym("_"), Addr(remote)), pred=pred,
+        # the default .release.cta, as CUTLASS's ClusterBarrier::arrive(cta_id): .release.cluster
+        # measured 25-30% slower on the H200 (docs/perf_notes.md section 23)
+        b.emit(Instr("mbarrier.arrive.shared::cluster.b64", (), (Sym("_"), Addr(remote)), pred=pred,
                      comment=f"{op.bar.name}: arrive on cluster CTA {op.cta if isinstance(op.cta, int) else 'peer'}"))
         return
     if op.expect_bytes:
