@@ -159,6 +159,8 @@ def test_the_hopper_space_is_the_wgmma_kernels():
     assert {s.persistent for s in specs} == {True, False}
     assert any(s.warp_specialized and s.store == "tma" for s in specs)
     assert {(s.tile.m, s.tile.n) for s in specs} == {(128, 256), (128, 128), (256, 128), (128, 192)}
+    assert {s.cluster for s in specs} == {(1, 1), (2, 1), (1, 2)}
+    assert all(s.warp_specialized for s in specs if s.cluster != (1, 1))
     # five stages of 128x256x64 do not fit: pruned with the reason, never compiled
     assert any("246864 bytes of shared memory" in p.reason for p in res.pruned)
     assert S.spec_text(S.default_spec("f16", "row", "row", "f16", instruction="wgmma")).endswith("wgmma ws tmastore")

@@ -31,6 +31,7 @@ With `SearchSpace(instruction="wgmma")` (sm_90a) the space is the Hopper kernel'
 | stages        | 3, 4, 5                                                  | stages         |
 | persistent    | True (warp-specialized for f16/bf16, TMA stores), False  | persistent     |
 | group_m       | 4, 8, 16                                                 | group_m        |
+| cluster       | 1x1, 2x1 (B multicast), 1x2 (A multicast); persistent    | cluster        |
 
 Order: `prior_ms` is a rough analytic time (wave quantisation over the SMs, occupancy from
 shared memory and registers, warp-tile and CTA-tile reuse, k-tile overhead, pipeline fill).
@@ -79,6 +80,7 @@ class SearchSpace:
     wgmma_stages: tuple = (3, 4, 5)
     wgmma_group_m: tuple = (4, 8, 16)
     persistent: tuple = (True, False)
+    wgmma_clusters: tuple = ((1, 1), (2, 1), (1, 2))   # pairs of CTAs only for the persistent kernel
 
     def k_tiles(self, dtype: str) -> tuple:
         return tuple(self.tile_k) if self.tile_k is not None else K_TILES[dtype]
@@ -123,6 +125,8 @@ def params_text(p: dict) -> str:
     for key, short in (("stages", "s"), ("swizzle", ""), ("group_m", "g"), ("frag_buffers", "fb")):
         if key in p:
             parts.append(f"{short}{p[key]}")
+    if p.get("cluster", (1, 1)) != (1, 1):
+        parts.append("cluster" + "x".join(map(str, p["cluster"])))
     return " ".join(parts)
 
 
@@ -134,6 +138,7 @@ def spec_text(spec: GemmSpec) -> str:
     if spec.instruction != "mma.sync":
         text += f" {spec.instruction}" + (" ws" if spec.warp_specialized else " persistent" if spec.persistent else "")
         text += " tmastore" if spec.store == "tma" else ""
+        text += f" cluster{spec.cluster[0]}x{spec.cluster[1]}" if spec.cluster != (1, 1) else ""
     return text
 
 
@@ -203,9 +208,11 @@ def _wgmma_points(dtype: str, space: SearchSpace) -> Iterable[dict]:
         for warps in ((tm // 16, 1),) + (((1, tn // 16),) if dtype == "tf32" else ()):
             for stages in space.wgmma_stages:
                 for persistent in space.persistent:
-                    for g in space.wgmma_group_m:
-                        yield {"instruction": "wgmma", "tile": (tm, tn, tk), "warps": warps, "stages": stages,
-                               "persistent": persistent, "group_m": g}
+                    for cluster in space.wgmma_clusters if persistent else ((1, 1),):
+                        for g in space.wgmma_group_m:
+                            p = {"instruction": "wgmma", "tile": (tm, tn, tk), "warps": warps, "stages": stages,
+                                 "persistent": persistent, "group_m": g}
+                            yield p if cluster == (1, 1) else {**p, "cluster": cluster}
 
 
 def make_spec(dtype: str, a_layout: str, b_layout: str, out_dtype: str, target: str, params: dict) -> GemmSpec:
