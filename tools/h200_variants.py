@@ -31,6 +31,8 @@ def main() -> int:
     ap.add_argument("--dtype", default="f16")
     ap.add_argument("--variants", metavar="JSON", help='replace the variants: {"name": {GemmSpec fields}, ...} '
                     '(tuples as lists)')
+    ap.add_argument("--rounds", type=int, default=1, help="also time cuBLAS and every variant once per round, "
+                    "interleaved, this many rounds (ratios per round: median, min, max)")
     ap.add_argument("--shapes", nargs="+", default=["2048x2048x2048", "4096x4096x4096", "8192x8192x8192",
                                                      "4096x4096x1024", "1024x4096x4096"])
     a = ap.parse_args()
@@ -62,6 +64,16 @@ def main() -> int:
             row = {"shape": [M, N, K], "dtype": a.dtype,
                    "cublas_tflops": flop / events_ms(lambda: torch.matmul(A, B, out=C), reps)["ms"] / 1e9, "variants": {}}
             stream = torch.cuda.current_stream().cuda_stream
+            if a.rounds > 1:   # interleaved: each round times cuBLAS and every variant once
+                rounds = {name: [] for name in ["cublas", *kernels]}
+                for _ in range(a.rounds):
+                    rounds["cublas"].append(events_ms(lambda: torch.matmul(A, B, out=C), reps, rounds=1)["ms"])
+                    for name, k in kernels.items():
+                        out = C32 if k.spec.out_dtype == "f32" else C
+                        rounds[name].append(events_ms(lambda k=k, out=out: k(A, B, out=out), reps, rounds=1)["ms"])
+                ratios = {name: sorted(c / v for c, v in zip(rounds["cublas"], ms)) for name, ms in rounds.items()}
+                row["interleaved"] = {name: {"vs_cublas_median": r[len(r) // 2], "vs_cublas_min": r[0],
+                                             "vs_cublas_max": r[-1], "rounds": len(r)} for name, r in ratios.items()}
             for name, k in kernels.items():
                 out = C32 if k.spec.out_dtype == "f32" else C
                 out.fill_(float("nan"))
