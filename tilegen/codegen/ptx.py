@@ -161,9 +161,9 @@ def emit_ptx(kernel) -> str:
         ".address_size 64",
         "",
     ]
-    if kernel.smem_bytes:
-        out.append(f".extern .shared .align 1024 .b8 {SMEM_SYMBOL}[];")
-        out.append("")
+    # (declared even with no dynamic shared memory: the entry takes its base regardless)
+    out.append(f".extern .shared .align 1024 .b8 {SMEM_SYMBOL}[];")
+    out.append("")
     params = ",\n".join(f"    .param {_param_decl(p)}" for p in kernel.params)
     out.append(f".visible .entry {kernel.name}(\n{params}\n)")
     out.append(f".reqntid {kernel.threads}, 1, 1")

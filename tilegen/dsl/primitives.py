@@ -488,6 +488,17 @@ def store(dst: Block, acc: Fragment, *, alpha: Float = None, beta: Float = None,
                              residual=residual.tensor.ir if residual is not None else None))
 
 
+def accumulate(acc: Fragment, src: Block):
+    """acc += src's elements at the accumulator's positions (those outside src add nothing):
+    an f32 accumulator and a row-major f32 tensor, such as partial sums of split-K."""
+    if not isinstance(src, Block) or not isinstance(acc, Fragment) or acc.operand != "C":
+        fail("accumulate(accumulator fragment, tensor.block(r, c))")
+    if src.tensor.dtype.name != "f32" or src.tensor.layout != "row" or acc.ir.reg_type != "f32":
+        fail(f"accumulate: adds a row-major f32 tensor into an f32 accumulator; {src.tensor.ir.name} is "
+             f"{src.tensor.dtype} {src.tensor.layout}-major, the accumulator {acc.ir.reg_type}")
+    tile_op(T.AccumulateFragment(src.tensor.ir, acc.ir, raw(src.row), raw(src.col)))
+
+
 def range_(start, stop=None):
     """A runtime loop: the body is traced once and runs stop - start times on the GPU."""
     if stop is None:
@@ -542,4 +553,4 @@ def launch(*, threads: int, grid, cluster=(1, 1, 1)):
 __all__ = ["lt", "le", "gt", "ge", "if_", "else_", "tensor", "vector", "split_tf32", "scalar", "program_id", "num_programs", "thread_id", "warp_id", "lane_id", "cdiv",
            "minimum", "shared", "copy_async", "commit", "wait", "barrier", "fragment", "load", "mma",
            "wgmma", "wgmma_fence", "wgmma_commit", "wgmma_wait", "fence_proxy_async",
-           "store", "range_", "launch", "SM_COUNT", "DSLError"]
+           "store", "accumulate", "range_", "launch", "SM_COUNT", "DSLError"]

@@ -37,6 +37,13 @@ ALIGN = 16
 _NUMBERS = (float, int)
 _CANONICAL = ("M", "N", "K", "A_ptr", "A_ld", "B_ptr", "B_ld", "C_ptr", "C_ld", "alpha", "beta",
               "bias_ptr", "R_ptr", "R_ld")
+_SPLIT = ("WM", "W_ptr", "W_ld")   # split-K's workspace of f32 partial sums, after the canonical values
+
+
+def workspace_rows(spec, M: int) -> int:
+    """Rows of split-K's f32 workspace: each slice's partials on M rounded up to whole blocks
+    (template.split_rows), slice after slice."""
+    return spec.split_k * -(-M // spec.tile.m) * spec.tile.m
 
 
 def _is_host(x) -> bool:
@@ -143,8 +150,15 @@ class FastCall:
         self.residual = spec.epilogue.residual
         self.c_map = _c_map(kernel)   # C's TMA-store map: rows it cannot take go to the direct-store kernel
         # the kernel's parameters, in its order, from the canonical tuple run() builds
-        names = _CANONICAL + tuple(m.param for m in kernel.tensor_maps)
+        self.split = spec.split_k if spec.split_k > 1 else None
+        base = _CANONICAL + (_SPLIT if self.split else ())
+        names = base + tuple(m.param for m in kernel.tensor_maps)
         self.pick = itemgetter(*(names.index(n) for n, _ in kernel.params))
+        if self.split:   # the second kernel: the ordered sum of the slices and the epilogue
+            second = kernel.split_sum_kernel()
+            self.sum_kernel = second
+            self.sum_pick = itemgetter(*(base.index(n) for n, _ in second.params))
+            self.sum_grid = second.launch_grid.evaluator(("M", "N"))
         # TMA kernels: each tensor map from the canonical values of its tensor, through that
         # map's own cache (no hashing of the declaration per call)
         self.maps = tuple((m, map_cache(m), *(_CANONICAL.index(x) for x in (m.ptr, m.rows, m.cols, m.ld)))
@@ -174,8 +188,11 @@ class FastCall:
                 M, N, K, a_ld, b_ld, c_ld, grid = last[1]
                 launcher = self.kernel.launcher(pa[4])
                 if launcher is last[2]:
-                    launcher(grid, self.arguments((M, N, K, pa[0], a_ld, pb[0], b_ld, pc[0], c_ld, alpha, beta, 0, 0, 0)),
-                             lib.stream(pa[4]))
+                    values = (M, N, K, pa[0], a_ld, pb[0], b_ld, pc[0], c_ld, alpha, beta, 0, 0, 0)
+                    if self.split:
+                        self._split_launch(lib, launcher, grid, values, lib.stream(pa[4]), pa[4])
+                    else:
+                        launcher(grid, self.arguments(values), lib.stream(pa[4]))
                     return out
         if (bias is None) != (self.bias_axis is None) or (residual is None) == self.residual:
             return None
@@ -239,13 +256,27 @@ class FastCall:
                 b_ptr, b_ld = _repitch(lib, b_ptr, b_ld, (K, N) if self.b_row else (N, K), isz, self.in_dtype,
                                        device, stream, keep)
         grid = self.grid(M, N, K, launcher.sm_count)
-        launcher(grid, self.arguments((M, N, K, a_ptr, a_ld, b_ptr, b_ld, c_ptr, c_ld, alpha, beta, bias_ptr, r_ptr,
-                                       r_ld)), stream)
+        values = (M, N, K, a_ptr, a_ld, b_ptr, b_ld, c_ptr, c_ld, alpha, beta, bias_ptr, r_ptr, r_ld)
+        if self.split:
+            self._split_launch(lib, launcher, grid, values, stream, device)
+        else:
+            launcher(grid, self.arguments(values), stream)
         if keep is None and bias is None and residual is None and c_ptr % ALIGN == 0:
             self._last = ((pa[1], pa[2], pa[3], pa[4], pb[1], pb[2], pb[3], pb[4], c_shape, c_strides, c_dtype, c_device),
                           (M, N, K, a_ld, b_ld, c_ld, grid), launcher)
         return out
 
+
+    def _split_launch(self, lib, launcher, grid, values, stream, device):
+        """Split-K: the slices into an f32 workspace from the library's stream-ordered allocator,
+        then their sum and the epilogue into C, both on `stream`."""
+        M, N = values[0], values[1]
+        rows = workspace_rows(self.kernel.spec, M)
+        work = lib.empty((max(rows * N, 1),), "float32", device)
+        values = values + (rows, lib.probe(work)[PTR], max(N, 1))
+        launcher(grid, self.arguments(values), stream)
+        second = self.sum_kernel.launcher(device)
+        second(self.sum_grid(M, N, second.sm_count), self.sum_pick(values), stream)
 
     def arguments(self, values: tuple) -> tuple:
         """The kernel's arguments, in its order, from the canonical tuple (M, N, K, A_ptr, A_ld,
@@ -373,8 +404,17 @@ class _SimMemory:
             raise LaunchError(f"no GPU found, and this {shape} GEMM would take about {_duration(est)} on the CPU "
                               f"emulator (more than {EMULATOR_LIMIT_S:.0f} s): pass device='sim' to run it there "
                               f"anyway (tilegen run: --device sim), or run it on a machine with an NVIDIA GPU")
+        if getattr(kernel.spec, "split_k", 1) > 1:   # the slices, then their sum and the epilogue
+            rows = workspace_rows(kernel.spec, sizes["M"])
+            w = {"WM": rows, "W_ptr": self.memory.alloc(max(rows * sizes["N"] * 4, 4)), "W_ld": max(sizes["N"], 1)}
+            args, sizes = {**args, **w}, {**sizes, "WM": rows}
+            second = kernel.split_sum_kernel()
+            run = lambda: (run_kernel(kernel, args, sizes, self.memory),  # noqa: E731
+                           run_kernel(second, args, sizes, self.memory))
+        else:
+            run = lambda: run_kernel(kernel, args, sizes, self.memory)  # noqa: E731
         if est <= PROGRESS_S:
-            run_kernel(kernel, args, sizes, self.memory)
+            run()
             return
         print(f"tilegen: emulating {shape} on the CPU: about {_duration(est)}", file=sys.stderr, flush=True)
         done = threading.Event()
@@ -387,7 +427,7 @@ class _SimMemory:
 
         threading.Thread(target=tick, daemon=True).start()
         try:
-            run_kernel(kernel, args, sizes, self.memory)
+            run()
         finally:
             done.set()
 

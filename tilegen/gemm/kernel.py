@@ -1,10 +1,23 @@
 """GemmKernel: a compiled GEMM, callable on arrays: kernel(A, B, out=C)."""
 from __future__ import annotations
 
-from .. import compiler
+from dataclasses import dataclass
+
+from .. import compiler, runtime
 from ..compiler import Kernel
-from .call import FastCall, run_gemm
-from .template import trace_gemm
+from .call import FastCall, run_gemm, workspace_rows
+from .template import trace_gemm, trace_split_k_sum
+
+
+@dataclass(frozen=True)
+class SplitKSum:
+    """What names a split-K spec's second kernel (the ordered sum of the slices' partials and
+    the epilogue) in the compiled-kernel memo and the disk cache."""
+    gemm: object   # the GemmSpec
+
+    @property
+    def target(self) -> str:
+        return self.gemm.target
 
 
 class GemmKernel(Kernel):
@@ -12,6 +25,7 @@ class GemmKernel(Kernel):
 
     _fast = None
     _direct = None
+    _sum = None
 
     def direct_store_kernel(self) -> "GemmKernel":
         """This kernel, or for a spec with store="tma" its twin that writes C directly (for
@@ -21,6 +35,28 @@ class GemmKernel(Kernel):
         if self._direct is None:
             self._direct = compile_gemm(self.spec.replace(store="direct"))
         return self._direct
+
+    def split_sum_kernel(self) -> Kernel:
+        """A split-K spec's second kernel (template.split_k_sum), compiled once."""
+        if self._sum is None:
+            self._sum = compiler.compile_spec(SplitKSum(self.spec), lambda s: trace_split_k_sum(s.gemm))
+        return self._sum
+
+    def launch(self, args: dict, sizes: dict, stream=None, device: int = 0):
+        """Kernel.launch; with split_k > 1 the two kernels on `stream`, the f32 workspace taken
+        from and given back to the stream-ordered allocator in between."""
+        if self.spec.split_k == 1:
+            return super().launch(args, sizes, stream=stream, device=device)
+        M, N = int(sizes["M"]), int(sizes["N"])
+        rows = workspace_rows(self.spec, M)
+        handle = int(runtime.stream_handle(stream))
+        work = runtime.StreamBuffer(max(rows * N * 4, 4), handle, device)
+        try:
+            w = {"WM": rows, "W_ptr": work.ptr, "W_ld": max(N, 1)}
+            super().launch({**args, **w}, {**sizes, "WM": rows}, stream=handle, device=device)
+            self.split_sum_kernel().launch({**args, **w}, {**sizes, "WM": rows}, stream=handle, device=device)
+        finally:
+            work.free()
 
     @property
     def fast_call(self) -> FastCall:
@@ -55,4 +91,4 @@ def compile_gemm(spec) -> GemmKernel:
     return compiler.compile_spec(spec, trace_gemm, GemmKernel)
 
 
-__all__ = ["GemmKernel", "compile_gemm"]
+__all__ = ["GemmKernel", "SplitKSum", "compile_gemm"]

@@ -32,6 +32,7 @@ COPY_BYTES = 16  # one cp.async moves 16 bytes; tile rows are built from such ch
 COPIES = ("cp.async", "tma")
 STORES = ("direct", "tma")
 CLUSTERS = ((1, 1), (2, 1), (1, 2))   # CTAs per cluster along (M, N)
+MAX_SPLIT_K = 16
 
 
 def _ints(name: str, value, n: int) -> tuple:
@@ -139,6 +140,10 @@ class GemmSpec:
     | store      | auto, direct (each thread writes its results),  | auto: tma for warp-      |
     |            | tma (through shared memory and TMA stores while | specialized kernels with |
     |            | the next block's main loop runs; beta = 0)      | a plain epilogue         |
+    | split_k    | 1..16: K in that many slices, one CTA each per  | 1                        |
+    |            | block, their f32 partial sums added in order by |                          |
+    |            | a second kernel that applies the epilogue       |                          |
+    |            | (persistent=False)                              |                          |
     | cluster    | (1, 1); (2, 1): two CTAs along M share each B   | (1, 1)                   |
     |            | k-tile, each loading half and multicasting it;  |                          |
     |            | (1, 2): along N, sharing A (warp-specialized    |                          |
@@ -167,6 +172,7 @@ class GemmSpec:
     copy: str = "auto"
     store: str = "auto"
     cluster: tuple = (1, 1)
+    split_k: int = 1
 
     def __post_init__(self):
         set_ = lambda k, v: object.__setattr__(self, k, v)  # noqa: E731  (frozen)
@@ -390,6 +396,11 @@ class GemmSpec:
         if self.store not in family.stores:
             raise SpecError("store", self.store, ", ".join(family.stores), f"{family.instruction} kernels store with "
                             + " or ".join(family.stores))
+        if isinstance(self.split_k, bool) or not isinstance(self.split_k, int) or not 1 <= self.split_k <= MAX_SPLIT_K:
+            raise SpecError("split_k", self.split_k, f"an int in 1..{MAX_SPLIT_K}")
+        if self.split_k > 1 and self.persistent:
+            raise SpecError("split_k", self.split_k, "1 for a persistent kernel",
+                            "split-K runs one CTA per block and slice of K: give persistent=False")
         if self.cluster not in CLUSTERS:
             raise SpecError("cluster", self.cluster, ", ".join(map(str, CLUSTERS)))
         if self.cluster != (1, 1) and not (family.clusters and self.warp_specialized):

@@ -16,7 +16,8 @@ def gemm_kernel_name(spec) -> str:
     t, w = spec.tile, spec.warps
     kind = (spec.mainloop.kernel_tag + ("_tma" if spec.copy == "tma" else "") + ("_persistent" if spec.persistent else "")
             + ("_tmastore" if spec.store == "tma" else "")
-            + (f"_cluster{spec.cluster[0]}x{spec.cluster[1]}" if spec.cluster != (1, 1) else ""))
+            + (f"_cluster{spec.cluster[0]}x{spec.cluster[1]}" if spec.cluster != (1, 1) else "")
+            + (f"_splitk{spec.split_k}" if spec.split_k > 1 else ""))
     return (f"tilegen_gemm{kind}_{spec.dtype}_{spec.a_layout[0]}{spec.b_layout[0]}_{spec.out_dtype}_"
             f"{t.m}x{t.n}x{t.k}_w{w.m}x{w.n}_s{spec.stages}_{spec.swizzle}_fb{spec.frag_buffers}"
             + _epilogue_suffix(spec.epilogue))
@@ -27,6 +28,29 @@ def _epilogue_suffix(epi) -> str:
     return "".join("_" + p for p in parts + (["residual"] if epi.residual else []))
 
 
+class KSlice:
+    """An operand seen through one slice of K (split-K): blocks are the tensor's own, shifted
+    by k0 along K, and K reads as the slice's length, so a main loop walks only the slice.
+    Copies past the slice's end may fetch the next slice's data; the loop never multiplies it."""
+
+    def __init__(self, tensor, operand: str, k0, k_len):
+        self.tensor, self.operand, self.k0 = tensor, operand, k0
+        rows, cols = tensor.shape
+        self.shape = (rows, k_len) if operand == "A" else (k_len, cols)
+
+    def block(self, row, col):
+        return self.tensor.block(row, col + self.k0) if self.operand == "A" else self.tensor.block(row + self.k0, col)
+
+    def __getattr__(self, name):
+        return getattr(self.tensor, name)
+
+
+def split_rows(spec, M):
+    """Rows of one slice's partial sums in the workspace: M rounded up to whole blocks, so no
+    block of one slice reaches into the next."""
+    return tg.cdiv(M, spec.tile.m) * spec.tile.m
+
+
 def launch_grid(spec):
     """One CTA per tile.m x tile.n block of C, in one dimension; persistent kernels launch
     at most one CTA per SM, each walking blocks pid, pid + CTAs, ... In clusters (pairs of
@@ -34,7 +58,7 @@ def launch_grid(spec):
     cm, cn = spec.cluster
     blocks = tg.cdiv("M", spec.tile.m * cm) * tg.cdiv("N", spec.tile.n * cn)
     ctas = blocks * (cm * cn) if cm * cn > 1 else blocks
-    return (tg.minimum(ctas, tg.SM_COUNT) if spec.persistent else blocks, 1, 1)
+    return (tg.minimum(ctas, tg.SM_COUNT) if spec.persistent else blocks, spec.split_k, 1)
 
 
 def block_origin(spec, index, M, N):
@@ -56,17 +80,27 @@ def gemm(spec):
     epi = spec.epilogue
     A = tg.tensor("A", spec.dtype, ("M", "K"), layout=spec.a_layout)
     B = tg.tensor("B", spec.dtype, ("K", "N"), layout=spec.b_layout)
-    C = tg.tensor("C", spec.out_dtype, ("M", "N"))
-    alpha, beta = tg.scalar("alpha"), tg.scalar("beta")
-    # Fused epilogue operands have the output's dtype: a bias per column (N) or per row (M)
-    # and a residual of C's shape.
-    bias = tg.vector("bias", spec.out_dtype, "N" if epi.bias == "col" else "M") if epi.bias else None
-    R = tg.tensor("R", spec.out_dtype, ("M", "N")) if epi.residual else None
+    C = alpha = beta = bias = R = None
+    if spec.split_k == 1:   # (split-K: the second kernel, split_k_sum, has C and the epilogue)
+        C = tg.tensor("C", spec.out_dtype, ("M", "N"))
+        alpha, beta = tg.scalar("alpha"), tg.scalar("beta")
+        # Fused epilogue operands have the output's dtype: a bias per column (N) or per row (M)
+        # and a residual of C's shape.
+        bias = tg.vector("bias", spec.out_dtype, "N" if epi.bias == "col" else "M") if epi.bias else None
+        R = tg.tensor("R", spec.out_dtype, ("M", "N")) if epi.residual else None
     M, N = A.shape[0], B.shape[1]
 
     pid = tg.program_id()
     if not spec.persistent:  # this CTA's block of C
         m0, n0 = block_origin(spec, pid, M, N)
+    if spec.split_k > 1:     # this CTA's slice of K; its partial sums go to the workspace W
+        split = tg.program_id("y")
+        K = A.shape[1]
+        per_slice = tg.cdiv(tg.cdiv(K, spec.tile.k), spec.split_k) * spec.tile.k
+        k0 = tg.minimum(split * per_slice, K)
+        k_len = tg.minimum(K - k0, per_slice)
+        A, B = KSlice(A, "A", k0, k_len), KSlice(B, "B", k0, k_len)
+        W = tg.tensor("W", "f32", ("WM", "N"))
     # Stages keep the tensors' memory order unless the family transposes an operand while
     # copying it (spec.stage_layout); layouts are the spec's swizzle, or padded rows for
     # 32-bit operands read with single loads (gemm/layouts.py).
@@ -83,6 +117,13 @@ def gemm(spec):
     def store(acc, m0, n0):
         store_block(spec, C, acc, m0 + wm, n0 + wn, alpha, beta, bias, R)
 
+    if spec.split_k > 1:
+        pipe.prologue(m0, n0)
+        acc = pipe.k_loop(m0, n0)
+        row, col = split * split_rows(spec, M) + m0 + wm, n0 + wn
+        # (an accumulator of C^T, spec.swaps_operands, goes out through the transposed view)
+        tg.store(W.T.block(col, row) if spec.swaps_operands else W.block(row, col), acc)
+        return
     if not spec.persistent:
         pipe.prologue(m0, n0)
         store(pipe.k_loop(m0, n0), m0, n0)
@@ -116,9 +157,46 @@ def gemm(spec):
         store(acc, m0, n0)
 
 
+@tg.kernel
+def split_k_sum(spec):
+    """The second kernel of split-K: C = act(alpha * (W_0 + W_1 + ...) + beta * C + bias) +
+    residual, the slices' partial sums added in slice order (so every run adds them alike)."""
+    BM, BN = REDUCE_TILE
+    tg.launch(threads=32 * REDUCE_WARPS[0] * REDUCE_WARPS[1], grid=(tg.cdiv("M", BM) * tg.cdiv("N", BN), 1, 1))
+    epi = spec.epilogue
+    W = tg.tensor("W", "f32", ("WM", "N"))
+    C = tg.tensor("C", spec.out_dtype, ("M", "N"))
+    alpha, beta = tg.scalar("alpha"), tg.scalar("beta")
+    bias = tg.vector("bias", spec.out_dtype, "N" if epi.bias == "col" else "M") if epi.bias else None
+    R = tg.tensor("R", spec.out_dtype, ("M", "N")) if epi.residual else None
+    M, N = C.shape
+    blocks_n = tg.cdiv(N, BN)
+    pid = tg.program_id()
+    m0, n0 = (pid // blocks_n) * BM, (pid % blocks_n) * BN
+    warp = tg.warp_id()
+    wm, wn = (warp % REDUCE_WARPS[0]) * (BM // REDUCE_WARPS[0]), (warp // REDUCE_WARPS[0]) * (BN // REDUCE_WARPS[1])
+    atom = "m16n8k16.f16.f32"
+    acc = tg.fragment(atom, "C", (BM // REDUCE_WARPS[0] // 16, BN // REDUCE_WARPS[1] // 8), name="sum")
+    rows = split_rows(spec, M)
+    for s in range(spec.split_k):
+        tg.accumulate(acc, W.block(s * rows + m0 + wm, n0 + wn))
+    tg.store(C.block(m0 + wm, n0 + wn), acc, alpha=alpha, beta=beta, bias=bias, activation=epi.activation,
+             residual=R.block(m0 + wm, n0 + wn) if R is not None else None)
+
+
+REDUCE_TILE = (64, 128)     # the sum kernel's block of C: 4 warps of 32 x 64
+REDUCE_WARPS = (2, 2)
+
+
 def trace_gemm(spec):
     """The tile-level IR of a GemmSpec's kernel."""
     return gemm.trace(spec=spec, target=spec.target, name=gemm_kernel_name(spec))
 
 
-__all__ = ["gemm", "trace_gemm", "gemm_kernel_name", "launch_grid", "block_origin"]
+def trace_split_k_sum(spec):
+    """The tile-level IR of a split-K spec's second kernel (the sum and the epilogue)."""
+    return split_k_sum.trace(spec=spec, target=spec.target, name=gemm_kernel_name(spec) + "_sum")
+
+
+__all__ = ["gemm", "trace_gemm", "trace_split_k_sum", "split_k_sum", "gemm_kernel_name", "launch_grid", "block_origin",
+           "split_rows", "KSlice"]

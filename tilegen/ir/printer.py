@@ -133,6 +133,7 @@ TEXT = {
     T.Mma: lambda n, t: f"{t.frag(n.acc)} {'+=' if n.accumulate else '='} mma({n.a.name}, {n.b.name})",
     T.SplitTF32: lambda n, t: f"{t.frag(n.hi)}, {t.frag(n.lo)} = split_tf32({n.hi.name})",
     T.StoreFragment: _store,
+    T.AccumulateFragment: lambda n, t: f"{n.frag.name} += {n.src.name}[{t.val(n.row0)}.., {t.val(n.col0)}..]",
     T.Wgmma: _wgmma,
     T.WgmmaFence: lambda n, t: "wgmma_fence",
     T.WgmmaCommit: lambda n, t: "wgmma_commit",

@@ -384,6 +384,17 @@ class StoreFragment(TileOp):
 
 
 @dataclass(eq=False)
+class AccumulateFragment(TileOp):
+    """frag += src[row0.., col0..] for the f32 accumulator's elements inside src's rows x
+    cols (those outside add nothing): partial sums written by other CTAs (split-K)."""
+
+    src: GlobalTensor
+    frag: Fragment
+    row0: object
+    col0: object
+
+
+@dataclass(eq=False)
 class StoreStage(TileOp):
     """Stage `stage` of `dst`[r, c] = alpha * frag[row0 + r, part's first column + c], in
     dst's dtype, for the columns of part `part` of `parts` equal slices of the fragment's

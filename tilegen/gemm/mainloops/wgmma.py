@@ -90,7 +90,7 @@ class WgmmaLoop(MainLoop):
     def default_persistent(self, spec) -> bool:
         """The warp-specialized TMA kernel where TMA can copy: as fast as one CTA per block at
         square sizes and 1.15-1.25x at short K (docs/perf_notes.md section 18)."""
-        return self.tma_copies(spec) and spec.copy in ("auto", "tma")
+        return self.tma_copies(spec) and spec.copy in ("auto", "tma") and spec.split_k == 1
 
     def default_store(self, spec) -> str:
         """TMA stores where they can (warp-specialized, whole-width warp tiles, room for the

@@ -125,6 +125,38 @@ def lower_store(b, ctx, op):
                     _store(b, *places[0], out)
 
 
+def lower_accumulate(b, ctx, op):
+    """frag += src at each element's (row, col), elements outside src adding nothing. The
+    addressing is lower_store's, for a row-major f32 source."""
+    frag, src = op.frag, op.src
+    if frag.operand != "C" or frag.reg_type != "f32" or src.dtype.name != "f32" or src.logical != "row":
+        raise IRError(f"accumulate adds a row-major f32 tensor into an f32 accumulator, not {src.dtype} "
+                      f"{src.logical}-major into {frag.reg_type}")
+    coords: dict = {}
+    rows: dict = {}
+
+    def coord(axis, key):
+        if (axis, key) not in coords:
+            origin, step = (op.row0, 16) if axis == "r" else (op.col0, 8)
+            v = b.add(b.add(origin, step * key[0] + key[1]), ctx.lane_term(key[2]))
+            coords[(axis, key)] = (v, b.cmp("lt", v, src.rows if axis == "r" else src.cols))
+        return coords[(axis, key)]
+
+    tm, tn = frag.tiles
+    for i in range(tm):
+        for j in range(tn):
+            b.comment(f"{frag.name} atom ({i},{j}) += {src.name}")
+            for r, e, ((br, bc), deltas) in _elements(frag.map):
+                rkey = ("r", (i, br, tuple(d[0] for d in deltas)))
+                ckey = ("c", (j, bc, tuple(d[1] for d in deltas)))
+                if rkey not in rows:
+                    rows[rkey] = b.wide_mad(coord(*rkey)[0], ctx.ld_bytes(src), src.ptr)
+                inside = b.pred_and(coord(*rkey)[1], coord(*ckey)[1])
+                reg = frag.regs[(i, j)][r]
+                part = _load_f32(b, rows[rkey], coord(*ckey)[0], src.dtype, inside)
+                b.emit(Instr("add.f32", (reg,), (reg, part)))
+
+
 def _store_pair(b, places, vec_ok, out):
     """One vector store when the second column is inside and aligned; else each element alone."""
     (v0, addr, in0), (v1, _, in1) = places
