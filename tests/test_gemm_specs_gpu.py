@@ -23,6 +23,8 @@ SPECS = [
     dict(dtype="tf32", tile=(128, 128, 32), warps=(2, 2), stages=3, swizzle="pad", a_layout="col"),
     dict(dtype="bf16", tile=(64, 128, 32), warps=(1, 2), stages=3, out_dtype="bf16", acc_dtype="f32"),
     dict(dtype="f16", tile=(128, 128, 32), warps=(2, 2), stages=3, acc_dtype="f16", out_dtype="f16"),
+    dict(dtype="bf16", tile=(64, 64, 128), warps=(2, 2), stages=6, split_k=4, out_dtype="bf16"),
+    dict(dtype="f16", split_k=3, b_layout="col", a_layout="col"),
 ]
 SHAPES = [(1000, 999, 1001), (257, 130, 2049), (64, 64, 64)]
 

@@ -80,7 +80,11 @@ SPECS = [dict(persistent=True), dict(persistent=True, a_layout="col", b_layout="
          dict(dtype="bf16", tile=(128, 128, 64), warps=(8, 1), out_dtype="bf16", b_layout="col"),
          # 2-CTA clusters multicasting B (pairs along M) or A (along N)
          dict(cluster=(2, 1)), dict(cluster=(2, 1), b_layout="col", dtype="bf16", out_dtype="bf16"),
-         dict(cluster=(1, 2), a_layout="col", out_dtype="f16"), dict(cluster=(1, 2), b_layout="col")]
+         dict(cluster=(1, 2), a_layout="col", out_dtype="f16"), dict(cluster=(1, 2), b_layout="col"),
+         # split-K: the slices' f32 partials, then their ordered sum and the epilogue
+         dict(split_k=2, persistent=False, out_dtype="f16"), dict(split_k=3, persistent=False, dtype="bf16", b_layout="col",
+                                                             tile=(64, 128, 64), warps=(4, 1), stages=6),
+         dict(dtype="tf32", split_k=2, persistent=False)]
 
 
 @pytest.mark.parametrize("kw", SPECS, ids=lambda k: ",".join(f"{a}={b}" for a, b in k.items()))
@@ -127,6 +131,14 @@ def test_wgmma_fused_epilogue(torch, dtype, activation, bias_axis):
 def test_wgmma_500_launches_bit_identical(torch):
     same = repeat_launches(torch, tilegen.GemmSpec(dtype="bf16", b_layout="col", instruction="wgmma"))
     record("wgmma_repeat", launches=500, identical=same)
+    assert same == 500
+
+
+def test_split_k_500_launches_bit_identical(torch):
+    """The slices' partials are added in slice order by one kernel: no run-to-run variation."""
+    same = repeat_launches(torch, tilegen.GemmSpec(dtype="bf16", b_layout="col", instruction="wgmma", split_k=4,
+                                                   persistent=False, tile=(64, 128, 64), warps=(4, 1), stages=6))
+    record("split_k_repeat", launches=500, identical=same)
     assert same == 500
 
 
