@@ -105,7 +105,8 @@ def test_medium_16bit_problems_on_hopper_take_smaller_wgmma_tiles(monkeypatch):
     for (M, N), tile, stages in (((1024, 2048), (128, 128, 64), 4), ((1536, 1024), (128, 128, 64), 4),
                                  ((1024, 1024), (64, 128, 64), 6), ((512, 512), (64, 128, 64), 6),
                                  ((96, 96), (64, 128, 64), 6)):
-        choice = mm.explain(z(M, 512), np.asfortranarray(z(512, N)))
+        K = min(512, M)   # (a K of twice the longer side is the long-K rule's, below)
+        choice = mm.explain(z(M, K), np.asfortranarray(z(K, N)))
         s = choice.spec
         assert (s.instruction, s.target, tuple(s.tile), s.stages, s.warp_specialized, s.b_layout) == \
             ("wgmma", "sm_90a", tile, stages, True, "col"), (M, N)
@@ -115,6 +116,12 @@ def test_medium_16bit_problems_on_hopper_take_smaller_wgmma_tiles(monkeypatch):
     small = mm.explain(z(64, 512), z(512, 300)).spec
     assert (small.instruction, tuple(small.tile)) == ("mma.sync", (64, 64, 64))
     assert mm.explain(z(512, 512).astype(np.float32), z(512, 512).astype(np.float32)).spec.instruction == "mma.sync"
+    # a long K over few blocks: one CTA per 64x128 block, 128-deep k-tiles
+    long = mm.explain(z(1024, 4096), z(4096, 1024))
+    assert (tuple(long.spec.tile), long.spec.stages, long.spec.persistent) == ((64, 128, 128), 4, False)
+    assert "long K" in long.reason
+    assert tuple(mm.explain(z(1024, 2047), z(2047, 1024)).spec.tile) == (64, 128, 64)   # K < 2 max(M, N)
+    assert tuple(mm.explain(z(2048, 8192), z(8192, 1024)).spec.tile) == (128, 128, 64)  # 128 blocks: enough
     monkeypatch.setattr(mm, "_target", lambda: "sm_80")
     assert mm.explain(z(1024, 512), z(512, 1024)).spec.instruction == "mma.sync"
 
@@ -205,12 +212,12 @@ def test_the_choice_reads_the_shape_only_through_size_class(monkeypatch):
     for target in ("sm_90", "sm_80"):
         monkeypatch.setattr(mm, "_target", lambda: target)
         for f in fixed:
-            for shape in (lambda x: (f, x), lambda x: (x, f)):
+            for shape in (lambda x: (f, x, K), lambda x: (x, f, K), lambda x: (f, f, x)):   # K walks too
                 last_class = last_spec = None
                 for x in walk:
-                    M, N = shape(x)
-                    cls = mm.size_class(M, N, K)
-                    spec = mm.explain(arr(M, K), arr(K, N)).spec
+                    M, N, k = shape(x)
+                    cls = mm.size_class(M, N, k)
+                    spec = mm.explain(arr(M, k), arr(k, N)).spec
                     if cls == last_class:
-                        assert spec == last_spec, f"{target}: {M}x{N} and its neighbour share a class, not a spec"
+                        assert spec == last_spec, f"{target}: {M}x{N}x{k} and its neighbour share a class, not a spec"
                     last_class, last_spec = cls, spec

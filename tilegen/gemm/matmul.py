@@ -64,6 +64,15 @@ LARGE_SIDE = 1024
 # mma.sync's 128x128 tiles 0.29-0.51x cuBLAS -> 0.70-0.80x at 512^3-1024^3, 0.96-0.97x at 2048x1024
 # and 2048x2048x512.
 MEDIUM_BLOCKS = 96
+# ... and below MEDIUM_BLOCKS with K at least LONG_K times the output's longer side (few blocks,
+# each a long walk over K), 64x128x128 tiles, 4 stages, one CTA per block: 0.70 -> 0.87x cuBLAS at
+# 1024x1024x4096, 0.49 -> 0.67x at 512x512x4096 (run 55, graph replay); split-K (two kernels and an
+# f32 round trip through memory) measured no better there (0.57-0.69x).
+LONG_K = 2
+
+
+def long_k(M: int, N: int, K: int) -> bool:
+    return K >= LONG_K * max(M, N)
 
 
 def is_large(M: int, N: int) -> bool:
@@ -118,7 +127,8 @@ def size_class(M: int, N: int, K: int) -> tuple:
     """All that explain's choice reads of the shape: each dimension's power-of-two bucket
     (the tuned store's key) and every threshold a rule below compares it with."""
     return ((M - 1).bit_length(), (N - 1).bit_length(), (K - 1).bit_length(), min(M, N) <= SMALL, is_large(M, N),
-            M <= 16, M <= SKINNY, N >= 4 * SKINNY, N // 256 >= SKINNY_WIDE_BLOCKS, _blocks128(M, N) >= MEDIUM_BLOCKS)
+            M <= 16, M <= SKINNY, N >= 4 * SKINNY, N // 256 >= SKINNY_WIDE_BLOCKS, _blocks128(M, N) >= MEDIUM_BLOCKS,
+            long_k(M, N, K))
 
 
 def _allow_tf32(allow) -> bool:
@@ -200,6 +210,12 @@ def explain(A, B, *, bias=None, activation=None, residual=None, out=None, allow_
         why.append(f"skinny product on {target} (M = {M} rows against N = {N}): {spec.instruction} with "
                    f"{spec.tile.m}x{spec.tile.n}x{spec.tile.k} tiles and {spec.stages} stages keeps more of B in "
                    f"flight (measured on the H200)")
+    elif medium and long_k(M, N, K) and _blocks128(M, N) < MEDIUM_BLOCKS:
+        spec = GemmSpec(**{**base, "target": "sm_90a"}, instruction="wgmma", tile=(64, 128, 128), warps=(4, 1),
+                        stages=4, persistent=False)
+        why.append(f"medium problem with a long K on {target} (K = {K} >= {LONG_K} x max(M, N)): one CTA per "
+                   f"64x128 block with 128-deep k-tiles, 4 stages, keeps more of K in flight per block (measured on "
+                   f"the H200)")
     elif medium:
         blocks = _blocks128(M, N)
         tile, warps, stages = ((128, 128, 64), (8, 1), 4) if blocks >= MEDIUM_BLOCKS else ((64, 128, 64), (4, 1), 6)
