@@ -59,7 +59,7 @@ def test_bias_axis_from_its_length_and_the_fused_result():
 
 
 @pytest.mark.parametrize("call,message", [
-    (lambda: tilegen.matmul(*_pair(4, 4, 4, np.float64)), "float16, bfloat16 or float32"),
+    (lambda: tilegen.matmul(*_pair(4, 4, 4, np.float64)), "float16, bfloat16, float32, float8_e4m3fn or float8_e5m2"),
     (lambda: tilegen.matmul(_pair(4, 4, 4)[0], _pair(4, 4, 4, np.float16)[1]), "one dtype"),
     (lambda: tilegen.matmul(*_pair(4, 5, 6), bias=np.zeros(7, np.float32)), "N=5 .* M=4"),
     (lambda: tilegen.matmul(np.zeros((4, 5), np.float32), np.zeros((6, 7), np.float32)), "inner dimensions"),
@@ -221,3 +221,24 @@ def test_the_choice_reads_the_shape_only_through_size_class(monkeypatch):
                     if cls == last_class:
                         assert spec == last_spec, f"{target}: {M}x{N}x{k} and its neighbour share a class, not a spec"
                     last_class, last_spec = cls, spec
+
+
+def test_fp8_front_door_on_the_emulator():
+    """fp8 arrays as torch._scaled_mm takes them (A row-major, B = W.T), per-tensor scales as
+    numbers or one-element arrays multiplying alpha, the output dtype by name; clear refusals."""
+    rng = np.random.default_rng(1)
+    A = rng.standard_normal((70, 200)).astype(ml_dtypes.float8_e4m3fn)
+    W = rng.standard_normal((90, 200)).astype(ml_dtypes.float8_e4m3fn)
+    ref = A.astype(np.float64) @ W.T.astype(np.float64)
+    C = tilegen.matmul(A, W.T, scale_a=0.5, scale_b=np.float32(4.0), out_dtype="f32", device="sim")
+    assert C.dtype == np.float32 and np.max(np.abs(C - 2.0 * ref)) <= 1e-5 * np.max(np.abs(2.0 * ref))
+    C2 = tilegen.matmul(A, W.T, scale_a=np.array([0.25], np.float32), device="sim")
+    assert C2.dtype == ml_dtypes.bfloat16
+    assert np.max(np.abs(C2.astype(np.float64) - 0.25 * ref)) <= 2 ** -8 * np.max(np.abs(0.25 * ref))
+    assert "e4m3 operands" in tilegen.matmul.explain(A, W.T).reason
+    with pytest.raises(tilegen.LaunchError, match="per-tensor scale"):
+        tilegen.matmul(A, W.T, scale_a=np.ones(3, np.float32), device="sim")
+    with pytest.raises(tilegen.LaunchError, match="out_dtype='int8'"):
+        tilegen.matmul(A, W.T, out_dtype="int8", device="sim")
+    with pytest.raises(tilegen.LaunchError, match="pass W.T"):
+        tilegen.matmul(A, np.ascontiguousarray(W.T), device="sim")

@@ -11,6 +11,8 @@ from tilegen.ir.hazards import HazardError
 from tilegen.ir.layout import SmemLayout
 from tilegen.sim import SimError
 from tilegen.sim import wgmma as simw
+from tilegen.errors import SpecError
+from bounds import gemm_bound
 from tilegen.codegen.ptxas import resources
 from ptxas_util import assert_assembles, needs_ptxas
 from test_sim_bugs import PtxKernel
@@ -85,9 +87,38 @@ def test_shape_rules():
     assert W.WgmmaShape("bf16", 128).instruction() == "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16"
     assert W.WgmmaShape("tf32", 256).instruction() == "wgmma.mma_async.sync.aligned.m64n256k8.f32.tf32.tf32"
     assert W.WgmmaShape("f16", 8).transposable and not W.WgmmaShape("tf32", 8).transposable
-    for bad in [("f16", 260), ("f16", 12), ("f32", 64), ("e4m3", 64)]:
+    assert W.WgmmaShape("e4m3", 256).instruction() == "wgmma.mma_async.sync.aligned.m64n256k32.f32.e4m3.e4m3"
+    assert W.WgmmaShape("e4m3", 64, "e5m2").instruction().endswith("m64n64k32.f32.e4m3.e5m2")
+    assert not W.WgmmaShape("e5m2", 8).transposable
+    for bad in [("f16", 260), ("f16", 12), ("f32", 64), ("e4m3", 60), ("f16", 64, "bf16"), ("e4m3", 64, "f16")]:
         with pytest.raises(ValueError):
             W.WgmmaShape(*bad)
+
+
+def test_fp8_wgmma_gemm_on_the_emulator():
+    """e4m3 / e5m2 on wgmma: k32 steps of 128-byte K rows, both operands K-major; the products of
+    fp8 values are exact in f32, so an f32 output matches the float64 product closely."""
+    import ml_dtypes
+    rng = np.random.default_rng(3)
+    for dt, npdt, out in (("e4m3", ml_dtypes.float8_e4m3fn, "f32"), ("e5m2", ml_dtypes.float8_e5m2, "bf16")):
+        spec = tilegen.GemmSpec(dtype=dt, out_dtype=out, instruction="wgmma")
+        assert (tuple(spec.tile), spec.copy, spec.warp_specialized, spec.b_layout) == ((128, 256, 128), "tma", True, "col")
+        k = tilegen.compile(spec)
+        assert f"k32.f32.{dt}.{dt}" in k.ptx
+        M, N, K = 130, 260, 300
+        A = rng.standard_normal((M, K)).astype(npdt)
+        B = np.asfortranarray(rng.standard_normal((K, N)).astype(npdt))
+        C = k(A, B, alpha=0.5, device="sim")
+        ref = 0.5 * (A.astype(np.float64) @ B.astype(np.float64))
+        scale = np.abs(A.astype(np.float64)) @ np.abs(B.astype(np.float64))
+        assert np.max(np.abs(C.astype(np.float64) - ref) / (0.5 * scale.max())) <= gemm_bound("f16", K, out)
+
+
+def test_fp8_wgmma_needs_k_major_operands():
+    with pytest.raises(SpecError, match="fp8 operands must be K-major"):
+        tilegen.GemmSpec(dtype="e4m3", instruction="wgmma", b_layout="row")
+    with pytest.raises(SpecError, match="one fp8 type"):
+        tilegen.GemmSpec(dtype="e4m3", instruction="wgmma", atom="m16n8k32.e4m3.e5m2.f32")
 
 
 # ---- spec -------------------------------------------------------------------------------------
@@ -135,7 +166,7 @@ def test_tf32_wgmma_spec_reads_mn_major_operands_through_registers():
 
 @pytest.mark.parametrize("kw, field, says", [
     (dict(target="sm_90"), "target", "sm_90a"),
-    (dict(dtype="f32"), "dtype", "f16, bf16 or tf32"),
+    (dict(dtype="f32"), "dtype", "f16, bf16, tf32, e4m3 or e5m2"),
     (dict(dtype="tf32", a_layout="col", warps=(1, 8), tile=(48, 128, 8), swizzle="32B"), "tile", "8 rows x 16 bytes"),
     (dict(dtype="tf32", warps=(16, 1), tile=(256, 128, 32)), "warps", "C^T = B^T A^T"),
     (dict(dtype="tf32", warps=(1, 4), tile=(320, 64, 32)), "tile", "tile.m a multiple of 8 up to 256"),

@@ -167,3 +167,29 @@ def test_wgmma_tf32_truncates_operands(torch, layouts):
         order = lambda x, lay: np.asfortranarray(x) if lay == "col" else x  # noqa: E731
         np.testing.assert_array_equal(kernel(order(A, a_layout), order(B, b_layout), device="sim"), got)
     record("wgmma_tf32_truncation", a_layout=a_layout, b_layout=b_layout, bit_exact=True)
+
+
+@pytest.mark.parametrize("dtype, out", [("e4m3", "bf16"), ("e5m2", "f32"), ("e4m3", "f16")])
+def test_wgmma_fp8(torch, dtype, out):
+    """fp8 operands on wgmma (m64nNk32, both K-major: A row-major, B the transpose of a row-major
+    matrix), against a float64 product of the same fp8 values, over ragged shapes."""
+    tdt = {"e4m3": torch.float8_e4m3fn, "e5m2": torch.float8_e5m2}[dtype]
+    odt = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}[out]
+    spec = tilegen.GemmSpec(dtype=dtype, out_dtype=out, instruction="wgmma")
+    kernel = tilegen.compile(spec)
+    gen = torch.Generator(device="cuda").manual_seed(21)
+    worst = 0.0
+    for M, N, K in EDGE + [(1000, 1001, 999), (2048, 2048, 2048), (300, 520, 4100)]:
+        A = torch.randn(M, K, generator=gen, device="cuda").to(tdt)
+        W = torch.randn(N, K, generator=gen, device="cuda").to(tdt)
+        out_t = torch.full((M, N), float("nan"), device="cuda", dtype=odt)
+        kernel(A, W.t(), out=out_t, alpha=0.5)
+        torch.cuda.synchronize()
+        ref = 0.5 * (A.double() @ W.t().double())
+        scale = (A.double().abs() @ W.t().double().abs()).max()
+        err = float(((out_t.double() - ref).abs().max() / scale).item())
+        bound = gemm_bound("f16", K, out)   # the products of fp8 values are exact in f32; f32 accumulation
+        worst = max(worst, err / bound)
+        assert err <= bound, f"{dtype} {M}x{N}x{K}: {err:.3g} over {bound:.3g}"
+    record("wgmma_fp8", dtype=dtype, out_dtype=out, worst_error_over_bound=worst)
+

@@ -8,6 +8,8 @@ through 64-bit matrix descriptors, the accumulator lives in registers:
 | ----------- | -- | ------------------- | ----------- | ----------------------------- |
 | f16 / bf16  | 16 | 8, 16, ..., 256     | f32         | yes (imm-trans-a / -b = 1)    |
 | tf32        | 8  | 8, 16, ..., 256     | f32         | no: both operands K-major     |
+| e4m3 / e5m2 | 32 | 8, 16, ..., 256     | f32         | no: both operands K-major;    |
+|             |    |                     |             | A and B of either type        |
 
 tf32 operands are 32-bit words of which the tensor cores read the top 19 bits: an f32 value
 in shared memory is truncated (rounded toward zero) to tf32, not rounded to nearest.
@@ -37,8 +39,9 @@ from .swizzle import SWIZZLE_MODES
 
 WARPGROUP = 4          # warps
 M = 64                 # rows of A per instruction
-K_BY_DTYPE = {"f16": 16, "bf16": 16, "tf32": 8}
+K_BY_DTYPE = {"f16": 16, "bf16": 16, "tf32": 8, "e4m3": 32, "e5m2": 32}
 TRANSPOSABLE = ("f16", "bf16")   # dtypes whose operands may be MN-major
+FP8 = ("e4m3", "e5m2")           # A and B may mix these two
 N_RANGE = range(8, 257, 8)
 SWIZZLE_CODE = {"128B": 1, "64B": 2, "32B": 3}
 START_MASK = 0x3FFFF   # the descriptor addresses the 256 KB shared window in 16-byte units
@@ -50,10 +53,13 @@ class WgmmaShape:
 
     dtype: str
     n: int
+    b_dtype: str = ""   # B's dtype where it differs from A's (fp8 pairs); "" = dtype
 
     def __post_init__(self):
         if self.dtype not in K_BY_DTYPE:
             raise ValueError(f"wgmma operand dtype {self.dtype!r}; allowed: {', '.join(K_BY_DTYPE)}")
+        if self.b_dtype and self.b_dtype != self.dtype and not (self.dtype in FP8 and self.b_dtype in FP8):
+            raise ValueError(f"wgmma operands {self.dtype} x {self.b_dtype}: only fp8 (e4m3, e5m2) may mix")
         if self.n not in N_RANGE:
             raise ValueError(f"wgmma N = {self.n}; allowed: multiples of 8 from 8 to 256")
 
@@ -72,7 +78,7 @@ class WgmmaShape:
         return self.dtype in TRANSPOSABLE
 
     def instruction(self) -> str:
-        return f"wgmma.mma_async.sync.aligned.m{M}n{self.n}k{self.k}.f32.{self.dtype}.{self.dtype}"
+        return f"wgmma.mma_async.sync.aligned.m{M}n{self.n}k{self.k}.f32.{self.dtype}.{self.b_dtype or self.dtype}"
 
 
 def descriptor_strides(mode: str, rows: int, k_major: bool) -> tuple[int, int]:

@@ -7,6 +7,7 @@ from contextlib import contextmanager
 from ..arch.dtypes import dtype as _dtype
 from ..arch.mma import MmaAtom, mma_atom
 from ..arch.targets import target as _target
+from ..arch.wgmma import FP8 as WGMMA_FP8
 from ..arch.wgmma import WgmmaShape
 from ..errors import DSLError
 from ..ir import grid as G
@@ -395,12 +396,12 @@ def wgmma(acc: Fragment, a, b: Stage, m0, k0: int, n0):
         fail("wgmma(accumulator fragment, A stage or A fragment, B stage, m0, k0, n0)")
     dt = b.tile.ir.dtype.name
     a_dt = a.atom.a_type.name if from_registers else a.tile.ir.dtype.name
-    if a_dt != dt:
-        fail(f"wgmma: A is {a_dt}, B is {dt}")
+    if a_dt != dt and not (a_dt in WGMMA_FP8 and dt in WGMMA_FP8):
+        fail(f"wgmma: A is {a_dt}, B is {dt}; only fp8 operands (e4m3, e5m2) may mix")
     if acc.tiles[0] != 1 or acc.atom.m != 16 or acc.atom.n != 8 or acc.atom.acc_type.name != "f32":
         fail(f"wgmma: the accumulator must be a (1, n/8) grid of f32 m16n8 atoms, got {acc.tiles} of {acc.atom}")
     try:
-        shape = WgmmaShape(dt, 8 * acc.tiles[1])
+        shape = WgmmaShape(a_dt, 8 * acc.tiles[1], dt if dt != a_dt else "")
     except ValueError as e:
         fail(f"wgmma: {e}")
     if not isinstance(k0, int) or k0 < 0 or k0 % shape.k:
@@ -421,7 +422,7 @@ def wgmma(acc: Fragment, a, b: Stage, m0, k0: int, n0):
     b_k_major = b.tile.logical == "col"
     if not shape.transposable and not (a_k_major and b_k_major):
         mn_major = a.tile.ir.name if not a_k_major else b.tile.ir.name
-        fail(f"wgmma: {dt} operands must both be K-major in shared memory, but {mn_major} is MN-major; "
+        fail(f"wgmma: {a_dt} operands must both be K-major in shared memory, but {mn_major} is MN-major; "
              f"declare it with logical='{'row' if not a_k_major else 'col'}' (a copy_async into it transposes)"
              + ("" if a_k_major else "; an MN-major A can go through registers (tilegen.load, then "
                 "wgmma with the fragment)"))

@@ -31,8 +31,12 @@ from .call import refuse_long_emulation
 from .kernel import compile_gemm
 from .spec import Epilogue, GemmSpec
 
-_DTYPES = {"float16": "f16", "bfloat16": "bf16", "float32": "f32"}
+_DTYPES = {"float16": "f16", "bfloat16": "bf16", "float32": "f32", "float8_e4m3fn": "e4m3", "float8_e5m2": "e5m2"}
+FP8 = ("e4m3", "e5m2")
+_OUT_NAMES = {"bf16": "bf16", "bfloat16": "bf16", "f16": "f16", "float16": "f16", "half": "f16", "f32": "f32",
+              "float32": "f32", "float": "f32"}
 SMALL = 64  # a dimension this small leaves most of a 128-wide tile idle
+FP8_OUT = "bf16"   # an fp8 product's output dtype unless out / out_dtype says otherwise
 # Skinny products on Hopper (M up to SKINNY rows of tokens against a wide weight), measured on
 # the H200 (docs/results/2026-11-24-h200-hopper.md, run 37, bf16, N = K = 8192 and N = 28672):
 # streaming B is the work, so what counts is how much of it each SM has in flight. M up to 16:
@@ -51,6 +55,8 @@ PRESETS = {
     ("sm_90", "f16"): dict(instruction="wgmma", target="sm_90a"),
     ("sm_90", "bf16"): dict(instruction="wgmma", target="sm_90a"),
     ("sm_90", "tf32"): dict(instruction="wgmma", target="sm_90a"),
+    ("sm_90", "e4m3"): dict(instruction="wgmma", target="sm_90a"),
+    ("sm_90", "e5m2"): dict(instruction="wgmma", target="sm_90a"),
 }
 # The Hopper presets' 128x256 tiles fill the GPU from about 2048 x 2048 outputs on; measured on the
 # H200 at 1024x4096x4096 the wgmma preset ran 500-527 TFLOP/s (bf16/f16) against mma.sync's
@@ -147,7 +153,7 @@ def explain(A, B, *, bias=None, activation=None, residual=None, out=None, allow_
     if a_name != b_name:
         raise LaunchError(f"A is {a_name} and B is {b_name}; matmul takes two arrays of one dtype")
     if a_name not in _DTYPES:
-        raise LaunchError(f"matmul takes float16, bfloat16 or float32 arrays, not {a_name}")
+        raise LaunchError(f"matmul takes float16, bfloat16, float32, float8_e4m3fn or float8_e5m2 arrays, not {a_name}")
     why = []
     dtype = _DTYPES[a_name]
     if dtype == "f32":
@@ -156,8 +162,17 @@ def explain(A, B, *, bias=None, activation=None, residual=None, out=None, allow_
             why.append("f32 inputs with tf32 allowed: one tf32 product (10-bit mantissas)")
         else:
             why.append("f32 inputs, tf32 not allowed: 3xTF32 (three tf32 products, f32 accuracy)")
-    out_dtype = _DTYPES.get(_dtype_name(out), "f32") if out is not None else ("f32" if dtype in ("f32", "tf32")
-                                                                              else dtype)
+    out_dtype = _DTYPES.get(_dtype_name(out), "f32") if out is not None else (
+        "f32" if dtype in ("f32", "tf32") else FP8_OUT if dtype in FP8 else dtype)
+    if dtype in FP8:
+        if out_dtype in FP8:
+            raise LaunchError(f"an fp8 product goes out as bfloat16, float16 or float32, not {_dtype_name(out)}: "
+                              f"pass out_dtype= or an out of one of those")
+        if (_layout(A), _layout(B)) != ("row", "col"):
+            raise LaunchError("fp8 operands must both be K-major, as torch._scaled_mm takes them: A row-major "
+                              "(M x K, K contiguous) and B the transpose of a row-major N x K matrix (pass W.T); "
+                              f"got A {_layout(A)}-major and B {_layout(B)}-major")
+        why.append(f"{dtype} operands (f32 accumulation; scales applied in the epilogue)")
     bias_axis = None
     if bias is not None:
         length = int(getattr(bias, "shape", (0,))[0]) if len(getattr(bias, "shape", ())) == 1 else -1
@@ -171,6 +186,10 @@ def explain(A, B, *, bias=None, activation=None, residual=None, out=None, allow_
     epilogue = Epilogue(bias=bias_axis, activation=activation or "none", residual=residual is not None)
     a_layout, b_layout = _layout(A), _layout(B)
     target = _target()
+    if dtype in FP8 and int(target[3:5]) < 89:
+        if runtime.gpu_available():
+            raise LaunchError(f"fp8 products need an sm_89 (Ada) or newer GPU; this one is {target}")
+        target = "sm_89"   # the emulator: the fp8 mma.sync kernel
     base = dict(dtype=dtype, out_dtype=out_dtype, a_layout=a_layout, b_layout=b_layout, epilogue=epilogue,
                 target=target)
     tuned = _tuned(dtype, a_layout, b_layout, M, N, K, out_dtype)
@@ -327,10 +346,17 @@ def _choose(lib, A, B, out, pa, pb, pc, bias, activation, residual, tf32):
 
 
 def matmul(A, B, *, bias=None, activation=None, residual=None, alpha=1.0, beta=0.0, out=None,
-           allow_tf32=None, device=None):
+           allow_tf32=None, device=None, scale_a=None, scale_b=None, out_dtype=None):
     """out = act(alpha * A @ B + beta * out + bias) + residual, on numpy (through the GPU or the
     emulator), PyTorch or CuPy arrays; see the module docstring. The result has out's dtype,
-    or, without out, the inputs' dtype (float32 for float32 inputs)."""
+    or out_dtype (a torch or numpy dtype, or 'bf16', 'f16', 'f32'), or else the inputs' dtype
+    (float32 for float32 inputs, bfloat16 for fp8 ones). fp8 operands (float8_e4m3fn,
+    float8_e5m2) are taken as torch._scaled_mm takes them, A row-major and B column-major,
+    with per-tensor scales scale_a and scale_b (floats or one-element tensors) multiplying alpha."""
+    if scale_a is not None or scale_b is not None:
+        alpha = alpha * _scale(scale_a, "scale_a") * _scale(scale_b, "scale_b")
+    if out_dtype is not None and out is None:
+        out = _empty_out(A, B, _out_dtype_name(out_dtype))
     if device is None:
         lib = interop.library(A)
         if lib is not None:
@@ -347,6 +373,41 @@ def matmul(A, B, *, bias=None, activation=None, residual=None, alpha=1.0, beta=0
     kernel = compile_gemm(spec)
     return kernel(A, B, out=out, alpha=alpha, beta=beta, bias=_as_out_dtype(bias, spec, "bias"),
                   residual=_as_out_dtype(residual, spec, "residual"), device=device, repitch=True)
+
+
+def _scale(x, name: str) -> float:
+    """A per-tensor scale as a float: a number, or a one-element array (a GPU tensor's value is
+    read back, which waits for the GPU: pass a Python float to avoid that)."""
+    if x is None:
+        return 1.0
+    if isinstance(x, (int, float, np.number)) and not isinstance(x, bool):
+        return float(x)
+    n = x.numel() if hasattr(x, "numel") else getattr(x, "size", None)
+    if n == 1 and not isinstance(x, bool):
+        return float(x.reshape(-1)[0]) if hasattr(x, "reshape") else float(x)
+    what = f"an array of {n} elements" if isinstance(n, int) else type(x).__name__
+    raise LaunchError(f"{name} must be a number or a one-element array (a per-tensor scale), not {what}; per-row "
+                      f"and per-column scales are not supported yet")
+
+
+def _out_dtype_name(dt) -> str:
+    name = str(dt).replace("torch.", "")
+    name = getattr(dt, "name", name) if isinstance(dt, np.dtype) else name
+    if name not in _OUT_NAMES:
+        raise LaunchError(f"out_dtype={dt!r}; allowed: bf16, f16, f32 (as names, torch or numpy dtypes)")
+    return _OUT_NAMES[name]
+
+
+def _empty_out(A, B, name: str):
+    """An uninitialised M x N output of dtype `name` in A's library (numpy, PyTorch, CuPy)."""
+    M, N = int(A.shape[0]), int(B.shape[1])
+    if isinstance(A, np.ndarray):
+        return np.empty((M, N), dtype=numpy_dtype(name))
+    lib = interop.library(A)
+    probe = lib.probe(A) if lib is not None else None
+    if not probe:
+        raise LaunchError("out_dtype= needs numpy, PyTorch or CuPy arrays; pass out= instead")
+    return lib.empty((M, N), numpy_dtype(name).name if name != "bf16" else "bfloat16", probe[DEVICE])
 
 
 matmul.explain = explain

@@ -374,7 +374,9 @@ class GemmSpec:
                             f"atom {atom.name} needs sm_{atom.min_sm} or newer")
         if dt.bits == 8 and (self.a_layout, self.b_layout) != ("row", "col"):
             raise SpecError("a_layout/b_layout", (self.a_layout, self.b_layout), "('row', 'col') for fp8",
-                            "fp8 operands must be K-major: there is no 8-bit ldmatrix transpose before sm_100")
+                            "fp8 operands must be K-major (A row-major, B the transpose of a row-major N x K "
+                            "matrix, as torch._scaled_mm takes them): neither ldmatrix (8-bit) nor wgmma (fp8) "
+                            "transposes them on sm_89/sm_90")
         if isinstance(self.stages, bool) or not isinstance(self.stages, int) or self.stages not in STAGES:
             raise SpecError("stages", self.stages, f"{STAGES.start}..{STAGES.stop - 1}")
         if not 1 <= self.warps.count <= 16:

@@ -27,10 +27,12 @@ from .program import Imm, Vec
 from .state import Context, per_thread
 
 GROUP = 128
-_MMA = re.compile(r"wgmma\.mma_async\.sync\.aligned\.m64n(\d+)k(\d+)\.f32\.(f16|bf16|tf32)\.(f16|bf16|tf32)$")
-_K = {"f16": 16, "bf16": 16, "tf32": 8}
-_BYTES = {"f16": 2, "bf16": 2, "tf32": 4}
-_TRANSPOSABLE = ("f16", "bf16")   # tf32 takes no imm-trans operands: both K-major
+_MMA = re.compile(r"wgmma\.mma_async\.sync\.aligned\.m64n(\d+)k(\d+)\.f32\.(f16|bf16|tf32|e4m3|e5m2)"
+                  r"\.(f16|bf16|tf32|e4m3|e5m2)$")
+_K = {"f16": 16, "bf16": 16, "tf32": 8, "e4m3": 32, "e5m2": 32}
+_BYTES = {"f16": 2, "bf16": 2, "tf32": 4, "e4m3": 1, "e5m2": 1}
+_FP8 = ("e4m3", "e5m2")           # A and B may be either, independently
+_TRANSPOSABLE = ("f16", "bf16")   # tf32 and fp8 take no imm-trans operands: both K-major
 # swizzle code -> (span bytes, XOR source shift): address bits [4, 4+b) ^= bits [7, 7+b)
 _SWIZZLE = {1: (128, 3), 2: (64, 2), 3: (32, 1)}
 
@@ -141,10 +143,11 @@ def build_wgmma(ins, ctx: Context):
         return wait
     m = _MMA.match(op)
     if m is None:
-        ctx.unsupported(ins, f"the instruction {op} (wgmma m64nNk16 f16/bf16 or m64nNk8 tf32 with f32 "
-                             f"accumulators only)")
+        ctx.unsupported(ins, f"the instruction {op} (wgmma m64nNk16 f16/bf16, m64nNk8 tf32 or m64nNk32 "
+                             f"e4m3/e5m2 with f32 accumulators only)")
     n, k, a_type, b_type = int(m.group(1)), int(m.group(2)), m.group(3), m.group(4)
-    if n % 8 or not 8 <= n <= 256 or k != _K[a_type] or a_type != b_type:
+    mixed_fp8 = a_type in _FP8 and b_type in _FP8
+    if n % 8 or not 8 <= n <= 256 or k != _K[a_type] or (a_type != b_type and not mixed_fp8):
         ctx.unsupported(ins, f"the shape of {op}")
     ops = ins.operands
     transposable = a_type in _TRANSPOSABLE
@@ -153,6 +156,8 @@ def build_wgmma(ins, ctx: Context):
     if len(ops) != 6 + len(trans) or not all(isinstance(x, Imm) for x in ops[3:]):
         ctx.unsupported(ins, f"{op} other than {{d}}, {'{a0..a3}' if a_regs is not None else 'desc-a'}, "
                              f"desc-b, scale-d, 1, 1{''.join(', ' + x for x in trans)} with immediates")
+    if a_regs is not None and _BYTES[a_type] == 1:
+        ctx.unsupported(ins, f"{op} with A from registers (fp8 operands are read from shared memory here)")
     if a_regs is not None and len(a_regs) != 4:
         ctx.fail(ins, f"a register A of {op} must be a vector of 4 registers", kind="unsupported")
     d_items = ops[0].items if isinstance(ops[0], Vec) else ()
@@ -169,8 +174,10 @@ def build_wgmma(ins, ctx: Context):
     accs = [ctx.reader(ins, x, np.float32) for x in d_items]
     puts = [ctx.writer(ins, x, np.float32) for x in d_items]
     pos = _acc_positions(n)
-    # tf32: the f32 words in shared memory, truncated to their top 19 bits
-    decode = {"f16": nm.f16_bits_to_f32, "bf16": nm.bf16_bits_to_f32, "tf32": nm.tf32_operand}[a_type]
+    # tf32: the f32 words in shared memory, truncated to their top 19 bits; fp8: the 256 codes' values
+    decoders = {"f16": nm.f16_bits_to_f32, "bf16": nm.bf16_bits_to_f32, "tf32": nm.tf32_operand,
+                "e4m3": nm.FP8_VALUES["e4m3"].__getitem__, "e5m2": nm.FP8_VALUES["e5m2"].__getitem__}
+    decode_a, decode_b = decoders[a_type], decoders[b_type]
     esize = _BYTES[a_type]
     nt = ctx.threads
 
@@ -181,7 +188,7 @@ def build_wgmma(ins, ctx: Context):
                           f"the same in all 128", kind="divergence", tid=g * GROUP + int(np.flatnonzero(d != d[0])[0]))
         return int(d[0])
 
-    def gather(desc, rows, k_major, g):
+    def gather(desc, rows, k_major, g, decode):
         try:
             addr = operand_addresses(desc, rows, k, esize, k_major)
         except ValueError as e:
@@ -205,15 +212,16 @@ def build_wgmma(ins, ctx: Context):
         if esize == 2:  # two 16-bit elements per register, the lower-indexed in the low half
             words = np.stack([words & 0xFFFF, words >> 16], axis=2)
         A = np.zeros(64 * k, np.float32)
-        A[_a_positions(k)] = decode(words.reshape(GROUP, 4, -1).astype(np.uint32 if esize == 4 else np.uint16))
+        A[_a_positions(k)] = decode_a(words.reshape(GROUP, 4, -1).astype(np.uint32 if esize == 4 else np.uint16))
         return A.reshape(64, k)
 
     def run():
         regs = np.stack([per_thread(r(), nt) for r in accs], axis=1).astype(np.float32)   # (threads, n/2)
         out = regs.copy()
         for g in running():
-            A = registers(g) if a_regs is not None else gather(descriptor(read_a, g, "A"), 64, trans_a == 0, g)
-            B = gather(descriptor(read_b, g, "B"), n, trans_b == 0, g)                   # (n, k)
+            A = registers(g) if a_regs is not None else gather(descriptor(read_a, g, "A"), 64, trans_a == 0, g,
+                                                                 decode_a)
+            B = gather(descriptor(read_b, g, "B"), n, trans_b == 0, g, decode_b)        # (n, k)
             D = A.astype(np.float64) @ B.astype(np.float64).T
             mine = slice(g * GROUP, (g + 1) * GROUP)
             if scale_d:

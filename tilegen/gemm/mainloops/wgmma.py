@@ -48,7 +48,8 @@ from .mma_sync import DEFAULT_TILE
 
 WG_ROWS = W.M
 # Two warpgroups of m64n256, four stages of 128-byte K rows (192 KB of shared memory).
-DEFAULT_WGMMA_TILE = {"f16": (128, 256, 64), "bf16": (128, 256, 64), "tf32": (128, 256, 32)}
+DEFAULT_WGMMA_TILE = {"f16": (128, 256, 64), "bf16": (128, 256, 64), "tf32": (128, 256, 32),
+                      "e4m3": (128, 256, 128), "e5m2": (128, 256, 128)}   # 128-byte K rows throughout
 # tf32 with a row-major B computes C^T = B^T A^T: two warpgroups of 64 columns of C, each
 # issuing m64n256 over the tile's 256 rows, B^T from registers (docs/perf_notes.md section 15).
 TF32_ROW_B = ((256, 128, 32), (1, 8))
@@ -74,7 +75,7 @@ class WgmmaLoop(MainLoop):
     copies = ("cp.async", "tma")
     stores = ("direct", "tma")
     clusters = True
-    TMA_DTYPES = ("f16", "bf16")
+    TMA_DTYPES = ("f16", "bf16")   # in any layout (fp8 and tf32: K-major operands only, tma_copies)
     STAGING_PARTS = (2, 4, 8, 16)   # a block of C goes out through shared memory in this many slices
     STAGING_BUFFERS = 2             # ... alternating between two buffers: one fills while TMA reads the other
 
@@ -84,8 +85,8 @@ class WgmmaLoop(MainLoop):
         column-major: wgmma reads 32-bit operands K-major only, and TMA does not transpose)."""
         if spec.dtype in self.TMA_DTYPES:
             return True
-        return (spec.dtype == "tf32" and not self.swaps_operands(spec) and self.register_operand(spec) is None
-                and spec.a_layout == "row" and spec.b_layout == "col")
+        return (spec.dtype in ("tf32",) + W.FP8 and not self.swaps_operands(spec)
+                and self.register_operand(spec) is None and spec.a_layout == "row" and spec.b_layout == "col")
 
     def default_persistent(self, spec) -> bool:
         """The warp-specialized TMA kernel where TMA can copy: as fast as one CTA per block at
@@ -168,8 +169,10 @@ class WgmmaLoop(MainLoop):
         return spec.dtype == "tf32"
 
     def shape(self, spec) -> W.WgmmaShape:
-        """The wgmma each warpgroup issues."""
-        return W.WgmmaShape(spec.dtype, spec.warp_tile[0] if self.swaps_operands(spec) else spec.warp_tile[1])
+        """The wgmma each warpgroup issues (fp8: A's and B's types as the spec's atom names them)."""
+        a, b = spec.mma.a_type.name, spec.mma.b_type.name
+        return W.WgmmaShape(a, spec.warp_tile[0] if self.swaps_operands(spec) else spec.warp_tile[1],
+                            b if b != a else "")
 
     def validate(self, spec) -> None:
         t, w = spec.tile, spec.warps
@@ -177,7 +180,10 @@ class WgmmaLoop(MainLoop):
             raise SpecError("target", spec.target, "sm_90a", "wgmma exists only on the arch-specific Hopper target")
         if spec.dtype not in W.K_BY_DTYPE or spec.acc_dtype != "f32":
             raise SpecError("dtype", spec.dtype, ", ".join(W.K_BY_DTYPE),
-                            "wgmma kernels take f16, bf16 or tf32 operands and accumulate in f32")
+                            "wgmma kernels take f16, bf16, tf32, e4m3 or e5m2 operands and accumulate in f32")
+        if spec.dtype in W.FP8 and spec.mma.b_type.name != spec.dtype:
+            raise SpecError("atom", spec.atom, f"m16n8k32.{spec.dtype}.f32",
+                            "the wgmma kernel takes A and B of one fp8 type here (e4m3 x e4m3 or e5m2 x e5m2)")
         if spec.frag_buffers != 1:
             raise SpecError("frag_buffers", spec.frag_buffers, "1",
                             "wgmma reads its operands from shared memory: there are no fragments to double-buffer")
