@@ -102,9 +102,13 @@ def test_fp8_wgmma_gemm_on_the_emulator():
     rng = np.random.default_rng(3)
     for dt, npdt, out in (("e4m3", ml_dtypes.float8_e4m3fn, "f32"), ("e5m2", ml_dtypes.float8_e5m2, "bf16")):
         spec = tilegen.GemmSpec(dtype=dt, out_dtype=out, instruction="wgmma")
-        assert (tuple(spec.tile), spec.copy, spec.warp_specialized, spec.b_layout) == ((128, 256, 128), "tma", True, "col")
+        assert (tuple(spec.tile), spec.copy, spec.warp_specialized, spec.b_layout, spec.promote) == \
+            ((128, 128, 128), "tma", True, "col", True)
         k = tilegen.compile(spec)
-        assert f"k32.f32.{dt}.{dt}" in k.ptx
+        assert f"k32.f32.{dt}.{dt}" in k.ptx and "_promoted_" in k.name
+        # promotion: each k-tile's first wgmma restarts the accumulator (scale-d 0), the rest add
+        issues = [line for line in k.ptx.splitlines() if "wgmma.mma_async" in line]
+        assert [line.rstrip(";").split(",")[-3].strip() for line in issues] == ["0", "1", "1", "1"]
         M, N, K = 130, 260, 300
         A = rng.standard_normal((M, K)).astype(npdt)
         B = np.asfortranarray(rng.standard_normal((K, N)).astype(npdt))
@@ -119,6 +123,8 @@ def test_fp8_wgmma_needs_k_major_operands():
         tilegen.GemmSpec(dtype="e4m3", instruction="wgmma", b_layout="row")
     with pytest.raises(SpecError, match="one fp8 type"):
         tilegen.GemmSpec(dtype="e4m3", instruction="wgmma", atom="m16n8k32.e4m3.e5m2.f32")
+    with pytest.raises(SpecError, match="promotion is built for fp8"):
+        tilegen.GemmSpec(dtype="f16", instruction="wgmma", promote=True)
 
 
 # ---- spec -------------------------------------------------------------------------------------

@@ -379,7 +379,7 @@ def mma(acc: Fragment, a: Fragment, b: Fragment, accumulate: bool = True):
     tile_op(T.Mma(acc.ir, a.ir, b.ir, accumulate=bool(accumulate)))
 
 
-def wgmma(acc: Fragment, a, b: Stage, m0, k0: int, n0):
+def wgmma(acc: Fragment, a, b: Stage, m0, k0: int, n0, accumulate: bool = True):
     """acc += A[m0 : m0+64, k0 : k0+k] @ B[k0 : k0+k, n0 : n0+n] for the calling warpgroup
     (sm_90a); k is 16 for f16/bf16 (8 for tf32) and n the accumulator's width. B is read
     from shared memory, A from shared memory (`a` a stage) or from registers (`a` each warp's
@@ -389,7 +389,8 @@ def wgmma(acc: Fragment, a, b: Stage, m0, k0: int, n0):
     in the tiles (the same for its 4 warps), k0 a Python int; acc is each warp's (1, n/8)
     accumulator, holding its 16 rows. Issue tilegen.wgmma_fence() before (after the loads
     of register operands), tilegen.wgmma_commit() and tilegen.wgmma_wait(n) after: the
-    registers and the stages are in use until the wait."""
+    registers and the stages are in use until the wait. accumulate=False: acc = A @ B (the
+    accumulator restarts from zero)."""
     from_registers = isinstance(a, Fragment)
     if (not isinstance(acc, Fragment) or acc.operand != "C" or not isinstance(b, Stage)
             or not (isinstance(a, Stage) or from_registers)):
@@ -428,7 +429,7 @@ def wgmma(acc: Fragment, a, b: Stage, m0, k0: int, n0):
                 "wgmma with the fragment)"))
     a_ir, a_stage, a_m0 = (a.ir, None, None) if from_registers else (a.tile.ir, raw(a.index), raw(m0))
     tile_op(T.Wgmma(acc.ir, a_ir, a_stage, a_m0, k0, b.tile.ir, raw(b.index), raw(n0),
-                     a_k_major=a_k_major, b_k_major=b_k_major, shape=shape))
+                     a_k_major=a_k_major, b_k_major=b_k_major, shape=shape, accumulate=bool(accumulate)))
 
 
 def wgmma_fence():

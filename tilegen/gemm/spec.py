@@ -140,6 +140,9 @@ class GemmSpec:
     | store      | auto, direct (each thread writes its results),  | auto: tma for warp-      |
     |            | tma (through shared memory and TMA stores while | specialized kernels with |
     |            | the next block's main loop runs; beta = 0)      | a plain epilogue         |
+    | promote    | fp8 wgmma: each k-tile's products (the tensor   | True for fp8 wgmma       |
+    |            | cores keep fewer bits while they accumulate fp8)|                          |
+    |            | added into an f32 total in registers            |                          |
     | split_k    | 1..16: K in that many slices, one CTA each per  | 1                        |
     |            | block, their f32 partial sums added in order by |                          |
     |            | a second kernel that applies the epilogue       |                          |
@@ -173,6 +176,7 @@ class GemmSpec:
     store: str = "auto"
     cluster: tuple = (1, 1)
     split_k: int = 1
+    promote: Optional[bool] = None
 
     def __post_init__(self):
         set_ = lambda k, v: object.__setattr__(self, k, v)  # noqa: E731  (frozen)
@@ -220,6 +224,8 @@ class GemmSpec:
             set_("persistent", family.default_persistent(self))
         if self.copy == "auto":
             set_("copy", family.default_copy(self))
+        if self.promote is None:
+            set_("promote", self.instruction == "wgmma" and self.dtype in ("e4m3", "e5m2"))
         if self.store == "auto":
             set_("store", family.default_store(self))
         self._validate()
@@ -403,6 +409,11 @@ class GemmSpec:
         if self.split_k > 1 and self.persistent:
             raise SpecError("split_k", self.split_k, "1 for a persistent kernel",
                             "split-K runs one CTA per block and slice of K: give persistent=False")
+        if not isinstance(self.promote, bool):
+            raise SpecError("promote", self.promote, "True, False")
+        if self.promote and not (self.instruction == "wgmma" and self.dtype in ("e4m3", "e5m2") and self.warp_specialized):
+            raise SpecError("promote", self.promote, "False for this kernel",
+                            "promotion is built for fp8 on the warp-specialized wgmma kernel")
         if self.cluster not in CLUSTERS:
             raise SpecError("cluster", self.cluster, ", ".join(map(str, CLUSTERS)))
         if self.cluster != (1, 1) and not (family.clusters and self.warp_specialized):

@@ -49,7 +49,8 @@ from .mma_sync import DEFAULT_TILE
 WG_ROWS = W.M
 # Two warpgroups of m64n256, four stages of 128-byte K rows (192 KB of shared memory).
 DEFAULT_WGMMA_TILE = {"f16": (128, 256, 64), "bf16": (128, 256, 64), "tf32": (128, 256, 32),
-                      "e4m3": (128, 256, 128), "e5m2": (128, 256, 128)}   # 128-byte K rows throughout
+                      # fp8: 128-byte K rows; 128 columns leave registers for promotion's f32 total
+                      "e4m3": (128, 128, 128), "e5m2": (128, 128, 128)}
 # tf32 with a row-major B computes C^T = B^T A^T: two warpgroups of 64 columns of C, each
 # issuing m64n256 over the tile's 256 rows, B^T from registers (docs/perf_notes.md section 15).
 TF32_ROW_B = ((256, 128, 32), (1, 8))
@@ -489,6 +490,8 @@ class WarpSpecializedPipeline(TmaPipeline):
 
     def consume(self, i):
         """Block i's accumulator: wait for, multiply and release each of its k-tiles."""
+        if self.spec.promote:
+            return self.consume_promoted(i)
         spec, shape, S, k_tiles, full, empty = self.spec, self.shape, self.S, self.k_tiles, self.full, self.empty
         acc = tg.fragment(spec.mma, "C", (1, shape.n // spec.mma.n), name="acc")
         first = i * k_tiles
@@ -506,6 +509,30 @@ class WarpSpecializedPipeline(TmaPipeline):
         tg.wgmma_wait(0)
         self.release((first + k_tiles - 1) % S)       # the block's last k-tile
         return acc
+
+    def consume_promoted(self, i):
+        """consume() for fp8 with promotion: each k-tile's wgmmas start from zero in `acc` (the
+        tensor cores accumulate fp8 products in fewer bits than f32), and once they retire, acc is
+        added into the f32 `total`, as DeepGEMM does. One k-tile in flight less: the stage is
+        released as soon as its products are in registers."""
+        spec, shape, S, k_tiles, full = self.spec, self.shape, self.S, self.k_tiles, self.full
+        tiles = (1, shape.n // spec.mma.n)
+        total = tg.fragment(spec.mma, "C", tiles, name="total")
+        acc = tg.fragment(spec.mma, "C", tiles, name="acc")
+        first = i * k_tiles
+        for kt in tg.range(k_tiles):
+            t = first + kt
+            stage = t % S
+            tg.mbarrier_wait(full[stage], (t // S) & 1)
+            tg.wgmma_fence()
+            for kk in range(spec.tile.k // shape.k):
+                tg.wgmma(acc, self.a_src[stage], self.b_src[stage], self.a_origin, kk * shape.k, self.b_origin,
+                         accumulate=kk > 0)
+            tg.wgmma_commit()
+            tg.wgmma_wait(0)
+            self.release(stage)
+            tg.add(total, acc, out=total)
+        return total
 
 
 def _register_split(spec) -> tuple:
