@@ -183,7 +183,7 @@ def test_wgmma_fp8(torch, dtype, out):
         A = torch.randn(M, K, generator=gen, device="cuda").to(tdt)
         W = torch.randn(N, K, generator=gen, device="cuda").to(tdt)
         out_t = torch.full((M, N), float("nan"), device="cuda", dtype=odt)
-        kernel(A, W.t(), out=out_t, alpha=0.5)
+        kernel(A, W.t(), out=out_t, alpha=0.5, repitch=True)   # rows of 7 bytes are re-pitched
         torch.cuda.synchronize()
         ref = 0.5 * (A.double() @ W.t().double())
         scale = (A.double().abs() @ W.t().double().abs()).max()

@@ -511,27 +511,41 @@ class WarpSpecializedPipeline(TmaPipeline):
         return acc
 
     def consume_promoted(self, i):
-        """consume() for fp8 with promotion: each k-tile's wgmmas start from zero in `acc` (the
-        tensor cores accumulate fp8 products in fewer bits than f32), and once they retire, acc is
-        added into the f32 `total`, as DeepGEMM does. One k-tile in flight less: the stage is
-        released as soon as its products are in registers."""
-        spec, shape, S, k_tiles, full = self.spec, self.shape, self.S, self.k_tiles, self.full
+        """consume() for fp8 with promotion (as DeepGEMM does): the tensor cores accumulate fp8
+        products in fewer bits than f32, so each k-tile's wgmmas start from zero and, once they
+        retire, their sum is added into the f32 `total`. Two accumulators take turns, so one
+        k-tile's wgmmas run while the previous one's are added and its stage released: the
+        k loop is unrolled by two, even k-tiles into acc[0], odd ones into acc[1]."""
+        spec, shape, k_tiles = self.spec, self.shape, self.k_tiles
         tiles = (1, shape.n // spec.mma.n)
         total = tg.fragment(spec.mma, "C", tiles, name="total")
-        acc = tg.fragment(spec.mma, "C", tiles, name="acc")
+        acc = [tg.fragment(spec.mma, "C", tiles, name=f"acc{b}") for b in (0, 1)]
         first = i * k_tiles
-        for kt in tg.range(k_tiles):
-            t = first + kt
-            stage = t % S
-            tg.mbarrier_wait(full[stage], (t // S) & 1)
+
+        def step(t, now, before, has_before):
+            """k-tile t into acc[now]; then k-tile t - 1's acc[before] into the total."""
+            stage = t % self.S
+            tg.mbarrier_wait(self.full[stage], (t // self.S) & 1)
             tg.wgmma_fence()
             for kk in range(spec.tile.k // shape.k):
-                tg.wgmma(acc, self.a_src[stage], self.b_src[stage], self.a_origin, kk * shape.k, self.b_origin,
+                tg.wgmma(acc[now], self.a_src[stage], self.b_src[stage], self.a_origin, kk * shape.k, self.b_origin,
                          accumulate=kk > 0)
             tg.wgmma_commit()
-            tg.wgmma_wait(0)
-            self.release(stage)
-            tg.add(total, acc, out=total)
+            tg.wgmma_wait(1)                     # k-tile t - 1 retired
+            with tg.if_(has_before):
+                self.release((t - 1) % self.S)
+                tg.add(total, acc[before], out=total)
+
+        for j in tg.range(tg.cdiv(k_tiles, 2)):
+            step(first + 2 * j, 0, 1, tg.ge(j, 1))
+            with tg.if_(tg.lt(2 * j + 1, k_tiles)):
+                step(first + 2 * j + 1, 1, 0, tg.ge(2 * j + 1, 1))
+        tg.wgmma_wait(0)                         # the last k-tile, in acc[(k_tiles - 1) % 2]
+        self.release((first + k_tiles - 1) % self.S)
+        with tg.if_(tg.lt(k_tiles % 2, 1)):
+            tg.add(total, acc[1], out=total)
+        with tg.else_():
+            tg.add(total, acc[0], out=total)
         return total
 
 
