@@ -106,9 +106,11 @@ def test_fp8_wgmma_gemm_on_the_emulator():
             ((128, 128, 128), "tma", True, "col", True)
         k = tilegen.compile(spec)
         assert f"k32.f32.{dt}.{dt}" in k.ptx and "_promoted_" in k.name
-        # promotion: each k-tile's first wgmma restarts the accumulator (scale-d 0), the rest add
+        # promotion: each k-tile's first wgmma restarts its accumulator (scale-d 0), the other three
+        # add; two accumulators take turns (the even and the odd k-tiles of the unrolled loop)
         issues = [line for line in k.ptx.splitlines() if "wgmma.mma_async" in line]
-        assert [line.rstrip(";").split(",")[-3].strip() for line in issues] == ["0", "1", "1", "1"]
+        assert [line.rstrip(";").split(",")[-3].strip() for line in issues] == ["0", "1", "1", "1"] * 2
+        assert len({line.split("{")[1].split(",")[0] for line in issues}) == 2
         M, N, K = 130, 260, 300
         A = rng.standard_normal((M, K)).astype(npdt)
         B = np.asfortranarray(rng.standard_normal((K, N)).astype(npdt))
