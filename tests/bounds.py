@@ -32,3 +32,14 @@ def gemm_error(C, ref, A, B) -> float:
     if denom == 0:
         return float(np.linalg.norm(C.astype(np.float64) - ref))
     return float(np.linalg.norm(C.astype(np.float64) - ref) / denom)
+
+
+FP8_TC_BITS = 14   # mantissa bits the tensor cores keep while wgmma accumulates fp8 products (Hopper)
+
+
+def fp8_wgmma_bound(K: int, out_dtype: str, window: int) -> float:
+    """gemm_bound for an fp8 wgmma GEMM: f32 accumulation across promotion windows of `window`
+    products, inside which the tensor cores keep about FP8_TC_BITS bits (DeepSeek-V3 report,
+    section 3.3.2): a random walk of sqrt(window) roundings of 2^-(bits - 1) relative to |A||B|."""
+    return gemm_bound("f16", K, out_dtype) + min(K, window) ** 0.5 * 2.0 ** -(FP8_TC_BITS - 1)
+

@@ -33,6 +33,7 @@ COPIES = ("cp.async", "tma")
 STORES = ("direct", "tma")
 CLUSTERS = ((1, 1), (2, 1), (1, 2))   # CTAs per cluster along (M, N)
 MAX_SPLIT_K = 16
+MAX_PROMOTE = 8
 
 
 def _ints(name: str, value, n: int) -> tuple:
@@ -140,9 +141,10 @@ class GemmSpec:
     | store      | auto, direct (each thread writes its results),  | auto: tma for warp-      |
     |            | tma (through shared memory and TMA stores while | specialized kernels with |
     |            | the next block's main loop runs; beta = 0)      | a plain epilogue         |
-    | promote    | fp8 wgmma: each k-tile's products (the tensor   | True for fp8 wgmma       |
-    |            | cores keep fewer bits while they accumulate fp8)|                          |
-    |            | added into an f32 total in registers            |                          |
+    | promote    | fp8 wgmma: every `promote` k-tiles the products | 1 for fp8 wgmma, else 0  |
+    |            | (the tensor cores keep fewer bits while they    |                          |
+    |            | accumulate fp8) are added into an f32 total in  |                          |
+    |            | registers; 0: never (True = 1, False = 0)       |                          |
     | split_k    | 1..16: K in that many slices, one CTA each per  | 1                        |
     |            | block, their f32 partial sums added in order by |                          |
     |            | a second kernel that applies the epilogue       |                          |
@@ -176,7 +178,7 @@ class GemmSpec:
     store: str = "auto"
     cluster: tuple = (1, 1)
     split_k: int = 1
-    promote: Optional[bool] = None
+    promote: Optional[int] = None
 
     def __post_init__(self):
         set_ = lambda k, v: object.__setattr__(self, k, v)  # noqa: E731  (frozen)
@@ -225,7 +227,9 @@ class GemmSpec:
         if self.copy == "auto":
             set_("copy", family.default_copy(self))
         if self.promote is None:
-            set_("promote", self.instruction == "wgmma" and self.dtype in ("e4m3", "e5m2"))
+            set_("promote", 1 if self.instruction == "wgmma" and self.dtype in ("e4m3", "e5m2") else 0)
+        elif isinstance(self.promote, bool):
+            set_("promote", int(self.promote))
         if self.store == "auto":
             set_("store", family.default_store(self))
         self._validate()
@@ -409,8 +413,8 @@ class GemmSpec:
         if self.split_k > 1 and self.persistent:
             raise SpecError("split_k", self.split_k, "1 for a persistent kernel",
                             "split-K runs one CTA per block and slice of K: give persistent=False")
-        if not isinstance(self.promote, bool):
-            raise SpecError("promote", self.promote, "True, False")
+        if not isinstance(self.promote, int) or not 0 <= self.promote <= MAX_PROMOTE:
+            raise SpecError("promote", self.promote, f"0..{MAX_PROMOTE} (k-tiles per promotion; 0: never)")
         if self.promote and not (self.instruction == "wgmma" and self.dtype in ("e4m3", "e5m2") and self.warp_specialized):
             raise SpecError("promote", self.promote, "False for this kernel",
                             "promotion is built for fp8 on the warp-specialized wgmma kernel")

@@ -17,7 +17,7 @@ def gemm_kernel_name(spec) -> str:
     kind = (spec.mainloop.kernel_tag + ("_tma" if spec.copy == "tma" else "") + ("_persistent" if spec.persistent else "")
             + ("_tmastore" if spec.store == "tma" else "")
             + (f"_cluster{spec.cluster[0]}x{spec.cluster[1]}" if spec.cluster != (1, 1) else "")
-            + (f"_splitk{spec.split_k}" if spec.split_k > 1 else "") + ("_promoted" if spec.promote else ""))
+            + (f"_splitk{spec.split_k}" if spec.split_k > 1 else "") + (f"_promote{spec.promote}" if spec.promote else ""))
     return (f"tilegen_gemm{kind}_{spec.dtype}_{spec.a_layout[0]}{spec.b_layout[0]}_{spec.out_dtype}_"
             f"{t.m}x{t.n}x{t.k}_w{w.m}x{w.n}_s{spec.stages}_{spec.swizzle}_fb{spec.frag_buffers}"
             + _epilogue_suffix(spec.epilogue))

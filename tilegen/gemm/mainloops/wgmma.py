@@ -512,40 +512,39 @@ class WarpSpecializedPipeline(TmaPipeline):
 
     def consume_promoted(self, i):
         """consume() for fp8 with promotion (as DeepGEMM does): the tensor cores accumulate fp8
-        products in fewer bits than f32, so each k-tile's wgmmas start from zero and, once they
-        retire, their sum is added into the f32 `total`. Two accumulators take turns, so one
-        k-tile's wgmmas run while the previous one's are added and its stage released: the
-        k loop is unrolled by two, even k-tiles into acc[0], odd ones into acc[1]."""
-        spec, shape, k_tiles = self.spec, self.shape, self.k_tiles
+        products in fewer bits than f32, so every `spec.promote` k-tiles the accumulator's sum
+        goes into the f32 `total` and the next k-tile's wgmmas start it from zero. Only after
+        wgmma_wait(0): ptxas serialises every wgmma of a kernel that reads an accumulator while
+        another wgmma is in flight (measured 0.2x, docs/perf_notes.md section 25). Inside a group
+        of k-tiles one stays in flight as in consume(); the other math warpgroup's wgmmas keep
+        the tensor cores busy while this one adds."""
+        spec, shape, k_tiles, every = self.spec, self.shape, self.k_tiles, self.spec.promote
         tiles = (1, shape.n // spec.mma.n)
         total = tg.fragment(spec.mma, "C", tiles, name="total")
-        acc = [tg.fragment(spec.mma, "C", tiles, name=f"acc{b}") for b in (0, 1)]
+        acc = tg.fragment(spec.mma, "C", tiles, name="acc")
         first = i * k_tiles
 
-        def step(t, now, before, has_before):
-            """k-tile t into acc[now]; then k-tile t - 1's acc[before] into the total."""
+        def k_tile(t, restart):
             stage = t % self.S
             tg.mbarrier_wait(self.full[stage], (t // self.S) & 1)
             tg.wgmma_fence()
             for kk in range(spec.tile.k // shape.k):
-                tg.wgmma(acc[now], self.a_src[stage], self.b_src[stage], self.a_origin, kk * shape.k, self.b_origin,
-                         accumulate=kk > 0)
+                tg.wgmma(acc, self.a_src[stage], self.b_src[stage], self.a_origin, kk * shape.k, self.b_origin,
+                         accumulate=kk > 0 or not restart)
             tg.wgmma_commit()
-            tg.wgmma_wait(1)                     # k-tile t - 1 retired
-            with tg.if_(has_before):
-                self.release((t - 1) % self.S)
-                tg.add(total, acc[before], out=total)
 
-        for j in tg.range(tg.cdiv(k_tiles, 2)):
-            step(first + 2 * j, 0, 1, tg.ge(j, 1))
-            with tg.if_(tg.lt(2 * j + 1, k_tiles)):
-                step(first + 2 * j + 1, 1, 0, tg.ge(2 * j + 1, 1))
-        tg.wgmma_wait(0)                         # the last k-tile, in acc[(k_tiles - 1) % 2]
-        self.release((first + k_tiles - 1) % self.S)
-        with tg.if_(tg.lt(k_tiles % 2, 1)):
-            tg.add(total, acc[1], out=total)
-        with tg.else_():
-            tg.add(total, acc[0], out=total)
+        for j in tg.range(tg.cdiv(k_tiles, every)):
+            t0 = j * every
+            k_tile(first + t0, True)
+            for u in range(1, every):   # the group's later k-tiles, those that exist
+                with tg.if_(tg.lt(t0 + u, k_tiles)):
+                    k_tile(first + t0 + u, False)
+                    tg.wgmma_wait(1)                 # k-tile t0 + u - 1 retired: release its stage
+                    self.release((first + t0 + u - 1) % self.S)
+            tg.wgmma_wait(0)
+            last = tg.minimum(t0 + every, k_tiles) - 1
+            self.release((first + last) % self.S)
+            tg.add(total, acc, out=total)
         return total
 
 
