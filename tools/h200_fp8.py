@@ -36,8 +36,10 @@ def main() -> int:
                        dtype=name, out_dtype="bf16", instruction="wgmma", tile=(128, 256, 128), promote=False)),
                    "wgmma 128x128 unpromoted": tilegen.compile(tilegen.GemmSpec(
                        dtype=name, out_dtype="bf16", instruction="wgmma", promote=False)),
-                   "wgmma promoted, 5 stages": tilegen.compile(tilegen.GemmSpec(
-                       dtype=name, out_dtype="bf16", instruction="wgmma", stages=5)),
+                   "wgmma promoted every 2": tilegen.compile(tilegen.GemmSpec(
+                       dtype=name, out_dtype="bf16", instruction="wgmma", promote=2)),
+                   "wgmma promoted every 4": tilegen.compile(tilegen.GemmSpec(
+                       dtype=name, out_dtype="bf16", instruction="wgmma", promote=4)),
                    "wgmma promoted, 6 stages": tilegen.compile(tilegen.GemmSpec(
                        dtype=name, out_dtype="bf16", instruction="wgmma", stages=6)),
                    "mma.sync": tilegen.compile(tilegen.GemmSpec(dtype=name, out_dtype="bf16", target="sm_90"))}
