@@ -242,3 +242,16 @@ def test_fp8_front_door_on_the_emulator():
         tilegen.matmul(A, W.T, out_dtype="int8", device="sim")
     with pytest.raises(tilegen.LaunchError, match="pass W.T"):
         tilegen.matmul(A, np.ascontiguousarray(W.T), device="sim")
+
+
+def test_fp8_on_hopper_takes_the_wgmma_kernel(monkeypatch):
+    import importlib
+
+    mm = importlib.import_module("tilegen.gemm.matmul")
+    monkeypatch.setattr(mm, "_target", lambda: "sm_90")
+    monkeypatch.setattr(mm, "_tuned", lambda *a, **k: None)
+    f8 = lambda r, c: np.broadcast_to(ml_dtypes.float8_e4m3fn(0), (r, c))  # noqa: E731
+    c = mm.explain(f8(1000, 4096), np.asfortranarray(f8(4096, 1000)))
+    assert (c.spec.instruction, c.spec.promote, tuple(c.spec.tile)) == ("wgmma", 2, (128, 128, 128))
+    assert "promoted to an f32 total every 2 k-tiles" in c.reason and c.spec.out_dtype == "bf16"
+    assert mm.explain(f8(32, 4096), np.asfortranarray(f8(4096, 1000))).spec.instruction == "mma.sync"

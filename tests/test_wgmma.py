@@ -103,15 +103,16 @@ def test_fp8_wgmma_gemm_on_the_emulator():
     for dt, npdt, out in (("e4m3", ml_dtypes.float8_e4m3fn, "f32"), ("e5m2", ml_dtypes.float8_e5m2, "bf16")):
         spec = tilegen.GemmSpec(dtype=dt, out_dtype=out, instruction="wgmma")
         assert (tuple(spec.tile), spec.copy, spec.warp_specialized, spec.b_layout, spec.promote) == \
-            ((128, 128, 128), "tma", True, "col", 1)
+            ((128, 128, 128), "tma", True, "col", 2)
         k = tilegen.compile(spec)
-        assert f"k32.f32.{dt}.{dt}" in k.ptx and "_promote1_" in k.name
-        # promotion: each k-tile's first wgmma restarts the accumulator (scale-d 0), the other three add
+        assert f"k32.f32.{dt}.{dt}" in k.ptx and "_promote2_" in k.name
+        # promotion every second k-tile: the first k-tile's first wgmma restarts the accumulator
+        # (scale-d 0), the other three and the next k-tile's four add
         issues = [line for line in k.ptx.splitlines() if "wgmma.mma_async" in line]
-        assert [line.rstrip(";").split(",")[-3].strip() for line in issues] == ["0", "1", "1", "1"]
-        two = tilegen.compile(spec.replace(promote=2))   # every second k-tile: the first restarts, the next adds
-        issues = [line for line in two.ptx.splitlines() if "wgmma.mma_async" in line]
         assert [line.rstrip(";").split(",")[-3].strip() for line in issues] == ["0", "1", "1", "1"] + ["1"] * 4
+        two = tilegen.compile(spec.replace(promote=1))   # every k-tile
+        issues = [line for line in two.ptx.splitlines() if "wgmma.mma_async" in line]
+        assert [line.rstrip(";").split(",")[-3].strip() for line in issues] == ["0", "1", "1", "1"]
         M, N, K = 130, 260, 300 + 128 * 2   # 5 k-tiles: groups of two end with a lone one
         A = rng.standard_normal((M, K)).astype(npdt)
         B = np.asfortranarray(rng.standard_normal((K, N)).astype(npdt))

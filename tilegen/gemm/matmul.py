@@ -193,7 +193,8 @@ def explain(A, B, *, bias=None, activation=None, residual=None, out=None, allow_
     base = dict(dtype=dtype, out_dtype=out_dtype, a_layout=a_layout, b_layout=b_layout, epilogue=epilogue,
                 target=target)
     tuned = _tuned(dtype, a_layout, b_layout, M, N, K, out_dtype)
-    preset = PRESETS.get((target, dtype)) if is_large(M, N) else None
+    # fp8 on Hopper: the wgmma kernel at every size past SMALL (mma.sync fp8 ran 0.2-0.4x torch._scaled_mm)
+    preset = PRESETS.get((target, dtype)) if is_large(M, N) or (dtype in FP8 and min(M, N) > SMALL) else None
     hopper16 = target == "sm_90" and dtype in ("f16", "bf16")
     skinny = hopper16 and M <= SKINNY and N >= 4 * SKINNY and not (M <= 16 and N // 256 >= SKINNY_WIDE_BLOCKS)
     medium = hopper16 and preset is None and not skinny and min(M, N) > SMALL
@@ -210,6 +211,7 @@ def explain(A, B, *, bias=None, activation=None, residual=None, out=None, allow_
         why.append(f"large problem on {target}: the fastest {dtype} kernel measured on the H200 "
                    f"({spec.instruction}, {spec.tile.m}x{spec.tile.n} tiles"
                    + (", warp-specialized" if spec.warp_specialized else "")
+                   + (f", the fp8 products promoted to an f32 total every {spec.promote} k-tiles" if spec.promote else "")
                    + (", the epilogue through TMA stores" if spec.store == "tma" else "")
                    + f", target {spec.target})")
         if spec.tf32_truncates:

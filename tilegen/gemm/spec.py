@@ -34,6 +34,10 @@ STORES = ("direct", "tma")
 CLUSTERS = ((1, 1), (2, 1), (1, 2))   # CTAs per cluster along (M, N)
 MAX_SPLIT_K = 16
 MAX_PROMOTE = 8
+# fp8 wgmma: k-tiles (of 128) per promotion. Measured on the H200 (docs/perf_notes.md section 25):
+# every 2 keeps the error at cuBLASLt's (torch._scaled_mm) up to K = 16384; every 4 is 5% faster and
+# up to 10% less accurate; never (0) 10% faster again, with 2-4x cuBLASLt's error at long K.
+FP8_PROMOTE = 2
 
 
 def _ints(name: str, value, n: int) -> tuple:
@@ -141,7 +145,7 @@ class GemmSpec:
     | store      | auto, direct (each thread writes its results),  | auto: tma for warp-      |
     |            | tma (through shared memory and TMA stores while | specialized kernels with |
     |            | the next block's main loop runs; beta = 0)      | a plain epilogue         |
-    | promote    | fp8 wgmma: every `promote` k-tiles the products | 1 for fp8 wgmma, else 0  |
+    | promote    | fp8 wgmma: every `promote` k-tiles the products | 2 for fp8 wgmma, else 0  |
     |            | (the tensor cores keep fewer bits while they    |                          |
     |            | accumulate fp8) are added into an f32 total in  |                          |
     |            | registers; 0: never (True = 1, False = 0)       |                          |
@@ -227,7 +231,7 @@ class GemmSpec:
         if self.copy == "auto":
             set_("copy", family.default_copy(self))
         if self.promote is None:
-            set_("promote", 1 if self.instruction == "wgmma" and self.dtype in ("e4m3", "e5m2") else 0)
+            set_("promote", FP8_PROMOTE if self.instruction == "wgmma" and self.dtype in ("e4m3", "e5m2") else 0)
         elif isinstance(self.promote, bool):
             set_("promote", int(self.promote))
         if self.store == "auto":
