@@ -70,7 +70,7 @@ def test_peak_kernels_assemble(arch):
 @needs_ptxas
 @pytest.mark.parametrize("dtype", O.DTYPES)
 def test_benchmarked_gemms_assemble(dtype):
-    for a, b in O.LAYOUTS.values():
+    for a, b in O.LAYOUTS.values() if dtype not in ("e4m3", "e5m2") else [("row", "col")]:   # fp8: K-major
         spec = O.make_spec(dtype, a, b, "sm_90", {})
         assert_assembles(tilegen.compile(spec).ptx, "sm_90")
 

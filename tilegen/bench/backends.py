@@ -15,6 +15,8 @@ import os
 
 import numpy as np
 
+FP8 = ("e4m3", "e5m2")   # torch backend only: fp8 tensors and torch._scaled_mm
+
 from .. import runtime
 from ..arch.dtypes import numpy_dtype
 
@@ -50,7 +52,10 @@ class TorchBackend:
         torch.cuda.set_device(self.device)
         self.version = torch.__version__
         self._dt = {"tf32": torch.float32, "f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}
-        self.cublas_name = "torch.mm (cuBLAS)"
+        for name, attr in (("e4m3", "float8_e4m3fn"), ("e5m2", "float8_e5m2")):
+            if hasattr(torch, attr):
+                self._dt[name] = getattr(torch, attr)
+        self.cublas_name = "torch.mm (cuBLAS); fp8: torch._scaled_mm (cuBLASLt)"
         self._gen = torch.Generator(device=self.device)
         self._gen.manual_seed(1234)
 
@@ -60,7 +65,9 @@ class TorchBackend:
         return None if h == 0 else h
 
     def random(self, rows: int, cols: int, dtype: str):
-        # N(0, 1) values: never zeros, exact in every input type for the reference
+        # N(0, 1) values: never zeros, exact in every input type for the reference (fp8: rounded to it)
+        if dtype in FP8:
+            return self.torch.randn(rows, cols, device=self.device, generator=self._gen).to(self._dt[dtype])
         return self.torch.randn(rows, cols, device=self.device, dtype=self._dt[dtype], generator=self._gen)
 
     def empty(self, rows: int, cols: int, dtype: str):
@@ -97,12 +104,16 @@ class TorchBackend:
             restore()
 
     def cublas(self, dtype: str, A, B, C):
-        """A call computing C = A @ B with cuBLAS; TF32 follows the tf32() block around it."""
+        """A call computing C = A @ B with cuBLAS; TF32 follows the tf32() block around it. fp8:
+        torch._scaled_mm (cuBLASLt) with unit per-tensor scales, into C's dtype."""
         torch = self.torch
+        if dtype in FP8:
+            one = torch.ones((), device=self.device)
+            return lambda A=A, B=B, C=C: torch._scaled_mm(A, B, scale_a=one, scale_b=one, out_dtype=C.dtype)
         return lambda A=A, B=B, C=C: torch.mm(A, B, out=C)  # run inside tf32(dtype == "tf32")
 
     def cublas_out_dtype(self, dtype: str) -> str:
-        return "f32" if dtype == "tf32" else dtype
+        return "f32" if dtype == "tf32" else "bf16" if dtype in FP8 else dtype
 
     def reference(self, A, B):
         """A @ B in f32 by cuBLAS with TF32 off (f16/bf16 products are exact in f32)."""

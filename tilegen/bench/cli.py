@@ -254,6 +254,10 @@ def _peak_reference(measured, gpu_name: str):
 
 def _gemm_rows(args, log, target, peaks, checkpoint) -> None:
     backend = backends.pick_backend(args.backend)
+    fp8 = [d for d in args.dtype if d in backends.FP8]
+    if fp8 and backend.name != "torch":
+        raise UsageError(f"--dtype {' '.join(fp8)} needs the torch backend (fp8 tensors, torch._scaled_mm); "
+                         f"{backend.name} was picked")
     log(f"arrays and cuBLAS through {backend.name}" + ("" if backend.cublas_name else " (no cuBLAS baseline)"))
     triton_mod = None
     if not args.no_triton and backend.name == "torch":

@@ -8,10 +8,10 @@ from dataclasses import fields
 from ..errors import SpecError
 from ..gemm.spec import GemmSpec
 
-DTYPES = ("tf32", "f16", "bf16")
+DTYPES = ("tf32", "f16", "bf16", "e4m3", "e5m2")   # fp8: --layout rc (K-major operands), the torch backend
 LAYOUTS = {"rr": ("row", "row"), "rc": ("row", "col"), "cr": ("col", "row"), "cc": ("col", "col")}
 
-DEFAULT_DTYPES = list(DTYPES)
+DEFAULT_DTYPES = ["tf32", "f16", "bf16"]
 DEFAULT_LAYOUTS = ["rr"]
 DEFAULT_SIZES = ["2048", "4096", "8192", "4096x4096x1024", "1024x4096x4096"]
 
@@ -123,7 +123,8 @@ def parse_spec_overrides(items) -> dict:
 def make_spec(dtype: str, a_layout: str, b_layout: str, target: str, overrides: dict):
     """The GemmSpec of one bench row; overrides win over the device's target and over the
     output dtype, which is cuBLAS's (the operands' dtype; f32 for tf32) unless given."""
-    kw = {"target": target, "out_dtype": "f32" if dtype in ("tf32", "f32") else dtype, **overrides}
+    out = "f32" if dtype in ("tf32", "f32") else "bf16" if dtype in ("e4m3", "e5m2") else dtype
+    kw = {"target": target, "out_dtype": out, **overrides}
     if overrides.get("instruction") == "wgmma" and "target" not in overrides and target == "sm_90":
         kw["target"] = "sm_90a"  # wgmma exists on the arch-specific Hopper target only
     return GemmSpec(dtype=dtype, a_layout=a_layout, b_layout=b_layout, **kw)
