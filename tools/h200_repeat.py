@@ -1,6 +1,6 @@
 """Bit-identical results over repeated launches: the default Hopper GEMM (warp-specialized,
-TMA-store epilogue) launched N times on the same inputs; every result must equal the first
-bit for bit. Writes JSON to DIR/repeat.json.
+TMA-store epilogue), and its 2-CTA cluster, split-K and fp8 forms, launched N times on the same
+inputs; every result must equal the first bit for bit. Writes JSON to DIR/repeat.json.
 
     python3 tools/h200_repeat.py DIR [--launches 500]
 """
@@ -25,11 +25,19 @@ def main() -> int:
     import tilegen
 
     rows = []
-    for dtype, tdt, (M, N, K) in (("f16", torch.float16, (2048, 2048, 2048)), ("bf16", torch.bfloat16, (1000, 1032, 4104)),
-                                  ("bf16", torch.bfloat16, (4096, 4096, 1024))):
-        k = tilegen.compile(tilegen.GemmSpec(dtype=dtype, out_dtype=dtype, instruction="wgmma"))
-        A = torch.randn(M, K, device="cuda", dtype=tdt)
-        B = torch.randn(K, N, device="cuda", dtype=tdt)
+    cases = [("f16", {}, (2048, 2048, 2048)), ("bf16", {}, (1000, 1032, 4104)), ("bf16", {}, (4096, 4096, 1024)),
+             ("bf16", {"cluster": (2, 1)}, (1000, 1032, 4104)),                         # TMA multicast
+             ("bf16", {"split_k": 4, "persistent": False}, (1000, 1032, 4104)),          # split-K's ordered sum
+             ("e4m3", {"out_dtype": "bf16"}, (1000, 1032, 4104))]                        # fp8, promoted
+    for dtype, extra, (M, N, K) in cases:
+        k = tilegen.compile(tilegen.GemmSpec(**{"dtype": dtype, "out_dtype": dtype, "instruction": "wgmma", **extra}))
+        if dtype == "e4m3":   # K-major operands: B the transpose of a row-major N x K matrix
+            A = torch.randn(M, K, device="cuda").to(torch.float8_e4m3fn)
+            B = torch.randn(N, K, device="cuda").to(torch.float8_e4m3fn).t()
+        else:
+            tdt = {"f16": torch.float16, "bf16": torch.bfloat16}[dtype]
+            A = torch.randn(M, K, device="cuda", dtype=tdt)
+            B = torch.randn(K, N, device="cuda", dtype=tdt)
         first = k(A, B).clone()
         C = torch.empty_like(first)
         differ = 0

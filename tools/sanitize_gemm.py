@@ -20,7 +20,11 @@ HOPPER = [(dict(dtype="f16", out_dtype="f16"), (133, 270, 45), 0.0, None),
           (dict(dtype="f16", out_dtype="f16"), (70, 131, 40), 0.0, 133),
           (dict(dtype="f16", out_dtype="f16", persistent=False), (200, 300, 130), 0.0, None),
           (dict(dtype="bf16", out_dtype="bf16", epilogue=tilegen.Epilogue("col", "gelu_tanh", True)), (260, 300, 70),
-           0.0, None)]
+           0.0, None),
+          (dict(dtype="bf16", out_dtype="bf16", cluster=(2, 1)), (300, 520, 200), 0.0, None),      # TMA multicast
+          (dict(dtype="f16", out_dtype="f16", cluster=(1, 2), b_layout="col"), (300, 520, 200), 0.0, None),
+          (dict(dtype="f16", out_dtype="f16", split_k=3, persistent=False), (200, 130, 400), 0.0, None),
+          (dict(dtype="e4m3", out_dtype="bf16"), (260, 300, 300), 0.0, None)]                     # fp8, promoted
 
 
 def hopper() -> int:
