@@ -28,7 +28,7 @@ def main() -> int:
     cases = [("f16", {}, (2048, 2048, 2048)), ("bf16", {}, (1000, 1032, 4104)), ("bf16", {}, (4096, 4096, 1024)),
              ("bf16", {"cluster": (2, 1)}, (1000, 1032, 4104)),                         # TMA multicast
              ("bf16", {"split_k": 4, "persistent": False}, (1000, 1032, 4104)),          # split-K's ordered sum
-             ("e4m3", {"out_dtype": "bf16"}, (1000, 1032, 4104))]                        # fp8, promoted
+             ("e4m3", {"out_dtype": "bf16"}, (1000, 1032, 4112))]    # fp8, promoted (rows of 16-byte multiples)
     for dtype, extra, (M, N, K) in cases:
         k = tilegen.compile(tilegen.GemmSpec(**{"dtype": dtype, "out_dtype": dtype, "instruction": "wgmma", **extra}))
         if dtype == "e4m3":   # K-major operands: B the transpose of a row-major N x K matrix
