@@ -68,24 +68,8 @@ def lower_store(b, ctx, op):
     if not flip:
         low = b.op("cvt.u32.u64", "b32", dst.ptr)
         vec_ok = b.cmp("eq", b.and_(b.op("or.b32", "b32", low, ld_bytes), 2 * osize - 1), 0)
-    coords: dict = {}
-    row_addrs: dict = {}
     bias_cache: dict = {}
-
-    def coord(axis, key):
-        """(value, inside) of a logical row ("r") or column ("c") of the fragment's elements."""
-        if (axis, key) not in coords:
-            origin, step = (op.row0, 16) if axis == "r" else (op.col0, 8)
-            v = b.add(b.add(origin, step * key[0] + key[1]), ctx.lane_term(key[2]))
-            coords[(axis, key)] = (v, b.cmp("lt", v, extent[axis]))
-        return coords[(axis, key)]
-
-    def row_address(tensor, stored_row):
-        """The byte address of a stored row of `tensor` (dst or the residual)."""
-        key = (tensor.name, stored_row)
-        if key not in row_addrs:
-            row_addrs[key] = b.wide_mad(coord(*stored_row)[0], ctx.ld_bytes(tensor), tensor.ptr)
-        return row_addrs[key]
+    coord, row_address = _addressing(b, ctx, op.row0, op.col0, extent)
 
     pairs = _pairs(_elements(frag.map)) if not flip else [(e,) for e in _elements(frag.map)]
     tm, tn = frag.tiles
@@ -132,16 +116,7 @@ def lower_accumulate(b, ctx, op):
     if frag.operand != "C" or frag.reg_type != "f32" or src.dtype.name != "f32" or src.logical != "row":
         raise IRError(f"accumulate adds a row-major f32 tensor into an f32 accumulator, not {src.dtype} "
                       f"{src.logical}-major into {frag.reg_type}")
-    coords: dict = {}
-    rows: dict = {}
-
-    def coord(axis, key):
-        if (axis, key) not in coords:
-            origin, step = (op.row0, 16) if axis == "r" else (op.col0, 8)
-            v = b.add(b.add(origin, step * key[0] + key[1]), ctx.lane_term(key[2]))
-            coords[(axis, key)] = (v, b.cmp("lt", v, src.rows if axis == "r" else src.cols))
-        return coords[(axis, key)]
-
+    coord, row_address = _addressing(b, ctx, op.row0, op.col0, {"r": src.rows, "c": src.cols})
     tm, tn = frag.tiles
     for i in range(tm):
         for j in range(tn):
@@ -149,12 +124,33 @@ def lower_accumulate(b, ctx, op):
             for r, e, ((br, bc), deltas) in _elements(frag.map):
                 rkey = ("r", (i, br, tuple(d[0] for d in deltas)))
                 ckey = ("c", (j, bc, tuple(d[1] for d in deltas)))
-                if rkey not in rows:
-                    rows[rkey] = b.wide_mad(coord(*rkey)[0], ctx.ld_bytes(src), src.ptr)
                 inside = b.pred_and(coord(*rkey)[1], coord(*ckey)[1])
                 reg = frag.regs[(i, j)][r]
-                part = _load_f32(b, rows[rkey], coord(*ckey)[0], src.dtype, inside)
+                part = _load_f32(b, row_address(src, rkey), coord(*ckey)[0], src.dtype, inside)
                 b.emit(Instr("add.f32", (reg,), (reg, part)))
+
+
+def _addressing(b, ctx, row0, col0, extent: dict):
+    """coord(axis, key) -> (value, inside) of a logical row ("r") or column ("c") of a
+    fragment's elements at (row0, col0), checked against extent[axis]; row_address(tensor,
+    stored_row) -> the byte address of that row of `tensor`. Each computed once."""
+    coords: dict = {}
+    rows: dict = {}
+
+    def coord(axis, key):
+        if (axis, key) not in coords:
+            origin, step = (row0, 16) if axis == "r" else (col0, 8)
+            v = b.add(b.add(origin, step * key[0] + key[1]), ctx.lane_term(key[2]))
+            coords[(axis, key)] = (v, b.cmp("lt", v, extent[axis]))
+        return coords[(axis, key)]
+
+    def row_address(tensor, stored_row):
+        key = (tensor.name, stored_row)
+        if key not in rows:
+            rows[key] = b.wide_mad(coord(*stored_row)[0], ctx.ld_bytes(tensor), tensor.ptr)
+        return rows[key]
+
+    return coord, row_address
 
 
 def _store_pair(b, places, vec_ok, out):
