@@ -236,7 +236,15 @@ def test_fp8_front_door_on_the_emulator():
     assert C2.dtype == ml_dtypes.bfloat16
     assert np.max(np.abs(C2.astype(np.float64) - 0.25 * ref)) <= 2 ** -8 * np.max(np.abs(0.25 * ref))
     assert "e4m3 operands" in tilegen.matmul.explain(A, W.T).reason
-    with pytest.raises(tilegen.LaunchError, match="per-tensor scale"):
+    sa, sb = rng.uniform(0.5, 2, 70).astype(np.float32), rng.uniform(0.5, 2, 90).astype(np.float32)
+    C3 = tilegen.matmul(A, W.T, scale_a=sa, scale_b=sb, out_dtype="f32", device="sim")   # per row / per column
+    want = ref * sa[:, None] * sb[None, :]
+    assert np.max(np.abs(C3 - want)) <= 1e-5 * np.max(np.abs(want))
+    c = tilegen.matmul.explain(A, W.T, scale_a=sa, scale_b=sb)
+    assert c.spec.epilogue.scale_rows and c.spec.epilogue.scale_cols
+    C4 = tilegen.matmul(A, W.T, scale_a=2.0, scale_b=sb, out_dtype="f32", device="sim")   # mixed kinds
+    assert np.max(np.abs(C4 - 2.0 * ref * sb[None, :])) <= 1e-5 * np.max(np.abs(2.0 * ref * sb[None, :]))
+    with pytest.raises(tilegen.LaunchError, match="scale_a has 3 elements"):
         tilegen.matmul(A, W.T, scale_a=np.ones(3, np.float32), device="sim")
     with pytest.raises(tilegen.LaunchError, match="out_dtype='int8'"):
         tilegen.matmul(A, W.T, out_dtype="int8", device="sim")

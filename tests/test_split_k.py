@@ -77,3 +77,36 @@ def test_split_k_spec_rules():
     s = tilegen.GemmSpec(dtype="f16", instruction="wgmma", split_k=2)   # persistent left to its default
     assert not s.persistent and s.copy == "tma" and s.store == "direct"
     assert tilegen.GemmSpec.from_text(s.to_text()) == s
+
+
+@pytest.mark.parametrize("kw, shape", [
+    (dict(dtype="e4m3", out_dtype="bf16", instruction="wgmma",
+          epilogue=tilegen.Epilogue(scale_rows=True, scale_cols=True)), (130, 260, 300)),   # the TMA-store epilogue
+    (dict(dtype="e4m3", out_dtype="f32", instruction="wgmma",
+          epilogue=tilegen.Epilogue(scale_cols=True, bias="col", activation="relu")), (70, 100, 200)),
+    (dict(dtype="f16", out_dtype="f32", target="sm_90", epilogue=tilegen.Epilogue(scale_rows=True)), (70, 90, 64)),
+    (dict(dtype="e4m3", out_dtype="f32", target="sm_89", split_k=2,
+          epilogue=tilegen.Epilogue(scale_rows=True, scale_cols=True)), (33, 40, 300)),   # after split-K's sum
+])
+def test_row_and_column_scales_on_the_emulator(kw, shape):
+    """Epilogue(scale_rows=, scale_cols=): A @ B's rows times scale_a, columns times scale_b,
+    before alpha, the bias and the activation, on both store paths."""
+    spec = tilegen.GemmSpec(**kw)
+    M, N, K = shape
+    rng = np.random.default_rng(8)
+    dt, od = numpy_dtype(spec.dtype), numpy_dtype(spec.out_dtype)
+    A = rng.standard_normal((M, K)).astype(dt)
+    B = rng.standard_normal((K, N)).astype(dt)
+    B = np.asfortranarray(B) if spec.b_layout == "col" else B
+    sa = rng.uniform(0.5, 2, M).astype(np.float32) if spec.epilogue.scale_rows else None
+    sb = rng.uniform(0.5, 2, N).astype(np.float32) if spec.epilogue.scale_cols else None
+    extra = {"bias": rng.standard_normal(N).astype(od)} if spec.epilogue.bias else {}
+    C = tilegen.compile(spec)(A, B, alpha=0.5, scale_a=sa, scale_b=sb, device="sim", **extra)
+    ref = 0.5 * (A.astype(np.float64) @ B.astype(np.float64))
+    ref = ref * (sa[:, None] if sa is not None else 1) * (sb[None, :] if sb is not None else 1)
+    if extra:
+        ref = np.maximum(ref + extra["bias"][None, :], 0)
+    scale = np.abs(A.astype(np.float64)) @ np.abs(B.astype(np.float64)) * 2   # the scales are at most 2
+    assert np.linalg.norm(C.astype(np.float64) - ref) <= gemm_bound("f16", K, spec.out_dtype) * np.linalg.norm(scale)
+    with pytest.raises(tilegen.LaunchError, match="pass scale_"):
+        tilegen.compile(spec)(A, B, device="sim")

@@ -121,7 +121,13 @@ gemm {
   swizzle = 128B
   group_m = 8
   frag_buffers = 2
-  epilogue { bias = col  activation = gelu_tanh  residual = false }
+  epilogue {
+    bias = col
+    activation = gelu_tanh
+    residual = false
+    scale_rows = false
+    scale_cols = false
+  }
   target = sm_90
 }
 """

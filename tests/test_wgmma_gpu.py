@@ -193,3 +193,27 @@ def test_wgmma_fp8(torch, dtype, out):
         assert err <= bound, f"{dtype} {M}x{N}x{K}: {err:.3g} over {bound:.3g}"
     record("wgmma_fp8", dtype=dtype, out_dtype=out, worst_error_over_bound=worst)
 
+
+
+def test_fp8_matmul_with_row_and_column_scales(torch):
+    """tilegen.matmul on torch float8 tensors laid out as torch._scaled_mm takes them, with
+    per-row scales of A and per-column scales of B (f32 vectors on the GPU), against a float64
+    product and beside torch._scaled_mm's own row-wise result."""
+    gen = torch.Generator(device="cuda").manual_seed(31)
+    for M, N, K in [(1000, 1001, 1024), (4096, 4096, 4096), (257, 300, 4100)]:
+        A = torch.randn(M, K, generator=gen, device="cuda").to(torch.float8_e4m3fn)
+        W = torch.randn(N, K, generator=gen, device="cuda").to(torch.float8_e4m3fn)
+        sa = torch.rand(M, generator=gen, device="cuda") + 0.5
+        sb = torch.rand(N, generator=gen, device="cuda") + 0.5
+        C = torch.full((M, N), float("nan"), device="cuda", dtype=torch.bfloat16)
+        tilegen.matmul(A, W.t(), scale_a=sa, scale_b=sb, out=C)
+        torch.cuda.synchronize()
+        ref = (A.double() @ W.t().double()) * sa.double()[:, None] * sb.double()[None, :]
+        scale = (A.double().abs() @ W.t().double().abs()) * 1.5 * 1.5
+        err = float(((C.double() - ref).abs().max() / scale.max()).item())
+        bound = fp8_wgmma_bound(K, "bf16", 256)
+        assert err <= bound, f"{M}x{N}x{K}: {err:.3g} over {bound:.3g}"
+        if K % 16 == 0:
+            lt = torch._scaled_mm(A, W.t(), scale_a=sa[:, None], scale_b=sb[None, :], out_dtype=torch.bfloat16)
+            err_lt = float(((lt.double() - ref).abs().max() / scale.max()).item())
+            record("fp8_rowwise", shape=[M, N, K], err=err, err_scaled_mm=err_lt)

@@ -78,6 +78,26 @@ def main() -> int:
             row["matmul_spec"] = str(tilegen.matmul.explain(A, B, out=C).spec)
             row["matmul_as_called_tflops"] = flop / events_ms(
                 lambda: tilegen.matmul(A, B, scale_a=sa, scale_b=sb, out=C), reps)["ms"] / 1e9
+            # per row of A / per column of B: tilegen's epilogue against _scaled_mm's row-wise scales
+            va = torch.rand(M, device="cuda") + 0.5
+            vb = torch.rand(N, device="cuda") + 0.5
+            vref = (A.double() @ B.double()) * va.double()[:, None] * vb.double()[None, :]
+            tilegen.matmul(A, B, scale_a=va, scale_b=vb, out=C)
+            torch.cuda.synchronize()
+            row["rowwise_err"] = float(((C.double() - vref).abs().max() / vref.abs().max()).item())
+            row["rowwise_as_called_tflops"] = flop / events_ms(
+                lambda: tilegen.matmul(A, B, scale_a=va, scale_b=vb, out=C), reps)["ms"] / 1e9
+            rk = tilegen.compile(tilegen.GemmSpec(dtype=name, out_dtype="bf16", instruction="wgmma",
+                                                  epilogue=tilegen.Epilogue(scale_rows=True, scale_cols=True)))
+            row["rowwise_kernel_tflops"] = flop / events_ms(lambda: rk(A, B, out=C, scale_a=va, scale_b=vb),
+                                                            reps)["ms"] / 1e9
+            try:
+                lr = lambda: torch._scaled_mm(A, B, scale_a=va[:, None], scale_b=vb[None, :],  # noqa: E731
+                                              out_dtype=torch.bfloat16)
+                row["scaled_mm_rowwise_err"] = float(((lr().double() - vref).abs().max() / vref.abs().max()).item())
+                row["scaled_mm_rowwise_tflops"] = flop / events_ms(lr, reps)["ms"] / 1e9
+            except (RuntimeError, ValueError) as e:
+                row["scaled_mm_rowwise_error"] = str(e)[:200]
             if lt is not None:
                 row["scaled_mm_as_called_tflops"] = flop / events_ms(lt, reps)["ms"] / 1e9
                 for key in (*kernels, "matmul_as_called"):

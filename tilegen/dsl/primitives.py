@@ -456,11 +456,26 @@ def fence_proxy_async():
     tile_op(T.FenceProxyAsync())
 
 
+def scale_vectors(names: tuple, row_scale, col_scale, what: str):
+    """The IR vectors of row_scale (one f32 per row of the output, sized names[0]) and
+    col_scale (per column, names[1]), checked."""
+    out = []
+    for vec, size, which in ((row_scale, names[0], "row_scale"), (col_scale, names[1], "col_scale")):
+        if vec is None:
+            out.append(None)
+            continue
+        if not isinstance(vec, Vector) or vec.size != size or vec.ir.dtype.name != "f32":
+            fail(f"{what}: {which} must be an f32 tilegen.vector of size {size!r}")
+        out.append(vec.ir)
+    return out
+
+
 def store(dst: Block, acc: Fragment, *, alpha: Float = None, beta: Float = None, bias=None,
-          activation: str = "none", residual: Block = None):
-    """dst = act(alpha * acc + beta * dst + bias) + residual for the accumulator's elements
-    inside dst's tensor. bias is a vector whose size names dst's rows (one value per row) or
-    columns (one per column); residual a block of a tensor of dst's shape."""
+          activation: str = "none", residual: Block = None, row_scale=None, col_scale=None):
+    """dst = act(alpha * s_row * s_col * acc + beta * dst + bias) + residual for the
+    accumulator's elements inside dst's tensor. bias is a vector whose size names dst's rows
+    (one value per row) or columns (one per column); residual a block of a tensor of dst's
+    shape; row_scale / col_scale f32 vectors of dst's row / column count."""
     if not isinstance(dst, Block) or not isinstance(acc, Fragment) or acc.operand != "C":
         fail("store(tensor.block(r, c), accumulator fragment)")
     if (alpha is None) != (beta is None):
@@ -484,10 +499,12 @@ def store(dst: Block, acc: Fragment, *, alpha: Float = None, beta: Float = None,
                  f"they must share a layout (one address serves both)")
         if residual.tensor.ir.shape_names != dst.tensor.ir.shape_names:
             fail(f"store: residual has sizes {residual.tensor.ir.shape_names}, the output {dst.tensor.ir.shape_names}")
+    rs, cs = scale_vectors(dst.tensor.ir.shape_names, row_scale, col_scale, "store")
     tile_op(T.StoreFragment(dst.tensor.ir, acc.ir, raw(dst.row), raw(dst.col),
                              alpha.raw if alpha is not None else None, beta.raw if beta is not None else None,
                              bias=bias.ir if bias is not None else None, bias_axis=axis, activation=act,
-                             residual=residual.tensor.ir if residual is not None else None))
+                             residual=residual.tensor.ir if residual is not None else None, row_scale=rs,
+                             col_scale=cs))
 
 
 def accumulate(acc: Fragment, src: Block):

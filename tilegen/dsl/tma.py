@@ -20,7 +20,7 @@ from ..arch.targets import target as _target
 from ..ir import tile as T
 from ..ir.values import Value
 from .objects import Block, Fragment, Stage, Tensor, Vector
-from .primitives import check_stage, tile_op
+from .primitives import check_stage, scale_vectors, tile_op
 from .scalars import Float, Int, raw, wrap
 from .trace import current, fail
 
@@ -204,7 +204,8 @@ def _tma_layout_ok(what: str, tile):
 
 
 def store_stage(dst: Stage, acc: Fragment, row, part: int = 0, parts: int = 1, alpha: Float = None, *,
-                out: Block = None, bias=None, activation: str = "none", residual=None):
+                out: Block = None, bias=None, activation: str = "none", residual=None, row_scale=None,
+                col_scale=None):
     """Write the accumulator's rows row.. (this warp's), converted to dst's dtype, into the
     stage: its columns split in `parts` equal slices, slice `part` (dst holds one slice: its
     columns are the slice's). On the way: act(alpha * acc + bias) + residual, where `out` is
@@ -232,9 +233,9 @@ def store_stage(dst: Stage, acc: Fragment, row, part: int = 0, parts: int = 1, a
     if act is None:
         fail(f"store_stage: activation={activation!r}; allowed: {T.activation_choices()}")
     axis = "col"
-    if bias is not None or residual is not None:
+    if bias is not None or residual is not None or row_scale is not None or col_scale is not None:
         if not isinstance(out, Block) or out.tensor.layout != "row":
-            fail("store_stage: a bias or residual needs out=the row-major tensor's block the slice goes to")
+            fail("store_stage: a bias, residual or scale needs out=the row-major tensor's block the slice goes to")
         names = out.tensor.ir.shape_names
         if bias is not None:
             if not isinstance(bias, Vector) or bias.size not in names:
@@ -244,6 +245,8 @@ def store_stage(dst: Stage, acc: Fragment, row, part: int = 0, parts: int = 1, a
         if residual is not None and (not isinstance(residual, Tensor) or residual.layout != "row"
                                      or residual.ir.shape_names != names):
             fail(f"store_stage: residual must be a row-major tilegen.tensor of sizes {names}")
+    rs, cs = scale_vectors(out.tensor.ir.shape_names, row_scale, col_scale, "store_stage") if out is not None \
+        else (None, None)
     check_stage(dst)
     tile_op(T.StoreStage(tile.ir, raw(dst.index), acc.ir, raw(wrap(row)), part, parts,
                          alpha.raw if alpha is not None else None,
@@ -251,7 +254,7 @@ def store_stage(dst: Stage, acc: Fragment, row, part: int = 0, parts: int = 1, a
                          out_row0=raw(wrap(out.row)) if out is not None else 0,
                          out_col0=raw(wrap(out.col)) if out is not None else 0,
                          bias=bias.ir if bias is not None else None, bias_axis=axis, activation=act,
-                         residual=residual.ir if residual is not None else None))
+                         residual=residual.ir if residual is not None else None, row_scale=rs, col_scale=cs))
 
 
 def tma_store(dst: Block, src: Stage):

@@ -36,7 +36,8 @@ from ..runtime.tensormap import map_cache, tensor_map_bytes
 ALIGN = 16
 _NUMBERS = (float, int)
 _CANONICAL = ("M", "N", "K", "A_ptr", "A_ld", "B_ptr", "B_ld", "C_ptr", "C_ld", "alpha", "beta",
-              "bias_ptr", "R_ptr", "R_ld")
+              "bias_ptr", "R_ptr", "R_ld", "scale_a_ptr", "scale_b_ptr")
+NO_SCALES = (None, None)
 _SPLIT = ("WM", "W_ptr", "W_ld")   # split-K's workspace of f32 partial sums, after the canonical values
 
 
@@ -90,8 +91,12 @@ def _shapes(A, B, out):
     return M, N, K
 
 
-def check_epilogue(spec, bias, residual):
+def check_epilogue(spec, bias, residual, scales=NO_SCALES):
     epi = spec.epilogue
+    for vec, on, name, size in ((scales[0], epi.scale_rows, "scale_a", "M"), (scales[1], epi.scale_cols, "scale_b", "N")):
+        if (vec is None) == on:
+            raise LaunchError(f"this kernel scales by a vector {name} of length {size}: pass {name}=" if on else
+                              f"{name}= (a vector) needs a spec with Epilogue(scale_{'rows' if name == 'scale_a' else 'cols'}=True)")
     if (bias is None) != (epi.bias is None):
         if bias is None:
             raise LaunchError(f"this kernel adds a bias per {epi.bias}: pass bias=")
@@ -103,29 +108,29 @@ def check_epilogue(spec, bias, residual):
 
 
 def run_gemm(kernel, A, B, *, out=None, alpha=1.0, beta=0.0, bias=None, residual=None, device=None,
-             repitch=False):
+             repitch=False, scales=NO_SCALES):
     """The general path (the fast one, FastCall, is tried first by GemmKernel.__call__)."""
     spec = kernel.spec
     try:
         alpha, beta = float(alpha), float(beta)
     except (TypeError, ValueError):
         raise LaunchError(f"alpha and beta must be real numbers, got {alpha!r}, {beta!r}") from None
-    check_epilogue(spec, bias, residual)
+    check_epilogue(spec, bias, residual, scales)
     if device not in (None, "gpu", "cuda", "sim") and not isinstance(device, int):
         raise LaunchError(f"device={device!r}; allowed: None, 'gpu', 'sim' or a GPU index")
     host = all(x is None or _is_host(x) for x in (A, B, out, bias, residual))
     if device == "sim":
         if not host:
             raise LaunchError("device='sim' runs on numpy arrays; pass numpy arrays (or run on the GPU)")
-        return _run_host(kernel, A, B, out, alpha, beta, bias, residual, _SimMemory(explicit=True))
+        return _run_host(kernel, A, B, out, alpha, beta, bias, residual, _SimMemory(explicit=True), scales)
     if host:
         if device is None and not runtime.gpu_available():  # no GPU: the emulator, said plainly
             _say_once("tilegen: no GPU found; GEMMs on numpy arrays run on the CPU emulator (device='sim'), "
                       f"up to about {EMULATOR_LIMIT_S:.0f} s of emulation each (larger ones need device='sim')")
-            return _run_host(kernel, A, B, out, alpha, beta, bias, residual, _SimMemory(explicit=False))
+            return _run_host(kernel, A, B, out, alpha, beta, bias, residual, _SimMemory(explicit=False), scales)
         return _run_host(kernel, A, B, out, alpha, beta, bias, residual,
-                         _GpuMemory(device if isinstance(device, int) else 0))
-    return _run_device(kernel, A, B, out, alpha, beta, bias, residual, repitch)
+                         _GpuMemory(device if isinstance(device, int) else 0), scales)
+    return _run_device(kernel, A, B, out, alpha, beta, bias, residual, repitch, scales)
 
 
 # ---- the fast path ---------------------------------------------------------------------
@@ -148,6 +153,7 @@ class FastCall:
         self.b_row = spec.b_layout == "row"
         self.bias_axis = spec.epilogue.bias
         self.residual = spec.epilogue.residual
+        self.scaled = (spec.epilogue.scale_rows, spec.epilogue.scale_cols)
         self.c_map = _c_map(kernel)   # C's TMA-store map: rows it cannot take go to the direct-store kernel
         # the kernel's parameters, in its order, from the canonical tuple run() builds
         self.split = spec.split_k if spec.split_k > 1 else None
@@ -168,7 +174,7 @@ class FastCall:
         # a loop that calls with arrays of one shape checks them once.
         self._last = None
 
-    def __call__(self, A, B, out, bias, residual, alpha, beta, repitch):
+    def __call__(self, A, B, out, bias, residual, alpha, beta, repitch, scales=NO_SCALES):
         lib = interop.library(A)
         if lib is None or interop.library(B) is not lib:
             return None
@@ -177,24 +183,25 @@ class FastCall:
             if interop.library(out) is not lib:
                 return None
             pc = lib.probe(out)
-        return self.run(lib, lib.probe(A), lib.probe(B), out, pc, bias, residual, alpha, beta, repitch)
+        return self.run(lib, lib.probe(A), lib.probe(B), out, pc, bias, residual, alpha, beta, repitch, scales)
 
-    def run(self, lib, pa, pb, out, pc, bias, residual, alpha, beta, repitch):
+    def run(self, lib, pa, pb, out, pc, bias, residual, alpha, beta, repitch, scales=NO_SCALES):
         last = self._last
-        if last is not None and pc and pa and pb and bias is None and residual is None:
+        if last is not None and pc and pa and pb and bias is None and residual is None and scales is NO_SCALES:
             if (last[0] == (pa[1], pa[2], pa[3], pa[4], pb[1], pb[2], pb[3], pb[4], pc[1], pc[2], pc[3], pc[4])
                     and type(alpha) in _NUMBERS and type(beta) in _NUMBERS
                     and not (pa[0] | pb[0] | pc[0]) % ALIGN):
                 M, N, K, a_ld, b_ld, c_ld, grid = last[1]
                 launcher = self.kernel.launcher(pa[4])
                 if launcher is last[2]:
-                    values = (M, N, K, pa[0], a_ld, pb[0], b_ld, pc[0], c_ld, alpha, beta, 0, 0, 0)
+                    values = (M, N, K, pa[0], a_ld, pb[0], b_ld, pc[0], c_ld, alpha, beta, 0, 0, 0, 0, 0)
                     if self.split:
                         self._split_launch(lib, launcher, grid, values, lib.stream(pa[4]), pa[4])
                     else:
                         launcher(grid, self.arguments(values), lib.stream(pa[4]))
                     return out
-        if (bias is None) != (self.bias_axis is None) or (residual is None) == self.residual:
+        if (bias is None) != (self.bias_axis is None) or (residual is None) == self.residual or \
+                (scales[0] is None) == self.scaled[0] or (scales[1] is None) == self.scaled[1]:
             return None
         if type(alpha) not in _NUMBERS or type(beta) not in _NUMBERS or not pa or not pb:
             return None
@@ -227,7 +234,7 @@ class FastCall:
             return None
         if self.c_map is not None and self.c_map.problem(c_ptr, M, N, c_ld) is not None:
             return self.kernel.direct_store_kernel().fast_call.run(lib, pa, pb, out, pc, bias, residual, alpha, beta,
-                                                                   repitch)
+                                                                   repitch, scales)
         bias_ptr = r_ptr = r_ld = 0
         if bias is not None:
             pv = interop.library(bias) is lib and lib.probe(bias)
@@ -244,6 +251,14 @@ class FastCall:
             if rm is None:
                 return None
             r_ptr, r_ld = pr[PTR], rm[2]
+        s_ptrs = [0, 0]
+        for at, (vec, length) in enumerate(zip(scales, (M, N))):
+            if vec is not None:
+                pv = interop.library(vec) is lib and lib.probe(vec)
+                if (not pv or pv[DTYPE] != "float32" or pv[DEVICE] != device or tuple(pv[SHAPE]) != (length,)
+                        or (length > 1 and pv[STRIDES][0] != 1)):
+                    return None
+                s_ptrs[at] = pv[PTR]
         launcher = self.kernel.launcher(device)
         stream = lib.stream(device)
         keep = None
@@ -256,12 +271,12 @@ class FastCall:
                 b_ptr, b_ld = _repitch(lib, b_ptr, b_ld, (K, N) if self.b_row else (N, K), isz, self.in_dtype,
                                        device, stream, keep)
         grid = self.grid(M, N, K, launcher.sm_count)
-        values = (M, N, K, a_ptr, a_ld, b_ptr, b_ld, c_ptr, c_ld, alpha, beta, bias_ptr, r_ptr, r_ld)
+        values = (M, N, K, a_ptr, a_ld, b_ptr, b_ld, c_ptr, c_ld, alpha, beta, bias_ptr, r_ptr, r_ld, *s_ptrs)
         if self.split:
             self._split_launch(lib, launcher, grid, values, stream, device)
         else:
             launcher(grid, self.arguments(values), stream)
-        if keep is None and bias is None and residual is None and c_ptr % ALIGN == 0:
+        if keep is None and bias is None and residual is None and scales is NO_SCALES and c_ptr % ALIGN == 0:
             self._last = ((pa[1], pa[2], pa[3], pa[4], pb[1], pb[2], pb[3], pb[4], c_shape, c_strides, c_dtype, c_device),
                           (M, N, K, a_ld, b_ld, c_ld, grid), launcher)
         return out
@@ -443,7 +458,7 @@ def _duration(seconds: float) -> str:
     return f"{seconds / 3600:.1f} h"
 
 
-def _run_host(kernel, A, B, out, alpha, beta, bias, residual, memory):
+def _run_host(kernel, A, B, out, alpha, beta, bias, residual, memory, scales=NO_SCALES):
     spec = kernel.spec
     in_dt, out_dt = numpy_dtype(spec.dtype), numpy_dtype(spec.out_dtype)
     _check_host(A, "A", in_dt, spec.dtype)
@@ -477,6 +492,13 @@ def _run_host(kernel, A, B, out, alpha, beta, bias, residual, memory):
             if residual.shape != (M, N):
                 raise LaunchError(f"residual has shape {residual.shape}; expected ({M}, {N})")
             args["R_ptr"], args["R_ld"] = memory.put(np.ascontiguousarray(residual)), N
+        for vec, name, length in ((scales[0], "scale_a", M), (scales[1], "scale_b", N)):
+            if vec is not None:
+                _check_host(vec, name, np.dtype(np.float32), "f32", ndim=1)
+                if vec.shape[0] != length:
+                    raise LaunchError(f"{name} has {vec.shape[0]} elements; it scales each of the {length} "
+                                      f"{'rows' if name == 'scale_a' else 'columns'}")
+                args[f"{name}_ptr"] = memory.put(np.ascontiguousarray(vec))
         memory.launch(kernel, args, {"M": M, "N": N, "K": K})
         memory.get(args["C_ptr"], c_host)
     finally:
@@ -501,7 +523,7 @@ def _aligned(view, stream, keep: list):
     return buf.ptr, ld
 
 
-def _run_device(kernel, A, B, out, alpha, beta, bias, residual, repitch=False):
+def _run_device(kernel, A, B, out, alpha, beta, bias, residual, repitch=False, scales=NO_SCALES):
     spec = kernel.spec
     in_dt, out_dt = numpy_dtype(spec.dtype), numpy_dtype(spec.out_dtype)
     align = None if repitch else ALIGN
@@ -540,6 +562,12 @@ def _run_device(kernel, A, B, out, alpha, beta, bias, residual, repitch=False):
     if residual is not None:
         r = runtime.describe_array(residual, name="residual", dtype=out_dt, shape=(M, N), layout="row")
         args["R_ptr"], args["R_ld"] = r.ptr, r.ld
+    for vec, name, length in ((scales[0], "scale_a", M), (scales[1], "scale_b", N)):
+        if vec is not None:
+            if tuple(getattr(vec, "shape", ())) != (length,):
+                raise LaunchError(f"{name} must have shape ({length},), got {tuple(getattr(vec, 'shape', ()))}")
+            args[f"{name}_ptr"] = runtime.describe_array(vec.reshape(1, length), name=name, dtype=np.float32,
+                                                         shape=(1, length), layout="row").ptr
     try:
         kernel.launch(args, {"M": M, "N": N, "K": K}, stream=stream)
     finally:

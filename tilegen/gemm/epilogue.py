@@ -11,13 +11,15 @@ from __future__ import annotations
 from .. import dsl as tg
 
 
-def store_block(spec, C, acc, row, col, alpha, beta, bias, R):
-    """Store the warp's accumulator at (row, col) of C through the spec's epilogue."""
+def store_block(spec, C, acc, row, col, alpha, beta, bias, R, scales=(None, None)):
+    """Store the warp's accumulator at (row, col) of C through the spec's epilogue (scales: the
+    per-row and per-column f32 vectors, or None)."""
     epi = spec.epilogue
-    if spec.swaps_operands:
-        C, R, row, col = C.T, (R.T if R is not None else None), col, row
+    rows, cols = scales
+    if spec.swaps_operands:   # the accumulator is a block of C^T: its rows are C's columns
+        C, R, row, col, rows, cols = C.T, (R.T if R is not None else None), col, row, cols, rows
     tg.store(C.block(row, col), acc, alpha=alpha, beta=beta, bias=bias, activation=epi.activation,
-             residual=R.block(row, col) if R is not None else None)
+             residual=R.block(row, col) if R is not None else None, row_scale=rows, col_scale=cols)
 
 
 __all__ = ["store_block"]

@@ -5,7 +5,7 @@ from dataclasses import dataclass
 
 from .. import compiler, runtime
 from ..compiler import Kernel
-from .call import FastCall, run_gemm, workspace_rows
+from .call import NO_SCALES, FastCall, run_gemm, workspace_rows
 from .template import trace_gemm, trace_split_k_sum
 
 
@@ -66,8 +66,10 @@ class GemmKernel(Kernel):
         return self._fast
 
     def __call__(self, A, B, *, out=None, alpha: float = 1.0, beta: float = 0.0, bias=None, residual=None,
-                 device=None, repitch: bool = False):
-        """C = act(alpha * A @ B + beta * C + bias) + residual (the epilogue its spec names).
+                 device=None, repitch: bool = False, scale_a=None, scale_b=None):
+        """C = act(alpha * A @ B + beta * C + bias) + residual (the epilogue its spec names; with
+        Epilogue(scale_rows=, scale_cols=) A @ B's rows are multiplied by the f32 vector scale_a,
+        its columns by scale_b).
         A is M x K and B is K x N whatever their memory layout.
 
         numpy arrays in -> a numpy array out (through the GPU, or the CPU emulator with
@@ -78,12 +80,13 @@ class GemmKernel(Kernel):
         out_dtype equal to the inputs'). GPU operands whose rows are not 16-byte aligned are
         refused, or copied into aligned buffers first with repitch=True (tilegen.matmul does
         that)."""
+        scales = NO_SCALES if scale_a is None and scale_b is None else (scale_a, scale_b)
         if device is None:
-            done = (self._fast or self.fast_call)(A, B, out, bias, residual, alpha, beta, repitch)
+            done = (self._fast or self.fast_call)(A, B, out, bias, residual, alpha, beta, repitch, scales)
             if done is not None:
                 return done
         return run_gemm(self, A, B, out=out, alpha=alpha, beta=beta, bias=bias, residual=residual, device=device,
-                        repitch=repitch)
+                        repitch=repitch, scales=scales)
 
 
 def compile_gemm(spec) -> GemmKernel:

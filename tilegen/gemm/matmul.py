@@ -27,7 +27,7 @@ from ..errors import LaunchError
 from ..runtime import interop
 from ..runtime.interop import DEVICE, DTYPE, SHAPE, STRIDES
 from . import tuned
-from .call import refuse_long_emulation
+from .call import NO_SCALES, refuse_long_emulation
 from .kernel import compile_gemm
 from .spec import Epilogue, GemmSpec
 
@@ -143,7 +143,8 @@ def _allow_tf32(allow) -> bool:
     return os.environ.get("TILEGEN_ALLOW_TF32", "") == "1"
 
 
-def explain(A, B, *, bias=None, activation=None, residual=None, out=None, allow_tf32=None, **_ignored) -> Choice:
+def explain(A, B, *, bias=None, activation=None, residual=None, out=None, allow_tf32=None, scale_a=None, scale_b=None,
+            **_ignored) -> Choice:
     """The spec matmul would run for these arguments, and the reason."""
     M, K = _shape(A, "A")
     K2, N = _shape(B, "B")
@@ -183,7 +184,9 @@ def explain(A, B, *, bias=None, activation=None, residual=None, out=None, allow_
         else:
             raise LaunchError(f"bias must be 1-D with N={N} (per column) or M={M} (per row) elements, "
                               f"got shape {tuple(getattr(bias, 'shape', ()))}")
-    epilogue = Epilogue(bias=bias_axis, activation=activation or "none", residual=residual is not None)
+    epilogue = Epilogue(bias=bias_axis, activation=activation or "none", residual=residual is not None,
+                        scale_rows=_vector_scale(scale_a, M, "scale_a") is not None,
+                        scale_cols=_vector_scale(scale_b, N, "scale_b") is not None)
     a_layout, b_layout = _layout(A), _layout(B)
     target = _target()
     if dtype in FP8 and int(target[3:5]) < 89:
@@ -299,7 +302,7 @@ def _store_unchanged() -> bool:
     return True
 
 
-def _fast_matmul(lib, A, B, out, bias, activation, residual, alpha, beta, allow_tf32):
+def _fast_matmul(lib, A, B, out, bias, activation, residual, alpha, beta, allow_tf32, scales=NO_SCALES):
     """matmul for PyTorch / CuPy arrays through the remembered choice; None when the general
     path must run (its first call, or anything unusual)."""
     if interop.library(B) is not lib:
@@ -314,19 +317,20 @@ def _fast_matmul(lib, A, B, out, bias, activation, residual, alpha, beta, allow_
             return None
     tf32 = _allow_tf32(allow_tf32) if pa[DTYPE] == "float32" else None
     exact = (pa[SHAPE], pa[STRIDES], pa[DTYPE], pa[DEVICE], pb[SHAPE], pb[STRIDES], pb[DTYPE],
-             pc[DTYPE] if pc else None, None if bias is None else bias.shape, activation, residual is not None, tf32)
+             pc[DTYPE] if pc else None, None if bias is None else bias.shape, activation, residual is not None, tf32,
+             scales[0] is not None, scales[1] is not None)
     kernel = _exact.get(exact) if _store_unchanged() else None
     if kernel is None:
-        kernel = _choose(lib, A, B, out, pa, pb, pc, bias, activation, residual, tf32)
+        kernel = _choose(lib, A, B, out, pa, pb, pc, bias, activation, residual, tf32, scales)
         if kernel is None:
             return None
         if len(_exact) >= EXACT_MAX:
             _exact.clear()
         _exact[exact] = kernel
-    return kernel.fast_call.run(lib, pa, pb, out, pc, bias, residual, alpha, beta, True)
+    return kernel.fast_call.run(lib, pa, pb, out, pc, bias, residual, alpha, beta, True, scales)
 
 
-def _choose(lib, A, B, out, pa, pb, pc, bias, activation, residual, tf32):
+def _choose(lib, A, B, out, pa, pb, pc, bias, activation, residual, tf32, scales=NO_SCALES):
     """The kernel for these probed arrays: remembered per choice key, else explain's."""
     if len(pa[SHAPE]) != 2 or len(pb[SHAPE]) != 2:
         return None
@@ -339,10 +343,12 @@ def _choose(lib, A, B, out, pa, pb, pc, bias, activation, residual, tf32):
         if axis is None:
             return None
     key = (pa[DTYPE], pb[DTYPE], pc[DTYPE] if pc else None, sa[1] == 1, sa[0] == 1, sb[1] == 1, sb[0] == 1,
-           size_class(M, N, K), axis, activation, residual is not None, pa[DEVICE], tf32)
+           size_class(M, N, K), axis, activation, residual is not None, pa[DEVICE], tf32, scales[0] is not None,
+           scales[1] is not None)
     kernel = _chosen.get(key)
     if kernel is None:
-        choice = explain(A, B, bias=bias, activation=activation, residual=residual, out=out, allow_tf32=tf32)
+        choice = explain(A, B, bias=bias, activation=activation, residual=residual, out=out, allow_tf32=tf32,
+                         scale_a=scales[0], scale_b=scales[1])
         kernel = _chosen[key] = compile_gemm(choice.spec)
     return kernel
 
@@ -353,19 +359,28 @@ def matmul(A, B, *, bias=None, activation=None, residual=None, alpha=1.0, beta=0
     emulator), PyTorch or CuPy arrays; see the module docstring. The result has out's dtype,
     or out_dtype (a torch or numpy dtype, or 'bf16', 'f16', 'f32'), or else the inputs' dtype
     (float32 for float32 inputs, bfloat16 for fp8 ones). fp8 operands (float8_e4m3fn,
-    float8_e5m2) are taken as torch._scaled_mm takes them, A row-major and B column-major,
-    with per-tensor scales scale_a and scale_b (floats or one-element tensors) multiplying alpha."""
-    if scale_a is not None or scale_b is not None:
-        alpha = alpha * _scale(scale_a, "scale_a") * _scale(scale_b, "scale_b")
+    float8_e5m2) are taken as torch._scaled_mm takes them, A row-major and B column-major;
+    scale_a and scale_b are per-tensor (numbers or one-element tensors, multiplying alpha) or
+    per row of A / per column of B (f32 vectors of length M / N, applied in the epilogue)."""
+    scales = NO_SCALES
+    if scale_a is not None or scale_b is not None:   # per-tensor: into alpha; per row / column: the epilogue's
+        rows = int(A.shape[0]) if hasattr(A, "shape") and len(A.shape) == 2 else 0
+        cols = int(B.shape[1]) if hasattr(B, "shape") and len(B.shape) == 2 else 0
+        va, vb = _vector_scale(scale_a, rows, "scale_a"), _vector_scale(scale_b, cols, "scale_b")
+        alpha = alpha * (1.0 if va is not None else _scale(scale_a, "scale_a")) \
+            * (1.0 if vb is not None else _scale(scale_b, "scale_b"))
+        if va is not None or vb is not None:
+            scales = (va, vb)
     if out_dtype is not None and out is None:
         out = _empty_out(A, B, _out_dtype_name(out_dtype))
     if device is None:
         lib = interop.library(A)
         if lib is not None:
-            done = _fast_matmul(lib, A, B, out, bias, activation, residual, alpha, beta, allow_tf32)
+            done = _fast_matmul(lib, A, B, out, bias, activation, residual, alpha, beta, allow_tf32, scales)
             if done is not None:
                 return done
-    choice = explain(A, B, bias=bias, activation=activation, residual=residual, out=out, allow_tf32=allow_tf32)
+    choice = explain(A, B, bias=bias, activation=activation, residual=residual, out=out, allow_tf32=allow_tf32,
+                     scale_a=scales[0], scale_b=scales[1])
     spec = choice.spec
     if device is None and isinstance(A, np.ndarray) and not runtime.gpu_available():
         M, K = A.shape
@@ -374,7 +389,23 @@ def matmul(A, B, *, bias=None, activation=None, residual=None, alpha=1.0, beta=0
         A, B = A.astype(np.float32, copy=False), B.astype(np.float32, copy=False)
     kernel = compile_gemm(spec)
     return kernel(A, B, out=out, alpha=alpha, beta=beta, bias=_as_out_dtype(bias, spec, "bias"),
-                  residual=_as_out_dtype(residual, spec, "residual"), device=device, repitch=True)
+                  residual=_as_out_dtype(residual, spec, "residual"), device=device, repitch=True,
+                  scale_a=scales[0], scale_b=scales[1])
+
+
+def _vector_scale(x, length: int, name: str):
+    """x when it is a per-row / per-column scale (a 1-D array of `length` > 1 elements), else None
+    (a per-tensor one, or none); a 1-D array of another length is refused."""
+    if x is None or isinstance(x, (int, float, np.number)):
+        return None
+    shape = tuple(getattr(x, "shape", ()))
+    if len(shape) == 1 and shape[0] > 1:
+        if shape[0] != length:
+            which = "rows of A (M)" if name == "scale_a" else "columns of B (N)"
+            raise LaunchError(f"{name} has {shape[0]} elements; a per-{'row' if name == 'scale_a' else 'column'} "
+                              f"scale has one for each of the {length} {which} (or pass one number)")
+        return x
+    return None
 
 
 def _scale(x, name: str) -> float:
@@ -388,8 +419,8 @@ def _scale(x, name: str) -> float:
     if n == 1 and not isinstance(x, bool):
         return float(x.reshape(-1)[0]) if hasattr(x, "reshape") else float(x)
     what = f"an array of {n} elements" if isinstance(n, int) else type(x).__name__
-    raise LaunchError(f"{name} must be a number or a one-element array (a per-tensor scale), not {what}; per-row "
-                      f"and per-column scales are not supported yet")
+    raise LaunchError(f"{name} must be a number, a one-element array (a per-tensor scale) or a 1-D f32 vector "
+                      f"(per row of A / per column of B), not {what}")
 
 
 def _out_dtype_name(dt) -> str:

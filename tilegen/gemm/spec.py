@@ -88,13 +88,17 @@ class WarpLayout:
 class Epilogue:
     """What happens between the accumulator and the single store of C.
 
-    C = act(alpha * A @ B + beta * C0 + bias) + residual; alpha and beta are launch
-    arguments. bias: None, "row" (length M) or "col" (length N). activation: none, relu,
-    gelu_tanh, gelu_erf, silu; "gelu" is PyTorch's default GELU and means gelu_erf.
+    C = act(alpha * s_row * s_col * A @ B + beta * C0 + bias) + residual; alpha and beta are
+    launch arguments. bias: None, "row" (length M) or "col" (length N). activation: none, relu,
+    gelu_tanh, gelu_erf, silu; "gelu" is PyTorch's default GELU and means gelu_erf. scale_rows /
+    scale_cols: f32 vectors of length M / N multiplying each row / column of A @ B (the
+    per-row scales of A and per-column scales of B of a scaled fp8 GEMM).
     """
     bias: Optional[str] = None
     activation: str = "none"
     residual: bool = False
+    scale_rows: bool = False
+    scale_cols: bool = False
 
     def __post_init__(self):
         if self.bias not in BIAS:
@@ -103,12 +107,14 @@ class Epilogue:
         if act is None:
             raise SpecError("epilogue.activation", self.activation, activation_choices())
         object.__setattr__(self, "activation", act)
-        if not isinstance(self.residual, bool):
-            raise SpecError("epilogue.residual", self.residual, "True or False")
+        for name in ("residual", "scale_rows", "scale_cols"):
+            if not isinstance(getattr(self, name), bool):
+                raise SpecError(f"epilogue.{name}", getattr(self, name), "True or False")
 
     @property
     def is_plain(self) -> bool:
-        return self.bias is None and self.activation == "none" and not self.residual
+        return (self.bias is None and self.activation == "none" and not self.residual and not self.scale_rows
+                and not self.scale_cols)
 
 
 @dataclass(frozen=True)
@@ -356,7 +362,9 @@ class GemmSpec:
             elif isinstance(v, WarpLayout):
                 v = f"{v.m}x{v.n}"
             elif isinstance(v, Epilogue):
-                v = "plain" if v.is_plain else f"bias={v.bias},act={v.activation},residual={v.residual}"
+                v = "plain" if v.is_plain else (f"bias={v.bias},act={v.activation},residual={v.residual}"
+                                                + (",scale_rows" if v.scale_rows else "")
+                                                + (",scale_cols" if v.scale_cols else ""))
             parts.append(f"{f.name}={v}")
         return "GemmSpec(" + ", ".join(parts) + ")"
 

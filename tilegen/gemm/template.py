@@ -25,7 +25,16 @@ def gemm_kernel_name(spec) -> str:
 
 def _epilogue_suffix(epi) -> str:
     parts = ([f"bias{epi.bias}"] if epi.bias else []) + ([epi.activation] if epi.activation != "none" else [])
-    return "".join("_" + p for p in parts + (["residual"] if epi.residual else []))
+    parts += (["residual"] if epi.residual else []) + (["scalerows"] if epi.scale_rows else []) \
+        + (["scalecols"] if epi.scale_cols else [])
+    return "".join("_" + p for p in parts)
+
+
+def scale_vectors(epi) -> tuple:
+    """The epilogue's f32 scale vectors: per row of C ("scale_a", length M: the scales of A's
+    rows) and per column ("scale_b", length N: those of B's columns), or None."""
+    return (tg.vector("scale_a", "f32", "M") if epi.scale_rows else None,
+            tg.vector("scale_b", "f32", "N") if epi.scale_cols else None)
 
 
 class KSlice:
@@ -81,6 +90,7 @@ def gemm(spec):
     A = tg.tensor("A", spec.dtype, ("M", "K"), layout=spec.a_layout)
     B = tg.tensor("B", spec.dtype, ("K", "N"), layout=spec.b_layout)
     C = alpha = beta = bias = R = None
+    scales = (None, None)
     if spec.split_k == 1:   # (split-K: the second kernel, split_k_sum, has C and the epilogue)
         C = tg.tensor("C", spec.out_dtype, ("M", "N"))
         alpha, beta = tg.scalar("alpha"), tg.scalar("beta")
@@ -88,6 +98,7 @@ def gemm(spec):
         # and a residual of C's shape.
         bias = tg.vector("bias", spec.out_dtype, "N" if epi.bias == "col" else "M") if epi.bias else None
         R = tg.tensor("R", spec.out_dtype, ("M", "N")) if epi.residual else None
+        scales = scale_vectors(epi)
     M, N = A.shape[0], B.shape[1]
 
     pid = tg.program_id()
@@ -115,7 +126,7 @@ def gemm(spec):
     pipe = spec.mainloop.pipeline(spec, A, B, sA, sB, warp, wm, wn)
 
     def store(acc, m0, n0):
-        store_block(spec, C, acc, m0 + wm, n0 + wn, alpha, beta, bias, R)
+        store_block(spec, C, acc, m0 + wm, n0 + wn, alpha, beta, bias, R, scales)
 
     if spec.split_k > 1:
         pipe.prologue(m0, n0)
@@ -140,11 +151,11 @@ def gemm(spec):
         def pair_origin(i):
             m0, n0 = block_origin(spec, cid + i * clusters, M, N)
             return (m0 + rank * spec.tile.m, n0) if cm == 2 else (m0, n0 + rank * spec.tile.n)
-        pipe.run(tg.cdiv(pairs - cid, clusters), pair_origin, store, C, alpha, beta, bias, R)
+        pipe.run(tg.cdiv(pairs - cid, clusters), pair_origin, store, C, alpha, beta, bias, R, scales)
         return
     if spec.warp_specialized:   # a producer role requests them (gemm/mainloops/wgmma.py)
         pipe.run(tg.cdiv(blocks - pid, ctas), lambda i: block_origin(spec, pid + i * ctas, M, N), store, C, alpha, beta,
-                 bias, R)
+                 bias, R, scales)
         return
     pipe.prologue(*block_origin(spec, pid, M, N))
     for i in tg.range(0, tg.cdiv(blocks - pid, ctas)):
@@ -169,6 +180,7 @@ def split_k_sum(spec):
     alpha, beta = tg.scalar("alpha"), tg.scalar("beta")
     bias = tg.vector("bias", spec.out_dtype, "N" if epi.bias == "col" else "M") if epi.bias else None
     R = tg.tensor("R", spec.out_dtype, ("M", "N")) if epi.residual else None
+    scales = scale_vectors(epi)
     M, N = C.shape
     blocks_n = tg.cdiv(N, BN)
     pid = tg.program_id()
@@ -181,7 +193,7 @@ def split_k_sum(spec):
     for s in range(spec.split_k):
         tg.accumulate(acc, W.block(s * rows + m0 + wm, n0 + wn))
     tg.store(C.block(m0 + wm, n0 + wn), acc, alpha=alpha, beta=beta, bias=bias, activation=epi.activation,
-             residual=R.block(m0 + wm, n0 + wn) if R is not None else None)
+             residual=R.block(m0 + wm, n0 + wn) if R is not None else None, row_scale=scales[0], col_scale=scales[1])
 
 
 REDUCE_TILE = (64, 128)     # the sum kernel's block of C: 4 warps of 32 x 64

@@ -87,6 +87,9 @@ def _store(n, t):
         ab += f" activation={n.activation}"
     if n.residual is not None:
         ab += f" residual={n.residual.name}"
+    for vec, which in ((n.row_scale, "row"), (n.col_scale, "col")):
+        if vec is not None:
+            ab += f" scale={vec.name}[{which}]"
     view = "" if any(x is n.dst for x in t.kernel.tensors) else ".T"   # a transposed view
     return f"store {n.dst.name}{view}[{t.val(n.row0)}, {t.val(n.col0)}] <- {t.frag(n.frag)}{ab}"
 

@@ -381,6 +381,8 @@ class StoreFragment(TileOp):
     bias_axis: str = "col"
     activation: str = "none"
     residual: Optional[GlobalTensor] = None
+    row_scale: Optional[GlobalVector] = None   # f32, one per row: frag * row_scale[row] * col_scale[col] first
+    col_scale: Optional[GlobalVector] = None
 
 
 @dataclass(eq=False)
@@ -416,6 +418,8 @@ class StoreStage(TileOp):
     bias_axis: str = "col"
     activation: str = "none"
     residual: Optional[GlobalTensor] = None
+    row_scale: Optional[GlobalVector] = None
+    col_scale: Optional[GlobalVector] = None
 
 
 # -- fragment arithmetic: softmax and attention (lowered by ir/lower/elementwise.py) ---------

@@ -436,7 +436,7 @@ class WarpSpecializedPipeline(TmaPipeline):
         tg.arrive(self.empty[stage], one_per="warpgroup")
         tg.arrive(self.empty[stage], cta=self.peer, one_per="warpgroup")
 
-    def run(self, blocks, origin, store, C, alpha, beta, bias=None, R=None):
+    def run(self, blocks, origin, store, C, alpha, beta, bias=None, R=None, scales=(None, None)):
         """Walk `blocks` blocks of C (block i at origin(i) -> (m0, n0)), storing each
         accumulator with store(acc, m0, n0), or with store="tma" and beta == 0 through shared
         memory and TMA stores (store_through_shared)."""
@@ -465,13 +465,13 @@ class WarpSpecializedPipeline(TmaPipeline):
                     store(acc, m0, n0)
                     continue
                 with tg.if_(tg.is_zero(beta)):   # C is not read: out through shared memory
-                    self.store_through_shared(acc, C, sC, parts, m0, n0, alpha, bias, R)
+                    self.store_through_shared(acc, C, sC, parts, m0, n0, alpha, bias, R, scales)
                 with tg.else_():
                     store(acc, m0, n0)
             if staged:
                 tg.tma_store_wait(0)                 # the last stores have read sC
 
-    def store_through_shared(self, acc, C, sC, parts, m0, n0, alpha, bias=None, R=None):
+    def store_through_shared(self, acc, C, sC, parts, m0, n0, alpha, bias=None, R=None, scales=(None, None)):
         """The block of C in `parts` column slices (an even number), alternating between the two
         buffers of sC: each slice written by every math thread (through the spec's fused
         epilogue), then stored by one thread with TMA while the next slice fills the other
@@ -482,7 +482,8 @@ class WarpSpecializedPipeline(TmaPipeline):
             tg.tma_store_wait(1)                     # the storing thread: the store two slices back read buf
             tg.barrier()                             # ... as every math thread now knows
             tg.store_stage(sC[buf], acc, self.wm, part=p, parts=parts, alpha=alpha, out=C.block(m0, n0 + p * cols),
-                           bias=bias, activation=self.spec.epilogue.activation, residual=R)
+                           bias=bias, activation=self.spec.epilogue.activation, residual=R,
+                           row_scale=scales[0], col_scale=scales[1])
             tg.fence_proxy_async()                   # visible to TMA's reads (the async proxy)
             tg.barrier()                             # ... from every math thread
             tg.tma_store(C.block(m0, n0 + p * cols), sC[buf])

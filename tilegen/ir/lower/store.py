@@ -87,6 +87,13 @@ def lower_store(b, ctx, op):
                     inside = b.pred_and(coord(*rkey)[1], coord(*ckey)[1])
                     addr = b.wide_mad(col, osize, row_base)
                     value = _accumulator_value(b, frag, frag.regs[(i, j)][r], e)
+                    for vec, along in ((op.row_scale, rkey), (op.col_scale, ckey)):
+                        if vec is not None:
+                            key = (vec.name, along)
+                            if key not in bias_cache:
+                                index, ok = coord(*along)
+                                bias_cache[key] = _load_f32(b, vec.ptr, index, vec.dtype, ok)
+                            value = b.op("mul.f32", "f32", value, bias_cache[key])
                     if op.alpha is not None:
                         value = b.op("mul.f32", "f32", value, op.alpha)
                     if use_beta is not None:
@@ -96,7 +103,7 @@ def lower_store(b, ctx, op):
                         if along not in bias_cache:
                             index, ok = coord(*along)
                             bias_cache[along] = _load_f32(b, op.bias.ptr, index, op.bias.dtype, ok)
-                        value = b.op("add.f32", "f32", value, bias_cache[along])
+                        value = b.op("add.f32", "f32", value, bias_cache[along])   # (keys: row/col tuples)
                     value = apply_activation(b, op.activation, value)
                     if op.residual is not None:
                         res = op.residual
@@ -228,7 +235,7 @@ def lower_store_stage(b, ctx, op):
     pairs = _pairs(_elements(frag.map))
     if any(len(g) != 2 for g in pairs):
         raise IRError(f"{frag.name}: its accumulator elements do not come in column pairs")
-    fused = op.bias is not None or op.residual is not None
+    fused = op.bias is not None or op.residual is not None or op.row_scale is not None or op.col_scale is not None
     where: dict = {}
     bias_cache: dict = {}
 
@@ -243,23 +250,30 @@ def lower_store_stage(b, ctx, op):
                 where[(axis, key)] = (v, b.cmp("lt", v, op.out.cols))
         return where[(axis, key)]
 
+    def vector(vec, at):
+        """vec[index] for the row or column `at` ((index, inside)), loaded once per kernel region."""
+        index, ok = at
+        key = (vec.name, id(index))
+        if key not in bias_cache:
+            bias_cache[key] = _load_f32(b, vec.ptr, index, vec.dtype, ok)
+        return bias_cache[key]
+
     def loads(r_at, c_at):
-        """The bias and residual values an element needs, loaded (before any is used: the
-        loads of a chunk of atoms overlap their latency)."""
+        """The scale, bias and residual values an element needs, loaded (before any is used:
+        the loads of a chunk of atoms overlap their latency)."""
         bias = res = None
+        scales = [vector(v, at) for v, at in ((op.row_scale, r_at), (op.col_scale, c_at)) if v is not None]
         if op.bias is not None:
-            index, ok = r_at if op.bias_axis == "row" else c_at
-            key = (op.bias_axis, id(index))
-            if key not in bias_cache:
-                bias_cache[key] = _load_f32(b, op.bias.ptr, index, op.bias.dtype, ok)
-            bias = bias_cache[key]
+            bias = vector(op.bias, r_at if op.bias_axis == "row" else c_at)
         if op.residual is not None:
             inside = b.pred_and(r_at[1], c_at[1])
             row_base = b.wide_mad(r_at[0], ctx.ld_bytes(op.residual), op.residual.ptr)
             res = _load_f32(b, row_base, c_at[0], op.residual.dtype, inside)
-        return bias, res
+        return scales, bias, res
 
-    def finish(value, bias, res):
+    def finish(value, scales, bias, res):
+        for s in scales:
+            value = b.op("mul.f32", "f32", value, s)
         if op.alpha is not None:
             value = b.op("mul.f32", "f32", value, op.alpha)
         if bias is not None:
@@ -294,8 +308,8 @@ def lower_store_stage(b, ctx, op):
                 addr, disp = shared_address(b, ctx, tile, op.stage, row, col)
                 v0 = _accumulator_value(b, frag, frag.regs[(i, j)][r], e)
                 v1 = _accumulator_value(b, frag, frag.regs[(i, j)][r1], e1)
-                (bias0, res0), (bias1, res1) = fetched.get((i, j, r, e), ((None, None), (None, None)))
-                v0, v1 = finish(v0, bias0, res0), finish(v1, bias1, res1)
+                (s0, bias0, res0), (s1, bias1, res1) = fetched.get((i, j, r, e), (([], None, None), ([], None, None)))
+                v0, v1 = finish(v0, s0, bias0, res0), finish(v1, s1, bias1, res1)
                 if out == "f32":
                     b.emit(Instr("st.shared.v2.f32", (), (Addr(addr, disp), Vec((v0, v1)))))
                 else:
