@@ -213,7 +213,7 @@ def test_fp8_matmul_with_row_and_column_scales(torch):
         err = float(((C.double() - ref).abs().max() / scale.max()).item())
         bound = fp8_wgmma_bound(K, "bf16", 256)
         assert err <= bound, f"{M}x{N}x{K}: {err:.3g} over {bound:.3g}"
-        if K % 16 == 0:
+        if M % 16 == 0 and N % 16 == 0 and K % 16 == 0:   # (cuBLASLt's fp8 shapes)
             lt = torch._scaled_mm(A, W.t(), scale_a=sa[:, None], scale_b=sb[None, :], out_dtype=torch.bfloat16)
             err_lt = float(((lt.double() - ref).abs().max() / scale.max()).item())
             record("fp8_rowwise", shape=[M, N, K], err=err, err_scaled_mm=err_lt)
