@@ -250,7 +250,7 @@ def _acc(tg):
     (lambda tg: tg.store_stage(tg.shared("s", "f16", 16, 64)[0], _acc(tg), 0, part=1, parts=3),
      "parts must divide the accumulator's 8 atom columns"),
     (lambda tg: tg.store_stage(tg.shared("s", "f16", 16, 64)[0], _acc(tg), 0, bias=tg.vector("b", "f16", "N")),
-     "a bias or residual needs out="),
+     "a bias, residual or scale needs out="),
     (lambda tg: tg.tma_store_wait(-1), "the number of groups left pending must be an int >= 0"),
 ])
 def test_bad_tma_store_use_is_refused(body, says):
