@@ -347,7 +347,8 @@ def load(frag: Fragment, src: Stage, row, col, comment: str = "", round: bool = 
         fail("load(fragment, tile.stage(s), row, col)")
     if frag.operand == "C":
         fail("accumulator fragments are not loaded from shared memory")
-    tile_dt, want = src.tile.ir.dtype.name, frag.atom.a_type.name
+    tile_dt = src.tile.ir.dtype.name
+    want = (frag.atom.a_type if frag.operand == "A" else frag.atom.b_type).name   # (mixed fp8 atoms differ)
     if tile_dt != want and not (want == "tf32" and tile_dt == "f32"):  # tf32 is stored as f32
         fail(f"load: fragment of {want} from a {tile_dt} tile")
     k_major = (frag.operand == "A") == (src.tile.logical == "row")

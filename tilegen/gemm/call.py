@@ -147,6 +147,7 @@ class FastCall:
         spec = kernel.spec
         self.kernel = kernel
         self.in_dtype = arch_dtype(spec.dtype).storage
+        self.b_dtype = arch_dtype(spec.b_dtype).storage   # (a mixed fp8 pair: B's own)
         self.out_dtype = arch_dtype(spec.out_dtype).storage
         self.in_size = arch_dtype(spec.dtype).bytes
         self.a_row = spec.a_layout == "row"
@@ -207,7 +208,7 @@ class FastCall:
             return None
         a_ptr, a_shape, a_strides, a_dtype, device = pa
         b_ptr, b_shape, b_strides, b_dtype, b_device = pb
-        if a_dtype != self.in_dtype or b_dtype != self.in_dtype or b_device != device:
+        if a_dtype != self.in_dtype or b_dtype != self.b_dtype or b_device != device:
             return None
         a, b = _matrix(a_shape, a_strides, self.a_row), _matrix(b_shape, b_strides, self.b_row)
         if a is None or b is None or a[1] != b[0]:
@@ -462,7 +463,7 @@ def _run_host(kernel, A, B, out, alpha, beta, bias, residual, memory, scales=NO_
     spec = kernel.spec
     in_dt, out_dt = numpy_dtype(spec.dtype), numpy_dtype(spec.out_dtype)
     _check_host(A, "A", in_dt, spec.dtype)
-    _check_host(B, "B", in_dt, spec.dtype)
+    _check_host(B, "B", numpy_dtype(spec.b_dtype), spec.b_dtype)
     if out is not None:
         _check_host(out, "out", out_dt, spec.out_dtype)
         if not out.flags.writeable:
@@ -529,7 +530,7 @@ def _run_device(kernel, A, B, out, alpha, beta, bias, residual, repitch=False, s
     align = None if repitch else ALIGN
     a = runtime.describe_array(A, name="A", dtype=in_dt, shape=None, layout=spec.a_layout, writable=False,
                                align=align)
-    b = runtime.describe_array(B, name="B", dtype=in_dt, shape=None, layout=spec.b_layout, writable=False,
+    b = runtime.describe_array(B, name="B", dtype=numpy_dtype(spec.b_dtype), shape=None, layout=spec.b_layout, writable=False,
                                align=align)
     M, K = a.rows, a.cols
     if b.rows != K:

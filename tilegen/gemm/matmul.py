@@ -151,8 +151,9 @@ def explain(A, B, *, bias=None, activation=None, residual=None, out=None, allow_
     if K != K2:
         raise LaunchError(f"A is {M} x {K} but B is {K2} x {N}: inner dimensions differ")
     a_name, b_name = _dtype_name(A), _dtype_name(B)
-    if a_name != b_name:
-        raise LaunchError(f"A is {a_name} and B is {b_name}; matmul takes two arrays of one dtype")
+    mixed_fp8 = a_name != b_name and _DTYPES.get(a_name) in FP8 and _DTYPES.get(b_name) in FP8
+    if a_name != b_name and not mixed_fp8:
+        raise LaunchError(f"A is {a_name} and B is {b_name}; matmul takes two arrays of one dtype (or two fp8 ones)")
     if a_name not in _DTYPES:
         raise LaunchError(f"matmul takes float16, bfloat16, float32, float8_e4m3fn or float8_e5m2 arrays, not {a_name}")
     why = []
@@ -195,6 +196,9 @@ def explain(A, B, *, bias=None, activation=None, residual=None, out=None, allow_
         target = "sm_89"   # the emulator: the fp8 mma.sync kernel
     base = dict(dtype=dtype, out_dtype=out_dtype, a_layout=a_layout, b_layout=b_layout, epilogue=epilogue,
                 target=target)
+    if mixed_fp8:   # e4m3 x e5m2 or the reverse: the atom names B's type
+        base["atom"] = f"m16n8k32.{dtype}.{_DTYPES[b_name]}.f32"
+        why.append(f"B is {_DTYPES[b_name]}: a mixed fp8 pair")
     tuned = _tuned(dtype, a_layout, b_layout, M, N, K, out_dtype)
     # fp8 on Hopper: the wgmma kernel at every size past SMALL (mma.sync fp8 ran 0.2-0.4x torch._scaled_mm)
     preset = PRESETS.get((target, dtype)) if is_large(M, N) or (dtype in FP8 and min(M, N) > SMALL) else None
@@ -207,7 +211,7 @@ def explain(A, B, *, bias=None, activation=None, residual=None, out=None, allow_
         why.append(f"the autotuner's {tuned.instruction} spec skipped for the faster {wgmma} kernel")
         tuned = None
     if tuned is not None:
-        spec = tuned.replace(epilogue=epilogue, out_dtype=out_dtype)
+        spec = tuned.replace(epilogue=epilogue, out_dtype=out_dtype, **({"atom": base["atom"]} if mixed_fp8 else {}))
         why.append("tile from the autotuner's cache for this GPU and shape bucket")
     elif preset is not None:
         spec = GemmSpec(**{**base, **preset})

@@ -259,6 +259,11 @@ class GemmSpec:
         return _dtypes.dtype(self.dtype)
 
     @property
+    def b_dtype(self) -> str:
+        """B's operand dtype: the spec's, or the atom's B type for a mixed fp8 pair (e4m3 x e5m2)."""
+        return self.mma.b_type.name if self.dtype in ("e4m3", "e5m2") else self.dtype
+
+    @property
     def mma_dtype(self) -> str:
         """What the tensor cores see: f32 operands run as three tf32 products (3xTF32)."""
         return "tf32" if self.dtype == "f32" else self.dtype

@@ -18,7 +18,8 @@ def gemm_kernel_name(spec) -> str:
             + ("_tmastore" if spec.store == "tma" else "")
             + (f"_cluster{spec.cluster[0]}x{spec.cluster[1]}" if spec.cluster != (1, 1) else "")
             + (f"_splitk{spec.split_k}" if spec.split_k > 1 else "") + (f"_promote{spec.promote}" if spec.promote else ""))
-    return (f"tilegen_gemm{kind}_{spec.dtype}_{spec.a_layout[0]}{spec.b_layout[0]}_{spec.out_dtype}_"
+    dtypes = spec.dtype if spec.b_dtype == spec.dtype else f"{spec.dtype}x{spec.b_dtype}"
+    return (f"tilegen_gemm{kind}_{dtypes}_{spec.a_layout[0]}{spec.b_layout[0]}_{spec.out_dtype}_"
             f"{t.m}x{t.n}x{t.k}_w{w.m}x{w.n}_s{spec.stages}_{spec.swizzle}_fb{spec.frag_buffers}"
             + _epilogue_suffix(spec.epilogue))
 
@@ -88,7 +89,7 @@ def gemm(spec):
     tg.launch(threads=spec.threads, grid=launch_grid(spec), cluster=(spec.cluster[0] * spec.cluster[1], 1, 1))
     epi = spec.epilogue
     A = tg.tensor("A", spec.dtype, ("M", "K"), layout=spec.a_layout)
-    B = tg.tensor("B", spec.dtype, ("K", "N"), layout=spec.b_layout)
+    B = tg.tensor("B", spec.b_dtype, ("K", "N"), layout=spec.b_layout)   # (a mixed fp8 pair: the atom's B type)
     C = alpha = beta = bias = R = None
     scales = (None, None)
     if spec.split_k == 1:   # (split-K: the second kernel, split_k_sum, has C and the epilogue)
@@ -115,7 +116,7 @@ def gemm(spec):
     # Stages keep the tensors' memory order unless the family transposes an operand while
     # copying it (spec.stage_layout); layouts are the spec's swizzle, or padded rows for
     # 32-bit operands read with single loads (gemm/layouts.py).
-    sA, sB = (tg.shared(f"s{op}", spec.dtype, *spec.operand_tile(op), stages=spec.stages,
+    sA, sB = (tg.shared(f"s{op}", spec.dtype if op == "A" else spec.b_dtype, *spec.operand_tile(op), stages=spec.stages,
                         swizzle=operand_mode(spec, op)[0], pad=operand_mode(spec, op)[1],
                         logical=spec.stage_layout(op)) for op in "AB")
     # Warps are laid out M-fastest: warp w owns rows (w % warps.m) and columns (w // warps.m);

@@ -182,9 +182,6 @@ class WgmmaLoop(MainLoop):
         if spec.dtype not in W.K_BY_DTYPE or spec.acc_dtype != "f32":
             raise SpecError("dtype", spec.dtype, ", ".join(W.K_BY_DTYPE),
                             "wgmma kernels take f16, bf16, tf32, e4m3 or e5m2 operands and accumulate in f32")
-        if spec.dtype in W.FP8 and spec.mma.b_type.name != spec.dtype:
-            raise SpecError("atom", spec.atom, f"m16n8k32.{spec.dtype}.f32",
-                            "the wgmma kernel takes A and B of one fp8 type here (e4m3 x e4m3 or e5m2 x e5m2)")
         if spec.frag_buffers != 1:
             raise SpecError("frag_buffers", spec.frag_buffers, "1",
                             "wgmma reads its operands from shared memory: there are no fragments to double-buffer")
