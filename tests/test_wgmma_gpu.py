@@ -217,3 +217,21 @@ def test_fp8_matmul_with_row_and_column_scales(torch):
             lt = torch._scaled_mm(A, W.t(), scale_a=sa[:, None], scale_b=sb[None, :], out_dtype=torch.bfloat16)
             err_lt = float(((lt.double() - ref).abs().max() / scale.max()).item())
             record("fp8_rowwise", shape=[M, N, K], err=err, err_scaled_mm=err_lt)
+
+
+@pytest.mark.parametrize("a, b", [("e4m3", "e5m2"), ("e5m2", "e4m3")])
+def test_mixed_fp8_pairs(torch, a, b):
+    """e4m3 x e5m2 through tilegen.matmul (the wgmma kernel with the atom naming B's type)."""
+    tdt = {"e4m3": torch.float8_e4m3fn, "e5m2": torch.float8_e5m2}
+    gen = torch.Generator(device="cuda").manual_seed(41)
+    for M, N, K in [(1000, 1001, 1024), (2048, 2048, 4096)]:
+        A = torch.randn(M, K, generator=gen, device="cuda").to(tdt[a])
+        W = torch.randn(N, K, generator=gen, device="cuda").to(tdt[b])
+        C = torch.full((M, N), float("nan"), device="cuda", dtype=torch.float32)
+        tilegen.matmul(A, W.t(), out=C)
+        torch.cuda.synchronize()
+        assert tilegen.matmul.explain(A, W.t(), out=C).spec.b_dtype == b
+        ref = A.double() @ W.t().double()
+        scale = (A.double().abs() @ W.t().double().abs()).max()
+        err = float(((C.double() - ref).abs().max() / scale).item())
+        assert err <= fp8_wgmma_bound(K, "f32", 256), f"{a} x {b} {M}x{N}x{K}: {err:.3g}"
