@@ -66,7 +66,7 @@ def test_device_target_is_the_default_and_overrides_win():
 
 
 @pytest.mark.parametrize("items, match", [
-    (["tiles=1,2,3"], r"'tiles' is not a GemmSpec field.*keys: acc_dtype, atom, copy, frag_buffers, group_m"),
+    (["tiles=1,2,3"], r"'tiles' is not a GemmSpec field.*keys: acc_dtype, atom, cluster, copy, frag_buffers, group_m"),
     (["stages"], "write KEY=VALUE"),
     (["stages=four"], "stages takes an integer"),
     (["stages=0"], "stages must be positive"),
@@ -168,3 +168,10 @@ def test_wgmma_overrides_take_the_arch_specific_target():
         O.parse_spec_overrides(["persistent=maybe"])
     with pytest.raises(O.OptionError, match="sm_90a"):   # wgmma on an older GPU: the spec's own message
         O.check_overrides(["f16"], [("row", "row")], "sm_80", {"instruction": "wgmma", "target": "sm_80"})
+
+
+def test_spec_overrides_take_the_hopper_knobs():
+    got = O.parse_spec_overrides(["cluster=2,1", "split_k=2", "promote=4"])
+    assert got == {"cluster": (2, 1), "split_k": 2, "promote": 4}
+    spec = O.make_spec("e4m3", "row", "col", "sm_90", {"instruction": "wgmma", "promote": 4})
+    assert (spec.target, spec.promote, spec.out_dtype) == ("sm_90a", 4, "bf16")

@@ -53,9 +53,9 @@ def layout_code(a_layout: str, b_layout: str) -> str:
 
 # GemmSpec fields the bench lets --spec set, and how to read each value. dtype and the
 # layouts come from --dtype and --layout; epilogues are benchmarked elsewhere.
-_INT_FIELDS = ("stages", "group_m", "frag_buffers")
+_INT_FIELDS = ("stages", "group_m", "frag_buffers", "split_k", "promote")
 _STR_FIELDS = ("acc_dtype", "out_dtype", "atom", "swizzle", "target", "instruction", "copy", "store")
-_TUPLE_FIELDS = {"tile": 3, "warps": 2}
+_TUPLE_FIELDS = {"tile": 3, "warps": 2, "cluster": 2}
 _BOOL_FIELDS = ("persistent",)
 _OWN_OPTION = {"dtype": "--dtype", "a_layout": "--layout", "b_layout": "--layout"}
 
