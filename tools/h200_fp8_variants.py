@@ -3,9 +3,17 @@
 
     python3 tools/h200_fp8_variants.py
 """
-import torch, tilegen
-sys.path.insert(0, __import__("os").path.dirname(__import__("os").path.abspath(__file__)))
-from gpu_timing import events_ms
+import os
+import statistics
+import sys
+
+import torch
+
+import tilegen
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from gpu_timing import events_ms  # noqa: E402
+
 V = {"p2 s4 (default)": {}, "p2 s5": {"stages": 5}, "p2 s6": {"stages": 6}, "p2 cluster2x1": {"cluster": (2, 1)},
      "p2 cluster1x2": {"cluster": (1, 2)}, "p2 g16": {"group_m": 16}, "p4 s5": {"promote": 4, "stages": 5},
      "p2 128x192": {"tile": (128, 192, 128)}}
