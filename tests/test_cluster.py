@@ -3,40 +3,23 @@ tma_load(multicast=, part=, parts=) and cluster_sync; their PTX; the grid in who
 and the emulator running a cluster's CTAs side by side, with the protocol mistakes of a
 multicasting pipeline planted one at a time into ladder step 9."""
 import copy
-import importlib.util
-import sys
-import types
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 import tilegen
 import tilegen.dsl as tg
+from ladder_util import common, planted
 from ptxas_util import assert_assembles, needs_ptxas
 from tilegen.errors import DSLError
 from tilegen.ir.grid import LaunchGrid, SM_COUNT, Size
 from tilegen.sim import SimError
 
-LADDER = Path(__file__).resolve().parent.parent / "examples" / "hopper_ladder"
-SOURCE = (LADDER / "step9_cluster.py").read_text()
-if str(LADDER) not in sys.path:
-    sys.path.insert(0, str(LADDER))
-_spec = importlib.util.spec_from_file_location("tilegen_ladder_common_cluster", LADDER / "common.py")
-common = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(common)
 
 
 def step9_with(*edits):
     """Ladder step 9's kernel with each (old, new) of `edits` replaced in its source."""
-    text = SOURCE
-    for old, new in edits:
-        assert old in text, old
-        text = text.replace(old, new)
-    module = types.ModuleType("step9_planted")
-    module.__file__ = "step9_planted.py"
-    exec(compile(text.replace('if __name__ == "__main__":', "if False:"), "step9_planted.py", "exec"), module.__dict__)
-    return tilegen.compile(module.step9, target="sm_90a")
+    return planted("step9_cluster", "step9", *edits)
 
 
 @pytest.fixture(scope="module")

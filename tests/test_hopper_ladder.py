@@ -1,36 +1,24 @@
 """examples/hopper_ladder: every step's kernel against float64 numpy on the emulator (ragged
 shapes where the step takes them), its command line, and ptxas on each kernel; on the GPU
 (marked gpu) each step at a larger ragged shape."""
-import importlib.util
 import subprocess
 import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 import tilegen
 from gpu_util import requires_gpu
+from ladder_util import LADDER, common, load
 from ptxas_util import assert_assembles, needs_ptxas
 
-LADDER = Path(__file__).resolve().parent.parent / "examples" / "hopper_ladder"
 STEPS = {"step1_one_tile": "step1", "step2_k_loop": "step2", "step3_grid": "step3", "step4_tma": "step4",
          "step5_pipeline": "step5", "step6_warp_specialized": "step6", "step7_persistent": "step7",
          "step8_tma_store": "step8", "step9_cluster": "step9"}
 OUT = {"step8_tma_store": np.float16}   # C's dtype where it is not f32
 
 
-def _load(name):
-    if str(LADDER) not in sys.path:
-        sys.path.insert(0, str(LADDER))
-    spec = importlib.util.spec_from_file_location(f"tilegen_ladder_{name}", LADDER / f"{name}.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-common = _load("common")
-KERNELS = {name: getattr(_load(name), fn) for name, fn in STEPS.items()}
+KERNELS = {name: getattr(load(name), fn) for name, fn in STEPS.items()}
 # (M, N, K) per step on the emulator: one tile for steps 1-2, ragged grids from step 3 on
 SHAPES = {"step1_one_tile": [(64, 128, 64), (40, 100, 48)], "step2_k_loop": [(64, 128, 200), (17, 33, 65)],
           "step3_grid": [(130, 260, 70)], "step4_tma": [(130, 260, 200), (1, 1, 1)],

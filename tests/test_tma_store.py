@@ -2,35 +2,22 @@
 planted one at a time (each caught by the emulator), and the GEMM's store="tma" kernels on
 the emulator (every out dtype, both operand dtypes, layouts, alpha and beta, ragged shapes,
 outputs whose rows TMA cannot take) and on the GPU."""
-import importlib.util
-import sys
 import types
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 import tilegen
 from gpu_util import requires_gpu
+from ladder_util import common, planted
 from ptxas_util import assert_assembles, needs_ptxas
 from tilegen.arch.dtypes import numpy_dtype
 from tilegen.sim import SimError
 
-LADDER = Path(__file__).resolve().parent.parent / "examples" / "hopper_ladder"
-SOURCE = (LADDER / "step8_tma_store.py").read_text()
-if str(LADDER) not in sys.path:
-    sys.path.insert(0, str(LADDER))
-_spec = importlib.util.spec_from_file_location("tilegen_ladder_common_store", LADDER / "common.py")
-common = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(common)
 
 
 def step8_with(old: str = "", new: str = "", **constants):
-    assert old in SOURCE, old
-    module = types.ModuleType("step8_planted")
-    text = SOURCE.replace(old, new, 1).replace('if __name__ == "__main__":', "if False:")
-    exec(compile(text, "step8_planted.py", "exec"), module.__dict__)
-    return tilegen.compile(module.step8, target="sm_90a", **constants)
+    return planted("step8_tma_store", "step8", (old, new), **constants)
 
 
 @pytest.mark.parametrize("constants", [{}, {"buffers": 2, "parts": 4}])

@@ -1,35 +1,19 @@
 """Warp roles (warp specialization): the DSL's tilegen.role, its refusals, setmaxnreg, and
 the emulator running roles side by side (one program counter per group of warps), with the
 protocol mistakes of a producer / consumer pipeline planted one at a time into ladder step 6."""
-import importlib.util
-import sys
-import types
-from pathlib import Path
-
 import pytest
 
 import tilegen
 import tilegen.dsl as tg
+from ladder_util import common, planted
 from ptxas_util import assert_assembles, needs_ptxas
 from tilegen.sim import SimError
 
-LADDER = Path(__file__).resolve().parent.parent / "examples" / "hopper_ladder"
-SOURCE = (LADDER / "step6_warp_specialized.py").read_text()
-if str(LADDER) not in sys.path:
-    sys.path.insert(0, str(LADDER))
-_spec = importlib.util.spec_from_file_location("tilegen_ladder_common_roles", LADDER / "common.py")
-common = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(common)
 
 
 def step6_with(old: str = "", new: str = ""):
     """Ladder step 6's kernel with `old` replaced by `new` in its source."""
-    assert old in SOURCE, old
-    module = types.ModuleType("step6_planted")
-    module.__file__ = "step6_planted.py"
-    text = SOURCE.replace(old, new).replace('if __name__ == "__main__":', "if False:")
-    exec(compile(text, "step6_planted.py", "exec"), module.__dict__)
-    return tilegen.compile(module.step6, target="sm_90a")
+    return planted("step6_warp_specialized", "step6", (old, new))
 
 
 @pytest.fixture(scope="module")
@@ -165,13 +149,10 @@ def test_registers_need_sm90a():
 def test_single_thread_ops_use_the_roles_first_thread():
     """The producer as the last warpgroup (warps 8-11; warp 8 loops): its copies and arrivals
     come from thread 256, the role's first thread (thread 0 is a consumer and never runs them)."""
-    text = (SOURCE.replace('warps=(0, 4)', 'warps=(8, 12)').replace('warps=(4, 12)', 'warps=(0, 8)')
-            .replace("tg.lt(tg.warp_id(), 1)", "tg.lt(tg.warp_id(), 9)")
-            .replace("((tg.warp_id() >> 2) - 1) * 64", "(tg.warp_id() >> 2) * 64")
-            .replace("(tg.warp_id() - 4) * 16", "tg.warp_id() * 16"))
-    module = types.ModuleType("step6_last")
-    exec(compile(text.replace('if __name__ == "__main__":', "if False:"), "step6_last.py", "exec"), module.__dict__)
-    kernel = tilegen.compile(module.step6, target="sm_90a")
+    kernel = planted("step6_warp_specialized", "step6", ('warps=(0, 4)', 'warps=(8, 12)'),
+                     ('warps=(4, 12)', 'warps=(0, 8)'), ("tg.lt(tg.warp_id(), 1)", "tg.lt(tg.warp_id(), 9)"),
+                     ("((tg.warp_id() >> 2) - 1) * 64", "(tg.warp_id() >> 2) * 64"),
+                     ("(tg.warp_id() - 4) * 16", "tg.warp_id() * 16"))
     assert "setp.eq.u32 %p" in kernel.ptx and ", 256;" in kernel.ptx
     err, bound, _ = common.check(kernel, 130, 260, 64 * 5 + 1, device="sim", seed=4)
     assert err <= bound

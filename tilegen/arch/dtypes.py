@@ -42,6 +42,8 @@ DTYPES: dict[str, DType] = {
     )
 }
 
+FP8 = tuple(n for n, d in DTYPES.items() if d.bits == 8)   # e4m3, e5m2
+
 
 def dtype(name: str | DType) -> DType:
     """Look up a dtype by name; KeyError-free: raises ValueError listing the legal names."""

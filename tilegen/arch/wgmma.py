@@ -35,13 +35,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .dtypes import FP8   # (A and B may mix these two)
 from .swizzle import SWIZZLE_MODES
 
 WARPGROUP = 4          # warps
 M = 64                 # rows of A per instruction
 K_BY_DTYPE = {"f16": 16, "bf16": 16, "tf32": 8, "e4m3": 32, "e5m2": 32}
 TRANSPOSABLE = ("f16", "bf16")   # dtypes whose operands may be MN-major
-FP8 = ("e4m3", "e5m2")           # A and B may mix these two
 N_RANGE = range(8, 257, 8)
 SWIZZLE_CODE = {"128B": 1, "64B": 2, "32B": 3}
 START_MASK = 0x3FFFF   # the descriptor addresses the 256 KB shared window in 16-byte units

@@ -15,10 +15,9 @@ import os
 
 import numpy as np
 
-FP8 = ("e4m3", "e5m2")   # torch backend only: fp8 tensors and torch._scaled_mm
 
 from .. import runtime
-from ..arch.dtypes import numpy_dtype
+from ..arch.dtypes import FP8, numpy_dtype
 
 
 class Unsupported(RuntimeError):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import fields
 
+from ..arch.dtypes import FP8
 from ..errors import SpecError
 from ..gemm.spec import GemmSpec
 
@@ -123,7 +124,7 @@ def parse_spec_overrides(items) -> dict:
 def make_spec(dtype: str, a_layout: str, b_layout: str, target: str, overrides: dict):
     """The GemmSpec of one bench row; overrides win over the device's target and over the
     output dtype, which is cuBLAS's (the operands' dtype; f32 for tf32) unless given."""
-    out = "f32" if dtype in ("tf32", "f32") else "bf16" if dtype in ("e4m3", "e5m2") else dtype
+    out = "f32" if dtype in ("tf32", "f32") else "bf16" if dtype in FP8 else dtype
     kw = {"target": target, "out_dtype": out, **overrides}
     if overrides.get("instruction") == "wgmma" and "target" not in overrides and target == "sm_90":
         kw["target"] = "sm_90a"  # wgmma exists on the arch-specific Hopper target only

@@ -76,9 +76,6 @@ def mbarrier(name: str, stages: int = 1, arrivals: int = 1) -> MBarrier:
     return MBarrier(ir)
 
 
-ONE_PER = {"warp": 32, "warpgroup": 128}
-
-
 def arrive(bar: BarrierStage, expect_bytes: int = 0, single: bool = False, cta=None, one_per: str = ""):
     """Arrive on bar: every thread that runs this counts one arrival, or with single=True only
     one of them, or with one_per="warp" / "warpgroup" the first thread of each warp or
@@ -87,7 +84,7 @@ def arrive(bar: BarrierStage, expect_bytes: int = 0, single: bool = False, cta=N
     cluster."""
     if not isinstance(bar, BarrierStage):
         fail("arrive(barrier[stage], expect_bytes=0, single=False, cta=None, one_per='')")
-    if one_per and (one_per not in ONE_PER or single):
+    if one_per and (one_per not in T.ONE_PER or single):
         fail(f"arrive: one_per={one_per!r}; allowed: 'warp' or 'warpgroup' (and not with single=True)")
     if not isinstance(expect_bytes, int) or not 0 <= expect_bytes <= MAX_TX_BYTES:
         fail(f"arrive: expect_bytes={expect_bytes!r}; allowed: 0..{MAX_TX_BYTES}")

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from .. import runtime
-from ..arch.dtypes import numpy_dtype
+from ..arch.dtypes import FP8, numpy_dtype
 from ..errors import LaunchError
 from ..runtime import interop
 from ..runtime.interop import DEVICE, DTYPE, SHAPE, STRIDES
@@ -32,7 +32,6 @@ from .kernel import compile_gemm
 from .spec import Epilogue, GemmSpec
 
 _DTYPES = {"float16": "f16", "bfloat16": "bf16", "float32": "f32", "float8_e4m3fn": "e4m3", "float8_e5m2": "e5m2"}
-FP8 = ("e4m3", "e5m2")
 _OUT_NAMES = {"bf16": "bf16", "bfloat16": "bf16", "f16": "f16", "float16": "f16", "half": "f16", "f32": "f32",
               "float32": "f32", "float": "f32"}
 SMALL = 64  # a dimension this small leaves most of a 128-wide tile idle

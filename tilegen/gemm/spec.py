@@ -11,6 +11,7 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Optional, Union
 
 from ..arch import dtypes as _dtypes
+from ..arch.dtypes import FP8
 from ..arch.mma import DEFAULT_ATOM, MMA_ATOMS, MmaAtom, atoms_for
 from ..arch.swizzle import SWIZZLE_MODES
 from ..arch.targets import TARGETS, Target
@@ -197,7 +198,7 @@ class GemmSpec:
         if self.dtype not in OPERAND_DTYPES:
             raise SpecError("dtype", self.dtype, ", ".join(OPERAND_DTYPES))
         if self.b_layout is None:  # fp8 has no transposing load: its B must be K-major
-            set_("b_layout", "col" if self.dtype in ("e4m3", "e5m2") else "row")
+            set_("b_layout", "col" if self.dtype in FP8 else "row")
         if self.instruction not in MAINLOOPS:
             raise SpecError("instruction", self.instruction, ", ".join(INSTRUCTIONS))
         family = MAINLOOPS[self.instruction]
@@ -237,7 +238,7 @@ class GemmSpec:
         if self.copy == "auto":
             set_("copy", family.default_copy(self))
         if self.promote is None:
-            set_("promote", FP8_PROMOTE if self.instruction == "wgmma" and self.dtype in ("e4m3", "e5m2") else 0)
+            set_("promote", FP8_PROMOTE if self.instruction == "wgmma" and self.dtype in FP8 else 0)
         elif isinstance(self.promote, bool):
             set_("promote", int(self.promote))
         if self.store == "auto":
@@ -261,7 +262,7 @@ class GemmSpec:
     @property
     def b_dtype(self) -> str:
         """B's operand dtype: the spec's, or the atom's B type for a mixed fp8 pair (e4m3 x e5m2)."""
-        return self.mma.b_type.name if self.dtype in ("e4m3", "e5m2") else self.dtype
+        return self.mma.b_type.name if self.dtype in FP8 else self.dtype
 
     @property
     def mma_dtype(self) -> str:
@@ -432,7 +433,7 @@ class GemmSpec:
                             "split-K runs one CTA per block and slice of K: give persistent=False")
         if not isinstance(self.promote, int) or not 0 <= self.promote <= MAX_PROMOTE:
             raise SpecError("promote", self.promote, f"0..{MAX_PROMOTE} (k-tiles per promotion; 0: never)")
-        if self.promote and not (self.instruction == "wgmma" and self.dtype in ("e4m3", "e5m2") and self.warp_specialized):
+        if self.promote and not (self.instruction == "wgmma" and self.dtype in FP8 and self.warp_specialized):
             raise SpecError("promote", self.promote, "False for this kernel",
                             "promotion is built for fp8 on the warp-specialized wgmma kernel")
         if self.cluster not in CLUSTERS:

@@ -279,7 +279,7 @@ def _tma_load(n, ev, st):
 
 def _arrive(n, ev, st):
     ph = st.phase(_barrier_key(ev, n))
-    ph.arrivals += 1 if n.single else st.threads // {"warp": 32, "warpgroup": 128}.get(n.one_per, 1)
+    ph.arrivals += 1 if n.single else st.threads // T.ONE_PER.get(n.one_per, 1)
     ph.expected += n.expect_bytes
     # what this thread read before arriving is released to whoever waits for the phase
     ph.released.update(st.read_since_barrier)

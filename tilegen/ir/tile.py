@@ -315,6 +315,10 @@ class SetMaxRegisters(TileOp):
 
 
 # -- TMA and mbarriers (sm_90): ir/lower/tma.py, ir/lower/mbarrier.py -------------------------
+# MBarrierArrive.one_per: the units of which one thread (the first) arrives, and their threads
+ONE_PER = {"warp": 32, "warpgroup": 128}
+
+
 @dataclass(eq=False)
 class MBarrierArrive(TileOp):
     """Arrive on stage `stage` of `bar`: every thread that runs it, or with `single` one
@@ -326,7 +330,7 @@ class MBarrierArrive(TileOp):
     expect_bytes: int = 0
     single: bool = False
     cta: object = None   # the cluster rank (Value or int) whose barrier it is; None: this CTA's
-    one_per: str = ""    # "warp" / "warpgroup": one thread of each (its first) arrives
+    one_per: str = ""    # a key of ONE_PER: one thread of each warp / warpgroup (its first) arrives
 
 
 @dataclass(eq=False)

@@ -192,18 +192,25 @@ def _arrive(ins, ctx, expect: bool):
         tx = per_thread(nbytes(), n)[tids] if expect else None
         ctx.progress += 1
         for i, (off, t) in enumerate(zip(offs.tolist(), tids.tolist())):
-            bar = state(ins, ctx, off, t)
-            ctx.shadow.release(t, (ctx.rank, off, bar.phase))
-            if expect:
-                bar.tx += int(tx[i])
-            if bar.pending == 0:
-                ctx.fail(ins, f"arrives on {name_of(ctx, off)} whose phase {bar.phase} already has all its "
-                              f"{bar.count} arrivals", kind="mbarrier", tid=t)
-            bar.pending -= 1
-            bar.arrived.add(t)
-            if bar.complete_if_done(ctx):
-                _no_copies_left_over(ins, ctx, off, t)
+            _count_arrival(ins, ctx, ctx, ctx.rank, off, state(ins, ctx, off, t), t, int(tx[i]) if expect else 0)
     return run
+
+
+def _count_arrival(ins, ctx, dest, rank: int, off: int, bar, t: int, tx: int = 0):
+    """Thread t of ctx arrives on `bar` (offset off of CTA `dest`, of cluster rank `rank`),
+    announcing tx bytes: it releases what it did so far; the phase completes once every
+    arrival came and every byte landed."""
+    ctx.shadow.release(t, (rank, off, bar.phase))
+    bar.tx += tx
+    if bar.pending == 0:
+        where = "" if dest is ctx else f" of CTA rank {rank}"
+        ctx.fail(ins, f"arrives on {name_of(dest, off)}{where} whose phase {bar.phase} already has all its "
+                      f"{bar.count} arrivals", kind="mbarrier", tid=t)
+    bar.pending -= 1
+    if dest is ctx:
+        bar.arrived.add(t)
+    if bar.complete_if_done(dest):
+        _no_copies_left_over(ins, dest, off, t)
 
 
 def _no_copies_left_over(ins, ctx, off, tid):
@@ -291,16 +298,8 @@ def _remote_arrive(ins, ctx):
             if bar is None:
                 ctx.fail(ins, f"arrives on {name_of(dest, off)} of CTA rank {rank} before that CTA initialised it "
                               f"(a cluster barrier after mbarrier.init orders the two)", kind="mbarrier", tid=t)
-            ctx.shadow.release(t, (rank, off, bar.phase))
-            if bar.pending == 0:
-                ctx.fail(ins, f"arrives on {name_of(dest, off)} of CTA rank {rank} whose phase {bar.phase} already has "
-                              f"all its {bar.count} arrivals", kind="mbarrier", tid=t)
-            bar.pending -= 1
-            if dest is ctx:
-                bar.arrived.add(t)
             dest.progress += 1
-            if bar.complete_if_done(dest):
-                _no_copies_left_over(ins, dest, off, t)
+            _count_arrival(ins, ctx, dest, rank, off, bar, t)
     return run
 
 

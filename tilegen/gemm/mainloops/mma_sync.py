@@ -13,6 +13,7 @@ f32 operands (3xTF32) keep a low part beside each fragment: A@B ~ Ahi@Bhi + Ahi@
 from __future__ import annotations
 
 from ... import dsl as tg
+from ...arch.dtypes import FP8
 from .base import MainLoop
 
 # Defaults per operand dtype: tiles give 64 x 64 warp tiles with 2 x 2 warps and k-tiles whose
@@ -28,7 +29,7 @@ class MmaSyncLoop(MainLoop):
     default_stages = 3
 
     def default_target(self, dtype: str) -> str:
-        return "sm_89" if dtype in ("e4m3", "e5m2") else "sm_80"
+        return "sm_89" if dtype in FP8 else "sm_80"
 
     def default_tile_warps(self, dtype: str, b_layout: str) -> tuple:
         return DEFAULT_TILE[dtype], DEFAULT_WARPS

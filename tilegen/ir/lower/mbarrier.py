@@ -8,6 +8,7 @@ completes.
 """
 from __future__ import annotations
 
+from .. import tile as T
 from ..instr import Instr, SpinWait
 from ..values import Addr, Imm, Sym, Value
 from .smem import value_key
@@ -38,7 +39,7 @@ def first_of_each(ctx, unit: str):
     """A predicate true on the first thread of each warp ("warp") or warpgroup ("warpgroup")."""
     key = ("first-of-each", unit)
     if key not in ctx.addresses:
-        size = {"warp": 32, "warpgroup": 128}[unit]
+        size = T.ONE_PER[unit]
         ctx.addresses[key] = ctx.pro.cmp("eq", ctx.pro.op("and.b32", "b32", ctx.tid, size - 1, hint=f"in_{unit}"), 0)
     return ctx.addresses[key]
 
