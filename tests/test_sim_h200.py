@@ -1,6 +1,6 @@
 """The fragment probes recorded on an H200 (tests/data/fragments_h200.json), rerun on the
-emulator: every mma atom and ldmatrix/stmatrix variant must give the words the hardware
-gave, bit for bit. This checks the emulator's tensor-core semantics against the machine,
+emulator: every mma atom, ldmatrix/stmatrix variant and wgmma case must give the words
+the hardware gave, bit for bit. This checks the emulator's tensor-core semantics against the machine,
 independently of both sets of tables."""
 import json
 from pathlib import Path
@@ -30,7 +30,7 @@ def test_emulator_reproduces_the_h200(probe):
     out = np.full(built.out_shape, POISON, dtype=np.uint32)
     args[params[-1]] = mem.alloc(out.nbytes)
     mem.write(args[params[-1]], out)
-    launch(built.ptx, (1, 1, 1), 32, args, memory=mem, entry=built.entry)
+    launch(built.ptx, (1, 1, 1), built.threads, args, memory=mem, entry=built.entry)
     got = mem.read(args[params[-1]], out.nbytes, np.uint32).reshape(built.out_shape)
     want = np.asarray(probe["out"], dtype=np.uint32)
     bad = np.argwhere(got != want)

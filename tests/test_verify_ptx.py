@@ -15,7 +15,7 @@ from tilegen.verify.ptx import probe_target
 PTXAS = shutil.which("ptxas")
 needs_ptxas = pytest.mark.skipif(PTXAS is None, reason="ptxas not installed")
 PROBES = build_probes()
-ARCHS = {"sm_80": 80, "sm_86": 86, "sm_89": 89, "sm_90": 90}
+ARCHS = {"sm_80": 80, "sm_86": 86, "sm_89": 89, "sm_90": 90, "sm_90a": 90}
 
 
 def assemble(ptx: str, arch: str) -> subprocess.CompletedProcess:
@@ -23,7 +23,8 @@ def assemble(ptx: str, arch: str) -> subprocess.CompletedProcess:
                           capture_output=True, text=True)
 
 
-CASES = [(p, a) for p in PROBES for a, sm in ARCHS.items() if sm >= p.min_sm]
+CASES = [(p, a) for p in PROBES for a, sm in ARCHS.items()
+         if sm >= p.min_sm and (p.target != "sm_90a" or a == "sm_90a")]  # wgmma: sm_90a only
 
 
 @needs_ptxas
@@ -34,8 +35,15 @@ def test_probe_assembles(probe, arch):
 
 
 def test_each_target_is_covered():
-    assert {p.target for p in PROBES} == {"sm_80", "sm_89", "sm_90"}
-    assert {a for _, a in CASES} >= {"sm_80", "sm_89", "sm_90"}
+    assert {p.target for p in PROBES} == {"sm_80", "sm_89", "sm_90", "sm_90a"}
+    assert {a for _, a in CASES} >= {"sm_80", "sm_89", "sm_90", "sm_90a"}
+
+
+@needs_ptxas
+def test_wgmma_probe_is_refused_on_plain_sm_90():
+    probe = next(p for p in PROBES if p.kind == "wgmma")
+    r = assemble(probe.ptx.replace(".target sm_90a", ".target sm_90"), "sm_90")
+    assert r.returncode != 0 and "sm_90" in r.stderr
 
 
 @needs_ptxas
@@ -48,12 +56,16 @@ def test_fp8_probe_is_refused_below_sm_89():
 @pytest.mark.parametrize("probe", PROBES, ids=[p.name for p in PROBES])
 def test_probe_header_and_spelling(probe):
     lines = probe.ptx.splitlines()
-    features = {"mma": ["mma.fp8" if probe.op.min_sm == 89 else "mma"],
+    features = {"mma": ["mma.fp8" if probe.op.min_sm == 89 else "mma"], "wgmma": ["wgmma"],
                 "ldmatrix": ["ldmatrix"], "stmatrix": ["stmatrix"]}[probe.kind]
     major, minor = ptx_version_for(probe.target, features)
     assert lines[:3] == [f".version {major}.{minor}", f".target {probe.target}", ".address_size 64"]
-    assert probe.target == {80: "sm_80", 75: "sm_80", 89: "sm_89", 90: "sm_90"}[probe.op.min_sm]
-    assert probe.ptx.count(probe.op.instruction + " ") == 1
+    if probe.kind == "wgmma":
+        assert probe.target == "sm_90a" and probe.threads == 128
+        assert probe.ptx.count(probe.op.instruction + " ") == probe.op.steps  # one per k-step
+    else:
+        assert probe.target == {80: "sm_80", 75: "sm_80", 89: "sm_89", 90: "sm_90"}[probe.op.min_sm]
+        assert probe.ptx.count(probe.op.instruction + " ") == 1
     assert re.search(rf"\.visible \.entry {probe.entry}\(", probe.ptx)
     assert probe.ptx.isascii()
 

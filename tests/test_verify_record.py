@@ -14,7 +14,9 @@ import numpy as np
 import pytest
 
 from tilegen.arch import LDMATRIX, MMA_ATOMS, FragmentMap
-from tilegen.verify.fragments import (RECORD_FORMAT, all_ops, build_probes, compare_with_record,
+from tilegen.arch import wgmma as arch_wgmma
+from tilegen.verify import expect
+from tilegen.verify.fragments import (RECORD_FORMAT, WGMMA_CASES, all_ops, build_probes, compare_with_record,
                                       load_record, write_record)
 
 H200_RECORD = os.path.join(os.path.dirname(__file__), "data", "fragments_h200.json")
@@ -139,7 +141,46 @@ def hw_stmatrix(op, inp):
     return [[r[2 * w] | r[2 * w + 1] << 16 for w in range(4)] for r in shared]
 
 
-HW = {"mma": hw_mma, "ldmatrix": hw_ldmatrix, "stmatrix": hw_stmatrix}
+def hw_wgmma(case, inp):
+    """6.3: descriptor fields by bit position; the canonical layouts in 16-byte units: a
+    K-major row of 8 x 16 B chunks per 8-row atom, chunk ^= row-in-atom (128B), the low two
+    (64B) or one (32B) bit of it; MN-major: panels of span bytes along MN, 8 K-rows per atom.
+    6.2: thread 32w + l, register i holds D[16w + l/4 + 8((i>>1)&1), 8(i>>2) + 2(l%4) + (i&1)]."""
+    image = np.asarray(inp["shared"], dtype=np.uint32).view(np.uint8)
+    es = {"f16": 2, "bf16": 2, "tf32": 4, "e4m3": 1, "e5m2": 1}[case.shape.dtype]
+    span = {1: 128, 2: 64, 3: 32}
+    n, k = case.shape.n, case.shape.k
+    D = np.zeros((64, n))
+    for step in inp["desc"]:
+        mats = []
+        for lo, hi, rows, k_major, name in ((step[0], step[1], 64, case.a_k_major, case.shape.dtype),
+                                           (step[2], step[3], n, case.b_k_major,
+                                            case.shape.b_dtype or case.shape.dtype)):
+            start, lbo, sbo, sw = (lo & 0x3FFF) * 16, ((lo >> 16) & 0x3FFF) * 16, (hi & 0x3FFF) * 16, hi >> 30
+            S = span[sw]
+            M = np.zeros((rows, k))
+            for r in range(rows):
+                for c in range(k):
+                    if k_major:
+                        a = start + (r // 8) * sbo + (r % 8) * S + c * es
+                    else:
+                        per = S // es
+                        a = start + (r // per) * lbo + (c // 8) * sbo + (c % 8) * S + (r % per) * es
+                    chunk, atom_row = (a >> 4) & (S // 16 - 1), (a >> 7) & (S // 16 - 1)
+                    a = (a & ~((S // 16 - 1) << 4)) | ((chunk ^ atom_row) << 4)
+                    raw = int.from_bytes(bytes(image[a:a + es]), "little")
+                    M[r, c] = value(raw, name)
+            mats.append(M)
+        D += mats[0] @ mats[1].T
+    out = []
+    for t in range(128):
+        w, l = t // 32, t % 32
+        out.append([bits_of(D[16 * w + l // 4 + 8 * ((i >> 1) & 1), 8 * (i >> 2) + 2 * (l % 4) + (i & 1)], "f32")
+                    for i in range(n // 2)])
+    return out
+
+
+HW = {"mma": hw_mma, "ldmatrix": hw_ldmatrix, "stmatrix": hw_stmatrix, "wgmma": hw_wgmma}
 
 
 def synthetic_record():
@@ -160,7 +201,11 @@ def record():
 
 def test_record_covers_every_probe(record):
     assert {p["name"] for p in record["probes"]} == set(all_ops())
-    assert len(record["probes"]) == len(MMA_ATOMS) + 12
+    assert len(record["probes"]) == len(MMA_ATOMS) + 12 + len(WGMMA_CASES)
+    wgmma = [p for p in record["probes"] if p["kind"] == "wgmma"]
+    assert {p["instruction"].split(".")[-1] for p in wgmma} == {"f16", "bf16", "tf32", "e4m3", "e5m2"}
+    assert {p["name"].split(".")[-2] for p in wgmma} == {"128B", "64B", "32B"}
+    assert {p["name"].split(".")[-1] for p in wgmma} == {"kk", "km", "mk", "mm"}
 
 
 def test_tables_match_the_isa_model(record):
@@ -210,6 +255,43 @@ def test_wrong_ldmatrix_table_is_caught(record, monkeypatch):
     op = LDMATRIX[(4, True)]
     monkeypatch.setitem(LDMATRIX, (4, True), dataclasses.replace(op, fragment=LDMATRIX[(4, False)].fragment))
     assert {m.probe for m in compare_with_record(record)} == {"ldmatrix.x4.trans"}
+
+
+WGMMA = set(WGMMA_CASES)
+
+
+def test_wrong_wgmma_accumulator_map_is_caught(record, monkeypatch):
+    right = arch_wgmma.accumulator_coord
+    monkeypatch.setattr(expect, "accumulator_coord", lambda w, l, i: right(w, l ^ 1, i))
+    assert {m.probe for m in compare_with_record(record)} == WGMMA
+
+
+def test_wrong_swizzle_code_is_caught(record, monkeypatch):
+    monkeypatch.setitem(arch_wgmma.SWIZZLE_CODE, "128B", 2)
+    monkeypatch.setitem(arch_wgmma.SWIZZLE_CODE, "64B", 1)
+    found = {m.probe for m in compare_with_record(record)}
+    assert found == {n for n in WGMMA if ".128B." in n or ".64B." in n}
+
+
+def test_wrong_mn_major_panel_offset_is_caught(record, monkeypatch):
+    right = arch_wgmma.Descriptor.address
+
+    def address(self, mn, k, esize, k_major):   # panels along MN read at the wrong distance
+        if k_major:
+            return right(self, mn, k, esize, k_major)
+        return right(arch_wgmma.Descriptor(self.start, self.leading + 16 * (self.leading > 0), self.stride,
+                                           self.mode), mn, k, esize, k_major)
+    monkeypatch.setattr(arch_wgmma.Descriptor, "address", address)
+    found = {m.probe for m in compare_with_record(record)}
+    # one MN-major panel along MN in the 128B/64B probes whose MN fits one panel: unaffected
+    assert found == {"wgmma.m64n16k16.f16.32B.mm", "wgmma.m64n32k16.f16.64B.mm"}
+
+
+def test_changed_descriptor_word_is_caught(record):
+    bad = copy.deepcopy(record)
+    probe = next(p for p in bad["probes"] if p["name"] == "wgmma.m64n32k8.tf32.128B.kk")
+    probe["inputs"]["desc"][1][2] += 2   # step 1: B's start address 32 bytes on
+    assert {m.probe for m in compare_with_record(bad)} == {"wgmma.m64n32k8.tf32.128B.kk"}
 
 
 def test_errored_or_unknown_probes_are_reported(record):

@@ -33,12 +33,12 @@ def test_all_probes_pass_and_record_is_written(monkeypatch, tmp_path):
     path = tmp_path / "rec.json"
     report = fragments.verify_fragments(record_path=str(path))
     assert report.passed and not report.failures
-    assert [r.status for r in report.results] == ["pass"] * 23
+    assert [r.status for r in report.results] == ["pass"] * (23 + len(fragments.WGMMA_CASES))
     rec = json.loads(path.read_text())
     assert (rec["gpu"], rec["cc"], rec["driver_version"]) == ("Model GPU", [9, 0], "13.0")
     assert all(p["passed"] and "out" in p for p in rec["probes"])
     assert fragments.compare_with_record(rec) == []
-    assert "23 passed, 0 failed, 0 skipped on Model GPU (cc 9.0, CUDA driver 13.0)" in report.table()
+    assert f"{23 + len(fragments.WGMMA_CASES)} passed, 0 failed, 0 skipped on Model GPU (cc 9.0, CUDA driver 13.0)" in report.table()
 
 
 def test_older_gpu_skips_what_it_lacks(monkeypatch):
@@ -46,7 +46,7 @@ def test_older_gpu_skips_what_it_lacks(monkeypatch):
     report = fragments.verify_fragments()
     skipped = {r.name for r in report.results if r.status == "skip"}
     assert skipped == {n for n, (_, op) in fragments.all_ops().items() if op.min_sm > 80}
-    assert len(skipped) == 4 + 6 and report.passed
+    assert len(skipped) == 4 + 6 + len(fragments.WGMMA_CASES) and report.passed
     assert {p["name"] for p in report.record["probes"]}.isdisjoint(skipped)
 
 

@@ -2,7 +2,8 @@
 
 Given the 32-bit words a probe was fed and the words it gave back, these functions decode
 the inputs with the current tables, do the instruction's work in numpy (A @ B + C, or a
-move of 16-bit elements) and compare. They are used on live GPU results and on recorded
+move of 16-bit elements; for wgmma, A and B read from a shared-memory image through the
+descriptors) and compare. They are used on live GPU results and on recorded
 ones alike, so a committed GPU dump keeps guarding the tables on machines without a GPU.
 """
 from __future__ import annotations
@@ -13,6 +14,7 @@ from typing import Optional
 import numpy as np
 
 from ..arch.dtypes import numpy_dtype
+from ..arch.wgmma import Descriptor, accumulator_coord
 
 _UINT = {8: np.uint8, 16: np.uint16, 32: np.uint32}
 
@@ -173,4 +175,38 @@ def check_stmatrix(probe: str, op, inputs: dict, out) -> list[Mismatch]:
     return _compare(probe, got, want, lambda row, word: f"shared row {row} word {word}")
 
 
-CHECKS = {"mma": check_mma, "ldmatrix": check_ldmatrix, "stmatrix": check_stmatrix}
+def check_wgmma(probe: str, case, inputs: dict, out) -> list[Mismatch]:
+    """inputs shared: the image's words, desc: (steps, 4) descriptor words; out: (128, N/2).
+
+    Each step's A (64 x k) and B (N x k) are read from the image where tilegen.arch.wgmma's
+    decoded descriptors say; D = sum over steps of A B^T, placed by the accumulator map.
+    """
+    image = _words(inputs["shared"], (case.image_bytes // 4,)).view(np.uint8)
+    desc = _words(inputs["desc"], (case.steps, 4)).view(np.uint64)
+    k, n, esize = case.shape.k, case.shape.n, case.esize
+    operands = case.operands()
+    d = np.zeros((64, n))
+    for step in range(case.steps):
+        values = []
+        for (_, rows, k_major, dtype, _), word in zip(operands, desc[step]):
+            try:
+                addr = Descriptor.decode(int(word)).address(
+                    np.arange(rows)[:, None], np.arange(k)[None, :], esize, k_major)
+            except ValueError as e:
+                return [Mismatch(probe, f"step {step} descriptor", note=str(e))]
+            if addr.min() < 0 or addr.max() + esize > image.size:
+                return [Mismatch(probe, f"step {step} descriptor", note="addresses outside the image")]
+            raw = image[addr[..., None] + np.arange(esize)].reshape(rows, k * esize)
+            values.append(to_values(raw.view(_UINT[8 * esize]), dtype))
+        d += values[0] @ values[1].T   # exact: small integers
+    warp, lane, reg = np.meshgrid(np.arange(4), np.arange(32), np.arange(n // 2), indexing="ij")
+    row, col = accumulator_coord(warp, lane, reg)
+    want_vals = d[row, col].reshape(128, n // 2)
+    got = _words(out, (128, n // 2))
+    got_vals = to_values(got, "f32")
+    want = pack(from_values(want_vals, "f32")[..., None], 32)
+    return [Mismatch(probe, f"thread {t} reg {r}", int(got[t, r]), int(want[t, r]))
+            for t, r in np.argwhere(got_vals != want_vals)]
+
+
+CHECKS = {"mma": check_mma, "ldmatrix": check_ldmatrix, "stmatrix": check_stmatrix, "wgmma": check_wgmma}

@@ -1,10 +1,13 @@
 """Hardware verification of the fragment maps (`tilegen verify-fragments`).
 
-One probe per mma atom and per ldmatrix/stmatrix variant in tilegen.arch. The host packs
-random inputs into 32-bit words per (lane, register) with the tables, a one-warp kernel
-runs the instruction and dumps every register (or the shared tile), and the host checks
-the words against the tables (tilegen.verify.expect). The record keeps the exact words
-fed and returned, so `compare_with_record` re-checks the tables on any machine.
+One probe per mma atom and per ldmatrix/stmatrix variant in tilegen.arch, and one per
+wgmma case below. The host packs random inputs into 32-bit words per (lane, register)
+with the tables, a one-warp kernel runs the instruction and dumps every register (or the
+shared tile), and the host checks the words against the tables (tilegen.verify.expect).
+A wgmma probe instead places A and B in a shared-memory image where tilegen.arch.wgmma's
+descriptor model says the hardware reads each element, passes the descriptors encoded by
+that module, and one warpgroup dumps the accumulator registers. The record keeps the exact
+words fed and returned, so `compare_with_record` re-checks the tables on any machine.
 
 Limit: an mma probe cannot see a relabelling of k applied identically to A and B (the
 product is unchanged); the ldmatrix/stmatrix probes check element positions directly.
@@ -25,7 +28,9 @@ from datetime import datetime, timezone
 import numpy as np
 
 from .. import runtime
-from ..arch import LDMATRIX, MMA_ATOMS, STMATRIX, MatrixLoad, MmaAtom
+from ..arch import LDMATRIX, MMA_ATOMS, STMATRIX, MatrixLoad, MmaAtom, dtype
+from ..arch.swizzle import SWIZZLE_MODES
+from ..arch.wgmma import Descriptor, WgmmaShape, descriptor_strides, encode_descriptor
 from ..errors import DeviceError
 from ..version import __version__
 from . import ptx as probe_ptx
@@ -37,12 +42,90 @@ SEED = 2024
 
 # ---- which probes exist ----------------------------------------------------------------
 
+@dataclass(frozen=True)
+class WgmmaCase:
+    """One wgmma probe: a shape, the swizzle of both operand tiles and their major-ness.
+
+    K spans one swizzle row (128B: 64 f16 / 32 tf32 / 128 fp8 elements), so the probe
+    issues K / k wgmmas that advance the descriptors' start addresses as a GEMM does.
+    """
+
+    shape: WgmmaShape
+    mode: str                 # "128B", "64B" or "32B"
+    a_k_major: bool = True
+    b_k_major: bool = True
+    min_sm = 90
+
+    @property
+    def name(self) -> str:
+        s = self.shape
+        types = s.dtype + (f".{s.b_dtype}" if s.b_dtype and s.b_dtype != s.dtype else "")
+        major = "".join("k" if km else "m" for km in (self.a_k_major, self.b_k_major))
+        return f"wgmma.m64n{s.n}k{s.k}.{types}.{self.mode}.{major}"
+
+    @property
+    def instruction(self) -> str:
+        return self.shape.instruction()
+
+    @property
+    def esize(self) -> int:
+        return dtype(self.shape.dtype).bytes   # fp8 pairs: both one byte
+
+    @property
+    def k_extent(self) -> int:
+        return SWIZZLE_MODES[self.mode].span // self.esize
+
+    @property
+    def steps(self) -> int:
+        return self.k_extent // self.shape.k
+
+    def operands(self):
+        """(name, rows, k_major, dtype, region start) of A and B in the shared image."""
+        s = self.shape
+        a_bytes = 64 * self.k_extent * self.esize
+        return (("a", 64, self.a_k_major, s.dtype, 0),
+                ("b", s.n, self.b_k_major, s.b_dtype or s.dtype, -(-a_bytes // 1024) * 1024))
+
+    @property
+    def image_bytes(self) -> int:
+        _, rows, _, _, start = self.operands()[1]
+        return start + -(-rows * self.k_extent * self.esize // 1024) * 1024
+
+    def descriptors(self) -> np.ndarray:
+        """(steps, 2 operands) 64-bit descriptors, start addresses relative to the image."""
+        out = np.zeros((self.steps, 2), dtype=np.uint64)
+        for j, (_, _, k_major, _, start) in enumerate(self.operands()):
+            leading, stride = descriptor_strides(self.mode, self.k_extent, k_major)
+            for s in range(self.steps):
+                k0 = s * self.shape.k
+                step = k0 * self.esize if k_major else (k0 // 8) * stride
+                out[s, j] = encode_descriptor(start + step, self.mode, leading, stride)
+        return out
+
+
+def _wgmma_cases() -> list:
+    def case(dtype, n, mode, major="kk", b_dtype=""):
+        return WgmmaCase(WgmmaShape(dtype, n, b_dtype), mode, major[0] == "k", major[1] == "k")
+    cases = [case("f16", 32, mode) for mode in ("128B", "64B", "32B")]
+    cases += [case("f16", 64, "128B", major) for major in ("km", "mk", "mm")]
+    cases += [case("f16", 32, "64B", "mm"), case("f16", 16, "32B", "mm")]
+    cases += [case("bf16", 32, "128B"), case("bf16", 64, "128B", "mm"), case("bf16", 256, "128B")]
+    cases += [case("tf32", 32, mode) for mode in ("128B", "64B", "32B")]
+    cases += [case("e4m3", 32, "128B"), case("e4m3", 32, "32B"), case("e5m2", 32, "128B"),
+              case("e4m3", 32, "128B", b_dtype="e5m2"), case("e5m2", 32, "128B", b_dtype="e4m3")]
+    return cases
+
+
+WGMMA_CASES = {c.name: c for c in _wgmma_cases()}
+
+
 def all_ops() -> dict:
-    """probe name -> (kind, op) for every mma atom and ldmatrix/stmatrix variant."""
+    """probe name -> (kind, op) for every mma atom, ldmatrix/stmatrix variant and wgmma case."""
     ops = {f"mma.{name}": ("mma", atom) for name, atom in MMA_ATOMS.items()}
     for table in (LDMATRIX, STMATRIX):
         for op in table.values():
             ops[op.fragment.name] = (op.op, op)
+    ops.update((name, ("wgmma", case)) for name, case in WGMMA_CASES.items())
     return ops
 
 
@@ -58,6 +141,8 @@ def _select(atoms) -> dict:
             name = f"mma.{a.name}"
         elif isinstance(a, MatrixLoad):
             name = a.fragment.name
+        elif isinstance(a, WgmmaCase):
+            name = a.name
         else:
             name = a if a in ops else f"mma.{a}"
         if name not in ops:
@@ -107,18 +192,35 @@ def matrix_inputs(op, rng) -> dict:
     return {"regs": pack(regs, 16), "offsets": offsets}
 
 
+def wgmma_inputs(case: WgmmaCase, rng) -> dict:
+    """Random small integers for A (64 x K) and B (N x K), each element stored in the image
+    at the byte the descriptor model gives; the descriptors as (steps, 4) words."""
+    image = np.zeros(case.image_bytes, dtype=np.uint8)
+    desc = case.descriptors()
+    for j, (_, rows, k_major, name, _) in enumerate(case.operands()):
+        d = Descriptor.decode(int(desc[0, j]))
+        addr = d.address(np.arange(rows)[:, None], np.arange(case.k_extent)[None, :], case.esize, k_major)
+        raw = from_values(_ints(rng, dtype(name), (rows, case.k_extent)), name)
+        image.reshape(-1)[(addr[..., None] + np.arange(case.esize)).ravel()] = raw.view(np.uint8).ravel()
+    return {"shared": image.view(np.uint32), "desc": desc.view(np.uint32).reshape(case.steps, 4)}
+
+
 # ---- probes ----------------------------------------------------------------------------
 
 @dataclass(frozen=True)
 class Probe:
     name: str
-    kind: str                 # "mma" | "ldmatrix" | "stmatrix"
-    op: object                # MmaAtom or MatrixLoad
+    kind: str                 # "mma" | "ldmatrix" | "stmatrix" | "wgmma"
+    op: object                # MmaAtom, MatrixLoad or WgmmaCase
     target: str
     ptx: str
     entry: str
     inputs: dict              # kernel arguments in order: name -> uint32 array
     out_shape: tuple
+
+    @property
+    def threads(self) -> int:
+        return 128 if self.kind == "wgmma" else 32
 
     @property
     def min_sm(self) -> int:
@@ -138,11 +240,13 @@ def build_probe(name: str, kind: str, op, seed: int = SEED) -> Probe:
         text, inputs, out_shape = probe_ptx.mma_ptx(op, name), mma_inputs(op, rng), (32, op.c.regs)
     elif kind == "ldmatrix":
         text, inputs, out_shape = probe_ptx.ldmatrix_ptx(op, name), matrix_inputs(op, rng), (32, op.num)
+    elif kind == "wgmma":  # the output is the accumulator, per thread of the warpgroup
+        text, inputs, out_shape = probe_ptx.wgmma_ptx(op, name), wgmma_inputs(op, rng), (128, op.shape.acc_regs)
     else:  # stmatrix: the output is the shared tile, 4 words per 16-byte row
         text, inputs = probe_ptx.stmatrix_ptx(op, name), matrix_inputs(op, rng)
         out_shape = (8 * op.num, 4)
-    return Probe(name, kind, op, probe_ptx.probe_target(op.min_sm), text,
-                 probe_ptx.entry_name(name), inputs, out_shape)
+    target = "sm_90a" if kind == "wgmma" else probe_ptx.probe_target(op.min_sm)
+    return Probe(name, kind, op, target, text, probe_ptx.entry_name(name), inputs, out_shape)
 
 
 def build_probes(atoms=None, seed: int = SEED) -> list:
@@ -159,7 +263,7 @@ def run_probe(probe: Probe, device: int = 0) -> np.ndarray:
     out_buf = runtime.DeviceBuffer(out.nbytes, device)
     try:
         out_buf.fill_bytes(0xAB)  # poison: a register never stored reads 0xabababab
-        fn.launch((1, 1, 1), (32, 1, 1), [(b, "ptr") for b in bufs] + [(out_buf, "ptr")])
+        fn.launch((1, 1, 1), (probe.threads, 1, 1), [(b, "ptr") for b in bufs] + [(out_buf, "ptr")])
         runtime.synchronize(device)
         return out_buf.copy_to_host(out)
     finally:

@@ -2,7 +2,9 @@
 
 Each probe reads its inputs as 32-bit words in[lane][reg] (the host packed them from the
 tables in tilegen.arch), runs one mma / ldmatrix / stmatrix, and writes what it got back
-as 32-bit words. Nothing here knows a fragment map: the maps live in the host's packing.
+as 32-bit words. A wgmma probe is one warpgroup: it copies a shared-memory image the host
+laid out, runs wgmmas through descriptors the host encoded, and dumps the accumulator.
+Nothing here knows a fragment map or a descriptor: they live in the host's inputs.
 """
 from __future__ import annotations
 
@@ -28,13 +30,14 @@ def header(target: str, features) -> str:
     return f".version {major}.{minor}\n.target {target}\n.address_size 64\n"
 
 
-def _entry(comment: str, target: str, features, entry: str, params, body, shared=None) -> str:
-    """A one-warp kernel whose .u64 params are global pointers."""
+def _entry(comment: str, target: str, features, entry: str, params, body, shared=None,
+           threads: int = 32, align: int = 16) -> str:
+    """A one-block kernel whose .u64 params are global pointers."""
     plist = ",\n".join(f"    .param .u64 {p}" for p in params)
     lines = [header(target, features), f"// {comment}", f".visible .entry {entry}(",
-             plist, ")", ".reqntid 32, 1, 1", "{"]
+             plist, ")", f".reqntid {threads}, 1, 1", "{"]
     if shared:
-        lines.append(f"    .shared .align 16 .b8 tile[{shared}];")
+        lines.append(f"    .shared .align {align} .b8 tile[{shared}];")
     lines += ["    " + x if x and not x.endswith(":") else x for x in body]
     lines += ["    ret;", "}", ""]
     return "\n".join(lines)
@@ -121,3 +124,40 @@ def stmatrix_ptx(op, name: str) -> str:
              "@%row st.global.v4.b32 [%pout], {%w0, %w1, %w2, %w3};"]
     return _entry(f"fragment probe: {op.instruction}", probe_target(op.min_sm), ["stmatrix"],
                   entry_name(name), ["p_regs", "p_offsets", "p_out"], body, shared=16 * rows)
+
+
+def wgmma_ptx(case, name: str) -> str:
+    """image -> tile (1024-aligned, so the swizzle pattern starts at its base); per step one
+    wgmma on descriptors desc[step] = (A lo, A hi, B lo, B hi) + tile / 16; thread t of the
+    warpgroup writes its accumulator registers to out[t][reg]."""
+    words, steps, regs = case.image_bytes // 4, case.steps, case.shape.acc_regs
+    body = [".reg .b32 %lane, %base, %slot, %w;",
+            ".reg .b64 %off, %pg, %pd, %pout, %tile16;",
+            f".reg .b64 %da<{steps}>, %db<{steps}>;",
+            f".reg .b32 %d<{regs}>;",
+            "mov.u32 %lane, %tid.x;",
+            "mov.u32 %base, tile;",
+            "mad.lo.u32 %slot, %lane, 4, %base;"]
+    body += _row_pointer("%pg", "p_shared", 4)
+    for j in range(words // 128):  # thread t copies words t, t + 128, ...
+        body += [f"ld.global.b32 %w, [%pg+{512 * j}];", f"st.shared.b32 [%slot+{512 * j}], %w;"]
+    body += ["fence.proxy.async.shared::cta;",  # generic writes, read by wgmma's async proxy
+             "bar.sync 0;",
+             "cvt.u64.u32 %tile16, %base;",
+             "shr.u64 %tile16, %tile16, 4;",
+             "ld.param.u64 %pd, [p_desc];",
+             "cvta.to.global.u64 %pd, %pd;"]
+    for s in range(steps):
+        body += [f"ld.global.b64 %da{s}, [%pd+{16 * s}];", f"ld.global.b64 %db{s}, [%pd+{16 * s + 8}];",
+                 f"add.u64 %da{s}, %da{s}, %tile16;", f"add.u64 %db{s}, %db{s}, %tile16;"]
+    trans = ""
+    if case.shape.transposable:
+        trans = f", {0 if case.a_k_major else 1}, {0 if case.b_k_major else 1}"
+    body.append("wgmma.fence.sync.aligned;")
+    for s in range(steps):
+        body.append(f"{case.instruction} {_regs('d', regs)}, %da{s}, %db{s}, {min(s, 1)}, 1, 1{trans};")
+    body += ["wgmma.commit_group.sync.aligned;", "wgmma.wait_group.sync.aligned 0;"]
+    body += _row_pointer("%pout", "p_out", 4 * regs) + _stores("d", "%pout", regs)
+    return _entry(f"fragment probe: {case.instruction}, {case.mode} tiles, {steps} k-steps", "sm_90a",
+                  ["wgmma", "fence.proxy.async"], entry_name(name), ["p_shared", "p_desc", "p_out"], body,
+                  shared=case.image_bytes, threads=128, align=1024)
