@@ -261,6 +261,7 @@ class WgmmaPipeline:
     def __init__(self, spec, A, B, sA, sB, warp, wm, wn):
         self.spec, self.A, self.B, self.sA, self.sB = spec, A, B, sA, sB
         self.wm = wm
+        self.warpgroup = warp >> 2   # among the math warps
         self.S = spec.stages
         self.ahead = self.S - 2
         self.shape = spec.mainloop.shape(spec)
@@ -514,8 +515,12 @@ class WarpSpecializedPipeline(TmaPipeline):
         goes into the f32 `total` and the next k-tile's wgmmas start it from zero. Only after
         wgmma_wait(0): ptxas serialises every wgmma of a kernel that reads an accumulator while
         another wgmma is in flight (measured 0.2x, docs/perf_notes.md section 25). Inside a group
-        of k-tiles one stays in flight as in consume(); the other math warpgroup's wgmmas keep
-        the tensor cores busy while this one adds."""
+        of k-tiles one stays in flight as in consume().
+
+        The math warpgroups' groups are staggered: warpgroup g's first group is (g * promote) //
+        warpgroups k-tiles long, so while one warpgroup drains its wgmmas and adds, the others
+        still have wgmmas in flight and the tensor cores stay busy. No group is longer than
+        `promote` k-tiles, so the error bound is the same."""
         spec, shape, k_tiles, every = self.spec, self.shape, self.k_tiles, self.spec.promote
         tiles = (1, shape.n // spec.mma.n)
         total = tg.fragment(spec.mma, "C", tiles, name="total")
@@ -531,18 +536,28 @@ class WarpSpecializedPipeline(TmaPipeline):
                          accumulate=kk > 0 or not restart)
             tg.wgmma_commit()
 
-        for j in tg.range(tg.cdiv(k_tiles, every)):
-            t0 = j * every
+        def group(t0, length, most):
+            """k-tiles t0 .. t0 + length - 1 (those below k_tiles; length <= most) into acc,
+            then acc into total."""
             k_tile(first + t0, True)
-            for u in range(1, every):   # the group's later k-tiles, those that exist
-                with tg.if_(tg.lt(t0 + u, k_tiles)):
+            for u in range(1, most):
+                inside = tg.lt(t0 + u, k_tiles)
+                with tg.if_(inside if isinstance(length, int) else inside & tg.lt(u, length)):
                     k_tile(first + t0 + u, False)
                     tg.wgmma_wait(1)                 # k-tile t0 + u - 1 retired: release its stage
                     self.release((first + t0 + u - 1) % self.S)
             tg.wgmma_wait(0)
-            last = tg.minimum(t0 + every, k_tiles) - 1
-            self.release((first + last) % self.S)
+            self.release((first + tg.minimum(t0 + length, k_tiles) - 1) % self.S)
             tg.add(total, acc, out=total)
+
+        groups = spec.warps.count // W.WARPGROUP
+        lead = 0
+        if groups > 1 and every > 1:   # this warpgroup's first group, within the block's k-tiles
+            lead = tg.minimum((self.warpgroup * every) // groups, k_tiles)
+            with tg.if_(tg.lt(0, lead)):
+                group(0, lead, (groups - 1) * every // groups)
+        for j in tg.range(tg.cdiv(k_tiles - lead, every)):
+            group(lead + j * every, every, every)
         return total
 
 
