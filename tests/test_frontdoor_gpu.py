@@ -25,14 +25,19 @@ def _rel(C, A, B):
     return float(torch.linalg.norm(C.double() - ref) / torch.linalg.norm(ref))
 
 
-@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
-def test_matmul_and_kernel_replay_in_a_cuda_graph(dtype):
+@pytest.mark.parametrize("dtype, kw", [(torch.float16, dict(tile=(64, 64, 32))),
+                                       (torch.bfloat16, dict(tile=(64, 64, 32))),
+                                       (torch.bfloat16, dict(instruction="wgmma", stream_k=True))])
+def test_matmul_and_kernel_replay_in_a_cuda_graph(dtype, kw):
+    """(stream-K: two kernels and a workspace from the stream-ordered allocator, captured)"""
+    if kw.get("instruction") == "wgmma" and torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("wgmma needs a Hopper (sm_90) GPU")
     M, N, K = 384, 320, 256
     A = torch.randn(M, K, device="cuda", dtype=dtype)
     B = torch.randn(K, N, device="cuda", dtype=dtype)
     C1 = torch.full((M, N), float("nan"), device="cuda", dtype=dtype)
     C2 = torch.full((M, N), float("nan"), device="cuda", dtype=torch.float32)
-    kernel = tilegen.compile(tilegen.GemmSpec(dtype="f16" if dtype == torch.float16 else "bf16", tile=(64, 64, 32)))
+    kernel = tilegen.compile(tilegen.GemmSpec(dtype="f16" if dtype == torch.float16 else "bf16", **kw))
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):  # warm-up on a side stream, as torch's graph docs ask

@@ -84,7 +84,11 @@ SPECS = [dict(persistent=True), dict(persistent=True, a_layout="col", b_layout="
          # split-K: the slices' f32 partials, then their ordered sum and the epilogue
          dict(split_k=2, persistent=False, out_dtype="f16"), dict(split_k=3, persistent=False, dtype="bf16", b_layout="col",
                                                              tile=(64, 128, 64), warps=(4, 1), stages=6),
-         dict(dtype="tf32", split_k=2, persistent=False)]
+         dict(dtype="tf32", split_k=2, persistent=False),
+         # stream-K: whole waves, then the rest of the blocks shared out by k-tiles and fixed up
+         dict(stream_k=True), dict(stream_k=True, dtype="bf16", out_dtype="bf16", b_layout="col", tile=(128, 128, 64)),
+         dict(stream_k=True, a_layout="col", tile=(64, 128, 64), warps=(4, 1), stages=6, out_dtype="f16"),
+         dict(stream_k=True, dtype="tf32", b_layout="col")]
 
 
 @pytest.mark.parametrize("kw", SPECS, ids=lambda k: ",".join(f"{a}={b}" for a, b in k.items()))
@@ -132,6 +136,46 @@ def test_wgmma_500_launches_bit_identical(torch):
     same = repeat_launches(torch, tilegen.GemmSpec(dtype="bf16", b_layout="col", instruction="wgmma"))
     record("wgmma_repeat", launches=500, identical=same)
     assert same == 500
+
+
+def test_stream_k_500_launches_bit_identical(torch):
+    """1000 x 1001 x 999 on 128 x 256 tiles: 32 blocks, all shared out by k-tiles across every
+    SM; each block's pieces are added in CTA order by the fix-up kernel."""
+    same = repeat_launches(torch, tilegen.GemmSpec(dtype="bf16", b_layout="col", instruction="wgmma", stream_k=True))
+    record("stream_k_repeat", launches=500, identical=same)
+    assert same == 500
+
+
+@pytest.mark.parametrize("dtype, out", [("e4m3", "bf16")])
+def test_stream_k_fp8_and_fused_epilogue(torch, dtype, out):
+    """fp8 (promoted) pieces, and the fix-up applying bias + GELU + residual once."""
+    from test_epilogue_gpu import TOL, _act
+
+    gen = torch.Generator(device="cuda").manual_seed(31)
+    fp8 = tilegen.compile(tilegen.GemmSpec(dtype=dtype, out_dtype=out, instruction="wgmma", stream_k=True))
+    for M, N, K in [(1000, 1001, 999), (2048, 2048, 4096), (300, 520, 4100)]:
+        A = torch.randn(M, K, generator=gen, device="cuda").to(torch.float8_e4m3fn)
+        W = torch.randn(N, K, generator=gen, device="cuda").to(torch.float8_e4m3fn)
+        C = torch.full((M, N), float("nan"), device="cuda", dtype=torch.bfloat16)
+        fp8(A, W.t(), out=C, repitch=True)
+        ref = A.double() @ W.t().double()
+        err = float(((C.double() - ref).abs().max() / (A.double().abs() @ W.t().double().abs()).max()).item())
+        assert err <= fp8_wgmma_bound(K, out, 256), f"{M}x{N}x{K}: {err:.3g}"
+    spec = tilegen.GemmSpec(dtype="bf16", instruction="wgmma", out_dtype="bf16", stream_k=True,
+                            epilogue=tilegen.Epilogue(bias="col", activation="gelu_tanh", residual=True))
+    kernel = tilegen.compile(spec)
+    for M, N, K in [(1000, 999, 1001), (4099, 67, 129), (1024, 4096, 4096)]:
+        A = _matrix(torch, M, K, "row", "bf16", gen)
+        B = _matrix(torch, K, N, "row", "bf16", gen)
+        bias = torch.randn(N, generator=gen, device="cuda").bfloat16()
+        R = torch.randn(M, N, generator=gen, device="cuda").bfloat16()
+        C0 = torch.randn(M, N, generator=gen, device="cuda").bfloat16()
+        out_t = C0.clone()
+        kernel(A, B, out=out_t, alpha=0.5, beta=0.25, bias=bias, residual=R)
+        x = 0.5 * (A.double() @ B.double()) + 0.25 * C0.double() + bias.double()[None, :]
+        ref = _act(torch, "gelu_tanh", x) + R.double()
+        err = float((out_t.double() - ref).abs().max() / max(1.0, float(ref.abs().max())))
+        assert err <= TOL["bf16"], f"{M}x{N}x{K}: {err:.3g} over {TOL['bf16']:.3g}"
 
 
 def test_split_k_500_launches_bit_identical(torch):

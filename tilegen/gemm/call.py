@@ -38,13 +38,16 @@ _NUMBERS = (float, int)
 _CANONICAL = ("M", "N", "K", "A_ptr", "A_ld", "B_ptr", "B_ld", "C_ptr", "C_ld", "alpha", "beta",
               "bias_ptr", "R_ptr", "R_ld", "scale_a_ptr", "scale_b_ptr")
 NO_SCALES = (None, None)
-_SPLIT = ("WM", "W_ptr", "W_ld")   # split-K's workspace of f32 partial sums, after the canonical values
+_WORK = ("WM", "WN", "W_ptr", "W_ld")   # the f32 workspace of partial sums, after the canonical values
 
 
-def workspace_rows(spec, M: int) -> int:
-    """Rows of split-K's f32 workspace: each slice's partials on M rounded up to whole blocks
-    (template.split_rows), slice after slice."""
-    return spec.split_k * -(-M // spec.tile.m) * spec.tile.m
+def workspace_shape(spec, M: int, N: int, ctas: int) -> tuple:
+    """(rows, cols) of the f32 workspace of a two-kernel spec. Split-K: each slice's partials
+    on M rounded up to whole blocks (template.split_rows), slice after slice. Stream-K: two
+    block-sized slots per CTA of the first kernel's grid (`ctas`; template.StreamK)."""
+    if spec.stream_k:
+        return 2 * ctas * spec.tile.m, spec.tile.n
+    return spec.split_k * -(-M // spec.tile.m) * spec.tile.m, N
 
 
 def _is_host(x) -> bool:
@@ -157,15 +160,15 @@ class FastCall:
         self.scaled = (spec.epilogue.scale_rows, spec.epilogue.scale_cols)
         self.c_map = _c_map(kernel)   # C's TMA-store map: rows it cannot take go to the direct-store kernel
         # the kernel's parameters, in its order, from the canonical tuple run() builds
-        self.split = spec.split_k if spec.split_k > 1 else None
-        base = _CANONICAL + (_SPLIT if self.split else ())
+        second = kernel.second_kernel()   # split-K's or stream-K's: partial sums -> C
+        self.split = second is not None
+        base = _CANONICAL + (_WORK if self.split else ())
         names = base + tuple(m.param for m in kernel.tensor_maps)
         self.pick = itemgetter(*(names.index(n) for n, _ in kernel.params))
-        if self.split:   # the second kernel: the ordered sum of the slices and the epilogue
-            second = kernel.split_sum_kernel()
+        if self.split:
             self.sum_kernel = second
             self.sum_pick = itemgetter(*(base.index(n) for n, _ in second.params))
-            self.sum_grid = second.launch_grid.evaluator(("M", "N"))
+            self.sum_grid = second.launch_grid.evaluator(("M", "N", "K"))
         # TMA kernels: each tensor map from the canonical values of its tensor, through that
         # map's own cache (no hashing of the declaration per call)
         self.maps = tuple((m, map_cache(m), *(_CANONICAL.index(x) for x in (m.ptr, m.rows, m.cols, m.ld)))
@@ -284,15 +287,17 @@ class FastCall:
 
 
     def _split_launch(self, lib, launcher, grid, values, stream, device):
-        """Split-K: the slices into an f32 workspace from the library's stream-ordered allocator,
-        then their sum and the epilogue into C, both on `stream`."""
+        """Split-K and stream-K: partial sums into an f32 workspace from the library's
+        stream-ordered allocator, then their sum and the epilogue into C, both on `stream`."""
         M, N = values[0], values[1]
-        rows = workspace_rows(self.kernel.spec, M)
-        work = lib.empty((max(rows * N, 1),), "float32", device)
-        values = values + (rows, lib.probe(work)[PTR], max(N, 1))
+        rows, cols = workspace_shape(self.kernel.spec, M, N, grid[0])
+        work = lib.empty((max(rows * cols, 1),), "float32", device)
+        values = values + (rows, cols, lib.probe(work)[PTR], max(cols, 1))
         launcher(grid, self.arguments(values), stream)
         second = self.sum_kernel.launcher(device)
-        second(self.sum_grid(M, N, second.sm_count), self.sum_pick(values), stream)
+        second_grid = self.sum_grid(M, N, values[2], second.sm_count)
+        if 0 not in second_grid:
+            second(second_grid, self.sum_pick(values), stream)
 
     def arguments(self, values: tuple) -> tuple:
         """The kernel's arguments, in its order, from the canonical tuple (M, N, K, A_ptr, A_ld,
@@ -420,11 +425,12 @@ class _SimMemory:
             raise LaunchError(f"no GPU found, and this {shape} GEMM would take about {_duration(est)} on the CPU "
                               f"emulator (more than {EMULATOR_LIMIT_S:.0f} s): pass device='sim' to run it there "
                               f"anyway (tilegen run: --device sim), or run it on a machine with an NVIDIA GPU")
-        if getattr(kernel.spec, "split_k", 1) > 1:   # the slices, then their sum and the epilogue
-            rows = workspace_rows(kernel.spec, sizes["M"])
-            w = {"WM": rows, "W_ptr": self.memory.alloc(max(rows * sizes["N"] * 4, 4)), "W_ld": max(sizes["N"], 1)}
-            args, sizes = {**args, **w}, {**sizes, "WM": rows}
-            second = kernel.split_sum_kernel()
+        second = kernel.second_kernel() if hasattr(kernel, "second_kernel") else None
+        if second is not None:   # partial sums (split-K's slices, stream-K's pieces), then C
+            rows, cols = workspace_shape(kernel.spec, sizes["M"], sizes["N"], x)
+            w = {"WM": rows, "WN": cols, "W_ptr": self.put(np.full(max(rows * cols, 1), np.nan, np.float32)),
+                 "W_ld": max(cols, 1)}   # (poisoned: a slot read before it is written shows)
+            args, sizes = {**args, **w}, {**sizes, "WM": rows, "WN": cols}
             run = lambda: (run_kernel(kernel, args, sizes, self.memory),  # noqa: E731
                            run_kernel(second, args, sizes, self.memory))
         else:

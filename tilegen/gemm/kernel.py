@@ -5,8 +5,8 @@ from dataclasses import dataclass
 
 from .. import compiler, runtime
 from ..compiler import Kernel
-from .call import NO_SCALES, FastCall, run_gemm, workspace_rows
-from .template import trace_gemm, trace_split_k_sum
+from .call import NO_SCALES, FastCall, run_gemm, workspace_shape
+from .template import trace_gemm, trace_split_k_sum, trace_stream_k_fixup
 
 
 @dataclass(frozen=True)
@@ -18,6 +18,11 @@ class SplitKSum:
     @property
     def target(self) -> str:
         return self.gemm.target
+
+
+@dataclass(frozen=True)
+class StreamKFixup(SplitKSum):
+    """What names a stream-K spec's second kernel (the pieces' ordered sums and the epilogue)."""
 
 
 class GemmKernel(Kernel):
@@ -42,19 +47,33 @@ class GemmKernel(Kernel):
             self._sum = compiler.compile_spec(SplitKSum(self.spec), lambda s: trace_split_k_sum(s.gemm))
         return self._sum
 
+    def second_kernel(self):
+        """The kernel that adds the f32 workspace's partial sums into C with the epilogue:
+        split-K's sum of slices or stream-K's fix-up; None for one-kernel specs."""
+        if self.spec.split_k > 1:
+            return self.split_sum_kernel()
+        if self.spec.stream_k:
+            if self._sum is None:
+                self._sum = compiler.compile_spec(StreamKFixup(self.spec), lambda s: trace_stream_k_fixup(s.gemm))
+            return self._sum
+        return None
+
     def launch(self, args: dict, sizes: dict, stream=None, device: int = 0):
-        """Kernel.launch; with split_k > 1 the two kernels on `stream`, the f32 workspace taken
-        from and given back to the stream-ordered allocator in between."""
-        if self.spec.split_k == 1:
+        """Kernel.launch; with split_k > 1 or stream_k the two kernels on `stream`, the f32
+        workspace taken from and given back to the stream-ordered allocator in between."""
+        second = self.second_kernel()
+        if second is None:
             return super().launch(args, sizes, stream=stream, device=device)
         M, N = int(sizes["M"]), int(sizes["N"])
-        rows = workspace_rows(self.spec, M)
+        ctas = self.grid(sizes, self.launcher(device).sm_count)[0]
+        rows, cols = workspace_shape(self.spec, M, N, ctas)
         handle = int(runtime.stream_handle(stream))
-        work = runtime.StreamBuffer(max(rows * N * 4, 4), handle, device)
+        work = runtime.StreamBuffer(max(rows * cols * 4, 4), handle, device)
         try:
-            w = {"WM": rows, "W_ptr": work.ptr, "W_ld": max(N, 1)}
-            super().launch({**args, **w}, {**sizes, "WM": rows}, stream=handle, device=device)
-            self.split_sum_kernel().launch({**args, **w}, {**sizes, "WM": rows}, stream=handle, device=device)
+            w = {"WM": rows, "WN": cols, "W_ptr": work.ptr, "W_ld": max(cols, 1)}
+            sizes = {**sizes, "WM": rows, "WN": cols}
+            super().launch({**args, **w}, sizes, stream=handle, device=device)
+            second.launch({**args, **w}, sizes, stream=handle, device=device)
         finally:
             work.free()
 

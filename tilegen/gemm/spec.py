@@ -35,6 +35,7 @@ STORES = ("direct", "tma")
 CLUSTERS = ((1, 1), (2, 1), (1, 2))   # CTAs per cluster along (M, N)
 MAX_SPLIT_K = 16
 MAX_PROMOTE = 8
+STREAM_K_FIXUP = (64, 64)   # the stream-K fix-up kernel's block of C (template.stream_k_fixup)
 # fp8 wgmma: k-tiles (of 128) per promotion. Measured on the H200 (docs/perf_notes.md section 25):
 # every 2 keeps the error at cuBLASLt's (torch._scaled_mm) up to K = 16384; every 4 is 5% faster and
 # up to 10% less accurate; never (0) 10% faster again, with 2-4x cuBLASLt's error at long K.
@@ -160,6 +161,11 @@ class GemmSpec:
     |            | block, their f32 partial sums added in order by |                          |
     |            | a second kernel that applies the epilogue       |                          |
     |            | (persistent=False)                              |                          |
+    | stream_k   | warp-specialized wgmma: the blocks past the     | False                    |
+    |            | last whole wave of CTAs are shared out by       |                          |
+    |            | k-tiles evenly across all CTAs; their f32       |                          |
+    |            | pieces are added in order by a second kernel    |                          |
+    |            | that applies the epilogue                       |                          |
     | cluster    | (1, 1); (2, 1): two CTAs along M share each B   | (1, 1)                   |
     |            | k-tile, each loading half and multicasting it;  |                          |
     |            | (1, 2): along N, sharing A (warp-specialized    |                          |
@@ -190,6 +196,7 @@ class GemmSpec:
     cluster: tuple = (1, 1)
     split_k: int = 1
     promote: Optional[int] = None
+    stream_k: bool = False
 
     def __post_init__(self):
         set_ = lambda k, v: object.__setattr__(self, k, v)  # noqa: E731  (frozen)
@@ -431,6 +438,17 @@ class GemmSpec:
         if self.split_k > 1 and self.persistent:
             raise SpecError("split_k", self.split_k, "1 for a persistent kernel",
                             "split-K runs one CTA per block and slice of K: give persistent=False")
+        if not isinstance(self.stream_k, bool):
+            raise SpecError("stream_k", self.stream_k, "True or False")
+        if self.stream_k:
+            t = self.tile
+            if not self.warp_specialized or self.cluster != (1, 1):
+                raise SpecError("stream_k", self.stream_k, "False for this kernel",
+                                "stream-K is built for the warp-specialized wgmma kernel (instruction='wgmma', "
+                                "persistent, copy='tma', target sm_90a) without a cluster")
+            if t.m % STREAM_K_FIXUP[0] or t.n % STREAM_K_FIXUP[1]:
+                raise SpecError("tile", (t.m, t.n, t.k), f"tile.m a multiple of {STREAM_K_FIXUP[0]} and tile.n of "
+                                f"{STREAM_K_FIXUP[1]} with stream_k (the fix-up kernel's blocks)")
         if not isinstance(self.promote, int) or not 0 <= self.promote <= MAX_PROMOTE:
             raise SpecError("promote", self.promote, f"0..{MAX_PROMOTE} (k-tiles per promotion; 0: never)")
         if self.promote and not (self.instruction == "wgmma" and self.dtype in FP8 and self.warp_specialized):

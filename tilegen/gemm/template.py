@@ -10,6 +10,7 @@ from __future__ import annotations
 from .. import dsl as tg
 from .epilogue import store_block
 from .layouts import operand_mode
+from .spec import STREAM_K_FIXUP
 
 
 def gemm_kernel_name(spec) -> str:
@@ -17,7 +18,8 @@ def gemm_kernel_name(spec) -> str:
     kind = (spec.mainloop.kernel_tag + ("_tma" if spec.copy == "tma" else "") + ("_persistent" if spec.persistent else "")
             + ("_tmastore" if spec.store == "tma" else "")
             + (f"_cluster{spec.cluster[0]}x{spec.cluster[1]}" if spec.cluster != (1, 1) else "")
-            + (f"_splitk{spec.split_k}" if spec.split_k > 1 else "") + (f"_promote{spec.promote}" if spec.promote else ""))
+            + (f"_splitk{spec.split_k}" if spec.split_k > 1 else "") + ("_streamk" if spec.stream_k else "")
+            + (f"_promote{spec.promote}" if spec.promote else ""))
     dtypes = spec.dtype if spec.b_dtype == spec.dtype else f"{spec.dtype}x{spec.b_dtype}"
     return (f"tilegen_gemm{kind}_{dtypes}_{spec.a_layout[0]}{spec.b_layout[0]}_{spec.out_dtype}_"
             f"{t.m}x{t.n}x{t.k}_w{w.m}x{w.n}_s{spec.stages}_{spec.swizzle}_fb{spec.frag_buffers}"
@@ -61,13 +63,45 @@ def split_rows(spec, M):
     return tg.cdiv(M, spec.tile.m) * spec.tile.m
 
 
+class StreamK:
+    """The work of persistent CTA `pid` of `ctas` under stream-K (spec.stream_k).
+
+    The blocks of C that fill whole waves go as usual: block pid + i * ctas for i < waves.
+    The k-tiles of the remaining blocks (fewer than `ctas`) are laid end to end and cut into
+    `ctas` nearly equal ranges, one per CTA. A range is shorter than a block's K, so it
+    meets at most two blocks: its pieces. Each piece's f32 sum goes to the workspace W at
+    rows (2 pid + block % 2) * tile.m (two CTAs never share a slot), and stream_k_fixup adds
+    a block's pieces in CTA order and applies the epilogue: the same sums every run."""
+
+    def __init__(self, spec, M, N, K, pid, ctas):
+        BM, BN = spec.tile.m, spec.tile.n
+        self.spec, self.pid = spec, pid
+        self.k_tiles = k_tiles = tg.cdiv(K, spec.tile.k)
+        blocks = tg.cdiv(M, BM) * tg.cdiv(N, BN)
+        self.waves = blocks // ctas
+        self.first_shared = self.waves * ctas        # the first block shared out by k-tiles
+        total = (blocks - self.first_shared) * k_tiles
+        start, end = (pid * total) // ctas, ((pid + 1) * total) // ctas
+        b0 = start // k_tiles
+        end0 = tg.minimum(end, (b0 + 1) * k_tiles)
+        # (block among the shared ones, its first k-tile, k-tiles, k-tiles of this range before it)
+        self.pieces = ((b0, start - b0 * k_tiles, end0 - start, 0), (b0 + 1, 0, end - end0, end0 - start))
+
+    def slot_row(self, block):
+        """First workspace row of this CTA's piece of shared block `block`."""
+        return (2 * self.pid + block % 2) * self.spec.tile.m
+
+
 def launch_grid(spec):
     """One CTA per tile.m x tile.n block of C, in one dimension; persistent kernels launch
     at most one CTA per SM, each walking blocks pid, pid + CTAs, ... In clusters (pairs of
-    CTAs) the unit is a pair's block (cluster_block) and every pair's two CTAs walk the same."""
+    CTAs) the unit is a pair's block (cluster_block) and every pair's two CTAs walk the same.
+    Stream-K launches a CTA on every SM (fewer only when there are fewer k-tiles in all)."""
     cm, cn = spec.cluster
     blocks = tg.cdiv("M", spec.tile.m * cm) * tg.cdiv("N", spec.tile.n * cn)
     ctas = blocks * (cm * cn) if cm * cn > 1 else blocks
+    if spec.stream_k:   # every SM, as long as each can have a k-tile
+        return (tg.minimum(blocks * tg.cdiv("K", spec.tile.k), tg.SM_COUNT), 1, 1)
     return (tg.minimum(ctas, tg.SM_COUNT) if spec.persistent else blocks, spec.split_k, 1)
 
 
@@ -154,6 +188,16 @@ def gemm(spec):
             return (m0 + rank * spec.tile.m, n0) if cm == 2 else (m0, n0 + rank * spec.tile.n)
         pipe.run(tg.cdiv(pairs - cid, clusters), pair_origin, store, C, alpha, beta, bias, R, scales)
         return
+    if spec.stream_k:   # whole waves of blocks, then pieces of the rest (StreamK)
+        sk = StreamK(spec, M, N, A.shape[1], pid, ctas)
+        W = tg.tensor("W", "f32", ("WM", "WN"))
+
+        def store_piece(acc, block):
+            tg.store(W.block(sk.slot_row(block) + wm, wn), acc)
+        pipe.run(sk.waves, lambda i: block_origin(spec, pid + i * ctas, M, N), store, C, alpha, beta, bias, R, scales,
+                 pieces=[(lambda b=b: block_origin(spec, sk.first_shared + b, M, N), b, kt0, n, off, store_piece)
+                         for b, kt0, n, off in sk.pieces])
+        return
     if spec.warp_specialized:   # a producer role requests them (gemm/mainloops/wgmma.py)
         pipe.run(tg.cdiv(blocks - pid, ctas), lambda i: block_origin(spec, pid + i * ctas, M, N), store, C, alpha, beta,
                  bias, R, scales)
@@ -201,6 +245,51 @@ REDUCE_TILE = (64, 128)     # the sum kernel's block of C: 4 warps of 32 x 64
 REDUCE_WARPS = (2, 2)
 
 
+@tg.kernel
+def stream_k_fixup(spec):
+    """The second kernel of stream-K: for each block shared out by k-tiles (StreamK), C =
+    act(alpha * (its pieces added in CTA order) + beta * C + bias) + residual. One CTA per
+    STREAM_K_FIXUP part of such a block; the workspace's rows say how many CTAs the first
+    kernel ran (2 * tile.m each)."""
+    BM, BN = spec.tile.m, spec.tile.n
+    FM, FN = STREAM_K_FIXUP
+    parts_n = BN // FN
+    parts = (BM // FM) * parts_n
+    blocks = tg.cdiv("M", BM) * tg.cdiv("N", BN)
+    ctas = launch_grid(spec)[0]
+    tg.launch(threads=32 * REDUCE_WARPS[0] * REDUCE_WARPS[1], grid=((blocks % ctas) * parts, 1, 1))
+    epi = spec.epilogue
+    W = tg.tensor("W", "f32", ("WM", "WN"))
+    C = tg.tensor("C", spec.out_dtype, ("M", "N"))
+    K = tg.scalar("K", "u32")
+    alpha, beta = tg.scalar("alpha"), tg.scalar("beta")
+    bias = tg.vector("bias", spec.out_dtype, "N" if epi.bias == "col" else "M") if epi.bias else None
+    R = tg.tensor("R", spec.out_dtype, ("M", "N")) if epi.residual else None
+    scales = scale_vectors(epi)
+    M, N = C.shape
+    ctas = W.shape[0] // (2 * BM)
+    k_tiles = tg.cdiv(K, spec.tile.k)
+    first_shared = ((tg.cdiv(M, BM) * tg.cdiv(N, BN)) // ctas) * ctas
+    total = (tg.cdiv(M, BM) * tg.cdiv(N, BN) - first_shared) * k_tiles
+    pid = tg.program_id()
+    block, part = pid // parts, pid % parts
+    pm, pn = (part // parts_n) * FM, (part % parts_n) * FN
+    m0, n0 = block_origin(spec, first_shared + block, M, N)
+    warp = tg.warp_id()
+    wm, wn = (warp % REDUCE_WARPS[0]) * (FM // REDUCE_WARPS[0]), (warp // REDUCE_WARPS[0]) * (FN // REDUCE_WARPS[1])
+    acc = tg.fragment("m16n8k16.f16.f32", "C", (FM // REDUCE_WARPS[0] // 16, FN // REDUCE_WARPS[1] // 8), name="sum")
+    # the CTAs whose ranges meet this block: from the one holding its first k-tile to the one
+    # holding its last (a CTA c's range starts at (c * total) // ctas)
+    first_cta = ((block * k_tiles + 1) * ctas - 1) // total
+    last_cta = (((block + 1) * k_tiles) * ctas - 1) // total
+    for c in tg.range(first_cta, last_cta + 1):
+        with tg.if_(tg.lt((c * total) // ctas, ((c + 1) * total) // ctas)):   # (ranges may be empty)
+            tg.accumulate(acc, W.block((2 * c + block % 2) * BM + pm + wm, pn + wn))
+    row, col = m0 + pm + wm, n0 + pn + wn
+    tg.store(C.block(row, col), acc, alpha=alpha, beta=beta, bias=bias, activation=epi.activation,
+             residual=R.block(row, col) if R is not None else None, row_scale=scales[0], col_scale=scales[1])
+
+
 def trace_gemm(spec):
     """The tile-level IR of a GemmSpec's kernel."""
     return gemm.trace(spec=spec, target=spec.target, name=gemm_kernel_name(spec))
@@ -211,5 +300,10 @@ def trace_split_k_sum(spec):
     return split_k_sum.trace(spec=spec, target=spec.target, name=gemm_kernel_name(spec) + "_sum")
 
 
-__all__ = ["gemm", "trace_gemm", "trace_split_k_sum", "split_k_sum", "gemm_kernel_name", "launch_grid", "block_origin",
-           "split_rows", "KSlice"]
+def trace_stream_k_fixup(spec):
+    """The tile-level IR of a stream-K spec's second kernel (the pieces' sums and the epilogue)."""
+    return stream_k_fixup.trace(spec=spec, target=spec.target, name=gemm_kernel_name(spec) + "_fixup")
+
+
+__all__ = ["gemm", "trace_gemm", "trace_split_k_sum", "trace_stream_k_fixup", "split_k_sum", "stream_k_fixup",
+           "gemm_kernel_name", "launch_grid", "block_origin", "split_rows", "KSlice", "StreamK"]

@@ -15,6 +15,7 @@ GPU's multiprocessor count.
 | Mul(a, b)   | a * b                                  | ["mul", a, b]           |
 | Add(a, b)   | a + b                                  | ["add", a, b]           |
 | Min(a, b)   | min(a, b)                              | ["min", a, b]           |
+| Mod(a, b)   | a % b (0 where b is 0)                 | ["mod", a, b]           |
 | SM_COUNT    | multiprocessors of the launching GPU   | ["sm_count"]            |
 """
 from __future__ import annotations
@@ -37,6 +38,9 @@ class GridExpr:
         return Add(self, as_expr(other))
 
     __radd__ = __add__
+
+    def __mod__(self, other):
+        return Mod(self, as_expr(other))
 
 
 @dataclass(frozen=True)
@@ -140,6 +144,21 @@ class Min(GridExpr):
 
 
 @dataclass(frozen=True)
+class Mod(GridExpr):
+    a: GridExpr
+    b: GridExpr
+
+    def source(self) -> str:
+        return f"({self.a.source()} % max({self.b.source()}, 1))"
+
+    def data(self):
+        return ["mod", self.a.data(), self.b.data()]
+
+    def text(self) -> str:
+        return f"({self.a.text()} % {self.b.text()})"
+
+
+@dataclass(frozen=True)
 class SmCount(GridExpr):
     def source(self) -> str:
         return "sms"
@@ -186,9 +205,10 @@ _DECODE = {
     "mul": lambda a: Mul(expr_from_data(a[0]), expr_from_data(a[1])),
     "add": lambda a: Add(expr_from_data(a[0]), expr_from_data(a[1])),
     "min": lambda a: Min(expr_from_data(a[0]), expr_from_data(a[1])),
+    "mod": lambda a: Mod(expr_from_data(a[0]), expr_from_data(a[1])),
     "sm_count": lambda a: SM_COUNT,
 }
-_ARITY = {"size": 1, "const": 1, "cdiv": 2, "mul": 2, "add": 2, "min": 2, "sm_count": 0}
+_ARITY = {"size": 1, "const": 1, "cdiv": 2, "mul": 2, "add": 2, "min": 2, "mod": 2, "sm_count": 0}
 
 
 def expr_from_data(d) -> GridExpr:
@@ -248,7 +268,7 @@ class LaunchGrid:
         body = ", ".join(d.source() if c == 1 else f"-(-({d.source()}) // {c}) * {c}"
                          for d, c in zip(self.dims, self.cluster))
         if positional is None:
-            return eval(f"lambda s, sms: ({body})", {"__builtins__": {}, "min": min})  # noqa: S307
+            return eval(f"lambda s, sms: ({body})", {"__builtins__": {}, "min": min, "max": max})  # noqa: S307
         names = [Size(n).name for n in positional]
         missing = self.symbols - set(names)
         if missing:
@@ -256,12 +276,12 @@ class LaunchGrid:
         for n in names:
             body = body.replace(f"s[{n!r}]", f"_{n}")
         args = ", ".join(f"_{n}" for n in names)
-        return eval(f"lambda {args}, sms: ({body})", {"__builtins__": {}, "min": min})  # noqa: S307
+        return eval(f"lambda {args}, sms: ({body})", {"__builtins__": {}, "min": min, "max": max})  # noqa: S307
 
     def __str__(self) -> str:
         text = "(" + ", ".join(d.text() for d in self.dims) + ")"
         return text if self.cluster == (1, 1, 1) else f"{text} in clusters of {self.cluster}"
 
 
-__all__ = ["LaunchGrid", "GridExpr", "Size", "Const", "CeilDiv", "Mul", "Add", "Min", "SM_COUNT", "as_expr",
+__all__ = ["LaunchGrid", "GridExpr", "Size", "Const", "CeilDiv", "Mul", "Add", "Min", "Mod", "SM_COUNT", "as_expr",
            "symbols", "expr_from_data"]

@@ -434,10 +434,12 @@ class WarpSpecializedPipeline(TmaPipeline):
         tg.arrive(self.empty[stage], one_per="warpgroup")
         tg.arrive(self.empty[stage], cta=self.peer, one_per="warpgroup")
 
-    def run(self, blocks, origin, store, C, alpha, beta, bias=None, R=None, scales=(None, None)):
+    def run(self, blocks, origin, store, C, alpha, beta, bias=None, R=None, scales=(None, None), pieces=()):
         """Walk `blocks` blocks of C (block i at origin(i) -> (m0, n0)), storing each
         accumulator with store(acc, m0, n0), or with store="tma" and beta == 0 through shared
-        memory and TMA stores (store_through_shared)."""
+        memory and TMA stores (store_through_shared). Then stream-K's `pieces` (template.StreamK):
+        (origin() -> (m0, n0), block, first k-tile, k-tiles, k-tiles before it, store(acc, block)),
+        each skipped when it has no k-tiles."""
         spec, S, k_tiles = self.spec, self.S, self.k_tiles
         staged = spec.store == "tma"
         if staged:
@@ -445,20 +447,19 @@ class WarpSpecializedPipeline(TmaPipeline):
             sC = tg.shared("sC", spec.out_dtype, layout.rows, layout.cols, stages=spec.mainloop.STAGING_BUFFERS)
         first_math = W.WARPGROUP
         producer_regs, math_regs = _register_split(spec)
+        after_blocks = blocks * k_tiles if pieces else None   # k-tiles this CTA requested before its pieces
         with tg.role("producer", warps=(0, first_math), registers=producer_regs):
             with tg.if_(tg.lt(tg.warp_id(), 1)):     # one warp requests; the other three are done
                 for i in tg.range(blocks):
                     m0, n0 = origin(i)
-                    for kt in tg.range(k_tiles):
-                        t = i * k_tiles + kt          # k-tiles this CTA requested before
-                        stage = t % S
-                        with tg.if_(tg.ge(t, S)):      # the stage's previous k-tile was released
-                            tg.mbarrier_wait(self.empty[stage], ((t // S) + 1) & 1)
-                        self.request(m0, n0, kt, stage)
+                    self.produce(m0, n0, i * k_tiles, 0, k_tiles)
+                for piece_origin, _, kt0, count, before, _ in pieces:
+                    with tg.if_(tg.lt(0, count)):
+                        self.produce(*piece_origin(), after_blocks + before, kt0, count)
         with tg.role("math", warps=(first_math, first_math + spec.warps.count), registers=math_regs):
             for i in tg.range(blocks):
                 m0, n0 = origin(i)
-                acc = self.consume(i)
+                acc = self.consume(i * k_tiles, k_tiles)
                 if not staged:
                     store(acc, m0, n0)
                     continue
@@ -466,8 +467,23 @@ class WarpSpecializedPipeline(TmaPipeline):
                     self.store_through_shared(acc, C, sC, parts, m0, n0, alpha, bias, R, scales)
                 with tg.else_():
                     store(acc, m0, n0)
+            for _, block, _, count, before, store_piece in pieces:
+                with tg.if_(tg.lt(0, count)):
+                    store_piece(self.consume(after_blocks + before, count), block)
             if staged:
                 tg.tma_store_wait(0)                 # the last stores have read sC
+
+    def produce(self, m0, n0, first, kt0, count):
+        """Request k-tiles kt0 .. kt0 + count - 1 of the block at (m0, n0); `first` k-tiles
+        were requested before, so k-tile kt0 + j goes into stage (first + j) % S once the
+        math warps released that stage's previous k-tile."""
+        S = self.S
+        for j in tg.range(count):
+            t = first + j
+            stage = t % S
+            with tg.if_(tg.ge(t, S)):
+                tg.mbarrier_wait(self.empty[stage], ((t // S) + 1) & 1)
+            self.request(m0, n0, kt0 + j, stage)
 
     def store_through_shared(self, acc, C, sC, parts, m0, n0, alpha, bias=None, R=None, scales=(None, None)):
         """The block of C in `parts` column slices (an even number), alternating between the two
@@ -487,13 +503,13 @@ class WarpSpecializedPipeline(TmaPipeline):
             tg.tma_store(C.block(m0, n0 + p * cols), sC[buf])
             tg.tma_store_commit()
 
-    def consume(self, i):
-        """Block i's accumulator: wait for, multiply and release each of its k-tiles."""
+    def consume(self, first, k_tiles):
+        """The accumulator of the `k_tiles` (at least one) k-tiles that follow the first `first`
+        this CTA's producer requested: wait for, multiply and release each."""
         if self.spec.promote:
-            return self.consume_promoted(i)
-        spec, shape, S, k_tiles, full, empty = self.spec, self.shape, self.S, self.k_tiles, self.full, self.empty
+            return self.consume_promoted(first, k_tiles)
+        spec, shape, S, full = self.spec, self.shape, self.S, self.full
         acc = tg.fragment(spec.mma, "C", (1, shape.n // spec.mma.n), name="acc")
-        first = i * k_tiles
         for kt in tg.range(k_tiles):
             t = first + kt
             stage = t % S
@@ -509,7 +525,7 @@ class WarpSpecializedPipeline(TmaPipeline):
         self.release((first + k_tiles - 1) % S)       # the block's last k-tile
         return acc
 
-    def consume_promoted(self, i):
+    def consume_promoted(self, first, k_tiles):
         """consume() for fp8 with promotion (as DeepGEMM does): the tensor cores accumulate fp8
         products in fewer bits than f32, so every `spec.promote` k-tiles the accumulator's sum
         goes into the f32 `total` and the next k-tile's wgmmas start it from zero. Only after
@@ -521,11 +537,10 @@ class WarpSpecializedPipeline(TmaPipeline):
         warpgroups k-tiles long, so while one warpgroup drains its wgmmas and adds, the others
         still have wgmmas in flight and the tensor cores stay busy. No group is longer than
         `promote` k-tiles, so the error bound is the same."""
-        spec, shape, k_tiles, every = self.spec, self.shape, self.k_tiles, self.spec.promote
+        spec, shape, every = self.spec, self.shape, self.spec.promote
         tiles = (1, shape.n // spec.mma.n)
         total = tg.fragment(spec.mma, "C", tiles, name="total")
         acc = tg.fragment(spec.mma, "C", tiles, name="acc")
-        first = i * k_tiles
 
         def k_tile(t, restart):
             stage = t % self.S
