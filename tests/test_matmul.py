@@ -191,6 +191,12 @@ def test_skinny_products_on_hopper_keep_more_in_flight(monkeypatch):
     assert (tuple(wide.tile), wide.stages) == ((64, 256, 64), 5)
     few = mm.explain(np.zeros((16, 8192), np.float16), np.zeros((8192, 28672), np.float16)).spec
     assert (tuple(few.tile), few.stages) == ((64, 64, 64), 3)     # many blocks: small tiles, several per SM
+    # past M = 64 one 128-row tile holds M: 128x256 tiles where N gives 96 of them, else 128x128 ones
+    for m in (65, 96, 128):
+        big = mm.explain(np.zeros((m, 8192), np.float16), np.zeros((8192, 28672), np.float16)).spec
+        assert (tuple(big.tile), big.warp_specialized) == ((128, 256, 64), True), m
+    mid = mm.explain(np.zeros((100, 8192), np.float16), np.zeros((8192, 16384), np.float16)).spec
+    assert (tuple(mid.tile), mid.stages, mid.warp_specialized) == ((128, 128, 64), 4, True)
     # a short N, another GPU, or tf32: as before
     assert mm.explain(W, np.zeros((8192, 16), np.float16)).spec.stages == 3
     monkeypatch.setattr(mm, "_target", lambda: "sm_80")

@@ -43,7 +43,11 @@ FP8_OUT = "bf16"   # an fp8 product's output dtype unless out / out_dtype says o
 # where N gives 96 or more 256-wide blocks the small 3-stage tiles, several CTAs per SM, stay
 # ahead (run 38: 0.78-0.84x with 6 stages at N = 28672, 0.86-0.93x with 3 in runs 33 and 35); up to
 # SKINNY: the wgmma kernel, one CTA per block, 64x128x128 tiles with 4 stages (0.95x at N = 8192),
-# or 64x256x64 with 5 stages where N gives 96 or more such blocks (1.04-1.41x at N = 28672).
+# or 64x256x64 with 5 stages where N gives 96 or more such blocks (1.04-1.41x at N = 28672). Past
+# M = SMALL a 128-row tile holds all of M: the warp-specialized kernel's 128x256 tiles where N gives
+# 96 or more of them, else its 128x128 ones where those are 96 or more (run 71, graph replay: 80, 96
+# and 128 x 28672 x 8192 0.71 / 0.75 / 1.43x -> 0.94 / 0.95 / 1.73x cuBLAS, 128 x 24576 0.74 -> 1.03x,
+# 128 x 16384 0.88 -> 1.00x; at M = 64 the 64-row tiles stay ahead, 0.99 against 0.89x).
 SKINNY = 128
 SKINNY_WIDE_BLOCKS = 96
 
@@ -228,6 +232,11 @@ def explain(A, B, *, bias=None, activation=None, residual=None, out=None, allow_
     elif skinny:
         if M <= 16:
             spec = GemmSpec(**base, tile=(64, 64, 128), warps=(2, 2), stages=6)
+        elif M > SMALL and N // 256 >= SKINNY_WIDE_BLOCKS:   # a 128-row tile holds all of M
+            spec = GemmSpec(**{**base, **PRESETS[(target, dtype)]})
+        elif M > SMALL and _blocks128(M, N) >= MEDIUM_BLOCKS:
+            spec = GemmSpec(**{**base, "target": "sm_90a"}, instruction="wgmma", tile=(128, 128, 64), warps=(8, 1),
+                            stages=4)
         elif N // 256 >= SKINNY_WIDE_BLOCKS:
             spec = GemmSpec(**{**base, "target": "sm_90a"}, instruction="wgmma", tile=(64, 256, 64), warps=(4, 1),
                             stages=5, persistent=False)
