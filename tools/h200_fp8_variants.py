@@ -14,9 +14,8 @@ import tilegen
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from gpu_timing import events_ms  # noqa: E402
 
-V = {"p2 s4 (default)": {}, "p2 s5": {"stages": 5}, "p2 s6": {"stages": 6}, "p2 cluster2x1": {"cluster": (2, 1)},
-     "p2 cluster1x2": {"cluster": (1, 2)}, "p2 g16": {"group_m": 16}, "p4 s5": {"promote": 4, "stages": 5},
-     "p2 128x192": {"tile": (128, 192, 128)}, "p2 stream-K": {"stream_k": True}}
+V = {"p2 s4 (default)": {}, "p3": {"promote": 3}, "p2 g4": {"group_m": 4}, "p2 g2": {"group_m": 2},
+     "p2 cluster2x1": {"cluster": (2, 1)}, "p2 stream-K": {"stream_k": True}, "p1": {"promote": 1}}
 ks = {}
 for n, kw in V.items():
     try:

@@ -1,5 +1,5 @@
 """Bit-identical results over repeated launches: the default Hopper GEMM (warp-specialized,
-TMA-store epilogue), and its 2-CTA cluster, split-K and fp8 forms, launched N times on the same
+TMA-store epilogue), and its 2-CTA cluster, split-K, stream-K and fp8 forms, launched N times on the same
 inputs; every result must equal the first bit for bit. Writes JSON to DIR/repeat.json.
 
     python3 tools/h200_repeat.py DIR [--launches 500]
@@ -28,7 +28,10 @@ def main() -> int:
     cases = [("f16", {}, (2048, 2048, 2048)), ("bf16", {}, (1000, 1032, 4104)), ("bf16", {}, (4096, 4096, 1024)),
              ("bf16", {"cluster": (2, 1)}, (1000, 1032, 4104)),                         # TMA multicast
              ("bf16", {"split_k": 4, "persistent": False}, (1000, 1032, 4104)),          # split-K's ordered sum
-             ("e4m3", {"out_dtype": "bf16"}, (1000, 1032, 4112))]    # fp8, promoted (rows of 16-byte multiples)
+             ("e4m3", {"out_dtype": "bf16"}, (1000, 1032, 4112)),    # fp8, promoted (rows of 16-byte multiples)
+             ("bf16", {"stream_k": True}, (1000, 1032, 4104)),                          # stream-K's ordered fix-up
+             ("bf16", {"stream_k": True}, (4096, 4096, 1024)),                          # 3 waves + shared blocks
+             ("e4m3", {"out_dtype": "bf16", "stream_k": True}, (4096, 4232, 4112))]
     for dtype, extra, (M, N, K) in cases:
         k = tilegen.compile(tilegen.GemmSpec(**{"dtype": dtype, "out_dtype": dtype, "instruction": "wgmma", **extra}))
         if dtype == "e4m3":   # K-major operands: B the transpose of a row-major N x K matrix

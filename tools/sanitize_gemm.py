@@ -24,7 +24,11 @@ HOPPER = [(dict(dtype="f16", out_dtype="f16"), (133, 270, 45), 0.0, None),
           (dict(dtype="bf16", out_dtype="bf16", cluster=(2, 1)), (300, 520, 200), 0.0, None),      # TMA multicast
           (dict(dtype="f16", out_dtype="f16", cluster=(1, 2), b_layout="col"), (300, 520, 200), 0.0, None),
           (dict(dtype="f16", out_dtype="f16", split_k=3, persistent=False), (200, 130, 400), 0.0, None),
-          (dict(dtype="e4m3", out_dtype="bf16"), (260, 300, 300), 0.0, None)]                     # fp8, promoted
+          (dict(dtype="e4m3", out_dtype="bf16"), (260, 300, 300), 0.0, None),                     # fp8, promoted
+          (dict(dtype="bf16", out_dtype="bf16", stream_k=True), (300, 520, 200), 0.0, None),       # stream-K
+          (dict(dtype="f16", out_dtype="f16", stream_k=True, tile=(64, 128, 64), warps=(4, 1)), (900, 1000, 130), 0.5,
+           None),
+          (dict(dtype="e4m3", out_dtype="bf16", stream_k=True), (260, 300, 600), 0.0, None)]
 
 
 def hopper() -> int:
