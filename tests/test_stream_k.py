@@ -1,9 +1,10 @@
 """Stream-K (GemmSpec.stream_k) on the warp-specialized wgmma kernel: the blocks of C past
-the last whole wave of persistent CTAs are shared out by k-tiles evenly across all CTAs;
-each CTA's pieces go to an f32 workspace and a second kernel adds each block's pieces in
-CTA order and applies the epilogue. On the emulator (3 CTAs, EMULATOR_SM_COUNT): blocks
-fewer than the CTAs, a whole wave plus shared blocks, no shared block, CTAs with empty
-ranges, the fused epilogue with beta, fp8 with promotion, every layout."""
+the last whole wave of persistent CTAs are shared out by k-tiles evenly across the CTAs
+(as many as keep pieces STREAM_K_MIN_PIECE k-tiles long); each CTA's pieces go to an f32
+workspace and a second kernel adds each block's pieces in CTA order and applies the
+epilogue. On the emulator (3 CTAs, EMULATOR_SM_COUNT, or more where a test says): blocks
+fewer than the CTAs, a whole wave plus shared blocks, no shared block, fewer sharing CTAs
+than CTAs, the fused epilogue with beta, fp8 with promotion, every layout."""
 import numpy as np
 import pytest
 
@@ -11,7 +12,7 @@ import tilegen
 from bounds import gemm_bound, gemm_error
 from tilegen.arch.dtypes import numpy_dtype
 from tilegen.errors import SpecError
-from tilegen.gemm.template import StreamK
+from tilegen.gemm.template import STREAM_K_MIN_PIECE
 from tilegen.ir.grid import LaunchGrid, Min, Mod, SM_COUNT, Size
 
 SMALL = dict(instruction="wgmma", stream_k=True, tile=(64, 128, 64), warps=(4, 1))
@@ -30,23 +31,30 @@ def _run(spec, M, N, K, alpha=1.0, beta=0.0, seed=0, **epi):
     return C, ref, A, B
 
 
+def sharers(shared, k_tiles, ctas):
+    """How many CTAs share the blocks past the whole waves (StreamK): enough for pieces of
+    STREAM_K_MIN_PIECE k-tiles, no fewer than the blocks, at least one."""
+    return max(1, shared, min(ctas, shared * k_tiles // STREAM_K_MIN_PIECE))
+
+
 def shares(M, N, K, spec, sms=3):
-    """(whole waves, blocks shared out, k-tiles per CTA range) of a shape, as StreamK cuts it."""
+    """(whole waves, blocks shared out, k-tiles per sharing CTA's range) of a shape, as StreamK cuts it."""
     blocks, k_tiles = -(-M // spec.tile.m) * -(-N // spec.tile.n), -(-K // spec.tile.k)
     ctas = min(blocks * k_tiles, sms)
-    return blocks // ctas, blocks % ctas, (blocks % ctas) * k_tiles / ctas
+    shared = blocks % ctas
+    return blocks // ctas, shared, shared * k_tiles / sharers(shared, k_tiles, ctas)
 
 
 @pytest.mark.parametrize("kw, shape, cut", [
-    (dict(dtype="f16", out_dtype="f32"), (261, 128, 323), (1, 2, 4.0)),        # a wave, then 2 blocks in pieces
-    (dict(dtype="f16", out_dtype="f16"), (100, 200, 300), (1, 1, 5 / 3)),
-    (dict(dtype="bf16", out_dtype="bf16"), (64, 256, 640), (0, 2, 20 / 3)),    # fewer blocks than CTAs
+    (dict(dtype="f16", out_dtype="f32"), (261, 128, 1280), (1, 2, 40 / 3)),   # a wave, then 2 blocks over 3 CTAs
+    (dict(dtype="f16", out_dtype="f16"), (100, 200, 300), (1, 1, 5.0)),       # a short block: one CTA takes it
+    (dict(dtype="bf16", out_dtype="bf16"), (64, 256, 832), (0, 2, 26 / 3)),   # fewer blocks than CTAs
     (dict(dtype="bf16", out_dtype="f32"), (120, 100, 1000), (0, 2, 32 / 3)),
-    (dict(dtype="bf16", out_dtype="bf16"), (64 * 6, 100, 65), (2, 0, 0.0)),    # whole waves: no pieces
-    (dict(dtype="f16", out_dtype="f32"), (64, 128, 100), (0, 1, 1.0)),         # 2 k-tiles, 1 block: 2 CTAs
-    (dict(dtype="f16", out_dtype="f32"), (64 * 4, 128, 64), (1, 1, 1 / 3)),     # 1 k-tile among 3: empty ranges
-    (dict(dtype="f16", out_dtype="f32", a_layout="col", b_layout="col"), (200, 130, 200), (2, 2, 8 / 3)),
-    (dict(dtype="f16", out_dtype="f32", a_layout="col", b_layout="row"), (70, 250, 129), (1, 1, 1.0)),
+    (dict(dtype="bf16", out_dtype="bf16"), (64 * 6, 100, 65), (2, 0, 0.0)),   # whole waves: no pieces
+    (dict(dtype="f16", out_dtype="f32"), (64, 128, 100), (0, 1, 2.0)),        # 2 k-tiles, 1 block: 2 CTAs, 1 sharer
+    (dict(dtype="f16", out_dtype="f32"), (64 * 4, 128, 64), (1, 1, 1.0)),
+    (dict(dtype="f16", out_dtype="f32", a_layout="col", b_layout="col"), (200, 130, 1100), (2, 2, 12.0)),
+    (dict(dtype="f16", out_dtype="f32", a_layout="col", b_layout="row"), (70, 250, 129), (1, 1, 3.0)),
 ])
 def test_stream_k_on_the_emulator(kw, shape, cut):
     spec = tilegen.GemmSpec(**{**SMALL, **kw})
@@ -60,11 +68,11 @@ def test_stream_k_fp8_with_staggered_promotion():
     import ml_dtypes
     spec = tilegen.GemmSpec(dtype="e4m3", out_dtype="f32", instruction="wgmma", stream_k=True)
     assert spec.promote == 2 and tuple(spec.tile) == (128, 128, 128)
-    N, K = 140, 128 * 5 + 7
+    N, K = 140, 128 * 12 + 7
     rng = np.random.default_rng(5)
     A = rng.standard_normal((400, K)).astype(ml_dtypes.float8_e4m3fn)
     B = np.asfortranarray(rng.standard_normal((K, N)).astype(ml_dtypes.float8_e4m3fn))
-    for m, cut in ((130, (1, 1, 2.0)), (400, (2, 2, 4.0)), (300, (2, 0, 0.0))):
+    for m, cut in ((400, (2, 2, 26 / 3)), (130, (1, 1, 13.0)), (300, (2, 0, 0.0))):
         assert shares(m, N, K, spec) == cut
         a = A[:m]
         ref = a.astype(np.float64) @ B.astype(np.float64)
@@ -76,8 +84,8 @@ def test_stream_k_fp8_with_staggered_promotion():
 def test_stream_k_applies_the_epilogue_once_after_the_pieces():
     spec = tilegen.GemmSpec(**SMALL, dtype="f16", out_dtype="f32",
                             epilogue=tilegen.Epilogue(bias="col", activation="relu"))
-    M, N, K = 261, 128, 323
-    assert shares(M, N, K, spec)[1] == 2
+    M, N, K = 261, 128, 1280
+    assert shares(M, N, K, spec) == (1, 2, 40 / 3)
     rng = np.random.default_rng(9)
     bias = rng.standard_normal(N).astype(np.float32)
     for beta in (0.0, -1.5):
@@ -88,14 +96,22 @@ def test_stream_k_applies_the_epilogue_once_after_the_pieces():
 
 def test_stream_k_schedule_covers_every_k_tile_once():
     """StreamK's ranges, as the fix-up kernel finds them: for each shared block, the CTAs from
-    first_cta to last_cta with non-empty ranges cover its k-tiles exactly once, in order."""
-    for blocks, ctas, k_tiles in [(5, 3, 6), (1, 3, 1), (131, 132, 64), (4, 132, 64), (7, 5, 1), (3, 7, 2)]:
-        waves, shared = blocks // ctas, blocks % ctas
+    first_cta to last_cta with non-empty ranges cover its k-tiles exactly once, in order, and
+    no range is longer than a block's K (at most two pieces)."""
+    for blocks, ctas, k_tiles in [(5, 3, 6), (1, 3, 1), (131, 132, 64), (4, 132, 64), (7, 5, 1), (3, 7, 2),
+                                  (4100, 132, 64), (240, 132, 4), (9, 8, 16), (133, 132, 2)]:
+        shared = blocks % ctas
+        if shared == 0:
+            continue
+        n = sharers(shared, k_tiles, ctas)
         total = shared * k_tiles
-        start = [(c * total) // ctas for c in range(ctas + 1)]
+        start = [(min(c, n) * total) // n for c in range(ctas + 1)]
+        assert all(start[c + 1] - start[c] <= k_tiles for c in range(ctas))
+        assert all(start[c + 1] - start[c] >= min(STREAM_K_MIN_PIECE, k_tiles) or start[c + 1] == start[c]
+                   for c in range(ctas)) or n == shared
         for b in range(shared):
-            first = ((b * k_tiles + 1) * ctas - 1) // total
-            last = (((b + 1) * k_tiles) * ctas - 1) // total
+            first = ((b * k_tiles + 1) * n - 1) // total
+            last = (((b + 1) * k_tiles) * n - 1) // total
             covered = []
             for c in range(first, last + 1):
                 lo, hi = max(start[c], b * k_tiles), min(start[c + 1], (b + 1) * k_tiles)
@@ -103,7 +119,6 @@ def test_stream_k_schedule_covers_every_k_tile_once():
                     assert lo < hi, (blocks, ctas, k_tiles, b, c)   # a non-empty range meets the block
                     covered += range(lo, hi)
             assert covered == list(range(b * k_tiles, (b + 1) * k_tiles)), (blocks, ctas, k_tiles, b)
-            assert all(start[c + 1] - start[c] <= k_tiles for c in range(ctas))   # at most two pieces
 
 
 def test_stream_k_kernels_and_grid():
@@ -139,14 +154,13 @@ def test_stream_k_refuses_what_it_does_not_build(kw, field):
     assert tilegen.GemmSpec(dtype="f16", instruction="wgmma", tile=(64, 192, 64), warps=(4, 1), stream_k=True).stream_k
 
 
-def test_stream_k_with_ctas_that_have_nothing_to_do(monkeypatch):
-    """Fewer shared k-tiles than CTAs (one shared block of 2 k-tiles among 5 CTAs: ranges
-    [0,0) [0,0) [0,1) [1,1) [1,2)): the fix-up must skip the empty range between the two
-    pieces (its workspace slot was never written; the emulator's workspace is poisoned)."""
+def test_stream_k_with_fewer_sharers_than_ctas(monkeypatch):
+    """One shared block of 16 k-tiles on 8 CTAs: 2 CTAs take pieces of 8 (STREAM_K_MIN_PIECE),
+    the other 6 only their whole-wave block."""
     import tilegen.sim.runner as runner
-    monkeypatch.setattr(runner, "EMULATOR_SM_COUNT", 5)
-    spec = tilegen.GemmSpec(**SMALL, dtype="f16", out_dtype="f32")
-    M, N, K = 64 * 6, 128, 128
-    assert shares(M, N, K, spec, sms=5) == (1, 1, 2 / 5)
-    C, ref, A, B = _run(spec, M, N, K, seed=7)
-    assert gemm_error(C, ref, A, B) <= gemm_bound("f16", K, "f32")
+    monkeypatch.setattr(runner, "EMULATOR_SM_COUNT", 8)
+    spec = tilegen.GemmSpec(**SMALL, dtype="bf16", out_dtype="f32")
+    M, N, K = 64 * 9, 128, 64 * 16
+    assert shares(M, N, K, spec, sms=8) == (1, 1, 8.0) and sharers(1, 16, 8) == 2
+    C, ref, A, B = _run(spec, M, N, K, seed=8)
+    assert gemm_error(C, ref, A, B) <= gemm_bound("bf16", K, "f32")

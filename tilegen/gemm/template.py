@@ -63,33 +63,56 @@ def split_rows(spec, M):
     return tg.cdiv(M, spec.tile.m) * spec.tile.m
 
 
+STREAM_K_MIN_PIECE = 8   # k-tiles: fewer CTAs share the last blocks when that keeps pieces this long
+
+
+def _maximum(a, b):
+    return a + b - tg.minimum(a, b)
+
+
 class StreamK:
     """The work of persistent CTA `pid` of `ctas` under stream-K (spec.stream_k).
 
     The blocks of C that fill whole waves go as usual: block pid + i * ctas for i < waves.
     The k-tiles of the remaining blocks (fewer than `ctas`) are laid end to end and cut into
-    `ctas` nearly equal ranges, one per CTA. A range is shorter than a block's K, so it
-    meets at most two blocks: its pieces. Each piece's f32 sum goes to the workspace W at
-    rows (2 pid + block % 2) * tile.m (two CTAs never share a slot), and stream_k_fixup adds
-    a block's pieces in CTA order and applies the epilogue: the same sums every run."""
+    nearly equal ranges, one for each of the first `sharers` CTAs: as many CTAs as keep a
+    range STREAM_K_MIN_PIECE k-tiles long (a block's pieces are added by one fix-up thread in
+    turn), but no fewer than the shared blocks, so that a range is never longer than a
+    block's K and meets at most two blocks: its pieces. Each piece's f32 sum goes to the
+    workspace W at rows (2 pid + block % 2) * tile.m (two CTAs never share a slot), and
+    stream_k_fixup adds a block's pieces in CTA order and applies the epilogue: the same
+    sums every run. Both kernels compute this split alike (the fix-up from the workspace's
+    rows, 2 * ctas * tile.m)."""
 
-    def __init__(self, spec, M, N, K, pid, ctas):
+    def __init__(self, spec, M, N, K, ctas):
         BM, BN = spec.tile.m, spec.tile.n
-        self.spec, self.pid = spec, pid
+        self.spec = spec
         self.k_tiles = k_tiles = tg.cdiv(K, spec.tile.k)
         blocks = tg.cdiv(M, BM) * tg.cdiv(N, BN)
         self.waves = blocks // ctas
         self.first_shared = self.waves * ctas        # the first block shared out by k-tiles
-        total = (blocks - self.first_shared) * k_tiles
-        start, end = (pid * total) // ctas, ((pid + 1) * total) // ctas
+        shared = blocks - self.first_shared
+        self.total = total = shared * k_tiles
+        sharers = _maximum(shared, tg.minimum(ctas, total // STREAM_K_MIN_PIECE))
+        self.sharers = sharers - tg.minimum(sharers, 1) + 1     # (at least 1: no shared block, no range)
+
+    def start(self, c):
+        """First k-tile (of the shared ones, end to end) of CTA c's range; c <= sharers."""
+        return (c * self.total) // self.sharers
+
+    def pieces(self, pid):
+        """CTA pid's pieces: (block among the shared ones, its first k-tile, k-tiles, k-tiles of
+        the range before it); a piece with no k-tiles is skipped."""
+        k_tiles = self.k_tiles
+        start = self.start(tg.minimum(pid, self.sharers))
+        end = self.start(tg.minimum(pid + 1, self.sharers))
         b0 = start // k_tiles
         end0 = tg.minimum(end, (b0 + 1) * k_tiles)
-        # (block among the shared ones, its first k-tile, k-tiles, k-tiles of this range before it)
-        self.pieces = ((b0, start - b0 * k_tiles, end0 - start, 0), (b0 + 1, 0, end - end0, end0 - start))
+        return ((b0, start - b0 * k_tiles, end0 - start, 0), (b0 + 1, 0, end - end0, end0 - start))
 
-    def slot_row(self, block):
-        """First workspace row of this CTA's piece of shared block `block`."""
-        return (2 * self.pid + block % 2) * self.spec.tile.m
+    def slot_row(self, cta, block):
+        """First workspace row of CTA `cta`'s piece of shared block `block`."""
+        return (2 * cta + block % 2) * self.spec.tile.m
 
 
 def launch_grid(spec):
@@ -189,14 +212,14 @@ def gemm(spec):
         pipe.run(tg.cdiv(pairs - cid, clusters), pair_origin, store, C, alpha, beta, bias, R, scales)
         return
     if spec.stream_k:   # whole waves of blocks, then pieces of the rest (StreamK)
-        sk = StreamK(spec, M, N, A.shape[1], pid, ctas)
+        sk = StreamK(spec, M, N, A.shape[1], ctas)
         W = tg.tensor("W", "f32", ("WM", "WN"))
 
         def store_piece(acc, block):
-            tg.store(W.block(sk.slot_row(block) + wm, wn), acc)
+            tg.store(W.block(sk.slot_row(pid, block) + wm, wn), acc)
         pipe.run(sk.waves, lambda i: block_origin(spec, pid + i * ctas, M, N), store, C, alpha, beta, bias, R, scales,
                  pieces=[(lambda b=b: block_origin(spec, sk.first_shared + b, M, N), b, kt0, n, off, store_piece)
-                         for b, kt0, n, off in sk.pieces])
+                         for b, kt0, n, off in sk.pieces(pid)])
         return
     if spec.warp_specialized:   # a producer role requests them (gemm/mainloops/wgmma.py)
         pipe.run(tg.cdiv(blocks - pid, ctas), lambda i: block_origin(spec, pid + i * ctas, M, N), store, C, alpha, beta,
@@ -267,24 +290,22 @@ def stream_k_fixup(spec):
     R = tg.tensor("R", spec.out_dtype, ("M", "N")) if epi.residual else None
     scales = scale_vectors(epi)
     M, N = C.shape
-    ctas = W.shape[0] // (2 * BM)
-    k_tiles = tg.cdiv(K, spec.tile.k)
-    first_shared = ((tg.cdiv(M, BM) * tg.cdiv(N, BN)) // ctas) * ctas
-    total = (tg.cdiv(M, BM) * tg.cdiv(N, BN) - first_shared) * k_tiles
+    sk = StreamK(spec, M, N, K, W.shape[0] // (2 * BM))
+    k_tiles = sk.k_tiles
     pid = tg.program_id()
     block, part = pid // parts, pid % parts
     pm, pn = (part // parts_n) * FM, (part % parts_n) * FN
-    m0, n0 = block_origin(spec, first_shared + block, M, N)
+    m0, n0 = block_origin(spec, sk.first_shared + block, M, N)
     warp = tg.warp_id()
     wm, wn = (warp % REDUCE_WARPS[0]) * (FM // REDUCE_WARPS[0]), (warp // REDUCE_WARPS[0]) * (FN // REDUCE_WARPS[1])
     acc = tg.fragment("m16n8k16.f16.f32", "C", (FM // REDUCE_WARPS[0] // 16, FN // REDUCE_WARPS[1] // 8), name="sum")
     # the CTAs whose ranges meet this block: from the one holding its first k-tile to the one
-    # holding its last (a CTA c's range starts at (c * total) // ctas)
-    first_cta = ((block * k_tiles + 1) * ctas - 1) // total
-    last_cta = (((block + 1) * k_tiles) * ctas - 1) // total
-    for c in tg.range(first_cta, last_cta + 1):
-        with tg.if_(tg.lt((c * total) // ctas, ((c + 1) * total) // ctas)):   # (ranges may be empty)
-            tg.accumulate(acc, W.block((2 * c + block % 2) * BM + pm + wm, pn + wn))
+    # holding its last (CTA c's range starts at sk.start(c) = (c * total) // sharers)
+    total, sharers = sk.total, sk.sharers
+    first_cta = ((block * k_tiles + 1) * sharers - 1) // total
+    last_cta = (((block + 1) * k_tiles) * sharers - 1) // total
+    for c in tg.range(first_cta, last_cta + 1):   # (no range is empty: sharers <= total)
+        tg.accumulate(acc, W.block(sk.slot_row(c, block) + pm + wm, pn + wn))
     row, col = m0 + pm + wm, n0 + pn + wn
     tg.store(C.block(row, col), acc, alpha=alpha, beta=beta, bias=bias, activation=epi.activation,
              residual=R.block(row, col) if R is not None else None, row_scale=scales[0], col_scale=scales[1])
