@@ -269,3 +269,18 @@ def test_fp8_on_hopper_takes_the_wgmma_kernel(monkeypatch):
     assert (c.spec.instruction, c.spec.promote, tuple(c.spec.tile)) == ("wgmma", 2, (128, 128, 128))
     assert "promoted to an f32 total every 2 k-tiles" in c.reason and c.spec.out_dtype == "bf16"
     assert mm.explain(f8(32, 4096), np.asfortranarray(f8(4096, 1000))).spec.instruction == "mma.sync"
+
+
+def test_prepared_arguments_name_what_they_take():
+    """FastCall.arguments takes the canonical tuple, scale pointers included; a short tuple (the
+    bench and tools once passed 14 values) is refused with the list of what it takes, not an
+    IndexError from inside."""
+    spec = tilegen.GemmSpec(dtype="e4m3", out_dtype="bf16", target="sm_89",
+                            epilogue=tilegen.Epilogue(scale_rows=True, scale_cols=True))
+    fc = tilegen.compile(spec).fast_call
+    values = (64, 64, 64, 4096, 64, 8192, 64, 12288, 64, 1.0, 0.0, 0, 0, 0)
+    with pytest.raises(ValueError, match=r"takes 16 values \(M, N, K, .*scale_a_ptr, scale_b_ptr\), got 14"):
+        fc.arguments(values)
+    args = fc.arguments(values + (16384, 20480))
+    names = [n for n, _ in tilegen.compile(spec).params]
+    assert args[names.index("scale_a_ptr")] == 16384 and args[names.index("scale_b_ptr")] == 20480

@@ -92,7 +92,7 @@ a, b, c = (cupy.asarray(x) for x in (A, B, C))
 k = tilegen.compile(tilegen.GemmSpec(dtype="f16", out_dtype="f16"))
 k(A, B, out=C); k(a, b, out=c); tilegen.matmul(A, B, out=C); tilegen.matmul(a, b, out=c); torch.cuda.synchronize()
 s = torch.cuda.current_stream().cuda_stream
-vals = k.fast_call.arguments((256, 256, 256, A.data_ptr(), 256, B.data_ptr(), 256, C.data_ptr(), 256, 1.0, 1.0, 0, 0, 0))
+vals = k.fast_call.arguments((256, 256, 256, A.data_ptr(), 256, B.data_ptr(), 256, C.data_ptr(), 256, 1.0, 1.0, 0, 0, 0, 0, 0))
 fn = k.function()
 routes = {}
 for r in L.ROUTES:

@@ -83,7 +83,7 @@ def main() -> int:
                 ms = events_ms(lambda k=k: k(A, B, out=out), reps)["ms"]
                 fc = k.fast_call
                 launcher = k.launcher(0)
-                args = fc.arguments((M, N, K, A.data_ptr(), K, B.data_ptr(), N, out.data_ptr(), N, 1.0, 0.0, 0, 0, 0))
+                args = fc.arguments((M, N, K, A.data_ptr(), K, B.data_ptr(), N, out.data_ptr(), N, 1.0, 0.0, 0, 0, 0, 0, 0))
                 grid = fc.grid(M, N, K, launcher.sm_count)
                 launch_ms = events_ms(lambda: launcher(grid, args, stream), reps)["ms"]
                 row["variants"][name] = {"kernel": k.name, "tflops": flop / ms / 1e9, "launch_tflops": flop / launch_ms / 1e9,

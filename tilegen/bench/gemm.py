@@ -204,7 +204,7 @@ class GemmBench:
                         return
                 chosen = compile_gemm(spec)
                 args = [chosen.fast_call.arguments((m, n, k, be.ptr(Al[i]), _ld(Al[i], spec.a_layout), be.ptr(Bl[i]),
-                                                    _ld(Bl[i], spec.b_layout), be.ptr(C[i]), n, 1.0, 0.0, 0, 0, 0))
+                                                    _ld(Bl[i], spec.b_layout), be.ptr(C[i]), n, 1.0, 0.0, 0, 0, 0, 0, 0))
                         for i in range(n_sets)]
                 launcher, stream = chosen.launcher(0), be.stream
                 grid = chosen.fast_call.grid(m, n, k, launcher.sm_count)

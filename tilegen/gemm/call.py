@@ -301,16 +301,24 @@ class FastCall:
 
     def arguments(self, values: tuple) -> tuple:
         """The kernel's arguments, in its order, from the canonical tuple (M, N, K, A_ptr, A_ld,
-        B_ptr, B_ld, C_ptr, C_ld, alpha, beta, bias_ptr, R_ptr, R_ld); a TMA kernel's tensor
-        maps are built (or found) from it."""
-        if not self.maps:
-            return self.pick(values)
-        maps = []
-        for m, cache, p, r, c, ld in self.maps:
-            key = (values[p], values[r], values[c], values[ld])
-            raw = cache.get(key)
-            maps.append(raw if raw is not None else tensor_map_bytes(m, *key))
-        return self.pick(values + tuple(maps))
+        B_ptr, B_ld, C_ptr, C_ld, alpha, beta, bias_ptr, R_ptr, R_ld, scale_a_ptr, scale_b_ptr;
+        then WM, WN, W_ptr, W_ld for two-kernel specs); a TMA kernel's tensor maps are built
+        (or found) from it."""
+        try:
+            if not self.maps:
+                return self.pick(values)
+            maps = []
+            for m, cache, p, r, c, ld in self.maps:
+                key = (values[p], values[r], values[c], values[ld])
+                raw = cache.get(key)
+                maps.append(raw if raw is not None else tensor_map_bytes(m, *key))
+            return self.pick(values + tuple(maps))
+        except IndexError:
+            width = len(_CANONICAL) + (len(_WORK) if self.split else 0)
+            if len(values) == width:
+                raise
+            raise ValueError(f"{self.kernel.name}: arguments() takes {width} values ({', '.join(_CANONICAL)}"
+                             + (f", {', '.join(_WORK)}" if self.split else "") + f"), got {len(values)}") from None
 
 
 def _matrix(shape, strides, row: bool):
