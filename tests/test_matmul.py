@@ -284,3 +284,25 @@ def test_prepared_arguments_name_what_they_take():
     args = fc.arguments(values + (16384, 20480))
     names = [n for n, _ in tilegen.compile(spec).params]
     assert args[names.index("scale_a_ptr")] == 16384 and args[names.index("scale_b_ptr")] == 20480
+
+
+def test_an_empty_inner_dimension(monkeypatch):
+    """K = 0: C = beta * C + the epilogue of zeros, as numpy's A @ B is zeros. TMA describes no
+    empty matrix, so matmul takes the cp.async kernel even where it would take the TMA one, and a
+    TMA kernel called directly refuses with what to do instead."""
+    import importlib
+
+    mm = importlib.import_module("tilegen.gemm.matmul")
+    A, B = np.zeros((300, 0), np.float16), np.zeros((0, 260), np.float16)
+    bias = np.arange(260, dtype=np.float16)
+    C = tilegen.matmul(A, B, bias=bias, activation="relu", device="sim")
+    assert C.shape == (300, 260) and (C == np.maximum(bias.astype(np.float32), 0)[None, :]).all()
+    monkeypatch.setattr(mm, "_target", lambda: "sm_90")
+    monkeypatch.setattr(mm, "_tuned", lambda *a, **k: None)
+    big = np.zeros((4096, 0), np.float16), np.zeros((0, 4096), np.float16)
+    choice = mm.explain(*big)
+    assert choice.spec.copy == "cp.async" and "K = 0" in choice.reason
+    assert mm.explain(np.zeros((4096, 1), np.float16), np.zeros((1, 4096), np.float16)).spec.copy == "tma"
+    tma = tilegen.compile(tilegen.GemmSpec(dtype="f16", instruction="wgmma"))
+    with pytest.raises(tilegen.LaunchError, match=r"K = 0.*tilegen.matmul.*copy='cp.async'"):
+        tma(A, B, device="sim")

@@ -31,7 +31,7 @@ from ..errors import LaunchError
 from ..runtime import interop
 from ..runtime.interop import DEVICE, DTYPE, PTR, SHAPE, STRIDES
 from ..runtime.memory import copy_2d
-from ..runtime.tensormap import map_cache, tensor_map_bytes
+from ..runtime.tensormap import EMPTY_HINT, map_cache, tensor_map_bytes
 
 ALIGN = 16
 _NUMBERS = (float, int)
@@ -489,6 +489,9 @@ def _run_host(kernel, A, B, out, alpha, beta, bias, residual, memory, scales=NO_
         out = np.empty((M, N), dtype=out_dt)
     if M == 0 or N == 0:
         return out
+    if K == 0 and kernel.tensor_maps:
+        raise LaunchError(f"{kernel.name}: A and B are empty (K = 0) and TMA describes no empty matrix"
+                          + EMPTY_HINT)
     a_stored, lda = _pitched(A if spec.a_layout == "row" else A.T)
     b_stored, ldb = _pitched(B if spec.b_layout == "row" else B.T)
     c_host, ldc = _pitched(out)   # rows 16-byte aligned: a TMA store's tensor map takes them

@@ -137,7 +137,7 @@ def size_class(M: int, N: int, K: int) -> tuple:
     (the tuned store's key) and every threshold a rule below compares it with."""
     return ((M - 1).bit_length(), (N - 1).bit_length(), (K - 1).bit_length(), min(M, N) <= SMALL, is_large(M, N),
             M <= 16, M <= SKINNY, N >= 4 * SKINNY, N // 256 >= SKINNY_WIDE_BLOCKS, _blocks128(M, N) >= MEDIUM_BLOCKS,
-            long_k(M, N, K))
+            long_k(M, N, K), K == 0)
 
 
 def _allow_tf32(allow) -> bool:
@@ -213,7 +213,10 @@ def explain(A, B, *, bias=None, activation=None, residual=None, out=None, allow_
         # the autotuner searches mma.sync specs unless asked for wgmma: the wgmma kernel measured faster
         why.append(f"the autotuner's {tuned.instruction} spec skipped for the faster {wgmma} kernel")
         tuned = None
-    if tuned is not None:
+    if K == 0:   # (TMA describes no empty operand)
+        spec = GemmSpec(**base)
+        why.append("K = 0: A @ B is all zeros; the cp.async kernel applies the epilogue to them")
+    elif tuned is not None:
         spec = tuned.replace(epilogue=epilogue, out_dtype=out_dtype, **({"atom": base["atom"]} if mixed_fp8 else {}))
         why.append("tile from the autotuner's cache for this GPU and shape bucket")
     elif preset is not None:
