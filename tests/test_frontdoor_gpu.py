@@ -149,3 +149,17 @@ def test_host_costs_are_measured():
         assert math.isfinite(res[name]["us"]) and res[name]["us"] > 0
     record("host_costs_smoke", **{k: v for k, v in res.items() if isinstance(v, dict)})
     assert "tilegen.matmul" in format_host(res)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float8_e4m3fn])
+def test_an_empty_inner_dimension(dtype):
+    """K = 0 at a size where matmul would take the TMA kernel: C is the epilogue of zeros."""
+    M, N = 4096, 2048
+    A = torch.empty(M, 0, device="cuda", dtype=dtype)
+    B = torch.empty(N, 0, device="cuda", dtype=dtype).t() if dtype == torch.float8_e4m3fn else \
+        torch.empty(0, N, device="cuda", dtype=dtype)
+    bias = torch.randn(N, device="cuda").bfloat16()
+    C = torch.full((M, N), float("nan"), device="cuda", dtype=torch.bfloat16)
+    tilegen.matmul(A, B, bias=bias, activation="relu", out=C)
+    torch.cuda.synchronize()
+    assert torch.equal(C, torch.relu(bias)[None, :].expand(M, N))
