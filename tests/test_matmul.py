@@ -287,22 +287,28 @@ def test_prepared_arguments_name_what_they_take():
 
 
 def test_an_empty_inner_dimension(monkeypatch):
-    """K = 0: C = beta * C + the epilogue of zeros, as numpy's A @ B is zeros. TMA describes no
-    empty matrix, so matmul takes the cp.async kernel even where it would take the TMA one, and a
-    TMA kernel called directly refuses with what to do instead."""
+    """K = 0: C = act(beta * C + bias) of a zero product, as numpy's A @ B is zeros. TMA
+    describes no empty matrix: matmul multiplies 16 columns of zeros instead (any kernel takes
+    them), and a TMA kernel called directly refuses with what to do."""
     import importlib
 
     mm = importlib.import_module("tilegen.gemm.matmul")
     A, B = np.zeros((300, 0), np.float16), np.zeros((0, 260), np.float16)
-    bias = np.arange(260, dtype=np.float16)
+    bias = np.arange(260, dtype=np.float16) - 100
     C = tilegen.matmul(A, B, bias=bias, activation="relu", device="sim")
     assert C.shape == (300, 260) and (C == np.maximum(bias.astype(np.float32), 0)[None, :]).all()
+    C0 = np.full((300, 260), 2.0, np.float32)
+    assert (tilegen.matmul(A, B, out=C0, beta=0.5, device="sim") == 1.0).all()
+    a, b = mm.zero_operands(A, B)
+    assert a.shape == (300, 16) and b.shape == (16, 260) and not a.any() and not b.any()
+    _, b8 = mm.zero_operands(A.astype(ml_dtypes.float8_e4m3fn), B.astype(ml_dtypes.float8_e4m3fn))
+    assert b8.flags.f_contiguous and not b8.flags.c_contiguous   # fp8's B K-major
     monkeypatch.setattr(mm, "_target", lambda: "sm_90")
     monkeypatch.setattr(mm, "_tuned", lambda *a, **k: None)
-    big = np.zeros((4096, 0), np.float16), np.zeros((0, 4096), np.float16)
-    choice = mm.explain(*big)
-    assert choice.spec.copy == "cp.async" and "K = 0" in choice.reason
-    assert mm.explain(np.zeros((4096, 1), np.float16), np.zeros((1, 4096), np.float16)).spec.copy == "tma"
+    choice = mm.explain(np.zeros((4096, 0), np.float16), np.zeros((0, 4096), np.float16))
+    assert choice.spec.copy == "tma" and choice.reason.startswith("K = 0: A @ B is all zeros")
+    fp8 = mm.explain(np.zeros((4096, 0), ml_dtypes.float8_e4m3fn), np.zeros((0, 4096), ml_dtypes.float8_e4m3fn))
+    assert fp8.spec.dtype == "e4m3" and fp8.spec.b_layout == "col"   # an empty B has no layout: K-major
     tma = tilegen.compile(tilegen.GemmSpec(dtype="f16", instruction="wgmma"))
     with pytest.raises(tilegen.LaunchError, match=r"K = 0.*tilegen.matmul.*copy='cp.async'"):
         tma(A, B, device="sim")

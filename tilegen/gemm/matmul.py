@@ -137,7 +137,7 @@ def size_class(M: int, N: int, K: int) -> tuple:
     (the tuned store's key) and every threshold a rule below compares it with."""
     return ((M - 1).bit_length(), (N - 1).bit_length(), (K - 1).bit_length(), min(M, N) <= SMALL, is_large(M, N),
             M <= 16, M <= SKINNY, N >= 4 * SKINNY, N // 256 >= SKINNY_WIDE_BLOCKS, _blocks128(M, N) >= MEDIUM_BLOCKS,
-            long_k(M, N, K), K == 0)
+            long_k(M, N, K))
 
 
 def _allow_tf32(allow) -> bool:
@@ -153,6 +153,11 @@ def explain(A, B, *, bias=None, activation=None, residual=None, out=None, allow_
     K2, N = _shape(B, "B")
     if K != K2:
         raise LaunchError(f"A is {M} x {K} but B is {K2} x {N}: inner dimensions differ")
+    if K == 0:
+        choice = explain(*zero_operands(A, B), bias=bias, activation=activation, residual=residual, out=out,
+                         allow_tf32=allow_tf32, scale_a=scale_a, scale_b=scale_b)
+        return Choice(choice.spec, f"K = 0: A @ B is all zeros, so matmul multiplies {ZERO_K} columns of zeros "
+                                   f"to apply the epilogue; {choice.reason}")
     a_name, b_name = _dtype_name(A), _dtype_name(B)
     mixed_fp8 = a_name != b_name and _DTYPES.get(a_name) in FP8 and _DTYPES.get(b_name) in FP8
     if a_name != b_name and not mixed_fp8:
@@ -213,10 +218,7 @@ def explain(A, B, *, bias=None, activation=None, residual=None, out=None, allow_
         # the autotuner searches mma.sync specs unless asked for wgmma: the wgmma kernel measured faster
         why.append(f"the autotuner's {tuned.instruction} spec skipped for the faster {wgmma} kernel")
         tuned = None
-    if K == 0:   # (TMA describes no empty operand)
-        spec = GemmSpec(**base)
-        why.append("K = 0: A @ B is all zeros; the cp.async kernel applies the epilogue to them")
-    elif tuned is not None:
+    if tuned is not None:
         spec = tuned.replace(epilogue=epilogue, out_dtype=out_dtype, **({"atom": base["atom"]} if mixed_fp8 else {}))
         why.append("tile from the autotuner's cache for this GPU and shape bucket")
     elif preset is not None:
@@ -388,6 +390,8 @@ def matmul(A, B, *, bias=None, activation=None, residual=None, alpha=1.0, beta=0
             scales = (va, vb)
     if out_dtype is not None and out is None:
         out = _empty_out(A, B, _out_dtype_name(out_dtype))
+    if len(getattr(A, "shape", ())) == 2 and len(getattr(B, "shape", ())) == 2 and A.shape[1] == 0 == B.shape[0]:
+        A, B = zero_operands(A, B)   # numpy's A @ B is zeros: the epilogue of a product of zeros
     if device is None:
         lib = interop.library(A)
         if lib is not None:
@@ -406,6 +410,28 @@ def matmul(A, B, *, bias=None, activation=None, residual=None, alpha=1.0, beta=0
     return kernel(A, B, out=out, alpha=alpha, beta=beta, bias=_as_out_dtype(bias, spec, "bias"),
                   residual=_as_out_dtype(residual, spec, "residual"), device=device, repitch=True,
                   scale_a=scales[0], scale_b=scales[1])
+
+
+ZERO_K = 16   # columns of zeros standing in for an empty K (16-byte rows for every dtype)
+
+
+def zero_operands(A, B):
+    """M x ZERO_K and ZERO_K x N zeros in A's and B's library, dtypes and layouts (B K-major for
+    fp8): an empty K's A and B as kernels can take them (TMA describes no empty matrix)."""
+    M, N = int(A.shape[0]), int(B.shape[1])
+    col_b = _layout(B) == "col" or _DTYPES.get(_dtype_name(B)) in FP8
+    if isinstance(A, np.ndarray):
+        b = np.zeros((N, ZERO_K), B.dtype).T if col_b else np.zeros((ZERO_K, N), B.dtype)
+        return np.zeros((M, ZERO_K), A.dtype), b
+    if hasattr(A, "new_zeros"):   # PyTorch
+        return A.new_zeros((M, ZERO_K)), B.new_zeros((N, ZERO_K)).t() if col_b else B.new_zeros((ZERO_K, N))
+    lib = interop.library(A)
+    if lib is None or lib.name != "cupy":
+        raise LaunchError(f"A is an empty {type(A).__name__} (K = 0): pass numpy, PyTorch or CuPy arrays")
+    xp = lib.cupy
+    with xp.cuda.Device(A.device.id):
+        b = xp.zeros((N, ZERO_K), B.dtype).T if col_b else xp.zeros((ZERO_K, N), B.dtype)
+        return xp.zeros((M, ZERO_K), A.dtype), b
 
 
 def _vector_scale(x, length: int, name: str):
