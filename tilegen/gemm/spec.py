@@ -166,6 +166,11 @@ class GemmSpec:
     |            | k-tiles evenly across all CTAs; their f32       |                          |
     |            | pieces are added in order by a second kernel    |                          |
     |            | that applies the epilogue                       |                          |
+    | pingpong   | warp-specialized wgmma: two consumer warp-      | False                    |
+    |            | groups, each multiplying whole tile.m x tile.n  |                          |
+    |            | blocks of its own (alternate ones), so one's    |                          |
+    |            | epilogue runs while the other's wgmmas do;      |                          |
+    |            | warps = (4, 1), one warpgroup per block         |                          |
     | cluster    | (1, 1); (2, 1): two CTAs along M share each B   | (1, 1)                   |
     |            | k-tile, each loading half and multicasting it;  |                          |
     |            | (1, 2): along N, sharing A (warp-specialized    |                          |
@@ -197,6 +202,7 @@ class GemmSpec:
     split_k: int = 1
     promote: Optional[int] = None
     stream_k: bool = False
+    pingpong: bool = False
 
     def __post_init__(self):
         set_ = lambda k, v: object.__setattr__(self, k, v)  # noqa: E731  (frozen)
@@ -296,9 +302,14 @@ class GemmSpec:
         return self.mainloop.producer_warps(self) > 0
 
     @property
+    def consumers(self) -> int:
+        """Math groups of `warps` each: two with pingpong (each on its own blocks), else one."""
+        return 2 if self.pingpong else 1
+
+    @property
     def threads(self) -> int:
-        """The CTA's threads: the math warps and any producer warps."""
-        return 32 * (self.warps.count + self.mainloop.producer_warps(self))
+        """The CTA's threads: the math warps (of every consumer group) and any producer warps."""
+        return 32 * (self.warps.count * self.consumers + self.mainloop.producer_warps(self))
 
     @property
     def warp_tile(self) -> tuple[int, int]:
@@ -449,6 +460,16 @@ class GemmSpec:
             if t.m % STREAM_K_FIXUP[0] or t.n % STREAM_K_FIXUP[1]:
                 raise SpecError("tile", (t.m, t.n, t.k), f"tile.m a multiple of {STREAM_K_FIXUP[0]} and tile.n of "
                                 f"{STREAM_K_FIXUP[1]} with stream_k (the fix-up kernel's blocks)")
+        if not isinstance(self.pingpong, bool):
+            raise SpecError("pingpong", self.pingpong, "True or False")
+        if self.pingpong:
+            if not self.warp_specialized or self.cluster != (1, 1) or self.stream_k:
+                raise SpecError("pingpong", self.pingpong, "False for this kernel",
+                                "ping-pong consumers are built for the warp-specialized wgmma kernel (instruction="
+                                "'wgmma', persistent, copy='tma', target sm_90a) without a cluster or stream-K")
+            if (self.warps.m, self.warps.n) != (4, 1):
+                raise SpecError("warps", (self.warps.m, self.warps.n), "(4, 1) with pingpong",
+                                "each of the two consumer warpgroups multiplies a whole block")
         if not isinstance(self.promote, int) or not 0 <= self.promote <= MAX_PROMOTE:
             raise SpecError("promote", self.promote, f"0..{MAX_PROMOTE} (k-tiles per promotion; 0: never)")
         if self.promote and not (self.instruction == "wgmma" and self.dtype in FP8 and self.warp_specialized):

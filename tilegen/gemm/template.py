@@ -19,6 +19,7 @@ def gemm_kernel_name(spec) -> str:
             + ("_tmastore" if spec.store == "tma" else "")
             + (f"_cluster{spec.cluster[0]}x{spec.cluster[1]}" if spec.cluster != (1, 1) else "")
             + (f"_splitk{spec.split_k}" if spec.split_k > 1 else "") + ("_streamk" if spec.stream_k else "")
+            + ("_pingpong" if spec.pingpong else "")
             + (f"_promote{spec.promote}" if spec.promote else ""))
     dtypes = spec.dtype if spec.b_dtype == spec.dtype else f"{spec.dtype}x{spec.b_dtype}"
     return (f"tilegen_gemm{kind}_{dtypes}_{spec.a_layout[0]}{spec.b_layout[0]}_{spec.out_dtype}_"
@@ -179,6 +180,8 @@ def gemm(spec):
     # Warps are laid out M-fastest: warp w owns rows (w % warps.m) and columns (w // warps.m);
     # in a warp-specialized kernel w counts from the first math warp, after the producer's.
     warp = tg.warp_id() - spec.mainloop.producer_warps(spec)
+    if spec.pingpong:   # each consumer group's warps count from 0
+        warp = warp % spec.warps.count
     wm = (warp % spec.warps.m) * spec.warp_tile[0]
     wn = (warp // spec.warps.m) * spec.warp_tile[1]
     pipe = spec.mainloop.pipeline(spec, A, B, sA, sB, warp, wm, wn)

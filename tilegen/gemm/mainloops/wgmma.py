@@ -121,7 +121,7 @@ class WgmmaLoop(MainLoop):
             if t.n % parts or (t.n // 8) % parts or (cols * osize) % 128 or cols * osize > 4 * 128 * 2:
                 continue
             layout = SmemLayout(t.m, cols, osize, "128B")
-            if self.STAGING_BUFFERS * layout.stage_bytes <= room:
+            if self.STAGING_BUFFERS * spec.consumers * layout.stage_bytes <= room:
                 return parts, layout
         return None
 
@@ -456,22 +456,37 @@ class WarpSpecializedPipeline(TmaPipeline):
                 for piece_origin, _, kt0, count, before, _ in pieces:
                     with tg.if_(tg.lt(0, count)):
                         self.produce(*piece_origin(), after_blocks + before, kt0, count)
-        with tg.role("math", warps=(first_math, first_math + spec.warps.count), registers=math_regs):
-            for i in tg.range(blocks):
-                m0, n0 = origin(i)
-                acc = self.consume(i * k_tiles, k_tiles)
-                if not staged:
-                    store(acc, m0, n0)
-                    continue
-                with tg.if_(tg.is_zero(beta)):   # C is not read: out through shared memory
-                    self.store_through_shared(acc, C, sC, parts, m0, n0, alpha, bias, R, scales)
-                with tg.else_():
-                    store(acc, m0, n0)
-            for _, block, _, count, before, store_piece in pieces:
-                with tg.if_(tg.lt(0, count)):
-                    store_piece(self.consume(after_blocks + before, count), block)
-            if staged:
-                tg.tma_store_wait(0)                 # the last stores have read sC
+        # Ping-pong: consumer g takes blocks g, g + 2, ... and starts waiting on a block's stages
+        # only once the other consumer has waited on all of the block before (its `turn`), so no
+        # wait runs more than one phase ahead of a stage (a parity names only the last two).
+        turn = tg.mbarrier("turn", stages=2) if spec.pingpong else None
+        for g in range(spec.consumers):
+            name, step = ("math", 1) if spec.consumers == 1 else (f"math{g}", spec.consumers)
+            warps = (first_math + g * spec.warps.count, first_math + (g + 1) * spec.warps.count)
+            buffers = sC if g == 0 or not staged else tg.shared(
+                f"sC{g}", spec.out_dtype, layout.rows, layout.cols, stages=spec.mainloop.STAGING_BUFFERS)
+            with tg.role(name, warps=warps, registers=math_regs):
+                for j in tg.range(tg.cdiv(blocks - g, step) if step > 1 else blocks):
+                    i = g + j * step if step > 1 else j
+                    m0, n0 = origin(i)
+                    if turn is not None:   # block i - 1 (the other consumer's) fully waited on
+                        with tg.if_(tg.lt(0, i)):
+                            tg.mbarrier_wait(turn[g], ((i - 1) // 2) & 1)
+                    acc = self.consume(i * k_tiles, k_tiles)
+                    if turn is not None:
+                        tg.arrive(turn[1 - g], one_per="warpgroup")
+                    if not staged:
+                        store(acc, m0, n0)
+                        continue
+                    with tg.if_(tg.is_zero(beta)):   # C is not read: out through shared memory
+                        self.store_through_shared(acc, C, buffers, parts, m0, n0, alpha, bias, R, scales)
+                    with tg.else_():
+                        store(acc, m0, n0)
+                for _, block, _, count, before, store_piece in pieces:
+                    with tg.if_(tg.lt(0, count)):
+                        store_piece(self.consume(after_blocks + before, count), block)
+                if staged:
+                    tg.tma_store_wait(0)                 # the last stores have read sC
 
     def produce(self, m0, n0, first, kt0, count):
         """Request k-tiles kt0 .. kt0 + count - 1 of the block at (m0, n0); `first` k-tiles
@@ -583,7 +598,7 @@ def _register_split(spec) -> tuple:
     tgt = spec.target_info
     at_launch = default_registers(spec.threads, tgt)
     producer = WarpSpecializedPipeline.PRODUCER_REGISTERS
-    math = min(240, (tgt.regs_per_sm - producer * W.WARPGROUP * 32) // spec.math_threads // 8 * 8)
+    math = min(240, (tgt.regs_per_sm - producer * W.WARPGROUP * 32) // (spec.math_threads * spec.consumers) // 8 * 8)
     if math <= at_launch:
         return None, None
     return producer, math
