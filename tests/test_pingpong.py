@@ -71,3 +71,11 @@ def test_a_consumer_that_does_not_take_turns_is_caught(monkeypatch):
 def test_pingpong_refuses_what_it_does_not_build(kw):
     with pytest.raises(SpecError, match="pingpong|warps"):
         tilegen.GemmSpec(**{**PP, "dtype": "f16", "tile": (64, 256, 64), **kw})
+
+
+def test_pingpong_with_direct_stores():
+    """5 stages of 64x256x64 leave no room for the TMA-store buffers: direct stores, per consumer."""
+    spec = tilegen.GemmSpec(**PP, dtype="f16", out_dtype="f32", tile=(64, 256, 64), stages=5)
+    assert spec.store == "direct"
+    C, ref, A, B = _run(spec, 200, 300, 130, seed=6)
+    assert gemm_error(C, ref, A, B) <= gemm_bound("f16", 130, "f32")

@@ -463,8 +463,10 @@ class WarpSpecializedPipeline(TmaPipeline):
         for g in range(spec.consumers):
             name, step = ("math", 1) if spec.consumers == 1 else (f"math{g}", spec.consumers)
             warps = (first_math + g * spec.warps.count, first_math + (g + 1) * spec.warps.count)
-            buffers = sC if g == 0 or not staged else tg.shared(
-                f"sC{g}", spec.out_dtype, layout.rows, layout.cols, stages=spec.mainloop.STAGING_BUFFERS)
+            buffers = None
+            if staged:   # each consumer stores through buffers of its own
+                buffers = sC if g == 0 else tg.shared(f"sC{g}", spec.out_dtype, layout.rows, layout.cols,
+                                                      stages=spec.mainloop.STAGING_BUFFERS)
             with tg.role(name, warps=warps, registers=math_regs):
                 for j in tg.range(tg.cdiv(blocks - g, step) if step > 1 else blocks):
                     i = g + j * step if step > 1 else j
