@@ -79,3 +79,36 @@ def test_pingpong_with_direct_stores():
     assert spec.store == "direct"
     C, ref, A, B = _run(spec, 200, 300, 130, seed=6)
     assert gemm_error(C, ref, A, B) <= gemm_bound("f16", 130, "f32")
+
+
+def test_pingpong_reads_c_with_beta():
+    rng = np.random.default_rng(7)
+    spec = tilegen.GemmSpec(**PP, dtype="f16", out_dtype="f32", tile=(64, 128, 64),
+                            epilogue=tilegen.Epilogue(bias="row", activation="gelu_tanh", residual=True))
+    M, N, K = 200, 260, 150
+    A, B = rng.standard_normal((M, K)).astype(np.float16), rng.standard_normal((K, N)).astype(np.float16)
+    C0, R = rng.standard_normal((M, N)).astype(np.float32), rng.standard_normal((M, N)).astype(np.float32)
+    bias = rng.standard_normal(M).astype(np.float32)
+    C = tilegen.compile(spec)(A, B, out=C0.copy(), alpha=0.5, beta=-1.5, bias=bias, residual=R, device="sim")
+    x = 0.5 * (A.astype(np.float64) @ B.astype(np.float64)) - 1.5 * C0 + bias[:, None]
+    ref = 0.5 * x * (1 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x ** 3))) + R
+    assert np.max(np.abs(C - ref)) <= 1e-3 * max(1.0, np.max(np.abs(ref)))
+
+
+def test_matmul_takes_pingpong_for_fused_epilogues_on_hopper(monkeypatch):
+    import importlib
+
+    mm = importlib.import_module("tilegen.gemm.matmul")
+    monkeypatch.setattr(mm, "_target", lambda: "sm_90")
+    monkeypatch.setattr(mm, "_tuned", lambda *a, **k: None)
+    A = np.zeros((4096, 4096), np.float16)
+    fused = mm.explain(A, A, bias=np.zeros(4096, np.float16), activation="gelu_tanh")
+    assert fused.spec.pingpong and tuple(fused.spec.tile) == (64, 256, 64) and "ping-pong" in fused.reason
+    assert not mm.explain(A, A).spec.pingpong                       # plain products stay cooperative
+    e4m3 = np.zeros((4096, 4096), ml_dtypes_e4m3())
+    assert not mm.explain(e4m3, e4m3.T, scale_a=np.ones(4096, np.float32)).spec.pingpong   # fp8: not measured faster
+
+
+def ml_dtypes_e4m3():
+    import ml_dtypes
+    return ml_dtypes.float8_e4m3fn

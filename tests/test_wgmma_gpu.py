@@ -88,7 +88,12 @@ SPECS = [dict(persistent=True), dict(persistent=True, a_layout="col", b_layout="
          # stream-K: whole waves, then the rest of the blocks shared out by k-tiles and fixed up
          dict(stream_k=True), dict(stream_k=True, dtype="bf16", out_dtype="bf16", b_layout="col", tile=(128, 128, 64)),
          dict(stream_k=True, a_layout="col", tile=(64, 128, 64), warps=(4, 1), stages=6, out_dtype="f16"),
-         dict(stream_k=True, dtype="tf32", b_layout="col")]
+         dict(stream_k=True, dtype="tf32", b_layout="col"),
+         # ping-pong consumers, each warpgroup on 64x256 blocks of its own
+         dict(pingpong=True, tile=(64, 256, 64), warps=(4, 1)),
+         dict(pingpong=True, tile=(64, 256, 64), warps=(4, 1), dtype="bf16", out_dtype="bf16", a_layout="col",
+              b_layout="col"),
+         dict(pingpong=True, tile=(64, 256, 64), warps=(4, 1), stages=5, out_dtype="f16")]   # direct stores
 
 
 @pytest.mark.parametrize("kw", SPECS, ids=lambda k: ",".join(f"{a}={b}" for a, b in k.items()))
@@ -101,16 +106,18 @@ def test_wgmma_spec_variants(torch, kw):
     record("wgmma_spec", spec=str(spec), shapes=len(shapes), worst_error_over_bound=worst)
 
 
-@pytest.mark.parametrize("dtype, activation, bias_axis",
-                         [("bf16", "relu", "col"), ("bf16", "gelu_tanh", "col"), ("bf16", "silu", "col"),
-                          ("tf32", "silu", "col"), ("tf32", "gelu_tanh", "row")])
-def test_wgmma_fused_epilogue(torch, dtype, activation, bias_axis):
+@pytest.mark.parametrize("dtype, activation, bias_axis, extra",
+                         [("bf16", "relu", "col", {}), ("bf16", "gelu_tanh", "col", {}), ("bf16", "silu", "col", {}),
+                          ("tf32", "silu", "col", {}), ("tf32", "gelu_tanh", "row", {}),
+                          ("bf16", "gelu_tanh", "col", dict(pingpong=True, tile=(64, 256, 64), warps=(4, 1))),
+                          ("f16", "relu", "row", dict(pingpong=True, tile=(64, 256, 64), warps=(4, 1)))])
+def test_wgmma_fused_epilogue(torch, dtype, activation, bias_axis, extra):
     """Same tolerance as the mma.sync epilogue tests (test_epilogue_gpu.py); tf32 with a
     row-major B stores C^T = B^T A^T transposed, bias and residual included."""
     from test_epilogue_gpu import TOL, _act
 
     spec = tilegen.GemmSpec(dtype=dtype, instruction="wgmma", out_dtype="bf16",
-                            epilogue=tilegen.Epilogue(bias=bias_axis, activation=activation, residual=True))
+                            epilogue=tilegen.Epilogue(bias=bias_axis, activation=activation, residual=True), **extra)
     kernel = tilegen.compile(spec)
     gen = torch.Generator(device="cuda").manual_seed(3)
     worst = 0.0
@@ -129,7 +136,8 @@ def test_wgmma_fused_epilogue(torch, dtype, activation, bias_axis):
         err = float((out.double() - ref).abs().max() / max(1.0, float(ref.abs().max())))
         worst = max(worst, err / TOL["bf16"])
         assert err <= TOL["bf16"], f"{M}x{N}x{K}: {err:.3g} over {TOL['bf16']:.3g}"
-    record("wgmma_epilogue", dtype=dtype, activation=activation, bias=bias_axis, worst_error_over_tolerance=worst)
+    record("wgmma_epilogue", dtype=dtype, activation=activation, bias=bias_axis, spec=str(spec),
+           worst_error_over_tolerance=worst)
 
 
 def test_wgmma_500_launches_bit_identical(torch):

@@ -31,7 +31,8 @@ def main() -> int:
              ("e4m3", {"out_dtype": "bf16"}, (1000, 1032, 4112)),    # fp8, promoted (rows of 16-byte multiples)
              ("bf16", {"stream_k": True}, (1000, 1032, 4104)),                          # stream-K's ordered fix-up
              ("bf16", {"stream_k": True}, (4096, 4096, 1024)),                          # 3 waves + shared blocks
-             ("e4m3", {"out_dtype": "bf16", "stream_k": True}, (4096, 4232, 4112))]
+             ("e4m3", {"out_dtype": "bf16", "stream_k": True}, (4096, 4232, 4112)),
+             ("bf16", {"pingpong": True, "tile": (64, 256, 64), "warps": (4, 1)}, (1000, 1032, 4104))]
     for dtype, extra, (M, N, K) in cases:
         k = tilegen.compile(tilegen.GemmSpec(**{"dtype": dtype, "out_dtype": dtype, "instruction": "wgmma", **extra}))
         if dtype == "e4m3":   # K-major operands: B the transpose of a row-major N x K matrix

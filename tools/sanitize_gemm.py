@@ -28,7 +28,11 @@ HOPPER = [(dict(dtype="f16", out_dtype="f16"), (133, 270, 45), 0.0, None),
           (dict(dtype="bf16", out_dtype="bf16", stream_k=True), (300, 520, 200), 0.0, None),       # stream-K
           (dict(dtype="f16", out_dtype="f16", stream_k=True, tile=(64, 128, 64), warps=(4, 1)), (900, 1000, 130), 0.5,
            None),
-          (dict(dtype="e4m3", out_dtype="bf16", stream_k=True), (260, 300, 600), 0.0, None)]
+          (dict(dtype="e4m3", out_dtype="bf16", stream_k=True), (260, 300, 600), 0.0, None),
+          (dict(dtype="bf16", out_dtype="bf16", pingpong=True, tile=(64, 256, 64), warps=(4, 1),               # ping-pong
+                epilogue=tilegen.Epilogue("col", "gelu_tanh", True)), (300, 700, 200), 0.0, None),
+          (dict(dtype="f16", out_dtype="f16", pingpong=True, tile=(64, 256, 64), warps=(4, 1)), (333, 520, 130), 0.5,
+           None)]
 
 
 def hopper() -> int:
