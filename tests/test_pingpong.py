@@ -101,10 +101,12 @@ def test_matmul_takes_pingpong_for_fused_epilogues_on_hopper(monkeypatch):
     mm = importlib.import_module("tilegen.gemm.matmul")
     monkeypatch.setattr(mm, "_target", lambda: "sm_90")
     monkeypatch.setattr(mm, "_tuned", lambda *a, **k: None)
-    A = np.zeros((4096, 4096), np.float16)
-    fused = mm.explain(A, A, bias=np.zeros(4096, np.float16), activation="gelu_tanh")
-    assert fused.spec.pingpong and tuple(fused.spec.tile) == (64, 256, 64) and "ping-pong" in fused.reason
-    assert not mm.explain(A, A).spec.pingpong                       # plain products stay cooperative
+    A, b = np.zeros((4096, 4096), np.float16), np.zeros(4096, np.float16)
+    short = mm.explain(A[:, :2048], A[:2048], bias=b, activation="gelu_tanh")
+    assert short.spec.pingpong and tuple(short.spec.tile) == (64, 256, 64) and "ping-pong" in short.reason
+    assert not mm.explain(A, A, bias=b, activation="gelu_tanh").spec.pingpong     # K = 4096: cooperative
+    assert mm.explain(A, A, bias=b, activation="gelu_tanh", residual=A).spec.pingpong   # ... unless a residual
+    assert not mm.explain(A[:, :1024], A[:1024]).spec.pingpong      # plain products stay cooperative
     e4m3 = np.zeros((4096, 4096), ml_dtypes_e4m3())
     assert not mm.explain(e4m3, e4m3.T, scale_a=np.ones(4096, np.float32)).spec.pingpong   # fp8: not measured faster
 

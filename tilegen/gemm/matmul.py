@@ -61,11 +61,15 @@ PRESETS = {
     ("sm_90", "e4m3"): dict(instruction="wgmma", target="sm_90a"),
     ("sm_90", "e5m2"): dict(instruction="wgmma", target="sm_90a"),
 }
-# ... and with a fused epilogue (f16/bf16) ping-pong consumers: two warpgroups on alternate 64x256
-# blocks, one's epilogue overlapping the other's wgmmas. Measured on the H200 (run 82, 5 interleaved
-# rounds, bf16, M x N in 4096^2 .. 8192 x 16384, K = 1024 .. 4096) against the cooperative 128x256
-# kernel: bias + GELU 1.01-1.23x, with a residual 1.05-1.22x; plain products 0.96-1.10x (not taken).
+# ... and with a fused epilogue (f16/bf16) that reads a residual, or over a K of at most
+# PINGPONG_MAX_K, ping-pong consumers: two warpgroups on alternate 64x256 blocks, one's epilogue
+# overlapping the other's wgmmas. Measured on the H200 against the cooperative 128x256 kernel, bf16,
+# M x N from 4096^2 to 8192 x 16384, 5 interleaved rounds with the operands rotated past L2 (run 84):
+# bias + GELU 1.10-1.24x at K = 1024 but 0.96-1.02x at K = 4096; with a residual 1.15-1.22x at
+# K = 1024 and 1.06-1.14x at K = 4096; plain products 0.94-1.03x (not taken). Its 64-row blocks load
+# B twice as often, which the longer main loops of a large K feel more than they gain.
 PINGPONG = dict(pingpong=True, tile=(64, 256, 64), warps=(4, 1))
+PINGPONG_MAX_K = 2048
 # The Hopper presets' 128x256 tiles fill the GPU from about 2048 x 2048 outputs on; measured on the
 # H200 at 1024x4096x4096 the wgmma preset ran 500-527 TFLOP/s (bf16/f16) against mma.sync's
 # 370-385, and tf32 313 against 168: a side of 1024 is enough when the area is there.
@@ -142,7 +146,7 @@ def size_class(M: int, N: int, K: int) -> tuple:
     (the tuned store's key) and every threshold a rule below compares it with."""
     return ((M - 1).bit_length(), (N - 1).bit_length(), (K - 1).bit_length(), min(M, N) <= SMALL, is_large(M, N),
             M <= 16, M <= SKINNY, N >= 4 * SKINNY, N // 256 >= SKINNY_WIDE_BLOCKS, _blocks128(M, N) >= MEDIUM_BLOCKS,
-            long_k(M, N, K))
+            long_k(M, N, K), K <= PINGPONG_MAX_K)
 
 
 def _allow_tf32(allow) -> bool:
@@ -227,7 +231,7 @@ def explain(A, B, *, bias=None, activation=None, residual=None, out=None, allow_
         spec = tuned.replace(epilogue=epilogue, out_dtype=out_dtype, **({"atom": base["atom"]} if mixed_fp8 else {}))
         why.append("tile from the autotuner's cache for this GPU and shape bucket")
     elif preset is not None:
-        fused = dtype in ("f16", "bf16") and not epilogue.is_plain
+        fused = dtype in ("f16", "bf16") and not epilogue.is_plain and (epilogue.residual or K <= PINGPONG_MAX_K)
         spec = GemmSpec(**{**base, **preset, **(PINGPONG if fused else {})})
         why.append(f"large problem on {target}: the fastest {dtype} kernel measured on the H200 "
                    f"({spec.instruction}, {spec.tile.m}x{spec.tile.n} tiles"
@@ -236,9 +240,9 @@ def explain(A, B, *, bias=None, activation=None, residual=None, out=None, allow_
                    + (", the epilogue through TMA stores" if spec.store == "tma" else "")
                    + f", target {spec.target})")
         if fused:
-            why.append("a fused epilogue: ping-pong consumers, each warpgroup on 64x256 blocks of its own, so one "
-                       "warpgroup's epilogue runs while the other's wgmmas do (1.01-1.23x the cooperative kernel with "
-                       "bias + GELU, 1.05-1.22x with a residual too, on the H200)")
+            why.append(f"a fused epilogue{' with a residual' if epilogue.residual else f' and K <= {PINGPONG_MAX_K}'}: "
+                       "ping-pong consumers, each warpgroup on 64x256 blocks of its own, so one warpgroup's epilogue "
+                       "runs while the other's wgmmas do (1.06-1.24x the cooperative kernel there, on the H200)")
         if spec.tf32_truncates:
             why.append("wgmma truncates the tf32 operands it reads from shared memory where mma.sync rounds "
                        + ("them: relative error about 2.6x cuBLAS's tf32" if spec.register_operand is None else
