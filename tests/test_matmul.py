@@ -310,5 +310,12 @@ def test_an_empty_inner_dimension(monkeypatch):
     fp8 = mm.explain(np.zeros((4096, 0), ml_dtypes.float8_e4m3fn), np.zeros((0, 4096), ml_dtypes.float8_e4m3fn))
     assert fp8.spec.dtype == "e4m3" and fp8.spec.b_layout == "col"   # an empty B has no layout: K-major
     tma = tilegen.compile(tilegen.GemmSpec(dtype="f16", instruction="wgmma"))
-    with pytest.raises(tilegen.LaunchError, match=r"K = 0.*tilegen.matmul.*copy='cp.async'"):
+    with pytest.raises(tilegen.LaunchError, match=r"K = 0.*tilegen.matmul computes it.*copy='cp.async'"):
         tma(A, B, device="sim")
+    pp = tilegen.compile(tilegen.GemmSpec(dtype="f16", instruction="wgmma", pingpong=True, tile=(64, 256, 64),
+                                          warps=(4, 1)))
+    with pytest.raises(tilegen.LaunchError, match=r"K = 0.*as in numpy\)$"):   # no cp.async advice it cannot take
+        pp(A, B, device="sim")
+    torch = pytest.importorskip("torch")
+    with pytest.raises(tilegen.LaunchError, match="two arrays of one library"):
+        mm.zero_operands(A, torch.zeros((0, 260), dtype=torch.float16))

@@ -164,3 +164,12 @@ def test_stream_k_with_fewer_sharers_than_ctas(monkeypatch):
     assert shares(M, N, K, spec, sms=8) == (1, 1, 8.0) and sharers(1, 16, 8) == 2
     C, ref, A, B = _run(spec, M, N, K, seed=8)
     assert gemm_error(C, ref, A, B) <= gemm_bound("bf16", K, "f32")
+
+
+def test_stream_k_refuses_what_its_32_bit_schedule_cannot_cut():
+    from tilegen.gemm.call import check_stream_k_range
+    spec = tilegen.GemmSpec(dtype="bf16", instruction="wgmma", stream_k=True)
+    check_stream_k_range(spec, 4096, 4096, 1 << 20, 132)       # 512 blocks x 16384 k-tiles x 132: fits
+    with pytest.raises(tilegen.LaunchError, match="32-bit schedule"):
+        check_stream_k_range(spec, 4096, 4096, 1 << 22, 132)
+    check_stream_k_range(spec.replace(stream_k=False), 4096, 4096, 1 << 22, 132)

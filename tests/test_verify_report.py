@@ -41,6 +41,15 @@ def test_all_probes_pass_and_record_is_written(monkeypatch, tmp_path):
     assert f"{23 + len(fragments.WGMMA_CASES)} passed, 0 failed, 0 skipped on Model GPU (cc 9.0, CUDA driver 13.0)" in report.table()
 
 
+def test_wgmma_probes_run_on_sm_90_only(monkeypatch):
+    """sm_90a code loads on compute capability 9.0 only: a newer GPU skips the wgmma probes."""
+    fake_gpu(monkeypatch, cc=(10, 0))
+    report = fragments.verify_fragments()
+    skipped = {r.name for r in report.results if r.status == "skip"}
+    assert skipped == set(fragments.WGMMA_CASES) and report.passed
+    assert all("sm_90 only" in r.note for r in report.results if r.status == "skip")
+
+
 def test_older_gpu_skips_what_it_lacks(monkeypatch):
     fake_gpu(monkeypatch, cc=(8, 0))
     report = fragments.verify_fragments()

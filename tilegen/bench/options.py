@@ -57,7 +57,7 @@ def layout_code(a_layout: str, b_layout: str) -> str:
 _INT_FIELDS = ("stages", "group_m", "frag_buffers", "split_k", "promote")
 _STR_FIELDS = ("acc_dtype", "out_dtype", "atom", "swizzle", "target", "instruction", "copy", "store")
 _TUPLE_FIELDS = {"tile": 3, "warps": 2, "cluster": 2}
-_BOOL_FIELDS = ("persistent", "stream_k")
+_BOOL_FIELDS = ("persistent", "stream_k", "pingpong")
 _OWN_OPTION = {"dtype": "--dtype", "a_layout": "--layout", "b_layout": "--layout"}
 
 

@@ -31,7 +31,7 @@ from ..errors import LaunchError
 from ..runtime import interop
 from ..runtime.interop import DEVICE, DTYPE, PTR, SHAPE, STRIDES
 from ..runtime.memory import copy_2d
-from ..runtime.tensormap import EMPTY_HINT, map_cache, tensor_map_bytes
+from ..runtime.tensormap import map_cache, tensor_map_bytes
 
 ALIGN = 16
 _NUMBERS = (float, int)
@@ -39,6 +39,24 @@ _CANONICAL = ("M", "N", "K", "A_ptr", "A_ld", "B_ptr", "B_ld", "C_ptr", "C_ld", 
               "bias_ptr", "R_ptr", "R_ld", "scale_a_ptr", "scale_b_ptr")
 NO_SCALES = (None, None)
 _WORK = ("WM", "WN", "W_ptr", "W_ld")   # the f32 workspace of partial sums, after the canonical values
+
+
+def empty_k_error(kernel) -> LaunchError:
+    """K = 0 on a kernel that loads through TMA (which describes no empty matrix)."""
+    spec = kernel.spec
+    other = "" if spec.stream_k or spec.pingpong else ", or compile the spec with copy='cp.async', persistent=False"
+    return LaunchError(f"{kernel.name}: A and B are empty (K = 0), and this kernel loads them through TMA, which "
+                       f"describes no empty matrix: tilegen.matmul computes it (C is the epilogue of a zero product, as "
+                       f"in numpy){other}")
+
+
+def check_stream_k_range(spec, M: int, N: int, K: int, ctas: int) -> None:
+    """Stream-K's schedule multiplies k-tile counts by CTA counts in 32 bits (template.StreamK)."""
+    if spec.stream_k:
+        blocks = -(-M // spec.tile.m) * -(-N // spec.tile.n)
+        if blocks * -(-K // spec.tile.k) * max(ctas, 1) >= 2 ** 32:
+            raise LaunchError(f"stream-K's 32-bit schedule cannot cut {blocks} blocks of K = {K} over {ctas} CTAs "
+                              f"(blocks x k-tiles x CTAs must stay under 2^32): use a spec without stream_k")
 
 
 def workspace_shape(spec, M: int, N: int, ctas: int) -> tuple:
@@ -218,6 +236,8 @@ class FastCall:
             return None
         M, K, a_ld = a
         N, b_ld = b[1], b[2]
+        if K == 0 and self.maps:
+            return None   # (the general path says why)
         isz = self.in_size
         a_ok = a_ptr % ALIGN == 0 and ((a_ld * isz) % ALIGN == 0 or (M if self.a_row else K) == 1)
         b_ok = b_ptr % ALIGN == 0 and ((b_ld * isz) % ALIGN == 0 or (K if self.b_row else N) == 1)
@@ -290,6 +310,7 @@ class FastCall:
         """Split-K and stream-K: partial sums into an f32 workspace from the library's
         stream-ordered allocator, then their sum and the epilogue into C, both on `stream`."""
         M, N = values[0], values[1]
+        check_stream_k_range(self.kernel.spec, M, N, values[2], grid[0])
         rows, cols = workspace_shape(self.kernel.spec, M, N, grid[0])
         work = lib.empty((max(rows * cols, 1),), "float32", device)
         values = values + (rows, cols, lib.probe(work)[PTR], max(cols, 1))
@@ -435,6 +456,7 @@ class _SimMemory:
                               f"anyway (tilegen run: --device sim), or run it on a machine with an NVIDIA GPU")
         second = kernel.second_kernel() if hasattr(kernel, "second_kernel") else None
         if second is not None:   # partial sums (split-K's slices, stream-K's pieces), then C
+            check_stream_k_range(kernel.spec, sizes["M"], sizes["N"], sizes["K"], x)
             rows, cols = workspace_shape(kernel.spec, sizes["M"], sizes["N"], x)
             w = {"WM": rows, "WN": cols, "W_ptr": self.put(np.full(max(rows * cols, 1), np.nan, np.float32)),
                  "W_ld": max(cols, 1)}   # (poisoned: a slot read before it is written shows)
@@ -490,8 +512,7 @@ def _run_host(kernel, A, B, out, alpha, beta, bias, residual, memory, scales=NO_
     if M == 0 or N == 0:
         return out
     if K == 0 and kernel.tensor_maps:
-        raise LaunchError(f"{kernel.name}: A and B are empty (K = 0) and TMA describes no empty matrix"
-                          + EMPTY_HINT)
+        raise empty_k_error(kernel)
     a_stored, lda = _pitched(A if spec.a_layout == "row" else A.T)
     b_stored, ldb = _pitched(B if spec.b_layout == "row" else B.T)
     c_host, ldc = _pitched(out)   # rows 16-byte aligned: a TMA store's tensor map takes them
@@ -543,6 +564,8 @@ def _aligned(view, stream, keep: list):
 
 def _run_device(kernel, A, B, out, alpha, beta, bias, residual, repitch=False, scales=NO_SCALES):
     spec = kernel.spec
+    if kernel.tensor_maps and len(getattr(A, "shape", ())) == 2 and A.shape[1] == 0:
+        raise empty_k_error(kernel)
     in_dt, out_dt = numpy_dtype(spec.dtype), numpy_dtype(spec.out_dtype)
     align = None if repitch else ALIGN
     a = runtime.describe_array(A, name="A", dtype=in_dt, shape=None, layout=spec.a_layout, writable=False,

@@ -5,7 +5,7 @@ from dataclasses import dataclass
 
 from .. import compiler, runtime
 from ..compiler import Kernel
-from .call import NO_SCALES, FastCall, run_gemm, workspace_shape
+from .call import NO_SCALES, FastCall, check_stream_k_range, run_gemm, workspace_shape
 from .template import trace_gemm, trace_split_k_sum, trace_stream_k_fixup
 
 
@@ -66,6 +66,7 @@ class GemmKernel(Kernel):
             return super().launch(args, sizes, stream=stream, device=device)
         M, N = int(sizes["M"]), int(sizes["N"])
         ctas = self.grid(sizes, self.launcher(device).sm_count)[0]
+        check_stream_k_range(self.spec, M, N, int(sizes["K"]), ctas)
         rows, cols = workspace_shape(self.spec, M, N, ctas)
         handle = int(runtime.stream_handle(stream))
         work = runtime.StreamBuffer(max(rows * cols * 4, 4), handle, device)

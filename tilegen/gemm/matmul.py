@@ -433,6 +433,9 @@ def zero_operands(A, B):
     """M x ZERO_K and ZERO_K x N zeros in A's and B's library, dtypes and layouts (B K-major for
     fp8): an empty K's A and B as kernels can take them (TMA describes no empty matrix)."""
     M, N = int(A.shape[0]), int(B.shape[1])
+    if isinstance(A, np.ndarray) != isinstance(B, np.ndarray) or interop.library(A) is not interop.library(B):
+        raise LaunchError(f"A is a {type(A).__module__}.{type(A).__name__} and B a {type(B).__module__}."
+                          f"{type(B).__name__}: pass two arrays of one library (numpy, PyTorch or CuPy)")
     col_b = _layout(B) == "col" or _DTYPES.get(_dtype_name(B)) in FP8
     if isinstance(A, np.ndarray):
         b = np.zeros((N, ZERO_K), B.dtype).T if col_b else np.zeros((ZERO_K, N), B.dtype)

@@ -163,9 +163,10 @@ class GemmSpec:
     |            | (persistent=False)                              |                          |
     | stream_k   | warp-specialized wgmma: the blocks past the     | False                    |
     |            | last whole wave of CTAs are shared out by       |                          |
-    |            | k-tiles evenly across all CTAs; their f32       |                          |
-    |            | pieces are added in order by a second kernel    |                          |
-    |            | that applies the epilogue                       |                          |
+    |            | k-tiles evenly across as many CTAs as keep      |                          |
+    |            | pieces 8 k-tiles long (template.StreamK); their |                          |
+    |            | f32 pieces are added in order by a second       |                          |
+    |            | kernel that applies the epilogue                |                          |
     | pingpong   | warp-specialized wgmma: two consumer warp-      | False                    |
     |            | groups, each multiplying whole tile.m x tile.n  |                          |
     |            | blocks of its own (alternate ones), so one's    |                          |
@@ -360,9 +361,11 @@ class GemmSpec:
         total = sum(smem_layout(self, op).stage_bytes for op in "AB") * self.stages
         if self.copy == "tma":
             total += 2 * 8 * self.stages  # a full and an empty mbarrier per stage
+            total += 2 * 8 * self.pingpong  # the consumers' two turn mbarriers
         if self.store == "tma":
             family = self.mainloop
-            total += family.STAGING_BUFFERS * family.store_staging(self)[1].stage_bytes  # slices of C on their way out
+            # slices of C on their way out, through buffers of each consumer's own
+            total += family.STAGING_BUFFERS * self.consumers * family.store_staging(self)[1].stage_bytes
         return total + 1024  # dynamic shared memory is rounded up to a 1024-byte boundary
 
     def replace(self, **changes) -> "GemmSpec":

@@ -28,10 +28,6 @@ def map_cache(decl: A.TensorMapDecl) -> dict:
     return cache
 
 
-EMPTY_HINT = ("; an empty operand (K = 0) has nothing to load: tilegen.matmul runs it on a kernel without TMA, "
-              "or compile the spec with copy='cp.async'")
-
-
 def tensor_map_bytes(decl: A.TensorMapDecl, ptr: int, rows: int, cols: int, ld: int) -> bytes:
     """The CUtensorMap of this matrix with decl's box and swizzle, as 128 bytes."""
     cache = map_cache(decl)
@@ -41,7 +37,7 @@ def tensor_map_bytes(decl: A.TensorMapDecl, ptr: int, rows: int, cols: int, ld: 
         return got
     why = decl.problem(ptr, rows, cols, ld)
     if why is not None:
-        raise LaunchError(f"{decl.tensor} cannot go through TMA: {why}" + (EMPTY_HINT if 0 in (rows, cols) else ""))
+        raise LaunchError(f"{decl.tensor} cannot go through TMA: {why}")
     d = _drv.bindings()
     U64, U32 = d.cuuint64_t, d.cuuint32_t
     tm = _drv.check(d.cuTensorMapEncodeTiled(

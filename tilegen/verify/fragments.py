@@ -331,6 +331,9 @@ def verify_fragments(atoms=None, record_path=None, *, device: int = 0, seed: int
         if probe.min_sm > info.sm:
             res.status, res.note = "skip", f"needs sm_{probe.min_sm}; this GPU is sm_{info.sm}"
             continue
+        if probe.target == "sm_90a" and info.sm != 90:   # arch-specific code loads on cc 9.0 only
+            res.status, res.note = "skip", f"sm_90a code (wgmma) runs on sm_90 only; this GPU is sm_{info.sm}"
+            continue
         entry = _record_entry(probe)
         entries.append(entry)
         try:

@@ -114,7 +114,8 @@ class WgmmaLoop(MainLoop):
         (STAGING_BUFFERS of `layout`): the fewest slices whose buffers fit beside the stages
         (128-byte swizzled rows), or None."""
         t, osize = spec.tile, {"f32": 4, "f16": 2, "bf16": 2}[spec.out_dtype]
-        used = sum(smem_layout(spec, op).stage_bytes for op in "AB") * spec.stages + 2 * 8 * spec.stages + 1024
+        used = (sum(smem_layout(spec, op).stage_bytes for op in "AB") * spec.stages + 2 * 8 * (spec.stages + spec.pingpong)
+                + 1024)
         room = spec.target_info.smem_per_block - used
         for parts in self.STAGING_PARTS:
             cols = t.n // parts
