@@ -135,7 +135,7 @@ def test_base_variant_and_shape():
     assert S.base_variant(spec)
     assert not S.base_variant(spec.replace(group_m=4))
     assert not S.base_variant(spec.replace(swizzle="pad"))
-    assert S.shape_of(spec) == ((128, 128, 64), (2, 2), 3, 2, "mma.sync", False)
+    assert S.shape_of(spec) == ((128, 128, 64), (2, 2), 3, 2, "mma.sync", False, False)
     assert S.spec_text(spec) == "128x128x64 w2x2 s3 128B g8 fb2"
 
 
@@ -158,7 +158,10 @@ def test_the_hopper_space_is_the_wgmma_kernels():
     assert specs and all(s.instruction == "wgmma" and s.target == "sm_90a" for s in specs)
     assert {s.persistent for s in specs} == {True, False}
     assert any(s.warp_specialized and s.store == "tma" for s in specs)
-    assert {(s.tile.m, s.tile.n) for s in specs} == {(128, 256), (128, 128), (256, 128), (128, 192)}
+    assert {(s.tile.m, s.tile.n) for s in specs} == {(128, 256), (128, 128), (256, 128), (128, 192), (64, 256)}
+    pp = [s for s in specs if s.pingpong]
+    assert pp and all((s.tile.m, s.tile.n, s.warps.m, s.warps.n) == (64, 256, 4, 1) for s in pp)
+    assert S.spec_text(pp[0]).endswith(" pingpong")
     assert {s.cluster for s in specs} == {(1, 1), (2, 1), (1, 2)}
     assert all(s.warp_specialized for s in specs if s.cluster != (1, 1))
     # five stages of 128x256x64 do not fit: pruned with the reason, never compiled

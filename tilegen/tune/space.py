@@ -32,6 +32,8 @@ With `SearchSpace(instruction="wgmma")` (sm_90a) the space is the Hopper kernel'
 | persistent    | True (warp-specialized for f16/bf16, TMA stores), False  | persistent     |
 | group_m       | 4, 8, 16                                                 | group_m        |
 | cluster       | 1x1, 2x1 (B multicast), 1x2 (A multicast); persistent    | cluster        |
+| consumers     | cooperative (both math warpgroups on each block), or     | pingpong       |
+|               | ping-pong: 64x256 blocks, a warpgroup each (warps 4x1)   |                |
 
 Order: `prior_ms` is a rough analytic time (wave quantisation over the SMs, occupancy from
 shared memory and registers, warp-tile and CTA-tile reuse, k-tile overhead, pipeline fill).
@@ -81,6 +83,7 @@ class SearchSpace:
     wgmma_group_m: tuple = (4, 8, 16)
     persistent: tuple = (True, False)
     wgmma_clusters: tuple = ((1, 1), (2, 1), (1, 2))   # pairs of CTAs only for the persistent kernel
+    wgmma_pingpong_tiles: tuple = ((64, 256),)          # ping-pong consumers: one warpgroup's block
 
     def k_tiles(self, dtype: str) -> tuple:
         return tuple(self.tile_k) if self.tile_k is not None else K_TILES[dtype]
@@ -127,6 +130,8 @@ def params_text(p: dict) -> str:
             parts.append(f"{short}{p[key]}")
     if p.get("cluster", (1, 1)) != (1, 1):
         parts.append("cluster" + "x".join(map(str, p["cluster"])))
+    if p.get("pingpong"):
+        parts.append("pingpong")
     return " ".join(parts)
 
 
@@ -139,6 +144,7 @@ def spec_text(spec: GemmSpec) -> str:
         text += f" {spec.instruction}" + (" ws" if spec.warp_specialized else " persistent" if spec.persistent else "")
         text += " tmastore" if spec.store == "tma" else ""
         text += f" cluster{spec.cluster[0]}x{spec.cluster[1]}" if spec.cluster != (1, 1) else ""
+        text += " pingpong" if spec.pingpong else ""
     return text
 
 
@@ -213,6 +219,11 @@ def _wgmma_points(dtype: str, space: SearchSpace) -> Iterable[dict]:
                             p = {"instruction": "wgmma", "tile": (tm, tn, tk), "warps": warps, "stages": stages,
                                  "persistent": persistent, "group_m": g}
                             yield p if cluster == (1, 1) else {**p, "cluster": cluster}
+    for tm, tn in space.wgmma_pingpong_tiles:   # two consumer warpgroups, each on blocks of its own
+        for stages in space.wgmma_stages:
+            for g in space.wgmma_group_m:
+                yield {"instruction": "wgmma", "tile": (tm, tn, tk), "warps": (4, 1), "stages": stages,
+                       "persistent": True, "group_m": g, "pingpong": True}
 
 
 def make_spec(dtype: str, a_layout: str, b_layout: str, out_dtype: str, target: str, params: dict) -> GemmSpec:
@@ -336,7 +347,8 @@ def base_variant(spec: GemmSpec) -> bool:
 
 
 def shape_of(spec: GemmSpec) -> tuple:
-    return (tuple(spec.tile), tuple(spec.warps), spec.stages, spec.frag_buffers, spec.instruction, spec.persistent)
+    return (tuple(spec.tile), tuple(spec.warps), spec.stages, spec.frag_buffers, spec.instruction, spec.persistent,
+            spec.pingpong)
 
 
 __all__ = ["SearchSpace", "Pruned", "SpaceResult", "TUNE_DTYPES", "enumerate_space", "points", "make_spec",
