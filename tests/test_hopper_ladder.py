@@ -14,8 +14,8 @@ from ptxas_util import assert_assembles, needs_ptxas
 
 STEPS = {"step1_one_tile": "step1", "step2_k_loop": "step2", "step3_grid": "step3", "step4_tma": "step4",
          "step5_pipeline": "step5", "step6_warp_specialized": "step6", "step7_persistent": "step7",
-         "step8_tma_store": "step8", "step9_cluster": "step9"}
-OUT = {"step8_tma_store": np.float16}   # C's dtype where it is not f32
+         "step8_tma_store": "step8", "step9_cluster": "step9", "step10_pingpong": "step10"}
+OUT = {"step8_tma_store": np.float16, "step10_pingpong": np.float16}   # C's dtype where it is not f32
 
 
 KERNELS = {name: getattr(load(name), fn) for name, fn in STEPS.items()}
@@ -27,7 +27,8 @@ SHAPES = {"step1_one_tile": [(64, 128, 64), (40, 100, 48)], "step2_k_loop": [(64
           # 3 emulated SMs: each CTA walks several blocks, and the stage phases run on across them
           "step7_persistent": [(300, 520, 200), (700, 300, 64), (1, 1, 1), (129, 1000, 65)],
           "step8_tma_store": [(300, 520, 200), (1, 1, 1), (129, 1000, 65), (64, 24, 16)],
-          "step9_cluster": [(300, 520, 200), (129, 1000, 65)]}   # more in tests/test_cluster.py
+          "step9_cluster": [(300, 520, 200), (129, 1000, 65)],   # more in tests/test_cluster.py
+          "step10_pingpong": [(300, 520, 200), (1, 1, 1), (129, 1000, 65), (700, 300, 64)]}
 
 
 @pytest.fixture(scope="module")
@@ -74,7 +75,7 @@ def test_a_one_tile_step_refuses_larger_sizes():
 @pytest.mark.gpu
 @requires_gpu
 @pytest.mark.parametrize("name", ["step3_grid", "step4_tma", "step5_pipeline", "step6_warp_specialized",
-                                  "step7_persistent", "step8_tma_store", "step9_cluster"])
+                                  "step7_persistent", "step8_tma_store", "step9_cluster", "step10_pingpong"])
 def test_each_step_on_the_gpu(compiled, name):
     for shape in [(1000, 1030, 999), (4096, 4096, 256)]:
         err, bound, _ = common.check(compiled[name], *shape, device="gpu", seed=2, out=OUT.get(name, np.float32))

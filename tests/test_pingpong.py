@@ -116,3 +116,13 @@ def test_matmul_takes_pingpong_for_fused_epilogues_on_hopper(monkeypatch):
 def ml_dtypes_e4m3():
     import ml_dtypes
     return ml_dtypes.float8_e4m3fn
+
+
+def test_ladder_step_10_without_turns_is_caught():
+    """examples/hopper_ladder/step10_pingpong.py with each consumer's turn wait removed: consumer 1
+    waits on its first block's stages while consumer 0's k-tiles still fill them."""
+    from ladder_util import common, planted
+
+    k = planted("step10_pingpong", "step10", ("tg.mbarrier_wait(turn[c], ((i - 1) // 2) & 1)", "pass"))
+    with pytest.raises(SimError, match="still writing|mbarrier|phase"):
+        common.check(k, 64 * 5, 256, 64 * 6, device="sim", seed=1, out=np.float16)

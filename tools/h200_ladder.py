@@ -71,6 +71,7 @@ def main() -> int:
     import step7_persistent
     import step8_tma_store
     import step9_cluster
+    import step10_pingpong
 
     kernels = {"step3 grid (cp.async, synchronous)": tilegen.compile(step3_grid.step3, target="sm_90a"),
                "step4 TMA + mbarrier": tilegen.compile(step4_tma.step4, target="sm_90a"),
@@ -82,10 +83,11 @@ def main() -> int:
                "step7 persistent, warp specialized (4 stages)": tilegen.compile(step7_persistent.step7,
                                                                                 target="sm_90a"),
                "step8 TMA-store epilogue (f16 C)": tilegen.compile(step8_tma_store.step8, target="sm_90a"),
-               "step9 2-CTA cluster, B multicast": tilegen.compile(step9_cluster.step9, target="sm_90a")}
+               "step9 2-CTA cluster, B multicast": tilegen.compile(step9_cluster.step9, target="sm_90a"),
+               "step10 ping-pong consumers (f16 C)": tilegen.compile(step10_pingpong.step10, target="sm_90a")}
     if a.steps:
         kernels = {n: k for n, k in kernels.items() if any(n.startswith(s) for s in a.steps)}
-    f16_out = {"step8 TMA-store epilogue (f16 C)"}
+    f16_out = {"step8 TMA-store epilogue (f16 C)", "step10 ping-pong consumers (f16 C)"}
     wg = tilegen.compile(tilegen.GemmSpec(dtype="f16", instruction="wgmma", b_layout="row", out_dtype="f32"))
     rows = []
     for n in a.sizes:
