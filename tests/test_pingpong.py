@@ -4,6 +4,7 @@ storing them, so one's epilogue runs while the other's wgmmas do. A consumer sta
 a block's stages only after the other has waited on all of the block before (the `turn`
 mbarriers): a parity names only the last two phases of a stage. On the emulator, whose
 protocol checks catch a consumer running ahead."""
+import ml_dtypes
 import numpy as np
 import pytest
 
@@ -34,7 +35,6 @@ def test_pingpong_on_the_emulator(shape):
 
 
 def test_pingpong_fused_epilogue_and_fp8():
-    import ml_dtypes
     spec = tilegen.GemmSpec(**PP, dtype="f16", out_dtype="f32", tile=(64, 128, 64),
                             epilogue=tilegen.Epilogue(bias="col", activation="relu"))
     rng = np.random.default_rng(3)
@@ -109,13 +109,8 @@ def test_matmul_takes_pingpong_for_fused_epilogues_on_hopper(monkeypatch):
     assert not mm.explain(A, A, bias=b, activation="gelu_tanh").spec.pingpong     # K = 4096: cooperative
     assert mm.explain(A, A, bias=b, activation="gelu_tanh", residual=A).spec.pingpong   # ... unless a residual
     assert not mm.explain(A[:, :1024], A[:1024]).spec.pingpong      # plain products stay cooperative
-    e4m3 = np.zeros((4096, 4096), ml_dtypes_e4m3())
+    e4m3 = np.zeros((4096, 4096), ml_dtypes.float8_e4m3fn)
     assert not mm.explain(e4m3, e4m3.T, scale_a=np.ones(4096, np.float32)).spec.pingpong   # fp8: not measured faster
-
-
-def ml_dtypes_e4m3():
-    import ml_dtypes
-    return ml_dtypes.float8_e4m3fn
 
 
 def test_ladder_step_10_without_turns_is_caught():

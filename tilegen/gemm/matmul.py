@@ -366,6 +366,8 @@ def _choose(lib, A, B, out, pa, pb, pc, bias, activation, residual, tf32, scales
     if len(pa[SHAPE]) != 2 or len(pb[SHAPE]) != 2:
         return None
     (M, K), N = pa[SHAPE], pb[SHAPE][1]
+    if K == 0:
+        return None   # (the general path multiplies columns of zeros instead)
     sa, sb = pa[STRIDES], pb[STRIDES]
     axis = None
     if bias is not None:
@@ -404,14 +406,14 @@ def matmul(A, B, *, bias=None, activation=None, residual=None, alpha=1.0, beta=0
             scales = (va, vb)
     if out_dtype is not None and out is None:
         out = _empty_out(A, B, _out_dtype_name(out_dtype))
-    if len(getattr(A, "shape", ())) == 2 and len(getattr(B, "shape", ())) == 2 and A.shape[1] == 0 == B.shape[0]:
-        A, B = zero_operands(A, B)   # numpy's A @ B is zeros: the epilogue of a product of zeros
     if device is None:
         lib = interop.library(A)
         if lib is not None:
             done = _fast_matmul(lib, A, B, out, bias, activation, residual, alpha, beta, allow_tf32, scales)
             if done is not None:
                 return done
+    if len(getattr(A, "shape", ())) == 2 and len(getattr(B, "shape", ())) == 2 and A.shape[1] == 0 == B.shape[0]:
+        A, B = zero_operands(A, B)   # numpy's A @ B is zeros: the epilogue of a product of zeros
     choice = explain(A, B, bias=bias, activation=activation, residual=residual, out=out, allow_tf32=allow_tf32,
                      scale_a=scales[0], scale_b=scales[1])
     spec = choice.spec
