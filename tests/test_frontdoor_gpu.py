@@ -122,6 +122,40 @@ def test_fast_path_refuses_what_it_cannot_take_with_the_general_message():
     assert float((C.double() - ref).abs().max()) <= 1e-2
 
 
+@pytest.mark.parametrize("kw", [dict(tile=(64, 64, 32)), dict(instruction="wgmma")])
+def test_repeated_calls_follow_every_change(kw):
+    """The fast path's repeat records (the same arrays launch the arguments they gave last
+    time; a launcher does not repack values it holds): every change of pointer, scalar or
+    stream between calls shows in the result, checked call by call against float64."""
+    k = tilegen.compile(tilegen.GemmSpec(dtype="bf16", out_dtype="bf16", **kw))
+    M, N, K = 256, 384, 192
+    A, A2 = (torch.randn(M, K, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+    B = torch.randn(K, N, device="cuda", dtype=torch.bfloat16)
+    C, C2 = (torch.empty(M, N, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+    side = torch.cuda.Stream()
+
+    def check(C, A, alpha):
+        torch.cuda.synchronize()
+        ref = alpha * (A.double() @ B.double())
+        assert float(torch.linalg.norm(C.double() - ref) / torch.linalg.norm(ref)) <= 2 * _bound(torch.bfloat16, K)
+
+    for A_, C_, alpha in ((A, C, 1.0), (A, C, 1.0), (A2, C, 1.0), (A2, C2, 1.0), (A2, C2, 2.0), (A2, C2, 2.0),
+                          (A, C, 1.0), (A, C, -0.5)):
+        C_.fill_(float("nan"))
+        k(A_, B, out=C_, alpha=alpha)
+        check(C_, A_, alpha)
+    A.copy_(torch.randn_like(A))   # new contents, same pointer: launched again as it was
+    C.fill_(float("nan"))
+    k(A, B, out=C, alpha=-0.5)
+    check(C, A, -0.5)
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):   # the same call on a busy stream: launched there, after the fill
+        torch.cuda._sleep(50_000_000)
+        C.fill_(float("nan"))
+        k(A, B, out=C, alpha=-0.5)
+    check(C, A, -0.5)
+
+
 def test_prepared_launch_checks_its_arguments():
     k = tilegen.compile(tilegen.GemmSpec(dtype="f16", tile=(64, 64, 32)))
     A = torch.randn(64, 32, device="cuda", dtype=torch.float16)

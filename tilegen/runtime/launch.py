@@ -158,6 +158,9 @@ def _driver_function(route: str):
     return _FUNCTIONS[route]
 
 
+_NOTHING_PACKED = (None, None, None)
+
+
 class Launcher:
     """One loaded kernel, ready to launch: `launcher(grid, values, stream)`.
 
@@ -183,6 +186,7 @@ class Launcher:
         self.route = route
         self.buffer = ParamBuffer(kinds, self.block, self.smem, self.cluster, config=route == "ex")
         self.lock = threading.Lock()
+        self._packed = _NOTHING_PACKED   # (values, grid, stream) the "ex" route's buffer holds
         self._storage = self.buffer.storage
         self._address = self.buffer.address
         if route == "ex":  # four pointers that never change; ctypes converts nothing per call
@@ -209,10 +213,16 @@ class Launcher:
             stream = int(stream_handle(stream))
         with self.lock:
             if self.route == "ex":
-                try:
-                    self._pack(self._storage, 0, *values, grid[0], grid[1], grid[2], *self.block, self.smem, stream)
-                except (struct.error, OverflowError, TypeError):
-                    self.buffer.pack_launch(grid, values, stream)  # converts what it can, or says what is wrong
+                # the buffer still holds these very (immutable) values: launch it as it is
+                if values is not self._packed[0] or grid is not self._packed[1] or stream != self._packed[2] \
+                        or values.__class__ is not tuple or grid.__class__ is not tuple:
+                    self._packed = _NOTHING_PACKED
+                    try:
+                        self._pack(self._storage, 0, *values, grid[0], grid[1], grid[2], *self.block, self.smem,
+                                   stream)
+                    except (struct.error, OverflowError, TypeError):
+                        self.buffer.pack_launch(grid, values, stream)  # converts what it can, or says what is wrong
+                    self._packed = (values, grid, stream)
                 err = self._fn(*self._ex_args)
             else:
                 try:
