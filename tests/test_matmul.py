@@ -189,8 +189,9 @@ def test_skinny_products_on_hopper_keep_more_in_flight(monkeypatch):
     assert "skinny product" in c.reason and "M = 128 rows" in c.reason
     wide = mm.explain(np.zeros((64, 8192), np.float16), np.zeros((8192, 28672), np.float16)).spec
     assert (tuple(wide.tile), wide.stages) == ((64, 256, 64), 5)
-    few = mm.explain(np.zeros((16, 8192), np.float16), np.zeros((8192, 28672), np.float16)).spec
-    assert (tuple(few.tile), few.stages) == ((64, 64, 64), 3)     # many blocks: small tiles, several per SM
+    for m in (1, 16):   # many blocks: 64x128 tiles, 3 stages, two CTAs per SM
+        few = mm.explain(np.zeros((m, 8192), np.float16), np.zeros((8192, 28672), np.float16)).spec
+        assert (few.instruction, tuple(few.tile), few.stages) == ("mma.sync", (64, 128, 64), 3), m
     # past M = 64 one 128-row tile holds M: 128x256 tiles where N gives 96 of them, else 128x128 ones
     for m in (65, 96, 128):
         big = mm.explain(np.zeros((m, 8192), np.float16), np.zeros((8192, 28672), np.float16)).spec

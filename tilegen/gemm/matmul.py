@@ -40,8 +40,9 @@ FP8_OUT = "bf16"   # an fp8 product's output dtype unless out / out_dtype says o
 # the H200 (docs/results/2026-11-24-h200-hopper.md, run 37, bf16, N = K = 8192 and N = 28672):
 # streaming B is the work, so what counts is how much of it each SM has in flight. M up to 16:
 # 64x64x128 mma.sync tiles, 6 stages (0.92x cuBLAS, from 0.58x with 64x64x64 and 3 stages), but
-# where N gives 96 or more 256-wide blocks the small 3-stage tiles, several CTAs per SM, stay
-# ahead (run 38: 0.78-0.84x with 6 stages at N = 28672, 0.86-0.93x with 3 in runs 33 and 35); up to
+# where N gives 96 or more 256-wide blocks 64x128x64 tiles with 3 stages, two CTAs per SM (run 90,
+# graph replay, 1 and 16 x 28672 x 8192: 0.97 / 0.96x against 0.91 / 0.85x for 64x64x64 and
+# 0.78 / 0.76x for 64x64x128 with 6 stages; at N = 8192 they make too few CTAs: 0.51x); up to
 # SKINNY: the wgmma kernel, one CTA per block, 64x128x128 tiles with 4 stages (0.95x at N = 8192),
 # or 64x256x64 with 5 stages where N gives 96 or more such blocks (1.04-1.41x at N = 28672). Past
 # M = SMALL a 128-row tile holds all of M: the warp-specialized kernel's 128x256 tiles where N gives
@@ -220,7 +221,7 @@ def explain(A, B, *, bias=None, activation=None, residual=None, out=None, allow_
     # fp8 on Hopper: the wgmma kernel at every size past SMALL (mma.sync fp8 ran 0.2-0.4x torch._scaled_mm)
     preset = PRESETS.get((target, dtype)) if is_large(M, N) or (dtype in FP8 and min(M, N) > SMALL) else None
     hopper16 = target == "sm_90" and dtype in ("f16", "bf16")
-    skinny = hopper16 and M <= SKINNY and N >= 4 * SKINNY and not (M <= 16 and N // 256 >= SKINNY_WIDE_BLOCKS)
+    skinny = hopper16 and M <= SKINNY and N >= 4 * SKINNY
     medium = hopper16 and preset is None and not skinny and min(M, N) > SMALL
     wgmma = preset["instruction"] if preset is not None else "wgmma" if medium else None
     if tuned is not None and wgmma is not None and tuned.instruction != wgmma:
@@ -249,7 +250,9 @@ def explain(A, B, *, bias=None, activation=None, residual=None, out=None, allow_
                           f"them ({'AB'.replace(spec.register_operand, '')}; {spec.register_operand} is rounded): "
                           f"relative error about 1.6x cuBLAS's tf32"))
     elif skinny:
-        if M <= 16:
+        if M <= 16 and N // 256 >= SKINNY_WIDE_BLOCKS:
+            spec = GemmSpec(**base, tile=(64, 128, 64), warps=(2, 2), stages=3)
+        elif M <= 16:
             spec = GemmSpec(**base, tile=(64, 64, 128), warps=(2, 2), stages=6)
         elif M > SMALL and N // 256 >= SKINNY_WIDE_BLOCKS:   # a 128-row tile holds all of M
             spec = GemmSpec(**{**base, **PRESETS[(target, dtype)]})
