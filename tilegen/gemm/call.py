@@ -200,37 +200,40 @@ class FastCall:
 
     def __call__(self, A, B, out, bias, residual, alpha, beta, repitch, scales=NO_SCALES):
         lib = interop.library(A)
-        if lib is None or interop.library(B) is not lib:
+        if lib is None:
+            return None
+        same = A.__class__   # (arrays of one type are of one library: no second lookup)
+        if B.__class__ is not same and interop.library(B) is not lib:
             return None
         pc = None
         if out is not None:
-            if interop.library(out) is not lib:
+            if out.__class__ is not same and interop.library(out) is not lib:
                 return None
             pc = lib.probe(out)
         return self.run(lib, lib.probe(A), lib.probe(B), out, pc, bias, residual, alpha, beta, repitch, scales)
 
     def run(self, lib, pa, pb, out, pc, bias, residual, alpha, beta, repitch, scales=NO_SCALES):
         last = self._last
-        if last is not None and pc and pa and pb and bias is None and residual is None and scales is NO_SCALES:
-            if (last[0] == (pa[1], pa[2], pa[3], pa[4], pb[1], pb[2], pb[3], pb[4], pc[1], pc[2], pc[3], pc[4])
-                    and type(alpha) in _NUMBERS and type(beta) in _NUMBERS):
+        if last is not None and bias is None and residual is None and scales is NO_SCALES \
+                and type(alpha) in _NUMBERS and type(beta) in _NUMBERS:
+            if (pa, pb, pc, alpha, beta) == last[0]:   # the same arrays and scalars: the same launch
                 launcher = self.kernel.launcher(pa[4])
-                if launcher is last[2]:
-                    grid = last[1][6]
-                    ptrs = (pa[0], pb[0], pc[0], alpha, beta)
-                    if ptrs == last[3]:
-                        launcher(grid, last[4], lib.stream(pa[4]))
-                        return out
-                    if not (pa[0] | pb[0] | pc[0]) % ALIGN:
-                        M, N, K, a_ld, b_ld, c_ld, grid = last[1]
-                        values = (M, N, K, pa[0], a_ld, pb[0], b_ld, pc[0], c_ld, alpha, beta, 0, 0, 0, 0, 0)
-                        if self.split:
-                            self._split_launch(lib, launcher, grid, values, lib.stream(pa[4]), pa[4])
-                        else:
-                            args = self.arguments(values)
-                            launcher(grid, args, lib.stream(pa[4]))
-                            self._last = (last[0], last[1], launcher, ptrs, args)
-                        return out
+                if launcher is last[3]:
+                    launcher(last[2][6], last[4], lib.stream(pa[4]))
+                    return out
+            elif pc and pa and pb and not (pa[0] | pb[0] | pc[0]) % ALIGN and \
+                    last[1] == (pa[1], pa[2], pa[3], pa[4], pb[1], pb[2], pb[3], pb[4], pc[1], pc[2], pc[3], pc[4]):
+                launcher = self.kernel.launcher(pa[4])
+                if launcher is last[3]:
+                    M, N, K, a_ld, b_ld, c_ld, grid = last[2]
+                    values = (M, N, K, pa[0], a_ld, pb[0], b_ld, pc[0], c_ld, alpha, beta, 0, 0, 0, 0, 0)
+                    if self.split:
+                        self._split_launch(lib, launcher, grid, values, lib.stream(pa[4]), pa[4])
+                    else:
+                        args = self.arguments(values)
+                        launcher(grid, args, lib.stream(pa[4]))
+                        self._last = ((pa, pb, pc, alpha, beta), last[1], last[2], launcher, args)
+                    return out
         if (bias is None) != (self.bias_axis is None) or (residual is None) == self.residual or \
                 (scales[0] is None) == self.scaled[0] or (scales[1] is None) == self.scaled[1]:
             return None
@@ -313,11 +316,10 @@ class FastCall:
             launcher(grid, args, stream)
         if keep is None and bias is None and residual is None and scales is NO_SCALES and c_ptr % ALIGN == 0:
             # (a two-kernel spec's workspace is new per call: its arguments are never reused)
-            self._last = ((pa[1], pa[2], pa[3], pa[4], pb[1], pb[2], pb[3], pb[4], c_shape, c_strides, c_dtype, c_device),
-                          (M, N, K, a_ld, b_ld, c_ld, grid), launcher, None if args is None else (a_ptr, b_ptr, c_ptr, alpha, beta),
-                          args)
+            self._last = (None if args is None else (pa, pb, pc, alpha, beta),
+                          (pa[1], pa[2], pa[3], pa[4], pb[1], pb[2], pb[3], pb[4], c_shape, c_strides, c_dtype, c_device),
+                          (M, N, K, a_ld, b_ld, c_ld, grid), launcher, args)
         return out
-
 
     def _split_launch(self, lib, launcher, grid, values, stream, device):
         """Split-K and stream-K: partial sums into an f32 workspace from the library's
