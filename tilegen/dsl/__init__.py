@@ -6,8 +6,8 @@ from .primitives import (SM_COUNT, accumulate, else_, ge, gt, if_, is_zero, le, 
                          thread_id, vector, wait, warp_id, wgmma, wgmma_fence, wgmma_commit, wgmma_wait,
                          fence_proxy_async)
 from .scalars import Float, Int, Pred
-from .tma import (BarrierStage, MBarrier, arrive, mbarrier, mbarrier_wait, store_stage, tma_load, tma_store,
-                  tma_store_commit, tma_store_wait)
+from .tma import (BarrierStage, MBarrier, StagedVector, arrive, fetch_vector, mbarrier, mbarrier_wait, park_vector,
+                  staged_vector, store_stage, tma_load, tma_store, tma_store_commit, tma_store_wait)
 from .roles import role
 from .cluster import cluster_id, cluster_rank, cluster_size, cluster_sync, num_clusters
 from .batched import BatchedTensor, batched_tensor
@@ -27,7 +27,7 @@ __all__ += ["BatchedTensor", "batched_tensor", "RowVector", "add", "add_if_finit
             "exp", "exp2", "assign", "row_vector", "row_max", "row_sum", "mask", "to_operand"]
 # TMA copies and mbarriers (sm_90; dsl/tma.py)
 __all__ += ["MBarrier", "BarrierStage", "mbarrier", "arrive", "mbarrier_wait", "tma_load", "store_stage", "tma_store",
-            "tma_store_commit", "tma_store_wait"]
+            "tma_store_commit", "tma_store_wait", "StagedVector", "staged_vector", "fetch_vector", "park_vector"]
 # Warp roles (warp specialization; dsl/roles.py)
 __all__ += ["role"]
 # Thread-block clusters (sm_90; dsl/cluster.py)

@@ -62,7 +62,7 @@ def role(name: str, warps: tuple, registers: int = None):
     if roles >= MAX_NAMED_BARRIERS:
         fail(f"role {name!r}: at most {MAX_NAMED_BARRIERS - 1} warp roles per kernel (one named barrier each)")
     tr.roles_seen = roles
-    tr.role, tr.role_barrier = name, (roles, 32 * (end - first))
+    tr.role, tr.role_barrier, tr.role_threads = name, (roles, 32 * (end - first)), (32 * first, 32 * (end - first))
     try:
         with tr.builder.role(cond.raw, name, first, end):
             if registers is not None:
@@ -71,7 +71,7 @@ def role(name: str, warps: tuple, registers: int = None):
                     tile_op(T.SetMaxRegisters(registers, registers > start))
             yield
     finally:
-        tr.role = tr.role_barrier = None
+        tr.role = tr.role_barrier = tr.role_threads = None
 
 
 __all__ = ["role"]

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 from ..arch.targets import target as _target
 from ..ir import tile as T
+from ..ir.layout import SmemLayout
 from ..ir.values import Value
 from .objects import Block, Fragment, Stage, Tensor, Vector
 from .primitives import check_stage, scale_vectors, tile_op
@@ -200,6 +201,64 @@ def _tma_layout_ok(what: str, tile):
     return layout
 
 
+class StagedVector:
+    """One block's slice of a vector, fetched early into registers and parked in shared
+    memory for store_stage (staged_vector)."""
+
+    def __init__(self, ir: T.StagedVector, vector: Vector):
+        self.ir = ir
+        self.vector = vector
+        self.size = vector.size
+
+
+def staged_vector(vec: Vector, length: int, name: str = "") -> StagedVector:
+    """Room for `length` elements of `vec` (a block's rows or columns) on their way to a
+    TMA-store epilogue, spread over the threads of the current role (or the CTA):
+
+        sb = tilegen.staged_vector(bias, BN)
+        tilegen.fetch_vector(sb, n0)     # the loads start, before the main loop
+        ...                               # the main loop hides their latency
+        tilegen.park_vector(sb)           # into shared memory
+        tilegen.barrier()
+        tilegen.store_stage(..., bias=sb) # read from shared memory
+    """
+    tr = current()
+    if not isinstance(vec, Vector):
+        fail("staged_vector: vec must be a tilegen.vector(...)")
+    if not isinstance(length, int) or length < 1:
+        fail(f"staged_vector: length={length!r}; allowed: a positive int (the block's rows or columns)")
+    first, threads = getattr(tr, "role_threads", None) or (0, tr.kernel.threads)
+    name = name or f"s{vec.ir.name}{len(tr.kernel.shared)}"
+    layout_cols = -(-length * vec.ir.dtype.bytes // 16) * 16 // vec.ir.dtype.bytes   # rows of whole 16 bytes
+    tile = T.SharedTile(name, vec.ir.dtype, SmemLayout(1, layout_cols, vec.ir.dtype.bytes, "none"), 1, align=16)
+    tr.kernel.shared.append(tile)
+    return StagedVector(T.StagedVector(name, vec.ir, length, tile, first, threads), vec)
+
+
+def fetch_vector(sv: StagedVector, origin) -> None:
+    """Start loading vec[origin .. origin + length - 1] into sv's registers (0 past its end)."""
+    if not isinstance(sv, StagedVector):
+        fail("fetch_vector: sv must come from tilegen.staged_vector(...)")
+    _same_threads(sv, "fetch_vector")
+    tile_op(T.FetchVector(sv.ir, raw(wrap(origin))))
+
+
+def park_vector(sv: StagedVector) -> None:
+    """Write the fetched elements into sv's shared tile (a barrier must follow before reads)."""
+    if not isinstance(sv, StagedVector):
+        fail("park_vector: sv must come from tilegen.staged_vector(...)")
+    _same_threads(sv, "park_vector")
+    tile_op(T.ParkVector(sv.ir))
+
+
+def _same_threads(sv: StagedVector, what: str) -> None:
+    tr = current()
+    here = getattr(tr, "role_threads", None) or (0, tr.kernel.threads)
+    if here != (sv.ir.first_thread, sv.ir.threads):
+        fail(f"{what}: {sv.ir.name} was declared for threads {sv.ir.first_thread}..+{sv.ir.threads}, but runs on "
+             f"threads {here[0]}..+{here[1]}: fetch and park it in the role that declared it")
+
+
 def store_stage(dst: Stage, acc: Fragment, row, part: int = 0, parts: int = 1, alpha: Float = None, *,
                 out: Block = None, bias=None, activation: str = "none", residual=None, row_scale=None,
                 col_scale=None):
@@ -235,15 +294,31 @@ def store_stage(dst: Stage, acc: Fragment, row, part: int = 0, parts: int = 1, a
             fail("store_stage: a bias, residual or scale needs out=the row-major tensor's block the slice goes to")
         names = out.tensor.ir.shape_names
         if bias is not None:
-            if not isinstance(bias, Vector) or bias.size not in names:
-                fail(f"store_stage: bias must be a tilegen.vector of size {names[0]!r} (per row) or {names[1]!r} "
-                     f"(per column)")
+            if not isinstance(bias, (Vector, StagedVector)) or bias.size not in names:
+                fail(f"store_stage: bias must be a tilegen.vector (or staged_vector) of size {names[0]!r} (per row) or "
+                     f"{names[1]!r} (per column)")
             axis = "row" if bias.size == names[0] else "col"
         if residual is not None and (not isinstance(residual, Tensor) or residual.layout != "row"
                                      or residual.ir.shape_names != names):
             fail(f"store_stage: residual must be a row-major tilegen.tensor of sizes {names}")
+    staged = {}
+    for at, (vec, name) in enumerate(((row_scale, "row_scale"), (col_scale, "col_scale"))):
+        if isinstance(vec, StagedVector):   # checked as its vector, then passed staged
+            staged[at] = vec.ir
+            if at == 0:
+                row_scale = vec.vector
+            else:
+                col_scale = vec.vector
     rs, cs = scale_vectors(out.tensor.ir.shape_names, row_scale, col_scale, "store_stage") if out is not None \
         else (None, None)
+    rs, cs = staged.get(0, rs), staged.get(1, cs)
+    rows_of = {"row": tile.ir.layout.rows, "col": acc.ir.atom.n * tn}   # the block's, from its first
+    for vec, along in ((bias, axis), (row_scale if 0 not in staged else staged[0], "row"),
+                       (col_scale if 1 not in staged else staged[1], "col")):
+        sv = vec.ir if isinstance(vec, StagedVector) else vec
+        if isinstance(sv, T.StagedVector) and sv.length < rows_of[along]:
+            fail(f"store_stage: {sv.name} stages {sv.length} elements; the block has {rows_of[along]} "
+                 f"{along}s from its first")
     check_stage(dst)
     tile_op(T.StoreStage(tile.ir, raw(dst.index), acc.ir, raw(wrap(row)), part, parts,
                          alpha.raw if alpha is not None else None,
@@ -287,4 +362,5 @@ def tma_store_wait(pending: int = 0):
 
 
 __all__ = ["MBarrier", "BarrierStage", "mbarrier", "arrive", "mbarrier_wait", "tma_load", "store_stage", "tma_store",
+           "StagedVector", "staged_vector", "fetch_vector", "park_vector",
            "tma_store_commit", "tma_store_wait"]

@@ -366,6 +366,7 @@ class GemmSpec:
             family = self.mainloop
             # slices of C on their way out, through buffers of each consumer's own
             total += family.STAGING_BUFFERS * self.consumers * family.store_staging(self)[1].stage_bytes
+            total += family.staged_vector_bytes(self)   # the epilogue's vectors, staged per block
         return total + 1024  # dynamic shared memory is rounded up to a 1024-byte boundary
 
     def replace(self, **changes) -> "GemmSpec":

@@ -1,20 +1,22 @@
-"""Shared-memory allocation: each shared tile gets a 1024-byte aligned offset; the mbarriers
-(8 bytes each) follow the tiles."""
+"""Shared-memory allocation: each shared tile gets an offset aligned as it needs (1024 bytes,
+whole swizzle periods, for stages; 16 for the small staged vectors), in declaration order;
+the mbarriers (8 bytes each) follow the tiles."""
 from __future__ import annotations
 
 from ..arch.targets import target as _target
 from ..errors import IRError
-from .layout import STAGE_ALIGN
 
 # The runtime base is rounded up to 1024 bytes inside the kernel, so allocate that much slack.
 BASE_SLACK = 1024
+MBARRIER_ALIGN = 8
 
 
 def allocate_shared(kernel):
     offset = 0
     for tile in kernel.shared:
-        tile.offset = offset
-        offset += -(-tile.bytes // STAGE_ALIGN) * STAGE_ALIGN
+        tile.offset = -(-offset // tile.align) * tile.align
+        offset = tile.offset + tile.bytes
+    offset = -(-offset // MBARRIER_ALIGN) * MBARRIER_ALIGN
     for bar in kernel.barriers:
         bar.offset = offset
         offset += bar.BYTES * bar.stages

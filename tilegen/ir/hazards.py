@@ -228,6 +228,24 @@ def _reads_accumulators(n, ev, st):
                               f"it: wgmma_wait(0) first{_where(n)}")
 
 
+def _park_vector(n, ev, st):
+    """A write of each thread's own elements: no other thread's read of the tile may lack a
+    barrier since, and the others see the elements after the next barrier."""
+    key = (n.sv.tile.name, 0)
+    _check_refill(n, st, key, "park")
+    st.written.add(key)
+    st.unpublished.add(key)
+
+
+def _store_stage(n, ev, st):
+    _reads_accumulators(n, ev, st)
+    for sv in (n.bias, n.row_scale, n.col_scale):
+        if isinstance(sv, T.StagedVector):
+            key = (sv.tile.name, 0)
+            _check_read(st, key, n)
+            st.read_since_barrier.setdefault(key, n)
+
+
 def _load_fragment(n, ev, st):
     tc = st.wgmma_reading(_registers(n.frag))
     if tc is not None:
@@ -348,7 +366,9 @@ RULES = {
     T.ClusterSync: _barrier,
     T.SetMaxRegisters: _no_hazard,
     # The TMA-store epilogue runs in warp roles (walked by the emulator, see the module doc)
-    T.StoreStage: _reads_accumulators,
+    T.StoreStage: _store_stage,
+    T.FetchVector: _no_hazard,
+    T.ParkVector: _park_vector,
     T.TmaStore: _no_hazard,
     T.TmaStoreCommit: _no_hazard,
     T.TmaStoreWait: _no_hazard,

@@ -7,7 +7,7 @@ from typing import Optional
 
 from ..arch.dtypes import DType
 from ..arch.mma import MmaAtom
-from .layout import SmemLayout
+from .layout import STAGE_ALIGN, SmemLayout
 from .values import Value
 
 
@@ -62,9 +62,12 @@ class SharedTile:
     layout: SmemLayout
     stages: int
     offset: int = 0   # assigned by the shared-memory allocation pass
+    align: int = STAGE_ALIGN   # of its offset: whole swizzle periods; 16 for a staged vector
 
     @property
     def bytes(self) -> int:
+        if self.align < STAGE_ALIGN:   # a small one-stage tile (a staged vector) takes its own bytes
+            return self.layout.bytes * self.stages
         return self.layout.stage_bytes * self.stages
 
 
@@ -414,7 +417,9 @@ class StoreStage(TileOp):
     parts: int = 1
     alpha: Optional[Value] = None
     # The fused epilogue (as StoreFragment's): the slice goes to `out` at (out_row0, out_col0),
-    # which places the bias and the residual and bounds their loads.
+    # which places the bias and the residual and bounds their loads. The bias and the scales
+    # may be StagedVectors: read from shared memory, indexed from the block's first row and
+    # column (this slice's columns start at part * the slice's width).
     out: Optional[GlobalTensor] = None
     out_row0: object = 0
     out_col0: object = 0
@@ -424,6 +429,46 @@ class StoreStage(TileOp):
     residual: Optional[GlobalTensor] = None
     row_scale: Optional[GlobalVector] = None
     col_scale: Optional[GlobalVector] = None
+
+
+@dataclass(eq=False)
+class StagedVector:
+    """One block's slice of a global vector on its way to a TMA-store epilogue: `length`
+    elements from the block's first row (or column), loaded into registers of the `threads`
+    threads from `first_thread` on well before the epilogue (FetchVector: thread t holds
+    elements t, t + threads, ...), written into the shared tile `tile` once the main loop is
+    done (ParkVector), and read there by StoreStage, which indexes it from the block's first
+    row or column. The loads' latency hides behind the main loop instead of the epilogue."""
+
+    name: str
+    vec: GlobalVector
+    length: int
+    tile: SharedTile    # one row of `length` elements of vec's dtype
+    first_thread: int
+    threads: int
+    regs: list = field(default_factory=list)
+
+    def __post_init__(self):
+        if not self.regs:   # 16-bit elements sit in the low half of a b32 register
+            rtype = "f32" if self.vec.dtype.bytes == 4 else "b32"
+            self.regs = [Value(rtype, self.name) for _ in range(-(-self.length // self.threads))]
+
+
+@dataclass(eq=False)
+class FetchVector(TileOp):
+    """sv's registers = vec[origin + element] for this thread's elements (0 past the vector's
+    end): loads issued now, waited for only where ParkVector uses them."""
+
+    sv: StagedVector
+    origin: object
+
+
+@dataclass(eq=False)
+class ParkVector(TileOp):
+    """sv's tile = what FetchVector loaded, each thread writing its own elements; a barrier of
+    the same threads must come before StoreStage reads the tile."""
+
+    sv: StagedVector
 
 
 # -- fragment arithmetic: softmax and attention (lowered by ir/lower/elementwise.py) ---------

@@ -23,8 +23,10 @@ and a wait that sees the phase complete acquires those arrivals. A thread may wr
 another thread read in this epoch if it acquired an arrival that thread made after the
 read (a warp-specialized producer refilling a stage the consumers released), and read
 bytes another thread wrote if it acquired an arrival that thread made after the write. The order is
-direct only (not transitive), and a byte read by several threads names none of them, so
-such a write is still reported: conservative.
+direct only (not transitive). A byte read by several threads keeps the set of their warps:
+a write is ordered after those reads when the writer acquired, from every thread of each of
+those warps, an arrival made after the byte's last read (a role's named barrier between a
+block's epilogue reading a staged vector and the next block's write of it); conservative.
 
 wgmma (sm_90a) reads shared memory through the async proxy, from its issue until the
 wgmma.wait_group that retires it:
@@ -53,6 +55,7 @@ NOBODY = -1
 SEVERAL = -2      # more than one thread read the byte in the current epoch
 WARPGROUP_READER = -3  # readers -3, -4, ...: warpgroup 0, 1, ... (a retired wgmma read)
 WARPGROUP_THREADS = 128
+WARP_THREADS = 32
 
 
 @dataclass
@@ -91,6 +94,7 @@ class SharedShadow:
         self.r_epoch = np.full(n, -1, dtype=np.int32)
         self.r_line = np.zeros(n, dtype=np.int32)
         self.r_clock = np.zeros(n, dtype=np.int64)            # when the byte was last read
+        self.r_warps = np.zeros(n, dtype=np.uint64)           # ... by which warps (bit w % 64), this epoch
         self.w_clock = np.zeros(n, dtype=np.int64)            # ... and written
         self.pending = np.zeros(n, dtype=np.int32)           # cp.async copies not yet retired
         self.p_tid = np.full(n, NOBODY, dtype=np.int16)
@@ -105,7 +109,8 @@ class SharedShadow:
     def reset(self):
         for a, v in ((self.writer, NOBODY), (self.w_epoch, -1), (self.reader, NOBODY),
                      (self.r_epoch, -1), (self.pending, 0), (self.p_tid, NOBODY),
-                     (self.unfenced, False), (self.inflight, 0), (self.bulk, 0), (self.r_clock, 0), (self.w_clock, 0)):
+                     (self.unfenced, False), (self.inflight, 0), (self.bulk, 0), (self.r_clock, 0), (self.w_clock, 0),
+                     (self.r_warps, 0)):
             a.fill(v)
         self.epoch = 0
         if self.own_sync:   # a cluster's runner resets its Sync once for all its CTAs
@@ -165,6 +170,18 @@ class SharedShadow:
                 if self.threads % WARPGROUP_THREADS == 0 else None
             if per_group is not None:
                 out[group] = per_group[t[group], g] >= np.broadcast_to(when, t.shape)[group]
+        several = rd == SEVERAL
+        if several.any() and self.threads % WARP_THREADS == 0 and self.threads <= 64 * WARP_THREADS:
+            # every thread of every warp that read: an arrival after the last read, acquired
+            per_warp = self.acquired.reshape(self.threads, -1, WARP_THREADS).min(axis=2)
+            masks = np.broadcast_to(self.r_warps[offs], t.shape)[several]
+            tt, late = t[several], np.broadcast_to(when, t.shape)[several]
+            ok = np.ones(tt.shape, dtype=bool)
+            for w in range(per_warp.shape[1]):
+                read_by_w = (masks >> np.uint64(w)) & np.uint64(1) == 1
+                if read_by_w.any():
+                    ok &= ~read_by_w | (per_warp[tt, w] >= late)
+            out[several] = ok
         return out
 
     # -- checks -----------------------------------------------------------------------------
@@ -215,6 +232,11 @@ class SharedShadow:
     def _note_reads(self, tids, offs, line):
         t = np.broadcast_to(tids[:, None], offs.shape)
         fresh = self.r_epoch[offs] != self.epoch
+        self.r_warps[offs[fresh]] = 0
+        warps = tids // WARP_THREADS
+        for w in np.unique(warps).tolist():   # one warp at a time: its duplicates OR the same bit
+            o = offs[warps == w]
+            self.r_warps[o] |= np.uint64(1 << (w % 64))
         prev = self.reader[offs]
         new = np.where(fresh | (prev == t), t, SEVERAL)
         self.reader[offs] = new

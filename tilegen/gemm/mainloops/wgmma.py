@@ -115,7 +115,7 @@ class WgmmaLoop(MainLoop):
         (128-byte swizzled rows), or None."""
         t, osize = spec.tile, {"f32": 4, "f16": 2, "bf16": 2}[spec.out_dtype]
         used = (sum(smem_layout(spec, op).stage_bytes for op in "AB") * spec.stages + 2 * 8 * (spec.stages + spec.pingpong)
-                + 1024)
+                + self.staged_vector_bytes(spec) + 1024)
         room = spec.target_info.smem_per_block - used
         for parts in self.STAGING_PARTS:
             cols = t.n // parts
@@ -125,6 +125,16 @@ class WgmmaLoop(MainLoop):
             if self.STAGING_BUFFERS * spec.consumers * layout.stage_bytes <= room:
                 return parts, layout
         return None
+
+    @staticmethod
+    def staged_vector_bytes(spec) -> int:
+        """Shared memory of the TMA-store epilogue's staged vectors (bias, row and column
+        scales: one block's worth each, per consumer; run() stages them)."""
+        epi, t = spec.epilogue, spec.tile
+        esize = {"f32": 4, "f16": 2, "bf16": 2}[spec.out_dtype]
+        lengths = [(t.m if epi.bias == "row" else t.n, esize)] if epi.bias else []
+        lengths += [(t.m, 4)] * epi.scale_rows + [(t.n, 4)] * epi.scale_cols
+        return spec.consumers * sum(-(-n * size // 16) * 16 for n, size in lengths)
 
     def default_copy(self, spec) -> str:
         """TMA for 16-bit operands (measured 0.89-0.92x cuBLAS against cp.async's 0.66-0.80x,
@@ -461,17 +471,22 @@ class WarpSpecializedPipeline(TmaPipeline):
         # only once the other consumer has waited on all of the block before (its `turn`), so no
         # wait runs more than one phase ahead of a stage (a parity names only the last two).
         turn = tg.mbarrier("turn", stages=2) if spec.pingpong else None
+        # each consumer stores through buffers of its own (declared before the small staged
+        # vectors, so that no stage's 1024-byte alignment leaves a gap after one)
+        staging = [sC] + [tg.shared(f"sC{g}", spec.out_dtype, layout.rows, layout.cols,
+                                    stages=spec.mainloop.STAGING_BUFFERS) for g in range(1, spec.consumers)] \
+            if staged else [None] * spec.consumers
         for g in range(spec.consumers):
             name, step = ("math", 1) if spec.consumers == 1 else (f"math{g}", spec.consumers)
             warps = (first_math + g * spec.warps.count, first_math + (g + 1) * spec.warps.count)
-            buffers = None
-            if staged:   # each consumer stores through buffers of its own
-                buffers = sC if g == 0 else tg.shared(f"sC{g}", spec.out_dtype, layout.rows, layout.cols,
-                                                      stages=spec.mainloop.STAGING_BUFFERS)
+            buffers = staging[g]
             with tg.role(name, warps=warps, registers=math_regs):
+                vectors = self.staged_vectors(C, bias, scales) if staged else ()
                 for j in tg.range(tg.cdiv(blocks - g, step) if step > 1 else blocks):
                     i = g + j * step if step > 1 else j
                     m0, n0 = origin(i)
+                    for sv, along_rows in vectors:   # the epilogue's vectors load during the main loop
+                        tg.fetch_vector(sv, m0 if along_rows else n0)
                     if turn is not None:   # block i - 1 (the other consumer's) fully waited on
                         with tg.if_(tg.lt(0, i)):
                             tg.mbarrier_wait(turn[g], ((i - 1) // 2) & 1)
@@ -481,8 +496,11 @@ class WarpSpecializedPipeline(TmaPipeline):
                     if not staged:
                         store(acc, m0, n0)
                         continue
+                    for sv, _ in vectors:   # (the last block's epilogue read them before its last barrier)
+                        tg.park_vector(sv)
                     with tg.if_(tg.is_zero(beta)):   # C is not read: out through shared memory
-                        self.store_through_shared(acc, C, buffers, parts, m0, n0, alpha, bias, R, scales)
+                        sbias, sscales = self.staged_epilogue(vectors, bias, scales)
+                        self.store_through_shared(acc, C, buffers, parts, m0, n0, alpha, sbias, R, sscales)
                     with tg.else_():
                         store(acc, m0, n0)
                 for _, block, _, count, before, store_piece in pieces:
@@ -490,6 +508,25 @@ class WarpSpecializedPipeline(TmaPipeline):
                         store_piece(self.consume(after_blocks + before, count), block)
                 if staged:
                     tg.tma_store_wait(0)                 # the last stores have read sC
+
+    def staged_vectors(self, C, bias, scales) -> tuple:
+        """(staged vector, along rows) for each vector the TMA-store epilogue reads (the bias,
+        the row and column scales), in the current role: fetched at a block's start, parked
+        in shared memory after its main loop, read there by store_stage."""
+        out = []
+        rows_name = C.ir.shape_names[0]
+        for vec in (bias, *scales):
+            if vec is not None:
+                along_rows = vec.size == rows_name
+                out.append((tg.staged_vector(vec, self.spec.tile.m if along_rows else self.spec.tile.n), along_rows))
+        return tuple(out)
+
+    @staticmethod
+    def staged_epilogue(vectors, bias, scales):
+        """bias and scales with each replaced by its staged vector (staged_vectors' order)."""
+        staged = iter(sv for sv, _ in vectors)
+        pick = lambda vec: None if vec is None else next(staged)   # noqa: E731
+        return pick(bias), (pick(scales[0]), pick(scales[1]))
 
     def produce(self, m0, n0, first, kt0, count):
         """Request k-tiles kt0 .. kt0 + count - 1 of the block at (m0, n0); `first` k-tiles

@@ -9,7 +9,7 @@ from ..values import Addr, Imm, Sym
 from .context import LowerContext
 from .copy import lower_copy
 from .fragment import lower_fill, lower_load_fragment, lower_mma, lower_split
-from .store import lower_accumulate, lower_store, lower_store_stage
+from .store import lower_accumulate, lower_fetch_vector, lower_park_vector, lower_store, lower_store_stage
 from .wgmma import (lower_fence_proxy_async, lower_wgmma, lower_wgmma_commit, lower_wgmma_fence,
                     lower_wgmma_wait)
 from .elementwise import lower_elementwise, lower_mask, lower_row_reduce, lower_to_operand
@@ -64,6 +64,8 @@ LOWERINGS = {
     T.TmaStoreCommit: lower_tma_store_commit,
     T.TmaStoreWait: lower_tma_store_wait,
     T.StoreStage: lower_store_stage,
+    T.FetchVector: lower_fetch_vector,
+    T.ParkVector: lower_park_vector,
     T.ClusterSync: lower_cluster_sync,
     # sm_90a: warp specialization
     T.SetMaxRegisters: _set_max_registers,

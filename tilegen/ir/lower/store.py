@@ -5,6 +5,7 @@ So C is read only under a predicate that beta != 0."""
 from __future__ import annotations
 
 from ...errors import IRError
+from .. import tile as T
 from ..instr import Instr
 from ..values import Addr, Imm, Value, Vec
 from .activations import apply_activation
@@ -219,6 +220,49 @@ def _store(b, value, addr, inside, out):
 LOAD_CHUNK = 4   # atoms whose bias / residual loads are issued together, ahead of their use
 
 
+def _staged_f32(b, ctx, sv, local) -> Value:
+    """Element `local` of a staged vector's shared tile, widened to f32."""
+    dt = sv.vec.dtype
+    addr = b.add(b.add(ctx.smem, sv.tile.offset), b.mul(local, dt.bytes))
+    if dt.name == "f32":
+        return b.op("ld.shared.f32", "f32", Addr(addr))
+    return _to_f32(b, b.op("ld.shared.b16", "b32", Addr(addr)), dt.name)
+
+
+def _staged_element(b, ctx, sv, i):
+    """(block index of this thread's i-th element of sv, predicate that it is one of the
+    slice's, or None when every thread's is)."""
+    t = b.sub(ctx.tid, sv.first_thread) if sv.first_thread else ctx.tid
+    index = b.add(t, i * sv.threads)
+    return index, (None if (i + 1) * sv.threads <= sv.length else b.cmp("lt", index, sv.length))
+
+
+def lower_fetch_vector(b, ctx, op):
+    """Each thread's elements of the block's slice into its registers (0 past the vector's end)."""
+    sv, vec = op.sv, op.sv.vec
+    wide = vec.dtype.name == "f32"
+    for i, reg in enumerate(sv.regs):
+        index, mine = _staged_element(b, ctx, sv, i)
+        at = b.add(op.origin, index)
+        inside = b.cmp("lt", at, vec.length)
+        if mine is not None:
+            inside = b.pred_and(inside, mine)
+        addr = b.wide_mad(at, vec.dtype.bytes, vec.ptr)
+        b.emit(Instr("mov.f32" if wide else "mov.b32", (reg,), (Imm(0.0, "f32") if wide else Imm(0),)))
+        b.emit(Instr("ld.global.f32" if wide else "ld.global.b16", (reg,), (Addr(addr),), pred=inside))
+
+
+def lower_park_vector(b, ctx, op):
+    """Each thread's fetched elements into the staged vector's shared tile."""
+    sv = op.sv
+    dt = sv.vec.dtype
+    base = b.add(ctx.smem, sv.tile.offset)
+    for i, reg in enumerate(sv.regs):
+        index, mine = _staged_element(b, ctx, sv, i)
+        addr = b.add(base, b.mul(index, dt.bytes))
+        b.emit(Instr("st.shared.f32" if dt.name == "f32" else "st.shared.b16", (), (Addr(addr), reg), pred=mine))
+
+
 def lower_store_stage(b, ctx, op):
     """The accumulator's elements of one column slice into a shared stage (row-major, the
     stage's swizzle), through the fused epilogue (alpha, bias, activation, residual; no beta)
@@ -240,22 +284,27 @@ def lower_store_stage(b, ctx, op):
     bias_cache: dict = {}
 
     def placed(axis, key, local_ct, lane_deltas):
-        """(global index, inside) of a row or column of the slice (fused epilogues only)."""
+        """(global index, inside, index from the block's first row / column) of a row or
+        column of the slice (fused epilogues only)."""
         if (axis, key) not in where:
             if axis == "r":
-                v = b.add(b.add(b.add(op.out_row0, row_rt), ctx.lane_term(lane_deltas)), local_ct)
-                where[(axis, key)] = (v, b.cmp("lt", v, op.out.rows))
+                local = b.add(b.add(row_rt, ctx.lane_term(lane_deltas)), local_ct)
+                v = b.add(op.out_row0, local)
+                where[(axis, key)] = (v, b.cmp("lt", v, op.out.rows), local)
             else:
-                v = b.add(b.add(op.out_col0, ctx.lane_term(lane_deltas)), local_ct)
-                where[(axis, key)] = (v, b.cmp("lt", v, op.out.cols))
+                local = b.add(ctx.lane_term(lane_deltas), local_ct)
+                v = b.add(op.out_col0, local)
+                where[(axis, key)] = (v, b.cmp("lt", v, op.out.cols), b.add(local, 8 * per * op.part))
         return where[(axis, key)]
 
     def vector(vec, at):
-        """vec[index] for the row or column `at` ((index, inside)), loaded once per kernel region."""
-        index, ok = at
+        """vec[index] for the row or column `at` ((index, inside, block index)), loaded once
+        per kernel region: from global memory, or a staged vector's shared tile."""
+        index, ok, local = at
         key = (vec.name, id(index))
         if key not in bias_cache:
-            bias_cache[key] = _load_f32(b, vec.ptr, index, vec.dtype, ok)
+            bias_cache[key] = _staged_f32(b, ctx, vec, local) if isinstance(vec, T.StagedVector) else \
+                _load_f32(b, vec.ptr, index, vec.dtype, ok)
         return bias_cache[key]
 
     def loads(r_at, c_at):

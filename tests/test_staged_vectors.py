@@ -1,0 +1,155 @@
+"""Staged epilogue vectors (tilegen.staged_vector / fetch_vector / park_vector): the bias and
+the scales a TMA-store epilogue reads are loaded into registers when a block starts, parked in
+shared memory after its main loop, and read there by store_stage, so their latency hides
+behind the main loop. Checked: where the loads sit in the GEMM's PTX, results on the emulator,
+the protocol's barriers (planted: a park after the barrier, a missing park), the emulator's
+rule for bytes read by several warps, and the IR's hazard rule outside roles."""
+import numpy as np
+import pytest
+
+import tilegen
+from tilegen.arch.dtypes import numpy_dtype
+from tilegen.errors import IRError
+from tilegen.sim.errors import SimError
+from tilegen.sim.race import SharedShadow
+
+FUSED = dict(instruction="wgmma", epilogue=tilegen.Epilogue(bias="col", activation="relu"))
+
+
+def _fused_case(spec, M=200, N=300, K=130, seed=2):
+    rng = np.random.default_rng(seed)
+    dt, od = numpy_dtype(spec.dtype), numpy_dtype(spec.out_dtype)
+    A = rng.standard_normal((M, K)).astype(dt)
+    B = rng.standard_normal((K, N)).astype(dt)
+    bias = rng.standard_normal(N).astype(od)
+    C = tilegen.compile(spec)(A, B, bias=bias, device="sim")
+    ref = np.maximum(A.astype(np.float64) @ B.astype(np.float64) + bias.astype(np.float64)[None, :], 0)
+    return np.abs(C.astype(np.float64) - ref).max() / np.abs(ref).max()
+
+
+def test_the_gemm_loads_its_epilogue_vectors_before_the_main_loop():
+    k = tilegen.compile(tilegen.GemmSpec(dtype="bf16", out_dtype="bf16", **FUSED))
+    ptx = k.ptx
+    first_wgmma = ptx.index("wgmma.mma_async")
+    epilogue = ptx[ptx.index("-> sC"):ptx.rindex(".bulk_group [")]   # the TMA-store epilogue's slices
+    assert "ld.global.b16" in ptx[:first_wgmma]          # the bias: fetched before the main loop ...
+    assert "ld.global" not in epilogue and "ld.shared.b16" in epilogue   # ... read from shared memory
+    assert "st.shared.b16" in ptx[first_wgmma:ptx.index("-> sC")]     # parked after the main loop
+    assert tilegen.GemmSpec(dtype="bf16", out_dtype="bf16", **FUSED).smem_bytes() == k.smem_bytes
+
+
+@pytest.mark.parametrize("kw", [dict(dtype="bf16", out_dtype="bf16"),
+                                dict(dtype="f16", out_dtype="f32", pingpong=True, tile=(64, 128, 64), warps=(4, 1))])
+def test_staged_bias_on_the_emulator(kw):
+    spec = tilegen.GemmSpec(**kw, **FUSED)
+    assert _fused_case(spec) <= 2 ** -7
+
+
+def test_a_park_after_the_barrier_is_a_race(monkeypatch):
+    """Parking the vector right before store_stage reads it (after the epilogue's barrier):
+    a thread reads an element another thread has just written, with no barrier between."""
+    from tilegen.gemm.mainloops import wgmma as loops
+
+    real_park, real_store = loops.tg.park_vector, loops.tg.store_stage
+    held = []
+    monkeypatch.setattr(loops.tg, "park_vector", held.append)
+
+    def late_park(*a, **kw):
+        for sv in held:
+            real_park(sv)
+        return real_store(*a, **kw)
+    monkeypatch.setattr(loops.tg, "store_stage", late_park)
+    spec = tilegen.GemmSpec(dtype="bf16", out_dtype="bf16", group_m=5, **FUSED)   # (not in the disk cache)
+    with pytest.raises(SimError) as e:
+        _fused_case(spec)
+    assert e.value.kind == "race" and "no bar.sync" in str(e.value)
+
+
+def test_a_missing_park_gives_wrong_results(monkeypatch):
+    from tilegen.gemm.mainloops import wgmma as loops
+
+    monkeypatch.setattr(loops.tg, "park_vector", lambda sv: None)
+    spec = tilegen.GemmSpec(dtype="bf16", out_dtype="bf16", group_m=6, **FUSED)
+    assert _fused_case(spec) > 4 * 2 ** -7     # the bias read as zeros: far outside the bound above
+
+
+def test_bytes_read_by_several_warps_need_every_reader_released():
+    """The race detector's rule for a byte read by threads of several warps: a later write is
+    ordered only if the writer acquired an arrival after the read from every thread of each
+    reading warp (a named barrier of their role does that)."""
+    def shadow():
+        s = SharedShadow(64, threads=128)
+        s.read(np.arange(64), np.zeros((64, 1), dtype=np.int64), line=1)   # warps 0 and 1 read byte 0
+        return s
+
+    s = shadow()
+    assert s.write(np.array([5]), np.zeros((1, 1), dtype=np.int64), line=2).kind == "war"   # nothing between
+    s = shadow()   # a barrier of warps 0 and 1 (as a role's bar.sync, sim/runner.py)
+    for t in range(64):
+        s.release(t, ("bar", 0, 1, 0))
+    s.acquire(np.arange(64), ("bar", 0, 1, 0))
+    assert s.write(np.array([5]), np.zeros((1, 1), dtype=np.int64), line=2) is None
+    s = shadow()   # a barrier of warp 0 only: warp 1's reads are not ordered
+    for t in range(32):
+        s.release(t, ("bar", 0, 2, 0))
+    s.acquire(np.arange(32), ("bar", 0, 2, 0))
+    assert s.write(np.array([5]), np.zeros((1, 1), dtype=np.int64), line=2).kind == "war"
+    s = shadow()   # every reader released, but before a later read by warp 1
+    for t in range(64):
+        s.release(t, ("bar", 0, 3, 0))
+    s.acquire(np.arange(64), ("bar", 0, 3, 0))
+    s.read(np.array([40]), np.zeros((1, 1), dtype=np.int64), line=3)
+    assert s.write(np.array([5]), np.zeros((1, 1), dtype=np.int64), line=2).kind == "war"
+
+
+def _vector_kernel(with_barrier: bool):
+    import tilegen.dsl as tg
+
+    @tg.kernel
+    def k():
+        tg.launch(threads=128, grid=(1, 1, 1))
+        C = tg.tensor("C", "f16", ("M", "N"))
+        bias = tg.vector("b", "f16", "N")
+        sb = tg.staged_vector(bias, 64)
+        tg.fetch_vector(sb, 0)
+        tg.park_vector(sb)
+        if with_barrier:
+            tg.barrier()
+        acc = tg.fragment("m16n8k16.f16.f32", "C", (1, 8))
+        tg.store_stage(tg.shared("s", "f16", 16, 64)[0], acc, 0, out=C.block(0, 0), bias=sb)
+    return tilegen.compile(k, target="sm_90a")
+
+
+def test_the_ir_hazard_rule_for_staged_vectors_outside_roles():
+    _vector_kernel(True)
+    with pytest.raises(IRError, match="before a barrier"):
+        _vector_kernel(False)
+
+
+def test_staged_vectors_refuse_misuse():
+    import tilegen.dsl as tg
+
+    def build(body):
+        @tg.kernel
+        def k():
+            tg.launch(threads=256, grid=(1, 1, 1))
+            body()
+        return tilegen.compile(k, target="sm_90a")
+
+    with pytest.raises(tilegen.DSLError, match="length=0"):
+        build(lambda: tg.staged_vector(tg.vector("b", "f16", "N"), 0))
+
+    def other_role():
+        sb = tg.staged_vector(tg.vector("b", "f16", "N"), 64)
+        with tg.role("r", warps=(0, 4)):
+            tg.fetch_vector(sb, 0)
+    with pytest.raises(tilegen.DSLError, match="fetch and park it in the role that declared it"):
+        build(other_role)
+
+    def short():
+        C = tg.tensor("C", "f16", ("M", "N"))
+        sb = tg.staged_vector(tg.vector("b", "f16", "N"), 32)
+        tg.store_stage(tg.shared("s", "f16", 16, 64)[0], tg.fragment("m16n8k16.f16.f32", "C", (1, 8)), 0,
+                       out=C.block(0, 0), bias=sb)
+    with pytest.raises(tilegen.DSLError, match="stages 32 elements; the block has 64 cols"):
+        build(short)
