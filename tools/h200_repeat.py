@@ -32,7 +32,10 @@ def main() -> int:
              ("bf16", {"stream_k": True}, (1000, 1032, 4104)),                          # stream-K's ordered fix-up
              ("bf16", {"stream_k": True}, (4096, 4096, 1024)),                          # 3 waves + shared blocks
              ("e4m3", {"out_dtype": "bf16", "stream_k": True}, (4096, 4232, 4112)),
-             ("bf16", {"pingpong": True, "tile": (64, 256, 64), "warps": (4, 1)}, (1000, 1032, 4104))]
+             ("bf16", {"pingpong": True, "tile": (64, 256, 64), "warps": (4, 1)}, (1000, 1032, 4104)),
+             ("bf16", {"epilogue": tilegen.Epilogue(bias="col", activation="gelu_tanh")}, (1000, 1032, 4104)),
+             ("e4m3", {"out_dtype": "bf16", "epilogue": tilegen.Epilogue(scale_rows=True, scale_cols=True)},
+              (1000, 1032, 4112))]                                    # the staged vectors of the epilogue
     for dtype, extra, (M, N, K) in cases:
         k = tilegen.compile(tilegen.GemmSpec(**{"dtype": dtype, "out_dtype": dtype, "instruction": "wgmma", **extra}))
         if dtype == "e4m3":   # K-major operands: B the transpose of a row-major N x K matrix
@@ -42,12 +45,20 @@ def main() -> int:
             tdt = {"f16": torch.float16, "bf16": torch.bfloat16}[dtype]
             A = torch.randn(M, K, device="cuda", dtype=tdt)
             B = torch.randn(K, N, device="cuda", dtype=tdt)
-        first = k(A, B).clone()
+        epi = k.spec.epilogue
+        kw = {}
+        if epi.bias:
+            kw["bias"] = torch.randn(N if epi.bias == "col" else M, device="cuda", dtype=torch.bfloat16)
+        if epi.scale_rows:
+            kw["scale_a"] = torch.rand(M, device="cuda") + 0.5
+        if epi.scale_cols:
+            kw["scale_b"] = torch.rand(N, device="cuda") + 0.5
+        first = k(A, B, **kw).clone()
         C = torch.empty_like(first)
         differ = 0
         for _ in range(a.launches - 1):
             C.fill_(float("nan"))
-            k(A, B, out=C)
+            k(A, B, out=C, **kw)
             differ += int(not torch.equal(C.view(torch.int16), first.view(torch.int16)))
         row = {"kernel": k.name, "shape": [M, N, K], "launches": a.launches, "launches_differing": differ}
         rows.append(row)

@@ -25,6 +25,8 @@ HOPPER = [(dict(dtype="f16", out_dtype="f16"), (133, 270, 45), 0.0, None),
           (dict(dtype="f16", out_dtype="f16", cluster=(1, 2), b_layout="col"), (300, 520, 200), 0.0, None),
           (dict(dtype="f16", out_dtype="f16", split_k=3, persistent=False), (200, 130, 400), 0.0, None),
           (dict(dtype="e4m3", out_dtype="bf16"), (260, 300, 300), 0.0, None),                     # fp8, promoted
+          (dict(dtype="e4m3", out_dtype="bf16", epilogue=tilegen.Epilogue(bias="row", scale_rows=True,       # staged
+                                                                           scale_cols=True)), (260, 300, 300), 0.0, None),
           (dict(dtype="bf16", out_dtype="bf16", stream_k=True), (300, 520, 200), 0.0, None),       # stream-K
           (dict(dtype="f16", out_dtype="f16", stream_k=True, tile=(64, 128, 64), warps=(4, 1)), (900, 1000, 130), 0.5,
            None),
@@ -50,11 +52,22 @@ def hopper() -> int:
         if epi.is_plain:
             C = kernel(A, B, out=out, beta=beta)
             ref = A.astype(np.float64) @ B.astype(np.float64) + beta * C0.astype(np.float64)
-        else:   # bias per column, GELU (tanh), residual
-            bias = rng.standard_normal(N).astype(numpy_dtype(spec.out_dtype))
-            C = kernel(A, B, out=out, bias=bias, residual=C0)
-            x = A.astype(np.float64) @ B.astype(np.float64) + bias.astype(np.float64)
-            ref = 0.5 * x * (1 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x ** 3))) + C0.astype(np.float64)
+        else:   # scales, bias, GELU (tanh) or none, residual: as the spec's epilogue says
+            x, kw = A.astype(np.float64) @ B.astype(np.float64), {}
+            for on, name, n, axis in ((epi.scale_rows, "scale_a", M, 0), (epi.scale_cols, "scale_b", N, 1)):
+                if on:
+                    kw[name] = rng.uniform(0.5, 2, n).astype(np.float32)
+                    x = x * (kw[name][:, None] if axis == 0 else kw[name][None, :])
+            if epi.bias:
+                kw["bias"] = rng.standard_normal(N if epi.bias == "col" else M).astype(numpy_dtype(spec.out_dtype))
+                b64 = kw["bias"].astype(np.float64)
+                x = x + (b64[None, :] if epi.bias == "col" else b64[:, None])
+            if epi.activation == "gelu_tanh":
+                x = 0.5 * x * (1 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x ** 3)))
+            if epi.residual:
+                kw["residual"] = C0
+                x = x + C0.astype(np.float64)
+            C, ref = kernel(A, B, out=out, **kw), x
         rel = np.linalg.norm(C - ref) / np.linalg.norm(ref)
         ok = np.isfinite(C).all() and rel < 1e-2
         bad += not ok
