@@ -552,3 +552,11 @@ def test_pick_backend_says_why_none_works(monkeypatch):
         pytest.skip("this machine has a GPU")
     with pytest.raises(RuntimeError, match=r"no array backend works: .*cuda-python: DeviceError"):
         backends.pick_backend("cuda-python")
+
+
+def test_host_costs_name_the_dtypes_they_take():
+    pytest.importorskip("torch")
+    from tilegen.bench.host import host_costs
+
+    with pytest.raises(ValueError, match="host costs are measured for f16, bf16, tf32, f32, e4m3 and e5m2, not 'f64'"):
+        host_costs("f64")

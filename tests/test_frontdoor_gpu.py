@@ -174,14 +174,16 @@ def test_prepared_launch_checks_its_arguments():
     assert _rel(C, A, B) <= _bound(torch.float32, 32)
 
 
-def test_host_costs_are_measured():
-    """The benchmark that reports the host times runs (numbers are in the records, not here)."""
+@pytest.mark.parametrize("dtype", ["bf16", "tf32", "e4m3"])
+def test_host_costs_are_measured(dtype):
+    """The benchmark that reports the host times runs for every dtype `tilegen bench` takes
+    (numbers are in the records, not here)."""
     from tilegen.bench.host import format_host, host_costs
 
-    res = host_costs("bf16", size=256, calls=20, reps=3)
+    res = host_costs(dtype, size=256, calls=20, reps=3)
     for name in ("torch.matmul", "kernel.launch", "kernel(A, B, out=C)", "tilegen.matmul"):
         assert math.isfinite(res[name]["us"]) and res[name]["us"] > 0
-    record("host_costs_smoke", **{k: v for k, v in res.items() if isinstance(v, dict)})
+    record(f"host_costs_smoke_{dtype}", **{k: v for k, v in res.items() if isinstance(v, dict)})
     assert "tilegen.matmul" in format_host(res)
 
 

@@ -1,7 +1,7 @@
 """Host cost per call: the CPU microseconds each way of running a GEMM spends before the GPU
 has its work, in steady state (`tilegen bench --host`).
 
-    torch.matmul(A, B, out=C)                 what cuBLAS costs through PyTorch
+    torch.matmul(A, B, out=C)                 what cuBLAS costs through PyTorch (fp8: torch._scaled_mm)
     kernel.launch(args, sizes, stream=s)      a prepared launch (a dict of arguments)
     kernel(A, B, out=C)                       a compiled GemmKernel on torch (or CuPy) arrays
     tilegen.matmul(A, B, out=C)               the front door
@@ -41,12 +41,20 @@ def host_costs(dtype: str = "bf16", size: int = 1024, calls: int = 200, reps: in
     for a size^3 problem of `dtype`, A and B row-major."""
     import torch
 
-    tdt = {"f16": torch.float16, "bf16": torch.bfloat16, "f32": torch.float32}[dtype]
-    A = torch.randn(size, size, device="cuda", dtype=tdt)
-    B = torch.randn(size, size, device="cuda", dtype=tdt)
-    C = torch.empty(size, size, device="cuda", dtype=tdt)
+    fp8 = {"e4m3": "float8_e4m3fn", "e5m2": "float8_e5m2"}
+    if dtype not in ("f16", "bf16", "tf32", "f32", *fp8):
+        raise ValueError(f"host costs are measured for f16, bf16, tf32, f32, e4m3 and e5m2, not {dtype!r}")
+    tdt = getattr(torch, fp8[dtype]) if dtype in fp8 else {"f16": torch.float16, "bf16": torch.bfloat16}.get(
+        dtype, torch.float32)
+    A = torch.randn(size, size, device="cuda").to(tdt)
+    B = torch.randn(size, size, device="cuda").to(tdt)
+    if dtype in fp8:   # K-major, as torch._scaled_mm takes them: B the transpose of a row-major matrix
+        B = B.t()
+    C = torch.empty(size, size, device="cuda", dtype=torch.bfloat16 if dtype in fp8 else A.dtype)
     sync = torch.cuda.synchronize
-    spec = GemmSpec(dtype="tf32" if dtype == "f32" else dtype, out_dtype=dtype if dtype != "f32" else "f32")
+    out_dtype = "bf16" if dtype in fp8 else "f32" if dtype in ("tf32", "f32") else dtype
+    spec = GemmSpec(dtype="tf32" if dtype == "f32" else dtype, out_dtype=out_dtype,
+                    **({"b_layout": "col"} if dtype in fp8 else {}))
     kernel = compile_gemm(spec)
     args = {"M": size, "N": size, "K": size, "A_ptr": A.data_ptr(), "A_ld": size, "B_ptr": B.data_ptr(),
             "B_ld": size, "C_ptr": C.data_ptr(), "C_ld": size, "alpha": 1.0, "beta": 0.0}
@@ -54,17 +62,24 @@ def host_costs(dtype: str = "bf16", size: int = 1024, calls: int = 200, reps: in
     stream = torch.cuda.current_stream().cuda_stream
     out = {"dtype": dtype, "size": size, "calls": calls, "reps": reps, "launch_route": runtime.launch_route(),
            "kernel": kernel.name}
-    out["torch.matmul"] = _per_call_us(lambda: torch.matmul(A, B, out=C), sync, calls, reps)
+    kw = {"allow_tf32": True} if dtype == "tf32" else {}
+    if dtype in fp8:   # cuBLASLt through torch._scaled_mm; per-tensor scales of 1
+        one = torch.ones((), device="cuda")
+        out["torch.matmul"] = _per_call_us(lambda: torch._scaled_mm(A, B, scale_a=one, scale_b=one,
+                                                                    out_dtype=torch.bfloat16), sync, calls, reps)
+        kw = {"scale_a": 1.0, "scale_b": 1.0}
+    else:
+        out["torch.matmul"] = _per_call_us(lambda: torch.matmul(A, B, out=C), sync, calls, reps)
     out["kernel.launch"] = _per_call_us(lambda: kernel.launch(args, sizes, stream=stream), sync, calls, reps)
     out["kernel(A, B, out=C)"] = _per_call_us(lambda: kernel(A, B, out=C), sync, calls, reps)
-    out["tilegen.matmul"] = _per_call_us(lambda: matmul(A, B, out=C), sync, calls, reps)
-    out["tilegen.matmul spec"] = str(matmul.explain(A, B, out=C).spec)
+    out["tilegen.matmul"] = _per_call_us(lambda: matmul(A, B, out=C, **kw), sync, calls, reps)
+    out["tilegen.matmul spec"] = str(matmul.explain(A, B, out=C, **kw).spec)
     try:
         import cupy
     except ImportError:
         return out
     a, b, c = (cupy.asarray(x) for x in (A, B, C))  # the same memory, through __cuda_array_interface__
-    if dtype != "bf16":  # CuPy has no bfloat16
+    if dtype not in ("bf16", *fp8):  # CuPy has no bfloat16 or fp8
         out["kernel(A, B, out=C) cupy"] = _per_call_us(lambda: kernel(a, b, out=c), sync, calls, reps)
     return out
 
