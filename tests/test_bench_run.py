@@ -312,7 +312,10 @@ def test_host_check_without_a_gpu_reference():
 class SimArray:
     def __init__(self, mem, rows, cols, dtype):
         self.mem, self.rows, self.cols, self.dtype = mem, rows, cols, np.dtype(dtype)
+        self.shape = (rows, cols)   # (what tilegen.matmul.explain reads; row-major)
         self.ptr = mem.alloc(rows * cols * self.dtype.itemsize)
+        self.__cuda_array_interface__ = {"shape": self.shape, "typestr": self.dtype.str, "data": (self.ptr, False),
+                                         "strides": None, "version": 3}
 
 
 class SimBackend:
@@ -560,3 +563,28 @@ def test_host_costs_name_the_dtypes_they_take():
 
     with pytest.raises(ValueError, match="host costs are measured for f16, bf16, tf32, f32, e4m3 and e5m2, not 'f64'"):
         host_costs("f64")
+
+
+def test_rows_time_the_kernel_matmul_picks_unless_a_spec_is_given():
+    """With kernel_for (tilegen bench without --spec) a row times tilegen.matmul's choice for
+    its arrays; the kernel given to run() only names the dtype and the layouts."""
+    pytest.importorskip("tilegen.sim.runner")
+    from tilegen.gemm import matmul
+
+    clock = FakeClock()
+    be = SimBackend()
+    given = tilegen.GemmSpec(dtype="f16", out_dtype="f16", tile=(128, 128, 32), target="sm_80")
+    built = []
+
+    def kernel_for(spec):
+        built.append(spec)
+        return SimKernel(tilegen.compile(spec), be.mem, clock)
+
+    bench = gemm.GemmBench(be, FakeEvents(clock), timing.TimingOptions(warmup=0, reps=2), None, l2_bytes=1 << 10,
+                           kernel_for=kernel_for)
+    row = bench.run(SimKernel(tilegen.compile(given), be.mem, clock), 64, 96, 64)
+    want = matmul.explain(np.zeros((64, 64), np.float16), np.zeros((64, 96), np.float16)).spec
+    assert built == [want] and want != given and row["spec"] == gemm.spec_text(want)
+    assert row["check"] == "ok" and row["kernel_choice"] == "tilegen.matmul's", row
+    plain = gemm.GemmBench(be, FakeEvents(clock), timing.TimingOptions(warmup=0, reps=2), None, l2_bytes=1 << 10)
+    assert plain.run(SimKernel(tilegen.compile(given), be.mem, clock), 64, 96, 64)["spec"] == gemm.spec_text(given)

@@ -35,8 +35,9 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--sizes", nargs="+", default=list(O.DEFAULT_SIZES), metavar="SIZE",
                    help="N (cube) or MxNxK (default: %(default)s)")
     g.add_argument("--spec", nargs="+", action="extend", default=[], metavar="KEY=VALUE",
-                   help=f"override GemmSpec fields: {', '.join(O.spec_keys())} "
-                        "(e.g. tile=128,256,32 warps=2,4 stages=4 swizzle=128B group_m=8 target=sm_90)")
+                   help=f"time a spec of your own in every row, these GemmSpec fields set: {', '.join(O.spec_keys())} "
+                        "(e.g. tile=128,256,32 warps=2,4 stages=4 swizzle=128B group_m=8 target=sm_90); "
+                        "without --spec each row times the kernel tilegen.matmul picks for it")
     g.add_argument("--peak", action="store_true", help="measure the mma.sync peak with a tilegen kernel")
     g.add_argument("--compile-speed", action="store_true",
                    help="time spec -> PTX and compile -> launched kernel")
@@ -271,8 +272,17 @@ def _gemm_rows(args, log, target, peaks, checkpoint) -> None:
     delay = timing.make_delay(backend, target, events, log)
     opts = timing.TimingOptions(args.warmup_ms, args.rep_ms, args.warmup, args.reps)
     l2 = env.l2_bytes(0)
+    chosen: dict = {}
+
+    def kernel_for(spec):   # the kernel tilegen.matmul picks for a row's arrays (compiled once)
+        if spec not in chosen:
+            chosen[spec] = tg_compile(spec)
+        return chosen[spec]
+
     bench = GemmBench(backend, events, opts, delay, l2, cublas=not args.no_cublas, triton=triton_mod, log=log,
-                      front_door=not args.no_front_door)
+                      front_door=not args.no_front_door, kernel_for=None if args.overrides else kernel_for)
+    if not args.overrides:
+        log("kernel: the spec tilegen.matmul picks for each row's arrays (--spec KEY=VALUE times a spec of your own)")
     meta = {"backend": backend.name, "cublas": backend.cublas_name if bench.cublas else None,
             "triton": getattr(triton_mod, "VERSION", None) if bench.triton is not None else None,
             "delay": delay.name if delay else None, "l2_bytes": l2,

@@ -54,8 +54,11 @@ def _first_line(e: BaseException, limit: int = 300) -> str:
 
 class GemmBench:
     def __init__(self, backend, events, opts, delay=None, l2_bytes: int = 60 << 20, cublas: bool = True,
-                 triton=None, log=None, front_door: bool = True):
+                 triton=None, log=None, front_door: bool = True, kernel_for=None):
         self.backend = backend
+        # kernel_for(spec) -> kernel: with it, each row times the kernel tilegen.matmul picks for
+        # its arrays (what users get), not the one run() is given (which names dtype and layouts)
+        self.kernel_for = kernel_for
         self.events = events
         self.opts = opts
         self.delay = delay
@@ -90,6 +93,15 @@ class GemmBench:
             Al = Bl = None
         ref = None
         try:
+            if self.kernel_for is not None and Al is not None:
+                try:
+                    chosen = matmul.explain(Al[0], Bl[0], allow_tf32=True if dtype == "tf32" else None).spec
+                    if chosen != spec:
+                        kernel = self.kernel_for(chosen)
+                        row.update(spec=spec_text(chosen), kernel=kernel.name)
+                    row["kernel_choice"] = "tilegen.matmul's"
+                except Exception as e:  # noqa: BLE001  (matmul refuses these arrays: the given spec)
+                    row["errors"]["matmul's choice"] = _first_line(e)
             ref = self._tilegen(row, kernel, A, B, Al, Bl, a_stored[1], b_stored[1], n_sets, m, n, k, out_dt)
             if self.cublas and Al is not None:
                 self._cublas(row, dtype, Al, Bl, n_sets, m, n)
