@@ -181,9 +181,17 @@ def test_skinny_products_on_hopper_keep_more_in_flight(monkeypatch):
     monkeypatch.setattr(mm, "_target", lambda: "sm_90")
     monkeypatch.setattr(mm, "_tuned", lambda *a, **k: None)
     W = np.zeros((8192, 8192), np.float16)
-    for m in (1, 16):
+    for m, rows in ((1, 16), (16, 16), (17, 32), (32, 32)):
         s = mm.explain(np.zeros((m, 8192), np.float16), W).spec
-        assert (s.instruction, tuple(s.tile), s.stages, s.target) == ("mma.sync", (64, 64, 128), 6, "sm_90")
+        assert (s.instruction, tuple(s.tile), tuple(s.warps), s.stages, s.target) == \
+            ("mma.sync", (rows, 64, 128), (1, 4), 6, "sm_90"), m
+    # f32 (3xTF32) and tf32 up to 32 rows: the same rows, 64-deep k-tiles; 128 columns where N is wide
+    W32 = np.zeros((8192, 8192), np.float32)
+    for m, n, tf32, want in ((1, 8192, None, ("f32", (16, 64, 64), 6)), (32, 8192, True, ("tf32", (32, 64, 64), 6)),
+                             (16, 28672, True, ("tf32", (16, 128, 64), 4))):
+        s = mm.explain(np.zeros((m, 8192), np.float32), np.zeros((8192, n), np.float32), allow_tf32=tf32).spec
+        assert (s.dtype, tuple(s.tile), s.stages) == want and tuple(s.warps) == (1, 4), (m, n)
+    assert tuple(mm.explain(np.zeros((33, 8192), np.float32), W32).spec.tile) != (32, 64, 64)
     c = mm.explain(np.zeros((128, 8192), np.float16), W)
     assert (c.spec.instruction, tuple(c.spec.tile), c.spec.stages, c.spec.persistent) == ("wgmma", (64, 128, 128), 4, False)
     assert "skinny product" in c.reason and "M = 128 rows" in c.reason
@@ -320,3 +328,22 @@ def test_an_empty_inner_dimension(monkeypatch):
     torch = pytest.importorskip("torch")
     with pytest.raises(tilegen.LaunchError, match="two arrays of one library"):
         mm.zero_operands(A, torch.zeros((0, 260), dtype=torch.float16))
+
+
+@pytest.mark.parametrize("dtype, tile", [("bf16", (16, 64, 128)), ("f16", (32, 64, 128)), ("f32", (16, 64, 64)),
+                                         ("tf32", (32, 128, 64))])
+def test_skinny_tiles_on_the_emulator(dtype, tile):
+    """The skinny products' 16- and 32-row tiles (four warps along N) on ragged shapes."""
+    from bounds import gemm_bound
+
+    from tilegen.arch.dtypes import numpy_dtype
+
+    spec = tilegen.GemmSpec(dtype=dtype, out_dtype="f32", tile=tile, warps=(1, 4), stages=4, target="sm_90")
+    rng = np.random.default_rng(5)
+    M, N, K = tile[0] - 3, 2 * tile[1] + 5, 2 * tile[2] + 9
+    A = rng.standard_normal((M, K)).astype(numpy_dtype(dtype))
+    B = rng.standard_normal((K, N)).astype(numpy_dtype(dtype))
+    C = tilegen.compile(spec)(A, B, out=np.full((M, N), np.nan, np.float32), device="sim")
+    ref = A.astype(np.float64) @ B.astype(np.float64)
+    scale = np.abs(A.astype(np.float64)) @ np.abs(B.astype(np.float64))
+    assert (np.abs(C - ref) <= gemm_bound("f16" if dtype in ("f16", "bf16") else dtype, K, "f32") * scale + 1e-6).all()

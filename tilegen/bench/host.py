@@ -78,8 +78,8 @@ def host_costs(dtype: str = "bf16", size: int = 1024, calls: int = 200, reps: in
         import cupy
     except ImportError:
         return out
-    a, b, c = (cupy.asarray(x) for x in (A, B, C))  # the same memory, through __cuda_array_interface__
     if dtype not in ("bf16", *fp8):  # CuPy has no bfloat16 or fp8
+        a, b, c = (cupy.asarray(x) for x in (A, B, C))  # the same memory, through __cuda_array_interface__
         out["kernel(A, B, out=C) cupy"] = _per_call_us(lambda: kernel(a, b, out=c), sync, calls, reps)
     return out
 

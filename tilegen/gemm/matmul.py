@@ -49,7 +49,17 @@ FP8_OUT = "bf16"   # an fp8 product's output dtype unless out / out_dtype says o
 # 96 or more of them, else its 128x128 ones where those are 96 or more (run 71, graph replay: 80, 96
 # and 128 x 28672 x 8192 0.71 / 0.75 / 1.43x -> 0.94 / 0.95 / 1.73x cuBLAS, 128 x 24576 0.74 -> 1.03x,
 # 128 x 16384 0.88 -> 1.00x; at M = 64 the 64-row tiles stay ahead, 0.99 against 0.89x).
+# Up to SKINNY_SHORT rows where N is not that wide, tiles of 16 rows (M <= 16) or 32 hold all of M,
+# 64 columns with four warps side by side along N, 128-deep k-tiles, 6 stages: four warps issue
+# twice the copies of two (run 98, graph replay, bf16: 1 / 16 / 32 x 8192 x 8192 1.01 / 0.98 / 0.96x
+# cuBLAS, 16 x 4096 x 4096 1.03x, against 0.93 / 0.91 / 0.92 / 0.66x for 64x64x128 tiles and 0.85x
+# for the wgmma 64x128x128 at M = 32). f32 and tf32 products up to SKINNY_SHORT rows take the same
+# rows with 64-deep k-tiles (128 columns, 4 stages, where N is that wide), from 64x64x32 tiles with
+# 3 stages (run 98, tf32 against cuBLAS tf32: 1 / 16 x 8192 x 8192 0.34 / 0.36 -> 0.96 / 1.03x,
+# 1 x 28672 x 8192 0.66 -> 0.99x; 3xTF32 f32 against cuBLAS f32: 16 x 8192 x 8192 0.53 -> 1.22x,
+# 32 x 8192 x 8192 0.68 -> 1.04x, 16 x 28672 x 8192 0.44 -> 1.15x, 1 x 8192 x 8192 0.24 -> 0.55x).
 SKINNY = 128
+SKINNY_SHORT = 32
 SKINNY_WIDE_BLOCKS = 96
 
 # Specs measured best on an H200 for large problems, used when this machine has no tuning cache
@@ -88,6 +98,11 @@ MEDIUM_BLOCKS = 96
 # 1024x1024x4096, 0.49 -> 0.67x at 512x512x4096 (run 55, graph replay); split-K (two kernels and an
 # f32 round trip through memory) measured no better there (0.57-0.69x).
 LONG_K = 2
+
+
+def _skinny_rows(M: int) -> int:
+    """The rows of a skinny product's tiles: 16 (one mma row of atoms) up to 16 rows, else 32."""
+    return 16 if M <= 16 else SKINNY_SHORT
 
 
 def long_k(M: int, N: int, K: int) -> bool:
@@ -146,7 +161,7 @@ def size_class(M: int, N: int, K: int) -> tuple:
     """All that explain's choice reads of the shape: each dimension's power-of-two bucket
     (the tuned store's key) and every threshold a rule below compares it with."""
     return ((M - 1).bit_length(), (N - 1).bit_length(), (K - 1).bit_length(), min(M, N) <= SMALL, is_large(M, N),
-            M <= 16, M <= SKINNY, N >= 4 * SKINNY, N // 256 >= SKINNY_WIDE_BLOCKS, _blocks128(M, N) >= MEDIUM_BLOCKS,
+            M <= 16, M <= SKINNY_SHORT, M <= SKINNY, N >= 4 * SKINNY, N // 256 >= SKINNY_WIDE_BLOCKS, _blocks128(M, N) >= MEDIUM_BLOCKS,
             long_k(M, N, K), K <= PINGPONG_MAX_K)
 
 
@@ -222,6 +237,7 @@ def explain(A, B, *, bias=None, activation=None, residual=None, out=None, allow_
     preset = PRESETS.get((target, dtype)) if is_large(M, N) or (dtype in FP8 and min(M, N) > SMALL) else None
     hopper16 = target == "sm_90" and dtype in ("f16", "bf16")
     skinny = hopper16 and M <= SKINNY and N >= 4 * SKINNY
+    skinny32 = target == "sm_90" and dtype in ("tf32", "f32") and M <= SKINNY_SHORT and N >= 4 * SKINNY
     medium = hopper16 and preset is None and not skinny and min(M, N) > SMALL
     wgmma = preset["instruction"] if preset is not None else "wgmma" if medium else None
     if tuned is not None and wgmma is not None and tuned.instruction != wgmma:
@@ -252,8 +268,8 @@ def explain(A, B, *, bias=None, activation=None, residual=None, out=None, allow_
     elif skinny:
         if M <= 16 and N // 256 >= SKINNY_WIDE_BLOCKS:
             spec = GemmSpec(**base, tile=(64, 128, 64), warps=(2, 2), stages=3)
-        elif M <= 16:
-            spec = GemmSpec(**base, tile=(64, 64, 128), warps=(2, 2), stages=6)
+        elif M <= SKINNY_SHORT and N // 256 < SKINNY_WIDE_BLOCKS:
+            spec = GemmSpec(**base, tile=(_skinny_rows(M), 64, 128), warps=(1, 4), stages=6)
         elif M > SMALL and N // 256 >= SKINNY_WIDE_BLOCKS:   # a 128-row tile holds all of M
             spec = GemmSpec(**{**base, **PRESETS[(target, dtype)]})
         elif M > SMALL and _blocks128(M, N) >= MEDIUM_BLOCKS:
@@ -268,6 +284,13 @@ def explain(A, B, *, bias=None, activation=None, residual=None, out=None, allow_
         why.append(f"skinny product on {target} (M = {M} rows against N = {N}): {spec.instruction} with "
                    f"{spec.tile.m}x{spec.tile.n}x{spec.tile.k} tiles and {spec.stages} stages keeps more of B in "
                    f"flight (measured on the H200)")
+    elif skinny32:
+        wide = N // 256 >= SKINNY_WIDE_BLOCKS
+        tile, stages = ((_skinny_rows(M), 128, 64), 4) if wide else ((_skinny_rows(M), 64, 64), 6)
+        spec = GemmSpec(**base, tile=tile, warps=(1, 4), stages=stages)
+        why.append(f"skinny {dtype} product on {target} (M = {M} rows against N = {N}): {tile[0]}-row tiles hold M, "
+                   f"{tile[0]}x{tile[1]}x{tile[2]} with four warps along N and {stages} stages keep more of B in flight "
+                   f"(measured on the H200)")
     elif medium and long_k(M, N, K) and _blocks128(M, N) < MEDIUM_BLOCKS:
         spec = GemmSpec(**{**base, "target": "sm_90a"}, instruction="wgmma", tile=(64, 128, 128), warps=(4, 1),
                         stages=4, persistent=False)
