@@ -192,6 +192,9 @@ def test_skinny_products_on_hopper_keep_more_in_flight(monkeypatch):
         s = mm.explain(np.zeros((m, 8192), np.float32), np.zeros((8192, n), np.float32), allow_tf32=tf32).spec
         assert (s.dtype, tuple(s.tile), s.stages) == want and tuple(s.warps) == (1, 4), (m, n)
     assert tuple(mm.explain(np.zeros((33, 8192), np.float32), W32).spec.tile) != (32, 64, 64)
+    for m in (33, 64):   # tf32 up to 64 rows: 64x64x64 tiles, eight warps, 6 stages
+        s = mm.explain(np.zeros((m, 8192), np.float32), W32, allow_tf32=True).spec
+        assert (tuple(s.tile), tuple(s.warps), s.stages) == ((64, 64, 64), (2, 4), 6), m
     c = mm.explain(np.zeros((128, 8192), np.float16), W)
     assert (c.spec.instruction, tuple(c.spec.tile), c.spec.stages, c.spec.persistent) == ("wgmma", (64, 128, 128), 4, False)
     assert "skinny product" in c.reason and "M = 128 rows" in c.reason

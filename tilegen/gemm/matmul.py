@@ -238,6 +238,8 @@ def explain(A, B, *, bias=None, activation=None, residual=None, out=None, allow_
     hopper16 = target == "sm_90" and dtype in ("f16", "bf16")
     skinny = hopper16 and M <= SKINNY and N >= 4 * SKINNY
     skinny32 = target == "sm_90" and dtype in ("tf32", "f32") and M <= SKINNY_SHORT and N >= 4 * SKINNY
+    skinny_tf32 = (target == "sm_90" and dtype == "tf32" and SKINNY_SHORT < M <= SMALL and N >= 4 * SKINNY
+                   and N // 256 < SKINNY_WIDE_BLOCKS)
     medium = hopper16 and preset is None and not skinny and min(M, N) > SMALL
     wgmma = preset["instruction"] if preset is not None else "wgmma" if medium else None
     if tuned is not None and wgmma is not None and tuned.instruction != wgmma:
@@ -291,6 +293,10 @@ def explain(A, B, *, bias=None, activation=None, residual=None, out=None, allow_
         why.append(f"skinny {dtype} product on {target} (M = {M} rows against N = {N}): {tile[0]}-row tiles hold M, "
                    f"{tile[0]}x{tile[1]}x{tile[2]} with four warps along N and {stages} stages keep more of B in flight "
                    f"(measured on the H200)")
+    elif skinny_tf32:   # (run 100: 48 and 64 x 8192 x 8192 0.40 -> 0.74x cuBLAS tf32, from 64x64x32 with 3 stages)
+        spec = GemmSpec(**base, tile=(64, 64, 64), warps=(2, 4), stages=6)
+        why.append(f"skinny tf32 product on {target} (M = {M} rows against N = {N}): 64x64x64 tiles, eight warps and "
+                   f"6 stages keep more of B in flight (measured on the H200)")
     elif medium and long_k(M, N, K) and _blocks128(M, N) < MEDIUM_BLOCKS:
         spec = GemmSpec(**{**base, "target": "sm_90a"}, instruction="wgmma", tile=(64, 128, 128), warps=(4, 1),
                         stages=4, persistent=False)
