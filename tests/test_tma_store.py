@@ -248,10 +248,17 @@ def test_bad_tma_store_use_is_refused(body, says):
 
 def test_tf32_with_k_major_operands_is_warp_specialized_on_tma():
     """tf32 goes through TMA where no operand needs transposing (A row-major, B column-major):
-    the warp-specialized kernel with TMA stores; other layouts keep cp.async."""
+    the warp-specialized kernel with TMA stores; A and B row-major, when asked (copy="tma"): the
+    warp-specialized kernel with B through registers (its C^T goes out with direct stores); other
+    layouts keep cp.async."""
     spec = tilegen.GemmSpec(dtype="tf32", instruction="wgmma", b_layout="col")
     assert (spec.copy, spec.warp_specialized, spec.store) == ("tma", True, "tma")
+    rr = tilegen.GemmSpec(dtype="tf32", instruction="wgmma", copy="tma")
+    assert (rr.copy, rr.warp_specialized, rr.store, rr.swaps_operands) == ("tma", True, "direct", True)
     assert tilegen.GemmSpec(dtype="tf32", instruction="wgmma").copy == "cp.async"
+    with pytest.raises(tilegen.SpecError, match="or both row-major in the persistent kernel"):
+        tilegen.GemmSpec(dtype="tf32", instruction="wgmma", persistent=False, copy="tma")
+    assert tilegen.GemmSpec(dtype="tf32", instruction="wgmma", a_layout="col").copy == "cp.async"
     with pytest.raises(tilegen.SpecError, match="tf32 only with a row-major A and a column-major B"):
         tilegen.GemmSpec(dtype="tf32", instruction="wgmma", a_layout="col", b_layout="col", copy="tma")
     rng = np.random.default_rng(8)
@@ -262,3 +269,10 @@ def test_tf32_with_k_major_operands_is_warp_specialized_on_tma():
     ref = A.astype(np.float64) @ B.astype(np.float64)
     scale = np.abs(A.astype(np.float64)) @ np.abs(B.astype(np.float64))
     assert (np.abs(C - ref) / scale).max() <= 2 * 2.0 ** -10 + K * 2.0 ** -23   # truncated tf32 operands
+    for M, N, K in ((200, 300, 70), (257, 129, 100), (5, 40, 33)):   # rr: B rounded in registers, A truncated
+        A = rng.standard_normal((M, K)).astype(np.float32)
+        B = rng.standard_normal((K, N)).astype(np.float32)
+        C = tilegen.compile(rr)(A, B, out=np.full((M, N), np.nan, np.float32), device="sim")
+        ref = A.astype(np.float64) @ B.astype(np.float64)
+        scale = np.abs(A.astype(np.float64)) @ np.abs(B.astype(np.float64))
+        assert (np.abs(C - ref) / scale).max() <= 2 * 2.0 ** -10 + K * 2.0 ** -23

@@ -222,7 +222,7 @@ def test_tf32_wgmma_spec_reads_mn_major_operands_through_registers():
     (dict(tile=(128, 192, 64), warps=(8, 2)), "tile", "multiple of 64"),
     (dict(instruction="tcgen05"), "instruction", "mma.sync, wgmma"),
     (dict(copy="dma"), "copy", "auto, cp.async, tma"),
-    (dict(copy="tma", dtype="tf32"), "copy", "tf32 wgmma kernels copy with cp.async"),
+    (dict(copy="tma", dtype="tf32", a_layout="col"), "copy", "tf32 wgmma kernels copy with cp.async"),
     (dict(store="tma", persistent=False), "store", "only the warp-specialized kernels (persistent, copy=tma) store"),
     (dict(copy="tma", instruction="mma.sync"), "copy", "mma.sync kernels copy with cp.async"),
 ])

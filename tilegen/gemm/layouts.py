@@ -12,8 +12,10 @@ MN_32BIT_PAD = 32
 
 def operand_mode(spec, operand: str) -> tuple[str, int]:
     """(layout mode, padding bytes) of operand "A" or "B" of a GemmSpec: its swizzle, except for
-    32-bit MN-major operands, which take rows padded by 32 bytes (unless swizzle="none")."""
-    if spec.operand_dtype.bytes == 4 and not spec.is_k_major(operand) and spec.swizzle != "none":
+    32-bit MN-major operands copied with cp.async, which take rows padded by 32 bytes (unless
+    swizzle="none"); TMA writes no padding, so theirs keep the swizzle (a 2-way conflict)."""
+    if (spec.operand_dtype.bytes == 4 and not spec.is_k_major(operand) and spec.swizzle != "none"
+            and spec.copy != "tma"):
         return "pad", MN_32BIT_PAD
     return spec.swizzle, PAD_BYTES
 

@@ -82,17 +82,24 @@ class WgmmaLoop(MainLoop):
 
     def tma_copies(self, spec) -> bool:
         """Whether TMA can fill the stages as the tensors lie: 16-bit operands in any layout
-        (wgmma transposes them), tf32 only with both operands K-major (A row-major, B
-        column-major: wgmma reads 32-bit operands K-major only, and TMA does not transpose)."""
+        (wgmma transposes them), tf32 with both operands K-major (A row-major, B column-major:
+        wgmma reads 32-bit operands K-major only, and TMA does not transpose), or A and B
+        row-major in the warp-specialized kernel (C^T = B^T A^T: A^T is K-major, and B goes
+        through registers, consume_registers)."""
         if spec.dtype in self.TMA_DTYPES:
             return True
-        return (spec.dtype in ("tf32",) + W.FP8 and not self.swaps_operands(spec)
+        if self.swaps_operands(spec):   # tf32 A and B row-major: A^T K-major, B into registers
+            return spec.a_layout == "row" and spec.persistent is not False   # (the warp-specialized kernel)
+        return (spec.dtype in ("tf32",) + W.FP8
                 and self.register_operand(spec) is None and spec.a_layout == "row" and spec.b_layout == "col")
 
     def default_persistent(self, spec) -> bool:
         """The warp-specialized TMA kernel where TMA can copy: as fast as one CTA per block at
-        square sizes and 1.15-1.25x at short K (docs/perf_notes.md section 18)."""
-        return self.tma_copies(spec) and spec.copy in ("auto", "tma") and spec.split_k == 1
+        square sizes and 1.15-1.25x at short K (docs/perf_notes.md section 18). tf32 with A and
+        B row-major takes it only when asked (copy="tma"): with B through registers it ran 2%
+        behind the cp.async kernel (docs/perf_notes.md section 31)."""
+        return (self.tma_copies(spec) and spec.copy in ("auto", "tma") and spec.split_k == 1
+                and (spec.copy == "tma" or not self.swaps_operands(spec)))
 
     def default_store(self, spec) -> str:
         """TMA stores where they can (warp-specialized, whole-width warp tiles, room for the
@@ -139,8 +146,9 @@ class WgmmaLoop(MainLoop):
     def default_copy(self, spec) -> str:
         """TMA for 16-bit operands (measured 0.89-0.92x cuBLAS against cp.async's 0.66-0.80x,
         docs/perf_notes.md section 17; persistent, it is the warp-specialized kernel); tf32
-        (whose MN-major operands are transposed or go through registers) copies with cp.async."""
-        return "tma" if self.tma_copies(spec) else "cp.async"
+        (whose MN-major operands are transposed or go through registers) copies with cp.async,
+        but for both operands K-major, and with A and B row-major when asked (copy="tma")."""
+        return "tma" if self.tma_copies(spec) and not self.swaps_operands(spec) else "cp.async"
 
     def default_target(self, dtype: str) -> str:
         return "sm_90a"
@@ -235,7 +243,7 @@ class WgmmaLoop(MainLoop):
             if not self.tma_copies(spec):
                 raise SpecError("copy", spec.copy, "cp.async", f"{spec.dtype} wgmma kernels copy with cp.async here (TMA "
                                 f"copies {', '.join(self.TMA_DTYPES)} in any layout, tf32 only with a row-major A and a "
-                                f"column-major B: TMA does not transpose)")
+                                f"column-major B, or both row-major in the persistent kernel: TMA does not transpose)")
             for op in "AB":
                 rows = spec.operand_tile(op)[0]
                 if rows > 256:
@@ -563,6 +571,8 @@ class WarpSpecializedPipeline(TmaPipeline):
         this CTA's producer requested: wait for, multiply and release each."""
         if self.spec.promote:
             return self.consume_promoted(first, k_tiles)
+        if self.frags is not None:
+            return self.consume_registers(first, k_tiles)
         spec, shape, S, full = self.spec, self.shape, self.S, self.full
         acc = tg.fragment(spec.mma, "C", (1, shape.n // spec.mma.n), name="acc")
         for kt in tg.range(k_tiles):
@@ -576,6 +586,38 @@ class WarpSpecializedPipeline(TmaPipeline):
             tg.wgmma_wait(1)                          # k-tile t - 1 retired: release its stage
             with tg.if_(tg.ge(kt, 1)):
                 self.release((t - 1) % S)
+        tg.wgmma_wait(0)
+        self.release((first + k_tiles - 1) % S)       # the block's last k-tile
+        return acc
+
+    def consume_registers(self, first, k_tiles):
+        """consume() with wgmma's A operand from registers (tf32 with a row-major B: C^T = B^T
+        A^T, the warp's columns of B loaded from the stage and rounded to tf32), in two sets
+        of fragments by k-tile parity: k-tile t's k-steps load while k-tile t - 1's wgmmas run
+        (the set they fill was read by k-tile t - 2's, retired by then), one fence and one
+        commit per k-tile."""
+        spec, shape, S, full = self.spec, self.shape, self.S, self.full
+        acc = tg.fragment(spec.mma, "C", (1, shape.n // spec.mma.n), name="acc")
+        steps = spec.tile.k // shape.k
+        sets = (self.frags, [tg.fragment(spec.mma, "A", (1, 1), name=f"b{kk}") for kk in range(steps)])
+
+        def k_tile(t, frags):
+            stage = t % S
+            tg.mbarrier_wait(full[stage], (t // S) & 1)
+            for kk in range(steps):
+                tg.load(frags[kk], self.a_src[stage], self.a_origin, kk * shape.k, comment=f"k-step {kk} of A")
+            tg.wgmma_fence()
+            for kk in range(steps):
+                tg.wgmma(acc, frags[kk], self.b_src[stage], None, kk * shape.k, self.b_origin)
+            tg.wgmma_commit()
+            tg.wgmma_wait(1)                          # k-tile t - 1 retired: its stage, its set
+            with tg.if_(tg.ge(t - first, 1)):
+                self.release((t - 1) % S)
+
+        for pair in tg.range(tg.cdiv(k_tiles, 2)):    # two k-tiles per trip: each set named statically
+            k_tile(first + 2 * pair, sets[0])
+            with tg.if_(tg.lt(2 * pair + 1, k_tiles)):
+                k_tile(first + 2 * pair + 1, sets[1])
         tg.wgmma_wait(0)
         self.release((first + k_tiles - 1) % S)       # the block's last k-tile
         return acc
