@@ -34,7 +34,8 @@ HOPPER = [(dict(dtype="f16", out_dtype="f16"), (133, 270, 45), 0.0, None),
           (dict(dtype="bf16", out_dtype="bf16", pingpong=True, tile=(64, 256, 64), warps=(4, 1),               # ping-pong
                 epilogue=tilegen.Epilogue("col", "gelu_tanh", True)), (300, 700, 200), 0.0, None),
           (dict(dtype="f16", out_dtype="f16", pingpong=True, tile=(64, 256, 64), warps=(4, 1)), (333, 520, 130), 0.5,
-           None)]
+           None),
+          (dict(dtype="tf32", copy="tma"), (300, 200, 100), 0.0, None)]     # tf32 rr: B through registers
 
 
 def hopper() -> int:
