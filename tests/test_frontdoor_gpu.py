@@ -144,6 +144,14 @@ def test_repeated_calls_follow_every_change(kw):
         C_.fill_(float("nan"))
         k(A_, B, out=C_, alpha=alpha)
         check(C_, A_, alpha)
+    signs = []
+    for alpha in (0.0, -0.0, 0.0):   # C = alpha * A @ B: zeros whose signs follow alpha's (IEEE, as numpy)
+        C.fill_(float("nan"))
+        k(A, B, out=C, alpha=alpha)
+        torch.cuda.synchronize()
+        assert bool((C == 0).all())
+        signs.append(torch.signbit(C))
+    assert bool((signs[1] == ~signs[0]).all()) and bool((signs[2] == signs[0]).all())
     A.copy_(torch.randn_like(A))   # new contents, same pointer: launched again as it was
     C.fill_(float("nan"))
     k(A, B, out=C, alpha=-0.5)

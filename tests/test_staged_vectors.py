@@ -153,3 +153,22 @@ def test_staged_vectors_refuse_misuse():
                        out=C.block(0, 0), bias=sb)
     with pytest.raises(tilegen.DSLError, match="stages 32 elements; the block has 64 cols"):
         build(short)
+
+
+@pytest.mark.parametrize("first", ["wgmma", "tma store"])
+def test_a_retired_async_read_keeps_its_warps_among_the_readers(first):
+    """A byte a wgmma (warpgroup 1) or a TMA store (thread 200) read, then warp 0: a write after
+    a barrier of warp 0 alone is not ordered after the first reader."""
+    s = SharedShadow(64, threads=256)
+    off = np.array([0])
+    if first == "wgmma":
+        assert s.issue_async_read(1, off, 10) is None
+        s.retire_async_read(1, off, 10)
+    else:
+        s.inflight[0] += 1
+        s.retire_bulk_read(200, off, 10)
+    assert s.read(np.arange(32), np.zeros((32, 1), dtype=np.int64), line=20) is None
+    for t in range(32):
+        s.release(t, ("bar", 0, 1, 0))
+    s.acquire(np.array([64]), ("bar", 0, 1, 0))
+    assert s.write(np.array([64]), np.zeros((1, 1), dtype=np.int64), line=30).kind == "war"

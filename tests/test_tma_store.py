@@ -258,6 +258,10 @@ def test_tf32_with_k_major_operands_is_warp_specialized_on_tma():
     assert tilegen.GemmSpec(dtype="tf32", instruction="wgmma").copy == "cp.async"
     with pytest.raises(tilegen.SpecError, match="or both row-major in the persistent kernel"):
         tilegen.GemmSpec(dtype="tf32", instruction="wgmma", persistent=False, copy="tma")
+    with pytest.raises(tilegen.SpecError, match="stream-K's pieces do not store transposed"):
+        tilegen.GemmSpec(dtype="tf32", instruction="wgmma", copy="tma", stream_k=True)
+    with pytest.raises(tilegen.SpecError, match="one arrival per warpgroup"):
+        tilegen.GemmSpec(dtype="tf32", instruction="wgmma", copy="tma", cluster=(2, 1))
     assert tilegen.GemmSpec(dtype="tf32", instruction="wgmma", a_layout="col").copy == "cp.async"
     with pytest.raises(tilegen.SpecError, match="tf32 only with a row-major A and a column-major B"):
         tilegen.GemmSpec(dtype="tf32", instruction="wgmma", a_layout="col", b_layout="col", copy="tma")

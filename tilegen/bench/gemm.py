@@ -95,7 +95,7 @@ class GemmBench:
         try:
             if self.kernel_for is not None and Al is not None:
                 try:
-                    chosen = matmul.explain(Al[0], Bl[0], allow_tf32=True if dtype == "tf32" else None).spec
+                    chosen = matmul.explain(Al[0], Bl[0], allow_tf32=dtype == "tf32").spec   # (f32 rows: 3xTF32)
                     if chosen != spec:
                         kernel = self.kernel_for(chosen)
                         row.update(spec=spec_text(chosen), kernel=kernel.name)
@@ -201,7 +201,7 @@ class GemmBench:
         try:
             C = [be.empty(m, n, out_dt) for _ in range(n_sets)]
             with be.tf32(dtype == "tf32"):
-                tf32 = True if dtype == "tf32" else None
+                tf32 = dtype == "tf32"   # (an f32 row is 3xTF32 whatever TILEGEN_ALLOW_TF32 says)
                 be.fill_nan(C[0])
                 matmul(Al[0], Bl[0], out=C[0], allow_tf32=tf32)
                 be.synchronize()

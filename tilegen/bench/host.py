@@ -68,8 +68,13 @@ def host_costs(dtype: str = "bf16", size: int = 1024, calls: int = 200, reps: in
         out["torch.matmul"] = _per_call_us(lambda: torch._scaled_mm(A, B, scale_a=one, scale_b=one,
                                                                     out_dtype=torch.bfloat16), sync, calls, reps)
         kw = {"scale_a": 1.0, "scale_b": 1.0}
-    else:
-        out["torch.matmul"] = _per_call_us(lambda: torch.matmul(A, B, out=C), sync, calls, reps)
+    else:   # (tf32: torch with TF32 allowed too, as cuBLAS runs it in the bench's rows)
+        allowed = torch.backends.cuda.matmul.allow_tf32
+        torch.backends.cuda.matmul.allow_tf32 = dtype == "tf32"
+        try:
+            out["torch.matmul"] = _per_call_us(lambda: torch.matmul(A, B, out=C), sync, calls, reps)
+        finally:
+            torch.backends.cuda.matmul.allow_tf32 = allowed
     out["kernel.launch"] = _per_call_us(lambda: kernel.launch(args, sizes, stream=stream), sync, calls, reps)
     out["kernel(A, B, out=C)"] = _per_call_us(lambda: kernel(A, B, out=C), sync, calls, reps)
     out["tilegen.matmul"] = _per_call_us(lambda: matmul(A, B, out=C, **kw), sync, calls, reps)

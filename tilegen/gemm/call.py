@@ -20,6 +20,7 @@ from __future__ import annotations
 import sys
 import threading
 import time
+from math import copysign
 from operator import itemgetter
 
 import numpy as np
@@ -216,7 +217,9 @@ class FastCall:
         last = self._last
         if last is not None and bias is None and residual is None and scales is NO_SCALES \
                 and type(alpha) in _NUMBERS and type(beta) in _NUMBERS:
-            if (pa, pb, pc, alpha, beta) == last[0]:   # the same arrays and scalars: the same launch
+            if (pa, pb, pc, alpha, beta) == last[0] and (alpha or copysign(1.0, alpha) == copysign(1.0, last[0][3])):
+                # the same arrays and scalars (an alpha of -0.0 is not 0.0: it signs C's zeros; a zero beta
+                # of either sign leaves C unread): the same launch
                 launcher = self.kernel.launcher(pa[4])
                 if launcher is last[3]:
                     launcher(last[2][6], last[4], lib.stream(pa[4]))

@@ -354,7 +354,9 @@ class SharedShadow:
         read by its warpgroup now."""
         np.subtract.at(self.inflight, offs, 1)
         self.r_line[offs] = line
-        self.reader[offs] = WARPGROUP_READER - group - self.base // WARPGROUP_THREADS
+        whole = group + self.base // WARPGROUP_THREADS
+        self.reader[offs] = WARPGROUP_READER - whole
+        self.r_warps[offs] = np.uint64(0xF << ((4 * whole) % 64))   # its four warps (a later reader adds its own)
         self.r_epoch[offs] = self.epoch
         self.clock += 1
         self.r_clock[offs] = self.clock
@@ -423,6 +425,7 @@ class SharedShadow:
         np.subtract.at(self.inflight, offs, 1)
         self.r_line[offs] = line
         self.reader[offs] = self._ids(tid)
+        self.r_warps[offs] = np.uint64(1 << ((int(self._ids(tid)) // WARP_THREADS) % 64))
         self.r_epoch[offs] = self.epoch
         self.clock += 1
         self.r_clock[offs] = self.clock

@@ -232,6 +232,13 @@ class WgmmaLoop(MainLoop):
         if not spec.is_k_major("B") and self.register_operand(spec) != "B" and (wn * esize) % span:
             raise SpecError("tile", (t.m, t.n, t.k), f"tile.n / warps.n a multiple of {span // esize}",
                             "an N-major B splits between warpgroups on whole swizzle panels")
+        if swapped and spec.stream_k:
+            raise SpecError("stream_k", spec.stream_k, "False", "tf32 with a row-major B accumulates blocks of C^T, "
+                            "which stream-K's pieces do not store transposed: use a column-major B (x @ W.T) or no "
+                            "stream_k")
+        if swapped and spec.cluster != (1, 1):
+            raise SpecError("cluster", spec.cluster, "(1, 1)", "tf32 with a row-major B reads B's stage into every "
+                            "math thread's registers, and a cluster releases a stage by one arrival per warpgroup")
         if spec.stages < 3:
             raise SpecError("stages", spec.stages, "3..6", "wgmma kernels keep one stage for the tensor cores "
                             "still reading the previous tile")
