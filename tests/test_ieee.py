@@ -78,3 +78,18 @@ def test_relu_keeps_nan():
 def test_alpha_zero_times_inf_is_nan():
     spec = tilegen.GemmSpec(dtype="bf16", tile=(32, 32, 32), warps=(1, 1))
     _run(dict(dtype="bf16", tile=(32, 32, 32), warps=(1, 1)), spec.epilogue, 9, 7, 5, seed=3, n_specials=3, alpha=0.0)
+
+
+@pytest.mark.parametrize("kw", [KERNELS[0], KERNELS[4], KERNELS[8]], ids=["mma.sync", "3xtf32", "wgmma"])
+def test_zeros_keep_their_signs(kw):
+    """C = alpha * A @ B (beta = 0: C unread) signs its zeros as numpy does: alpha = -0.0
+    flips the sign of every product, +0.0 keeps it."""
+    spec = tilegen.GemmSpec(**kw)
+    rng = np.random.default_rng(4)
+    dt = {"f16": np.float16, "f32": np.float32}[spec.dtype]
+    A, B = rng.standard_normal((9, 13)).astype(dt), rng.standard_normal((13, 7)).astype(dt)
+    k = tilegen.compile(spec)
+    for alpha in (0.0, -0.0):
+        want = np.signbit(np.float32(alpha) * (A.astype(np.float32) @ B.astype(np.float32)))
+        C = k(A, B, alpha=alpha, out=np.full((9, 7), np.nan, np.float32), device="sim")
+        assert (C == 0).all() and (np.signbit(C) == want).all(), alpha

@@ -203,7 +203,10 @@ def _add_beta_c(b, value, beta, use_beta, inside, addr, out):
         raw = b.op("mov.b32", "b32", Imm(0))
         b.emit(Instr("ld.global.b16", (raw,), (Addr(addr),), pred=read))
         old = _to_f32(b, raw, out)
-    return b.op("fma.rn.f32", "f32", old, beta, value)
+    # only where beta != 0: adding beta * 0 would turn a -0.0 of alpha * acc into +0.0
+    total = b.op("mov.f32", "f32", value)
+    b.emit(Instr("fma.rn.f32", (total,), (old, beta, value), pred=use_beta))
+    return total
 
 
 def _store(b, value, addr, inside, out):
