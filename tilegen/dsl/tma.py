@@ -301,24 +301,14 @@ def store_stage(dst: Stage, acc: Fragment, row, part: int = 0, parts: int = 1, a
         if residual is not None and (not isinstance(residual, Tensor) or residual.layout != "row"
                                      or residual.ir.shape_names != names):
             fail(f"store_stage: residual must be a row-major tilegen.tensor of sizes {names}")
-    staged = {}
-    for at, (vec, name) in enumerate(((row_scale, "row_scale"), (col_scale, "col_scale"))):
-        if isinstance(vec, StagedVector):   # checked as its vector, then passed staged
-            staged[at] = vec.ir
-            if at == 0:
-                row_scale = vec.vector
-            else:
-                col_scale = vec.vector
-    rs, cs = scale_vectors(out.tensor.ir.shape_names, row_scale, col_scale, "store_stage") if out is not None \
-        else (None, None)
-    rs, cs = staged.get(0, rs), staged.get(1, cs)
-    rows_of = {"row": tile.ir.layout.rows, "col": acc.ir.atom.n * tn}   # the block's, from its first
-    for vec, along in ((bias, axis), (row_scale if 0 not in staged else staged[0], "row"),
-                       (col_scale if 1 not in staged else staged[1], "col")):
-        sv = vec.ir if isinstance(vec, StagedVector) else vec
-        if isinstance(sv, T.StagedVector) and sv.length < rows_of[along]:
-            fail(f"store_stage: {sv.name} stages {sv.length} elements; the block has {rows_of[along]} "
+    block = {"row": tile.ir.layout.rows, "col": acc.ir.atom.n * tn}   # the block's, from its first
+    for vec, along in ((bias, axis), (row_scale, "row"), (col_scale, "col")):
+        if isinstance(vec, StagedVector) and vec.ir.length < block[along]:
+            fail(f"store_stage: {vec.ir.name} stages {vec.ir.length} elements; the block has {block[along]} "
                  f"{along}s from its first")
+    unstaged = [v.vector if isinstance(v, StagedVector) else v for v in (row_scale, col_scale)]
+    rs, cs = scale_vectors(out.tensor.ir.shape_names, *unstaged, "store_stage") if out is not None else (None, None)
+    rs, cs = (v.ir if isinstance(v, StagedVector) else ir for v, ir in ((row_scale, rs), (col_scale, cs)))
     check_stage(dst)
     tile_op(T.StoreStage(tile.ir, raw(dst.index), acc.ir, raw(wrap(row)), part, parts,
                          alpha.raw if alpha is not None else None,

@@ -39,6 +39,7 @@ from __future__ import annotations
 from ... import dsl as tg
 from ...dsl.roles import default_registers
 from ...arch import wgmma as W
+from ...arch.dtypes import dtype as arch_dtype
 from ...arch.swizzle import SWIZZLE_MODES
 from ...errors import SpecError
 from ...ir.layout import SmemLayout
@@ -138,7 +139,7 @@ class WgmmaLoop(MainLoop):
         """Shared memory of the TMA-store epilogue's staged vectors (bias, row and column
         scales: one block's worth each, per consumer; run() stages them)."""
         epi, t = spec.epilogue, spec.tile
-        esize = {"f32": 4, "f16": 2, "bf16": 2}[spec.out_dtype]
+        esize = arch_dtype(spec.out_dtype).bytes
         lengths = [(t.m if epi.bias == "row" else t.n, esize)] if epi.bias else []
         lengths += [(t.m, 4)] * epi.scale_rows + [(t.n, 4)] * epi.scale_cols
         return spec.consumers * sum(-(-n * size // 16) * 16 for n, size in lengths)
