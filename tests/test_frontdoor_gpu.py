@@ -207,3 +207,49 @@ def test_an_empty_inner_dimension(dtype):
     tilegen.matmul(A, B, bias=bias, activation="relu", out=C)
     torch.cuda.synchronize()
     assert torch.equal(C, torch.relu(bias)[None, :].expand(M, N))
+
+
+def test_pretransposed_tf32_through_matmul_kernel_and_a_graph():
+    """tilegen.matmul picks the K-major copy of a row-major B for tf32 from PRETRANSPOSE_MIN rows
+    (Hopper): each call copies B again (a B changed in place changes C), any pitch of B is taken
+    (the copy reads single elements), and a captured graph replays both kernels."""
+    if torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("wgmma needs a Hopper (sm_90) GPU")
+    from bounds import gemm_bound
+    from tilegen.gemm.matmul import PRETRANSPOSE_MIN
+
+    M, N, K = PRETRANSPOSE_MIN + 3, 517, 301
+    A = torch.randn(M, K, device="cuda")
+    B = torch.randn(K, N + 3, device="cuda")[:, :N]     # rows of 520 floats: not 16-byte pitched
+    assert tilegen.explain(A, B, allow_tf32=True).spec.pretranspose
+    bound = gemm_bound("tf32", K, truncated=True)
+
+    def err(C):
+        ref = A.double() @ B.double()
+        return float(torch.linalg.norm(C.double() - ref) / torch.linalg.norm(A.double().abs() @ B.double().abs()))
+
+    C = torch.full((M, N), float("nan"), device="cuda")
+    tilegen.matmul(A, B, out=C, allow_tf32=True)
+    assert err(C) <= bound
+    B.mul_(-2.0)                                        # same arrays, new contents: copied again
+    tilegen.matmul(A, B, out=C, allow_tf32=True)
+    assert err(C) <= bound
+    kernel = tilegen.compile(tilegen.explain(A, B, allow_tf32=True).spec)
+    C.fill_(float("nan"))
+    kernel(A, B, out=C, alpha=0.5)
+    assert err(2 * C) <= bound
+    G = torch.full((M, N), float("nan"), device="cuda")
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):   # warm-up on a side stream, as torch's graph docs ask
+        tilegen.matmul(A, B, out=G, allow_tf32=True)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        tilegen.matmul(A, B, out=G, allow_tf32=True)
+    B.copy_(torch.randn_like(B))
+    G.fill_(float("nan"))
+    graph.replay()
+    torch.cuda.synchronize()
+    assert err(G) <= bound
+    record("pretranspose_matmul", shape=[M, N, K], error_over_bound=err(G) / bound)

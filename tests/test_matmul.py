@@ -134,15 +134,43 @@ def test_large_tf32_problems_on_hopper_take_wgmma(monkeypatch):
     mm = importlib.import_module("tilegen.gemm.matmul")
     monkeypatch.setattr(mm, "_target", lambda: "sm_90")
     monkeypatch.setattr(mm, "_tuned", lambda *a, **k: None)
-    A = np.zeros((4096, 2048), np.float32)
+    A = np.zeros((1024, 2048), np.float32)   # (below PRETRANSPOSE_MIN rows: B row-major goes through registers)
     B = np.zeros((2048, 4096), np.float32)
     choice = mm.explain(A, B, allow_tf32=True)
     assert (choice.spec.dtype, choice.spec.instruction, tuple(choice.spec.tile)) == ("tf32", "wgmma", (256, 128, 32))
     assert choice.spec.swaps_operands and "truncates" in choice.reason and "B is rounded" in choice.reason
+    assert not choice.spec.pretranspose
     rc = mm.explain(A, np.asfortranarray(B), allow_tf32=True)
     assert rc.spec.tile.n == 256 and "2.6x" in rc.reason
     assert mm.explain(np.asfortranarray(A), B, allow_tf32=True).spec.instruction == "wgmma"
     assert mm.explain(A, B).spec.dtype == "f32"       # 3xTF32 without allow_tf32
+
+
+def test_tf32_mn_major_operands_are_copied_k_major_first_where_the_product_is_long(monkeypatch):
+    """B row-major with M >= PRETRANSPOSE_MIN, A column-major with N >= PRETRANSPOSE_MIN: a
+    transposing first kernel, then the K-major kernel (measured faster on the H200); below, the
+    one-kernel paths. Each side's own threshold, and the choice memo keys on both."""
+    import importlib
+
+    mm = importlib.import_module("tilegen.gemm.matmul")
+    monkeypatch.setattr(mm, "_target", lambda: "sm_90")
+    monkeypatch.setattr(mm, "_tuned", lambda *a, **k: None)
+    z = lambda r, c, col=False: np.asfortranarray(np.zeros((r, c), np.float32)) if col else np.zeros((r, c), np.float32)  # noqa: E731
+    edge = mm.PRETRANSPOSE_MIN
+    rr = mm.explain(z(edge, 1024), z(1024, 4096), allow_tf32=True)
+    assert rr.spec.pretranspose and rr.spec.transposed_operands == ("B",) and "copies it K-major" in rr.reason
+    assert rr.spec.kernel_spec.copy == "tma" and "2.6x" in rr.reason    # the K-major kernel truncates both
+    assert not mm.explain(z(edge - 1, 1024), z(1024, 4096), allow_tf32=True).spec.pretranspose
+    cc = mm.explain(z(4096, 1024, True), z(1024, edge, True), allow_tf32=True)
+    assert cc.spec.transposed_operands == ("A",)
+    assert not mm.explain(z(4096, 1024, True), z(1024, edge - 1, True), allow_tf32=True).spec.pretranspose
+    cr = mm.explain(z(edge, 1024, True), z(1024, edge), allow_tf32=True)
+    assert cr.spec.transposed_operands == ("A", "B")
+    assert not mm.explain(z(4096, 1024), z(1024, 4096, True), allow_tf32=True).spec.pretranspose  # K-major already
+    assert not mm.explain(z(4096, 1024), z(1024, 4096)).spec.pretranspose                         # 3xTF32: mma.sync
+    monkeypatch.setattr(mm, "_target", lambda: "sm_80")
+    assert not mm.explain(z(4096, 1024), z(1024, 4096), allow_tf32=True).spec.pretranspose
+    assert mm.size_class(edge, 4096, 64) != mm.size_class(edge - 1, 4096, 64)
 
 
 def test_a_tuned_mma_sync_spec_does_not_replace_the_faster_wgmma_preset(monkeypatch):

@@ -77,6 +77,9 @@ SPECS = [dict(persistent=True), dict(persistent=True, a_layout="col", b_layout="
          dict(dtype="tf32", a_layout="col", b_layout="col", tile=(128, 128, 32), warps=(8, 1), stages=6),
          # tf32, A and B row-major, warp-specialized on TMA: B through registers (consume_registers)
          dict(dtype="tf32", copy="tma"), dict(dtype="tf32", copy="tma", tile=(128, 128, 32), group_m=3),
+         # tf32 MN-major operands copied K-major first (pretranspose), then the K-major kernel
+         dict(dtype="tf32", pretranspose=True), dict(dtype="tf32", pretranspose=True, a_layout="col", b_layout="col"),
+         dict(dtype="tf32", pretranspose=True, a_layout="col", out_dtype="bf16", tile=(128, 128, 32), stages=6),
          # tilegen.matmul's medium-size specs on Hopper
          dict(tile=(64, 128, 64), warps=(4, 1), stages=6, a_layout="col", out_dtype="f16"),
          dict(dtype="bf16", tile=(128, 128, 64), warps=(8, 1), out_dtype="bf16", b_layout="col"),

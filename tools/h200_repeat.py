@@ -1,5 +1,5 @@
 """Bit-identical results over repeated launches: the default Hopper GEMM (warp-specialized,
-TMA-store epilogue), and its 2-CTA cluster, split-K, stream-K and fp8 forms, launched N times on the same
+TMA-store epilogue), and its 2-CTA cluster, split-K, stream-K fp8 and pretransposed tf32 forms, launched N times on the same
 inputs; every result must equal the first bit for bit. Writes JSON to DIR/repeat.json.
 
     python3 tools/h200_repeat.py DIR [--launches 500]
@@ -35,14 +35,15 @@ def main() -> int:
              ("bf16", {"pingpong": True, "tile": (64, 256, 64), "warps": (4, 1)}, (1000, 1032, 4104)),
              ("bf16", {"epilogue": tilegen.Epilogue(bias="col", activation="gelu_tanh")}, (1000, 1032, 4104)),
              ("e4m3", {"out_dtype": "bf16", "epilogue": tilegen.Epilogue(scale_rows=True, scale_cols=True)},
-              (1000, 1032, 4112))]                                    # the staged vectors of the epilogue
+              (1000, 1032, 4112)),                                    # the staged vectors of the epilogue
+             ("tf32", {"out_dtype": "f32", "pretranspose": True}, (1000, 1032, 4104))]   # B copied K-major first
     for dtype, extra, (M, N, K) in cases:
         k = tilegen.compile(tilegen.GemmSpec(**{"dtype": dtype, "out_dtype": dtype, "instruction": "wgmma", **extra}))
         if dtype == "e4m3":   # K-major operands: B the transpose of a row-major N x K matrix
             A = torch.randn(M, K, device="cuda").to(torch.float8_e4m3fn)
             B = torch.randn(N, K, device="cuda").to(torch.float8_e4m3fn).t()
         else:
-            tdt = {"f16": torch.float16, "bf16": torch.bfloat16}[dtype]
+            tdt = {"f16": torch.float16, "bf16": torch.bfloat16, "tf32": torch.float32}[dtype]
             A = torch.randn(M, K, device="cuda", dtype=tdt)
             B = torch.randn(K, N, device="cuda", dtype=tdt)
         epi = k.spec.epilogue

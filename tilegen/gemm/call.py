@@ -33,6 +33,7 @@ from ..runtime import interop
 from ..runtime.interop import DEVICE, DTYPE, PTR, SHAPE, STRIDES
 from ..runtime.memory import copy_2d
 from ..runtime.tensormap import map_cache, tensor_map_bytes
+from .transpose import kmajor_copies
 
 ALIGN = 16
 _NUMBERS = (float, int)
@@ -178,6 +179,8 @@ class FastCall:
         self.residual = spec.epilogue.residual
         self.scaled = (spec.epilogue.scale_rows, spec.epilogue.scale_cols)
         self.c_map = _c_map(kernel)   # C's TMA-store map: rows it cannot take go to the direct-store kernel
+        self.transposes = spec.transposed_operands   # (pretranspose: K-major copies first)
+        self.transposer = kernel.transposer() if self.transposes else None
         # the kernel's parameters, in its order, from the canonical tuple run() builds
         second = kernel.second_kernel()   # split-K's or stream-K's: partial sums -> C
         self.split = second is not None
@@ -254,8 +257,11 @@ class FastCall:
         if K == 0 and self.maps:
             return None   # (the general path says why)
         isz = self.in_size
-        a_ok = a_ptr % ALIGN == 0 and ((a_ld * isz) % ALIGN == 0 or (M if self.a_row else K) == 1)
-        b_ok = b_ptr % ALIGN == 0 and ((b_ld * isz) % ALIGN == 0 or (K if self.b_row else N) == 1)
+        # (an operand copied K-major first may have any pitch: the copy reads single elements)
+        a_ok = a_ptr % ALIGN == 0 and ((a_ld * isz) % ALIGN == 0 or (M if self.a_row else K) == 1) \
+            or "A" in self.transposes
+        b_ok = b_ptr % ALIGN == 0 and ((b_ld * isz) % ALIGN == 0 or (K if self.b_row else N) == 1) \
+            or "B" in self.transposes
         if not (a_ok and b_ok or repitch):
             return None
         if out is None:
@@ -309,6 +315,12 @@ class FastCall:
             if not b_ok:
                 b_ptr, b_ld = _repitch(lib, b_ptr, b_ld, (K, N) if self.b_row else (N, K), isz, self.in_dtype,
                                        device, stream, keep)
+        if self.transposes:   # K-major copies from the library's stream-ordered allocator
+            keep = [] if keep is None else keep
+            if "A" in self.transposes:
+                a_ptr, a_ld = _kmajor_copy(lib, self.transposer, a_ptr, a_ld, K, M, device, stream, keep)
+            if "B" in self.transposes:
+                b_ptr, b_ld = _kmajor_copy(lib, self.transposer, b_ptr, b_ld, K, N, device, stream, keep)
         grid = self.grid(M, N, K, launcher.sm_count)
         values = (M, N, K, a_ptr, a_ld, b_ptr, b_ld, c_ptr, c_ld, alpha, beta, bias_ptr, r_ptr, r_ld, *s_ptrs)
         args = None
@@ -392,6 +404,20 @@ def _repitch(lib, ptr, ld, stored, esize, dtype, device, stream, keep):
     return dst, new_ld
 
 
+def _kmajor_copy(lib, transposer, ptr, ld, rows, cols, device, stream, keep):
+    """The transpose of a stored rows x cols f32 matrix, made on `stream` by the transposing
+    copy (gemm/transpose.py) into an array of the library's stream-ordered allocator (kept in
+    `keep` until the GEMM is enqueued): (ptr, ld) of the cols x rows copy."""
+    new_ld = _aligned_ld(rows, 4)
+    buf = lib.empty((max(cols * new_ld, 1),), "float32", device)
+    keep.append(buf)
+    dst = lib.probe(buf)[PTR]
+    sizes = {"ROWS": rows, "COLS": cols}
+    transposer.launch({**sizes, "S_ptr": ptr, "S_ld": ld, "D_ptr": dst, "D_ld": new_ld}, sizes, stream=stream,
+                      device=device)
+    return dst, new_ld
+
+
 # ---- host arrays: through the GPU or the emulator ----------------------------------------
 
 class _GpuMemory:
@@ -472,6 +498,12 @@ class _SimMemory:
             raise LaunchError(f"no GPU found, and this {shape} GEMM would take about {_duration(est)} on the CPU "
                               f"emulator (more than {EMULATOR_LIMIT_S:.0f} s): pass device='sim' to run it there "
                               f"anyway (tilegen run: --device sim), or run it on a machine with an NVIDIA GPU")
+        spec = kernel.spec
+        if getattr(spec, "pretranspose", False):   # the MN-major operands' K-major copies first
+            for op, targs, nbytes in kmajor_copies(spec, args):
+                ptr = self.put(np.full(nbytes // 4, np.nan, np.float32))   # (poisoned: a byte not copied shows)
+                run_kernel(kernel.transposer(), {**targs, "D_ptr": ptr}, targs, self.memory)
+                args = {**args, f"{op}_ptr": ptr, f"{op}_ld": targs["D_ld"]}
         second = kernel.second_kernel() if hasattr(kernel, "second_kernel") else None
         if second is not None:   # partial sums (split-K's slices, stream-K's pieces), then C
             check_stream_k_range(kernel.spec, sizes["M"], sizes["N"], sizes["K"], x)

@@ -98,6 +98,15 @@ MEDIUM_BLOCKS = 96
 # 1024x1024x4096, 0.49 -> 0.67x at 512x512x4096 (run 55, graph replay); split-K (two kernels and an
 # f32 round trip through memory) measured no better there (0.57-0.69x).
 LONG_K = 2
+# tf32 on Hopper with an MN-major operand (B row-major, A column-major): the wgmma kernel cannot read
+# it through TMA (tf32 is K-major only), and feeding it through registers or transposing copies kept
+# the kernel at 0.77-0.86x cuBLAS tf32; the K-major kernel runs 1.02-1.12x. A first kernel copies the
+# operand K-major (3.2-3.5 TB/s on the H200), which pays when the product's other side is long enough:
+# B row-major needs M >= PRETRANSPOSE_MIN, A column-major N >= PRETRANSPOSE_MIN. Measured (run 110,
+# A and B row-major, against cuBLAS tf32): 0.80 -> 1.02x at 8192^3 and 8192x8192x1024, 0.80 -> 0.94x at
+# 4096^3, 0.84 -> 0.99x at 4096x4096x1024, 0.79 -> 0.88x at 2048x8192x8192, 0.86 both ways at 2048^3,
+# and 0.91 -> 0.82x at 1024x4096x4096 (where the copy of the 4096^2 B outweighs the product).
+PRETRANSPOSE_MIN = 2048
 
 
 def _skinny_rows(M: int) -> int:
@@ -162,7 +171,7 @@ def size_class(M: int, N: int, K: int) -> tuple:
     (the tuned store's key) and every threshold a rule below compares it with."""
     return ((M - 1).bit_length(), (N - 1).bit_length(), (K - 1).bit_length(), min(M, N) <= SMALL, is_large(M, N),
             M <= 16, M <= SKINNY_SHORT, M <= SKINNY, N >= 4 * SKINNY, N // 256 >= SKINNY_WIDE_BLOCKS, _blocks128(M, N) >= MEDIUM_BLOCKS,
-            long_k(M, N, K), K <= PINGPONG_MAX_K)
+            long_k(M, N, K), K <= PINGPONG_MAX_K, M >= PRETRANSPOSE_MIN, N >= PRETRANSPOSE_MIN)
 
 
 def _allow_tf32(allow) -> bool:
@@ -251,13 +260,19 @@ def explain(A, B, *, bias=None, activation=None, residual=None, out=None, allow_
         why.append("tile from the autotuner's cache for this GPU and shape bucket")
     elif preset is not None:
         fused = dtype in ("f16", "bf16") and not epilogue.is_plain and (epilogue.residual or K <= PINGPONG_MAX_K)
-        spec = GemmSpec(**{**base, **preset, **(PINGPONG if fused else {})})
+        transpose = (dtype == "tf32" and target == "sm_90" and (a_layout, b_layout) != ("row", "col")
+                     and (b_layout == "col" or M >= PRETRANSPOSE_MIN) and (a_layout == "row" or N >= PRETRANSPOSE_MIN))
+        spec = GemmSpec(**{**base, **preset, **(PINGPONG if fused else {}), **({"pretranspose": True} if transpose else {})})
         why.append(f"large problem on {target}: the fastest {dtype} kernel measured on the H200 "
                    f"({spec.instruction}, {spec.tile.m}x{spec.tile.n} tiles"
                    + (", warp-specialized" if spec.warp_specialized else "")
                    + (f", the fp8 products promoted to an f32 total every {spec.promote} k-tiles" if spec.promote else "")
                    + (", the epilogue through TMA stores" if spec.store == "tma" else "")
                    + f", target {spec.target})")
+        if transpose:
+            why.append(f"tf32 {' and '.join(o + (' column' if o == 'A' else ' row') + '-major' for o in spec.transposed_operands)}"
+                       f" (wgmma reads tf32 only K-major): a first kernel copies it K-major at memory speed, then the "
+                       f"K-major kernel runs (measured faster on the H200 from {PRETRANSPOSE_MIN} rows or columns on)")
         if fused:
             why.append(f"a fused epilogue{' with a residual' if epilogue.residual else f' and K <= {PINGPONG_MAX_K}'}: "
                        "ping-pong consumers, each warpgroup on 64x256 blocks of its own, so one warpgroup's epilogue "

@@ -176,6 +176,12 @@ class GemmSpec:
     |            | k-tile, each loading half and multicasting it;  |                          |
     |            | (1, 2): along N, sharing A (warp-specialized    |                          |
     |            | wgmma kernels, sm_90a)                          |                          |
+    | pretranspose | tf32 wgmma with an MN-major operand (A col-   | False                    |
+    |            | major, B row-major): a first kernel copies it   |                          |
+    |            | K-major into a stream-ordered workspace, then   |                          |
+    |            | the K-major kernel runs (gemm/transpose.py);    |                          |
+    |            | tile, copy and the rest default as for A row-   |                          |
+    |            | major, B column-major                           |                          |
 
     `instruction` names the main-loop family (tilegen/gemm/mainloops/): its defaults, its
     rules and its pipeline; the wgmma family's rules are in WgmmaLoop's docstring.
@@ -204,11 +210,22 @@ class GemmSpec:
     promote: Optional[int] = None
     stream_k: bool = False
     pingpong: bool = False
+    pretranspose: bool = False
 
     def __post_init__(self):
         set_ = lambda k, v: object.__setattr__(self, k, v)  # noqa: E731  (frozen)
         if isinstance(self.cluster, list):
             set_("cluster", tuple(self.cluster))
+        if not isinstance(self.pretranspose, bool):
+            raise SpecError("pretranspose", self.pretranspose, "True or False")
+        if self.pretranspose:   # the kernel that runs is the K-major one: its defaults, its rules
+            if self.b_layout is None:
+                set_("b_layout", "row")
+            self._check_pretranspose()
+            twin = replace(self, a_layout="row", b_layout="col", pretranspose=False)
+            for f in _RESOLVED:
+                set_(f, getattr(twin, f))
+            return
         if self.dtype not in OPERAND_DTYPES:
             raise SpecError("dtype", self.dtype, ", ".join(OPERAND_DTYPES))
         if self.b_layout is None:  # fp8 has no transposing load: its B must be K-major
@@ -258,6 +275,37 @@ class GemmSpec:
         if self.store == "auto":
             set_("store", family.default_store(self))
         self._validate()
+
+    def _check_pretranspose(self):
+        for name in ("a_layout", "b_layout"):
+            if getattr(self, name) not in LAYOUTS:
+                raise SpecError(name, getattr(self, name), "'row', 'col'")
+        if self.dtype != "tf32" or self.instruction != "wgmma":
+            raise SpecError("pretranspose", True, "False for this spec",
+                            "a transposing first copy is built for tf32 on wgmma, which reads tf32 only K-major "
+                            "(16-bit wgmma transposes by itself; fp8 and mma.sync kernels do not need it)")
+        if (self.a_layout, self.b_layout) == ("row", "col"):
+            raise SpecError("pretranspose", True, "False for A row-major, B column-major",
+                            "both operands are already K-major: there is nothing to transpose")
+        if self.split_k != 1 or self.stream_k:
+            raise SpecError("pretranspose", True, "False with split_k or stream_k",
+                            "the transposing copy pays off on large products, which need neither")
+
+    @property
+    def kernel_spec(self) -> "GemmSpec":
+        """The spec of the GEMM kernel that runs: itself, or with pretranspose, the same spec
+        with A row-major and B column-major (its operands' K-major copies)."""
+        if not self.pretranspose:
+            return self
+        return replace(self, a_layout="row", b_layout="col", pretranspose=False)
+
+    @property
+    def transposed_operands(self) -> tuple:
+        """The operands a pretranspose spec copies K-major first: "A" (column-major), "B" (row-major)."""
+        if not self.pretranspose:
+            return ()
+        return tuple(op for op, layout, mn in (("A", self.a_layout, "col"), ("B", self.b_layout, "row"))
+                     if layout == mn)
 
     # -- derived facts ------------------------------------------------------------------------
     @property
@@ -319,29 +367,30 @@ class GemmSpec:
     @property
     def swaps_operands(self) -> bool:
         """Whether the kernel computes C^T = B^T A^T (the family decides)."""
-        return self.mainloop.swaps_operands(self)
+        return self.mainloop.swaps_operands(self.kernel_spec)
 
     @property
     def register_operand(self):
         """The operand ("A", "B" or None) loaded into registers for the tensor cores."""
-        return self.mainloop.register_operand(self)
+        return self.mainloop.register_operand(self.kernel_spec)
 
     def stage_layout(self, operand: str) -> str:
         """The memory order ("row" or "col") of an operand's shared stages: the tensor's,
         unless the family transposes it while copying."""
         if operand not in ("A", "B"):
             raise ValueError(f"operand {operand!r}; allowed: 'A', 'B'")
-        return self.mainloop.stage_layout(self, operand)
+        return self.mainloop.stage_layout(self.kernel_spec, operand)
 
     def transposes(self, operand: str) -> bool:
-        """Whether the copies of an operand transpose it into its stages."""
-        return self.stage_layout(operand) != (self.a_layout if operand == "A" else self.b_layout)
+        """Whether the kernel's copies of an operand transpose it into its stages."""
+        k = self.kernel_spec
+        return k.stage_layout(operand) != (k.a_layout if operand == "A" else k.b_layout)
 
     @property
     def tf32_truncates(self) -> bool:
         """Whether the tensor cores truncate tf32 operands (unit roundoff 2^-10) instead of
         rounding them to nearest while loading fragments (cvt.rna, 2^-11)."""
-        return self.mainloop.tf32_truncates(self)
+        return self.mainloop.tf32_truncates(self.kernel_spec)
 
     def operand_tile(self, operand: str) -> tuple[int, int]:
         """(rows, contiguous columns) of one stage of an operand's shared tile, in elements:
@@ -358,6 +407,8 @@ class GemmSpec:
 
     def smem_bytes(self) -> int:
         """Shared memory the pipeline needs (all stages of A and B, alignment slack included)."""
+        if self.pretranspose:
+            return self.kernel_spec.smem_bytes()
         total = sum(smem_layout(self, op).stage_bytes for op in "AB") * self.stages
         if self.copy == "tma":
             total += 2 * 8 * self.stages  # a full and an empty mbarrier per stage
@@ -536,6 +587,10 @@ class GemmSpec:
             raise SpecError("stages", self.stages, f"a pipeline within {tgt.smem_per_block} bytes on {tgt.name}",
                             f"tile {t.m}x{t.n}x{t.k} with {self.stages} stages needs {need} bytes of shared memory")
 
+
+# the fields __post_init__ resolves from the others (a pretranspose spec takes its K-major twin's)
+_RESOLVED = ("tile", "warps", "atom", "stages", "swizzle", "frag_buffers", "persistent", "copy", "promote",
+             "store", "target")
 
 KINDS = {"gemm": GemmSpec}  # the blocks a .tg file may hold
 

@@ -315,7 +315,9 @@ def stream_k_fixup(spec):
 
 
 def trace_gemm(spec):
-    """The tile-level IR of a GemmSpec's kernel."""
+    """The tile-level IR of a GemmSpec's kernel (with pretranspose: the K-major kernel that runs
+    after the operands' transposing copies)."""
+    spec = spec.kernel_spec
     return gemm.trace(spec=spec, target=spec.target, name=gemm_kernel_name(spec))
 
 
