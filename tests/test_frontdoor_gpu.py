@@ -221,7 +221,7 @@ def test_pretransposed_tf32_through_matmul_kernel_and_a_graph():
     M, N, K = PRETRANSPOSE_MIN + 3, 517, 301
     A = torch.randn(M, K, device="cuda")
     B = torch.randn(K, N + 3, device="cuda")[:, :N]     # rows of 520 floats: not 16-byte pitched
-    assert tilegen.explain(A, B, allow_tf32=True).spec.pretranspose
+    assert tilegen.matmul.explain(A, B, allow_tf32=True).spec.pretranspose
     bound = gemm_bound("tf32", K, truncated=True)
 
     def err(C):
@@ -234,7 +234,7 @@ def test_pretransposed_tf32_through_matmul_kernel_and_a_graph():
     B.mul_(-2.0)                                        # same arrays, new contents: copied again
     tilegen.matmul(A, B, out=C, allow_tf32=True)
     assert err(C) <= bound
-    kernel = tilegen.compile(tilegen.explain(A, B, allow_tf32=True).spec)
+    kernel = tilegen.compile(tilegen.matmul.explain(A, B, allow_tf32=True).spec)
     C.fill_(float("nan"))
     kernel(A, B, out=C, alpha=0.5)
     assert err(2 * C) <= bound
