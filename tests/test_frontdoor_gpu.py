@@ -218,9 +218,9 @@ def test_pretransposed_tf32_through_matmul_kernel_and_a_graph():
     from bounds import gemm_bound
     from tilegen.gemm.matmul import PRETRANSPOSE_MIN
 
-    M, N, K = PRETRANSPOSE_MIN + 3, 517, 301
+    M, N, K = PRETRANSPOSE_MIN + 3, 2051, 301   # (a large product: the Hopper preset)
     A = torch.randn(M, K, device="cuda")
-    B = torch.randn(K, N + 3, device="cuda")[:, :N]     # rows of 520 floats: not 16-byte pitched
+    B = torch.randn(K, N + 3, device="cuda")[:, :N]     # rows of 2054 floats: not 16-byte pitched
     assert tilegen.matmul.explain(A, B, allow_tf32=True).spec.pretranspose
     bound = gemm_bound("tf32", K, truncated=True)
 
