@@ -209,6 +209,14 @@ def test_an_empty_inner_dimension(dtype):
     assert torch.equal(C, torch.relu(bias)[None, :].expand(M, N))
 
 
+class _Interface:
+    """A GPU array known only by its __cuda_array_interface__ (the general call path)."""
+
+    def __init__(self, t):
+        self.__cuda_array_interface__ = t.__cuda_array_interface__
+        self.shape = tuple(t.shape)
+
+
 def test_pretransposed_tf32_through_matmul_kernel_and_a_graph():
     """tilegen.matmul picks the K-major copy of a row-major B for tf32 from PRETRANSPOSE_MIN rows
     (Hopper): each call copies B again (a B changed in place changes C), any pitch of B is taken
@@ -218,7 +226,7 @@ def test_pretransposed_tf32_through_matmul_kernel_and_a_graph():
     from bounds import gemm_bound
     from tilegen.gemm.matmul import PRETRANSPOSE_MIN
 
-    M, N, K = PRETRANSPOSE_MIN + 3, 2051, 301   # (a large product: the Hopper preset)
+    M, N, K = PRETRANSPOSE_MIN + 3, 2051, 304   # (a large product: the Hopper preset; A's rows 16-byte pitched)
     A = torch.randn(M, K, device="cuda")
     B = torch.randn(K, N + 3, device="cuda")[:, :N]     # rows of 2054 floats: not 16-byte pitched
     assert tilegen.matmul.explain(A, B, allow_tf32=True).spec.pretranspose
@@ -238,6 +246,9 @@ def test_pretransposed_tf32_through_matmul_kernel_and_a_graph():
     C.fill_(float("nan"))
     kernel(A, B, out=C, alpha=0.5)
     assert err(2 * C) <= bound
+    C.fill_(float("nan"))
+    kernel(A, _Interface(B), out=C)                    # the general path (no fast path for this array type)
+    assert err(C) <= bound
     G = torch.full((M, N), float("nan"), device="cuda")
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())

@@ -617,11 +617,12 @@ def _run_device(kernel, A, B, out, alpha, beta, bias, residual, repitch=False, s
     if kernel.tensor_maps and len(getattr(A, "shape", ())) == 2 and A.shape[1] == 0:
         raise empty_k_error(kernel)
     in_dt, out_dt = numpy_dtype(spec.dtype), numpy_dtype(spec.out_dtype)
-    align = None if repitch else ALIGN
+    # (operands copied K-major first may have any pitch: the copy reads single elements)
+    align = {op: None if repitch or op in spec.transposed_operands else ALIGN for op in "AB"}
     a = runtime.describe_array(A, name="A", dtype=in_dt, shape=None, layout=spec.a_layout, writable=False,
-                               align=align)
+                               align=align["A"])
     b = runtime.describe_array(B, name="B", dtype=numpy_dtype(spec.b_dtype), shape=None, layout=spec.b_layout, writable=False,
-                               align=align)
+                               align=align["B"])
     M, K = a.rows, a.cols
     if b.rows != K:
         raise LaunchError(f"A is {M} x {K} but B is {b.rows} x {b.cols}: inner dimensions differ")
@@ -639,8 +640,8 @@ def _run_device(kernel, A, B, out, alpha, beta, bias, residual, repitch=False, s
     lib = interop.library(A)
     stream = lib.stream(a.device or 0) if lib is not None else 0
     keep: list = []  # re-pitched copies, freed in stream order after the kernel
-    a_ptr, a_ld = _aligned(a, stream, keep) if repitch else (a.ptr, a.ld)
-    b_ptr, b_ld = _aligned(b, stream, keep) if repitch else (b.ptr, b.ld)
+    a_ptr, a_ld = _aligned(a, stream, keep) if align["A"] is None and "A" not in spec.transposed_operands else (a.ptr, a.ld)
+    b_ptr, b_ld = _aligned(b, stream, keep) if align["B"] is None and "B" not in spec.transposed_operands else (b.ptr, b.ld)
     args = {"M": M, "N": N, "K": K, "A_ptr": a_ptr, "A_ld": a_ld, "B_ptr": b_ptr, "B_ld": b_ld,
             "C_ptr": c.ptr, "C_ld": c.ld, "alpha": alpha, "beta": beta}
     if bias is not None:
