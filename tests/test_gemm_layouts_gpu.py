@@ -25,7 +25,7 @@ def _torch():
 
 def _matrix(torch, rows, cols, layout, dtype, gen):
     """A rows x cols tensor in `layout` whose leading dimension is padded to 16 bytes."""
-    tdt = {"tf32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}[dtype]
+    tdt = {"tf32": torch.float32, "f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}[dtype]
     per = 16 // torch.empty((), dtype=tdt).element_size()
     if layout == "row":
         ld = -(-cols // per) * per

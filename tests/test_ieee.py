@@ -20,6 +20,7 @@ KERNELS = [
     dict(dtype="e4m3", tile=(32, 32, 64), warps=(1, 1), out_dtype="bf16"),
     dict(dtype="f16", instruction="wgmma", tile=(64, 32, 32), warps=(4, 1), stages=3),
     dict(dtype="tf32", instruction="wgmma", tile=(64, 32, 32), warps=(4, 1), stages=3, b_layout="col"),
+    dict(dtype="f32", instruction="wgmma", tile=(64, 32, 32), warps=(4, 1), stages=3, a_layout="col"),  # tf32 parts
 ]
 EPILOGUES = [tilegen.Epilogue(), tilegen.Epilogue(activation="relu"), tilegen.Epilogue(bias="col", activation="gelu"),
              tilegen.Epilogue(bias="row", activation="silu", residual=True),
@@ -42,7 +43,7 @@ def test_specials_propagate_as_in_an_f32_gemm(kw, epilogue, M, N, K, seed, n_spe
     _run(kw, epilogue, M, N, K, seed, n_specials)
 
 
-@pytest.mark.parametrize("kw", [KERNELS[4], KERNELS[5]], ids=["rr", "cc"])
+@pytest.mark.parametrize("kw", [KERNELS[4], KERNELS[5], KERNELS[10]], ids=["rr", "cc", "wgmma-parts"])
 def test_3xtf32_keeps_infinities(kw):
     """The case that was wrong: 3xTF32 split +-inf into inf + (inf - inf) = NaN, and an
     infinite hi part met a 0 lo part of the other operand (inf * 0 = NaN)."""
@@ -56,10 +57,13 @@ def test_3xtf32_keeps_infinities(kw):
     assert np.isfinite(np.delete(C, [2, 5], axis=0)).all()
 
 
-def test_near_the_largest_f32_3xtf32_stays_finite():
+@pytest.mark.parametrize("kw", [dict(tile=(32, 32, 16), warps=(1, 1)),
+                                dict(instruction="wgmma", tile=(64, 32, 32), warps=(4, 1), stages=3)],
+                         ids=["mma.sync", "wgmma-parts"])
+def test_near_the_largest_f32_3xtf32_stays_finite(kw):
     """Rounding the largest f32 to tf32 overflows; the split truncates it instead, so a product
     with a small number is finite, as in f32."""
-    spec = tilegen.GemmSpec(dtype="f32", tile=(32, 32, 16), warps=(1, 1))
+    spec = tilegen.GemmSpec(dtype="f32", **kw)
     A = np.zeros((4, 4), np.float32)
     A[0, 0] = np.finfo(np.float32).max   # its tf32 rounding overflows
     B = np.full((4, 4), 2.0 ** -100, np.float32)

@@ -17,6 +17,7 @@ KERNELS = [
     dict(dtype="f32", a_layout="col", b_layout="col"), dict(dtype="e5m2"), dict(dtype="e4m3", out_dtype="bf16"),
     dict(dtype="f16", instruction="wgmma"), dict(dtype="bf16", instruction="wgmma", b_layout="col", out_dtype="bf16"),
     dict(dtype="tf32", instruction="wgmma"), dict(dtype="f16", instruction="wgmma", persistent=True),
+    dict(dtype="f32", instruction="wgmma"), dict(dtype="f32", instruction="wgmma", a_layout="col"),   # tf32 parts
 ]
 EPILOGUES = [tilegen.Epilogue(), tilegen.Epilogue(bias="col", activation="relu"),
              tilegen.Epilogue(bias="row", activation="gelu", residual=True), tilegen.Epilogue(activation="silu")]

@@ -75,7 +75,7 @@ def test_matmul_fused_is_the_same_function():
 
 def test_large_16bit_problems_on_hopper_take_the_wgmma_kernel(monkeypatch):
     """On an sm_90 GPU without a tuning cache: wgmma (sm_90a) for large f16/bf16 problems in
-    every layout, mma.sync for small ones and for f32."""
+    every layout, mma.sync for small ones (large f32: test_large_f32_problems_on_hopper_split_into_tf32_parts)."""
     import importlib
 
     mm = importlib.import_module("tilegen.gemm.matmul")
@@ -90,7 +90,7 @@ def test_large_16bit_problems_on_hopper_take_the_wgmma_kernel(monkeypatch):
     # a short side of 1024 with the area of 2048^2 fills the GPU with the preset's tiles
     assert tuple(mm.explain(A[:1024], B).spec.tile) == (128, 256, 64)
     assert tuple(mm.explain(A[:1023], B).spec.tile) == (128, 128, 64)
-    assert mm.explain(A.astype(np.float32), B.astype(np.float32)).spec.instruction == "mma.sync"
+    assert mm.explain(A[:512, :512].astype(np.float32), B[:512, :512].astype(np.float32)).spec.instruction == "mma.sync"
 
 
 def test_medium_16bit_problems_on_hopper_take_smaller_wgmma_tiles(monkeypatch):
@@ -171,6 +171,23 @@ def test_tf32_mn_major_operands_are_copied_k_major_first_where_the_product_is_lo
     monkeypatch.setattr(mm, "_target", lambda: "sm_80")
     assert not mm.explain(z(4096, 1024), z(1024, 4096), allow_tf32=True).spec.pretranspose
     assert mm.size_class(edge, 4096, 64) != mm.size_class(edge - 1, 4096, 64)
+
+
+def test_large_f32_problems_on_hopper_split_into_tf32_parts(monkeypatch):
+    """f32 without TF32 on Hopper, large: the operands' tf32 parts in one promoted wgmma product;
+    smaller and older GPUs keep mma.sync's 3xTF32."""
+    import importlib
+
+    mm = importlib.import_module("tilegen.gemm.matmul")
+    monkeypatch.setattr(mm, "_target", lambda: "sm_90")
+    monkeypatch.setattr(mm, "_tuned", lambda *a, **k: None)
+    z = lambda r, c: np.zeros((r, c), np.float32)  # noqa: E731
+    choice = mm.explain(z(4096, 1024), np.asfortranarray(z(1024, 4096)))
+    assert choice.spec.splits_operands and choice.spec.dtype == "f32" and "tf32 parts" in choice.reason
+    assert "truncates" not in choice.reason and "fp8" not in choice.reason
+    assert mm.explain(z(512, 512), z(512, 512)).spec.instruction == "mma.sync"
+    monkeypatch.setattr(mm, "_target", lambda: "sm_80")
+    assert mm.explain(z(4096, 1024), z(1024, 4096)).spec.instruction == "mma.sync"
 
 
 def test_a_tuned_mma_sync_spec_does_not_replace_the_faster_wgmma_preset(monkeypatch):

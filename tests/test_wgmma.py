@@ -211,7 +211,7 @@ def test_tf32_wgmma_spec_reads_mn_major_operands_through_registers():
 
 @pytest.mark.parametrize("kw, field, says", [
     (dict(target="sm_90"), "target", "sm_90a"),
-    (dict(dtype="f32"), "dtype", "f16, bf16, tf32, e4m3 or e5m2"),
+    (dict(dtype="f32", acc_dtype="f16"), "acc_dtype", "f32"),   # (f32 itself runs as tf32 parts: test_prepare.py)
     (dict(dtype="tf32", a_layout="col", warps=(1, 8), tile=(48, 128, 8), swizzle="32B"), "tile", "8 rows x 16 bytes"),
     (dict(dtype="tf32", warps=(16, 1), tile=(256, 128, 32)), "warps", "C^T = B^T A^T"),
     (dict(dtype="tf32", warps=(1, 4), tile=(320, 64, 32)), "tile", "tile.m a multiple of 8 up to 256"),

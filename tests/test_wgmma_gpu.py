@@ -80,6 +80,9 @@ SPECS = [dict(persistent=True), dict(persistent=True, a_layout="col", b_layout="
          # tf32 MN-major operands copied K-major first (pretranspose), then the K-major kernel
          dict(dtype="tf32", pretranspose=True), dict(dtype="tf32", pretranspose=True, a_layout="col", b_layout="col"),
          dict(dtype="tf32", pretranspose=True, a_layout="col", out_dtype="bf16", tile=(128, 128, 32), stages=6),
+         # f32 (3xTF32): the operands' tf32 parts in one promoted tf32 product
+         dict(dtype="f32"), dict(dtype="f32", a_layout="col", b_layout="col", out_dtype="bf16"),
+         dict(dtype="f32", b_layout="col", promote=1, tile=(128, 128, 64), stages=3),
          # tilegen.matmul's medium-size specs on Hopper
          dict(tile=(64, 128, 64), warps=(4, 1), stages=6, a_layout="col", out_dtype="f16"),
          dict(dtype="bf16", tile=(128, 128, 64), warps=(8, 1), out_dtype="bf16", b_layout="col"),

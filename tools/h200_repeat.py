@@ -36,14 +36,15 @@ def main() -> int:
              ("bf16", {"epilogue": tilegen.Epilogue(bias="col", activation="gelu_tanh")}, (1000, 1032, 4104)),
              ("e4m3", {"out_dtype": "bf16", "epilogue": tilegen.Epilogue(scale_rows=True, scale_cols=True)},
               (1000, 1032, 4112)),                                    # the staged vectors of the epilogue
-             ("tf32", {"out_dtype": "f32", "pretranspose": True}, (1000, 1032, 4104))]   # B copied K-major first
+             ("tf32", {"out_dtype": "f32", "pretranspose": True}, (1000, 1032, 4104)),   # B copied K-major first
+             ("f32", {"out_dtype": "f32"}, (1000, 1032, 4104))]                         # tf32 parts, promoted
     for dtype, extra, (M, N, K) in cases:
         k = tilegen.compile(tilegen.GemmSpec(**{"dtype": dtype, "out_dtype": dtype, "instruction": "wgmma", **extra}))
         if dtype == "e4m3":   # K-major operands: B the transpose of a row-major N x K matrix
             A = torch.randn(M, K, device="cuda").to(torch.float8_e4m3fn)
             B = torch.randn(N, K, device="cuda").to(torch.float8_e4m3fn).t()
         else:
-            tdt = {"f16": torch.float16, "bf16": torch.bfloat16, "tf32": torch.float32}[dtype]
+            tdt = {"f16": torch.float16, "bf16": torch.bfloat16, "tf32": torch.float32, "f32": torch.float32}[dtype]
             A = torch.randn(M, K, device="cuda", dtype=tdt)
             B = torch.randn(K, N, device="cuda", dtype=tdt)
         epi = k.spec.epilogue

@@ -37,7 +37,9 @@ HOPPER = [(dict(dtype="f16", out_dtype="f16"), (133, 270, 45), 0.0, None),
            None),
           (dict(dtype="tf32", copy="tma"), (300, 200, 100), 0.0, None),     # tf32 rr: B through registers
           (dict(dtype="tf32", pretranspose=True), (300, 200, 101), 0.0, None),  # tf32: K-major copies first
-          (dict(dtype="tf32", pretranspose=True, a_layout="col"), (301, 203, 99), 0.5, None)]
+          (dict(dtype="tf32", pretranspose=True, a_layout="col"), (301, 203, 99), 0.5, None),
+          (dict(dtype="f32"), (300, 200, 101), 0.0, None),                    # f32: tf32 parts, one product
+          (dict(dtype="f32", a_layout="col", b_layout="col"), (301, 203, 99), 0.5, None)]
 
 
 def hopper() -> int:

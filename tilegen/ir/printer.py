@@ -134,7 +134,8 @@ TEXT = {
     T.FillFragment: lambda n, t: f"{t.frag(n.frag)} = fill {n.value}",
     T.LoadFragment: _load,
     T.Mma: lambda n, t: f"{t.frag(n.acc)} {'+=' if n.accumulate else '='} mma({n.a.name}, {n.b.name})",
-    T.SplitTF32: lambda n, t: f"{t.frag(n.hi)}, {t.frag(n.lo)} = split_tf32({n.hi.name})",
+    T.SplitTF32: lambda n, t: (f"{t.frag(n.hi)}, {t.frag(n.lo)}" + (f", {t.frag(n.finite_hi)}" if n.finite_hi else "")
+                               + f" = split_tf32({n.hi.name})"),
     T.StoreFragment: _store,
     T.AccumulateFragment: lambda n, t: f"{n.frag.name} += {n.src.name}[{t.val(n.row0)}.., {t.val(n.col0)}..]",
     T.Wgmma: _wgmma,

@@ -220,10 +220,13 @@ class LoadFragment(TileOp):
 @dataclass(eq=False)
 class SplitTF32(TileOp):
     """`hi` holds f32 values; afterwards hi = tf32(x) and lo = tf32(x - tf32(x)), so that
-    hi + lo carries about 21 of x's 24 significant bits (3xTF32)."""
+    hi + lo carries about 21 of x's 24 significant bits (3xTF32). With `finite_hi`, the parts
+    of a product summed in one accumulator (gemm/prepare.py): finite_hi = hi where x is
+    finite, else 0, and lo = 0 where x is not finite, so that no correction term is inf * 0."""
 
     hi: Fragment
     lo: Fragment
+    finite_hi: Optional[Fragment] = None
 
 
 @dataclass(eq=False)

@@ -201,7 +201,8 @@ class WgmmaLoop(MainLoop):
             raise SpecError("target", spec.target, "sm_90a", "wgmma exists only on the arch-specific Hopper target")
         if spec.dtype not in W.K_BY_DTYPE or spec.acc_dtype != "f32":
             raise SpecError("dtype", spec.dtype, ", ".join(W.K_BY_DTYPE),
-                            "wgmma kernels take f16, bf16, tf32, e4m3 or e5m2 operands and accumulate in f32")
+                            "wgmma kernels take f16, bf16, tf32, e4m3 or e5m2 operands (and f32 as tf32 parts, "
+                            "GemmSpec(dtype='f32')) and accumulate in f32")
         if spec.frag_buffers != 1:
             raise SpecError("frag_buffers", spec.frag_buffers, "1",
                             "wgmma reads its operands from shared memory: there are no fragments to double-buffer")

@@ -63,17 +63,25 @@ def lower_split(b, ctx, op):
     leaves out with every correction term where the main product is not finite; a finite x
     whose rounding to tf32 overflows (within 2^-11 of the largest f32) is truncated instead,
     so hi stays finite and hi + lo is still x."""
-    if op.hi.tiles != op.lo.tiles or op.hi.operand != op.lo.operand:
-        raise IRError(f"split: {op.hi.name} and {op.lo.name} differ in shape")
+    parts = (op.lo,) + ((op.finite_hi,) if op.finite_hi is not None else ())
+    if any(p.tiles != op.hi.tiles or p.operand != op.hi.operand for p in parts):
+        raise IRError(f"split: {', '.join(p.name for p in (op.hi,) + parts)} differ in shape")
     ctx.kernel.features.add("cvt.rna.tf32")
     inf = Imm(float("inf"), "f32")
+    zero = Imm(0.0, "f32")
     for key, regs in op.hi.regs.items():
-        for x, lo in zip(regs, op.lo.regs[key]):
+        for i, (x, lo) in enumerate(zip(regs, op.lo.regs[key])):
             high = b.op("cvt.rna.tf32.f32", "b32", x)
             overflow = b.op("setp.eq.f32", "pred", b.op("abs.f32", "f32", high), inf)
             b.emit(Instr("and.b32", (high,), (x, Imm(TF32_MASK)), pred=overflow))   # inf stays inf
-            b.emit(Instr("sub.f32", (lo,), (x, high)))
-            b.emit(Instr("cvt.rna.tf32.f32", (lo,), (lo,)))
+            if op.finite_hi is None:
+                b.emit(Instr("sub.f32", (lo,), (x, high)))
+                b.emit(Instr("cvt.rna.tf32.f32", (lo,), (lo,)))
+            else:   # accumulator registers are .f32, which cvt.rna.tf32 cannot write: through a .b32
+                low = b.op("cvt.rna.tf32.f32", "b32", b.op("sub.f32", "f32", x, high))
+                finite = b.op("setp.lt.f32", "pred", b.op("abs.f32", "f32", x), inf)   # (NaN: false)
+                b.emit(Instr("selp.b32", (op.finite_hi.regs[key][i],), (high, zero, finite)))
+                b.emit(Instr("selp.b32", (lo,), (low, zero, finite)))
             b.emit(Instr("mov.b32", (x,), (high,)))
 
 

@@ -1,0 +1,225 @@
+"""Operands prepared by first kernels (gemm/prepare.py), on the emulator: tf32 operands copied
+K-major before the GEMM (GemmSpec(pretranspose=True)) and f32 operands split into tf32 parts for
+3xTF32 on wgmma (GemmSpec(dtype="f32", instruction="wgmma")). The first kernels move or split bits
+exactly, the GEMM around them is right on ragged shapes of every layout pair, and the specs keep
+the kernel's defaults and rules."""
+import numpy as np
+import pytest
+
+import tilegen
+from bounds import gemm_bound, gemm_error
+from tilegen.errors import SpecError
+from tilegen.gemm import GemmSpec, compile_gemm
+from tilegen.gemm.prepare import (A_PARTS, B_PARTS, BLOCK_COLS, BLOCK_ROWS, SPLIT_BLOCK, preparations, split3_kernel,
+                                   transpose32_kernel)
+
+pytest.importorskip("lark")
+
+
+def _transposed(S: np.ndarray, rows: int, cols: int, d_ld: int) -> np.ndarray:
+    """D (cols x d_ld, poisoned first) after the transposing copy of S[:rows, :cols] (S's pitch is its width)."""
+    from tilegen.sim import GlobalMemory, run_kernel
+
+    mem = GlobalMemory()
+    ps = mem.alloc(S.nbytes)
+    mem.write(ps, S.tobytes())
+    pd = mem.alloc(cols * d_ld * 4)
+    mem.write(pd, np.full((cols, d_ld), 0x7FC00123, np.uint32).tobytes())   # a NaN no copy writes
+    sizes = {"ROWS": rows, "COLS": cols}
+    run_kernel(transpose32_kernel("sm_90a"), {**sizes, "S_ptr": ps, "S_ld": S.shape[1], "D_ptr": pd, "D_ld": d_ld},
+               sizes, memory=mem)
+    return np.frombuffer(mem.read(pd, cols * d_ld * 4), np.uint32).reshape(cols, d_ld)
+
+
+@pytest.mark.parametrize("rows, cols, s_ld", [(37, 150, 153), (2 * BLOCK_COLS + 1, BLOCK_ROWS - 1, 64), (1, 1, 1),
+                                              (BLOCK_COLS, 2 * BLOCK_ROWS, 2 * BLOCK_ROWS)])
+def test_the_transposing_copy_moves_bits_exactly(rows, cols, s_ld):
+    """Every element lands transposed bit for bit (NaN payloads, -0.0, infinities, subnormals),
+    ragged edges included, and the destination's row padding is left alone (TMA clips)."""
+    rng = np.random.default_rng(rows * 1000 + cols)
+    S = rng.integers(0, 2 ** 32, size=(rows, s_ld), dtype=np.uint32)
+    specials = np.array([0x80000000, 0x7F800000, 0xFF800000, 0x7FC0BEEF, 0x00000001], np.uint32)
+    S.flat[rng.choice(S.size, size=min(S.size, 5), replace=False)] = specials[:min(S.size, 5)]
+    d_ld = -(-rows // 4) * 4 + 4
+    D = _transposed(S, rows, cols, d_ld)
+    assert np.array_equal(D[:, :rows], S[:, :cols].T)
+    assert (D[:, rows:] == 0x7FC00123).all()
+
+
+def test_preparations_name_each_operand_with_16_byte_rows():
+    spec = GemmSpec(dtype="tf32", instruction="wgmma", a_layout="col", b_layout="row", pretranspose=True)
+    args = {"M": 70, "N": 200, "K": 45, "A_ptr": 1000, "A_ld": 72, "B_ptr": 2000, "B_ld": 201}
+    (a, b), K = preparations(spec, args)
+    assert K == 45 and a.kernel is b.kernel is transpose32_kernel("sm_90a")
+    assert (a.operand, a.args["ROWS"], a.args["COLS"], a.args["S_ptr"], a.args["S_ld"], a.ld, a.nbytes) == \
+        ("A", 45, 70, 1000, 72, 48, 70 * 48 * 4)
+    assert (b.operand, b.args["ROWS"], b.args["COLS"], b.args["S_ptr"], b.args["S_ld"], b.ld, b.nbytes) == \
+        ("B", 45, 200, 2000, 201, 48, 200 * 48 * 4)
+    (a, b), K = preparations(GemmSpec(dtype="f32", instruction="wgmma", b_layout="col"), args)
+    seg = SPLIT_BLOCK[1]    # 45 padded to one block of K
+    assert K == 3 * seg and (a.args["SEG"], a.args["DCOLS"], a.ld, b.ld) == (seg, 3 * seg, 3 * seg, 3 * seg)
+    assert a.kernel is split3_kernel("sm_90a", False, A_PARTS) and b.kernel is split3_kernel("sm_90a", False, B_PARTS)
+    (_, b), _ = preparations(GemmSpec(dtype="f32", instruction="wgmma"), args)
+    assert b.kernel is split3_kernel("sm_90a", True, B_PARTS) and (b.args["ROWS"], b.args["COLS"]) == (200, 45)
+
+
+def _operand(rng, rows, cols, layout):
+    x = rng.standard_normal((rows, cols)).astype(np.float32)
+    return x if layout == "row" else np.asfortranarray(x)
+
+
+@pytest.mark.parametrize("a_layout, b_layout", [("row", "row"), ("col", "col"), ("col", "row")])
+def test_pretransposed_gemm_on_ragged_shapes(a_layout, b_layout):
+    """Through kernel(A, B) on the emulator: the K-major copies first, then the K-major kernel,
+    alpha and beta over a poisoned-free C, against float64 with the truncated-tf32 bound."""
+    spec = GemmSpec(dtype="tf32", instruction="wgmma", a_layout=a_layout, b_layout=b_layout, pretranspose=True)
+    kernel = compile_gemm(spec)
+    rng = np.random.default_rng(hash((a_layout, b_layout)) % 2 ** 31)
+    for M, N, K in ((70, 200, 45), (129, 33, 130), (1, 7, 1)):
+        A, B = _operand(rng, M, K, a_layout), _operand(rng, K, N, b_layout)
+        C0 = rng.standard_normal((M, N)).astype(np.float32)
+        out = C0.copy()
+        kernel(A, B, out=out, alpha=0.75, beta=-1.5, device="sim")
+        ref = 0.75 * (A.astype(np.float64) @ B.astype(np.float64)) - 1.5 * C0
+        err = np.linalg.norm(out - ref) / (np.linalg.norm(0.75 * np.abs(A.astype(np.float64)) @ np.abs(B))
+                                           + np.linalg.norm(1.5 * C0))
+        assert err <= gemm_bound("tf32", K, truncated=True), (M, N, K, err)
+        plain = kernel(A, B, device="sim")
+        assert gemm_error(plain, A.astype(np.float64) @ B, A, B) <= gemm_bound("tf32", K, truncated=True)
+
+
+def test_pretransposed_gemm_with_a_fused_epilogue():
+    from tilegen.gemm.spec import Epilogue
+
+    spec = GemmSpec(dtype="tf32", instruction="wgmma", pretranspose=True, epilogue=Epilogue(bias="col", activation="relu"))
+    rng = np.random.default_rng(3)
+    A, B = _operand(rng, 66, 40, "row"), _operand(rng, 40, 130, "row")
+    bias = rng.standard_normal(130).astype(np.float32)
+    out = compile_gemm(spec)(A, B, bias=bias, device="sim")
+    ref = np.maximum(A.astype(np.float64) @ B + bias, 0)
+    assert gemm_error(out, ref, A, B) <= gemm_bound("tf32", 40, truncated=True)
+
+
+def test_a_pretranspose_spec_is_its_k_major_twin_after_the_copies():
+    spec = GemmSpec(dtype="tf32", instruction="wgmma", pretranspose=True)
+    twin = GemmSpec(dtype="tf32", instruction="wgmma", b_layout="col")
+    assert (spec.a_layout, spec.b_layout, spec.transposed_operands) == ("row", "row", ("B",))
+    assert spec.kernel_spec == twin and twin.kernel_spec is twin
+    for f in ("tile", "warps", "copy", "store", "persistent", "stages", "swizzle"):
+        assert getattr(spec, f) == getattr(twin, f), f
+    assert not spec.swaps_operands and spec.register_operand is None and spec.tf32_truncates
+    assert spec.smem_bytes() == twin.smem_bytes()
+    assert compile_gemm(spec).ptx == compile_gemm(twin).ptx
+    explicit = GemmSpec(dtype="tf32", instruction="wgmma", pretranspose=True, tile=(128, 128, 32), stages=6)
+    assert (tuple(explicit.tile), explicit.stages, explicit.kernel_spec.tile) == ((128, 128, 32), 6, explicit.tile)
+    assert tilegen.gemm.parse_spec_text(tilegen.gemm.spec_to_text(spec)) == spec
+
+
+@pytest.mark.parametrize("kw, says", [
+    (dict(dtype="f16", instruction="wgmma"), "tf32 on wgmma"),
+    (dict(dtype="tf32"), "tf32 on wgmma"),
+    (dict(dtype="tf32", instruction="wgmma", b_layout="col"), "already K-major"),
+    (dict(dtype="tf32", instruction="wgmma", split_k=2, persistent=False), "split_k or stream_k"),
+    (dict(dtype="tf32", instruction="wgmma", a_layout="diag"), "'row', 'col'"),
+    (dict(dtype="tf32", instruction="wgmma", tile=(128, 256, 32), stages=6), "stages"),   # the twin's own rules
+])
+def test_pretranspose_refusals(kw, says):
+    with pytest.raises(SpecError, match=says):
+        GemmSpec(pretranspose=True, **kw)
+    with pytest.raises(SpecError, match="True or False"):
+        GemmSpec(dtype="tf32", instruction="wgmma", pretranspose="yes")
+
+
+# ---- 3xTF32 on wgmma: the split into tf32 parts ------------------------------------------------
+
+TF32_MASK = np.uint32(0xFFFFE000)
+
+
+def _rna_tf32(x: np.ndarray) -> np.ndarray:
+    """cvt.rna.tf32.f32 (nearest, ties away from zero) on f32 bit patterns; NaN stays NaN."""
+    u = x.view(np.uint32)
+    r = ((u + np.uint32(0x1000)) & TF32_MASK).view(np.float32)
+    return np.where(np.isnan(x), x, r)
+
+
+def _parts(x: np.ndarray) -> dict:
+    """hi, lo and finite_hi of the split as the PTX computes them (an overflowing rounding truncates)."""
+    with np.errstate(invalid="ignore", over="ignore"):
+        hi = _rna_tf32(x)
+        over = np.isinf(hi) & np.isfinite(x)
+        hi = np.where(over, (x.view(np.uint32) & TF32_MASK).view(np.float32), hi)
+        finite = np.isfinite(x)
+        lo = np.where(finite, _rna_tf32((x - hi).astype(np.float32)), np.float32(0))
+        return {"hi": hi, "lo": lo.astype(np.float32), "finite_hi": np.where(finite, hi, np.float32(0))}
+
+
+@pytest.mark.parametrize("transposed", [False, True], ids=["k-major", "mn-major"])
+@pytest.mark.parametrize("parts", [A_PARTS, B_PARTS], ids=["a", "b"])
+def test_the_split_writes_each_part_exactly(transposed, parts):
+    """Each segment holds its part bit for bit (infinities, NaN, -0.0, the largest f32 whose
+    rounding overflows, subnormals), the padding up to the next segment is zero and the row
+    padding past the last segment is left alone."""
+    from tilegen.sim import GlobalMemory, run_kernel
+
+    rng = np.random.default_rng(7 + transposed + 2 * (parts == B_PARTS))
+    rows, K = 70, 45
+    X = (rng.standard_normal((rows, K)) * 2.0 ** rng.integers(-20, 20, (rows, K))).astype(np.float32)
+    for v in (np.inf, -np.inf, np.nan, -0.0, np.finfo(np.float32).max, -np.finfo(np.float32).max, 1e-40):
+        X[rng.integers(rows), rng.integers(K)] = v
+    S = np.ascontiguousarray(X.T) if transposed else X
+    seg = -(-K // SPLIT_BLOCK[1]) * SPLIT_BLOCK[1]
+    ld = 3 * seg + 4
+    mem = GlobalMemory()
+    ps, pd = mem.alloc(S.nbytes), mem.alloc(rows * ld * 4)
+    mem.write(ps, S.tobytes())
+    mem.write(pd, np.full((rows, ld), 0x7FC00123, np.uint32).tobytes())
+    args = {"ROWS": rows, "COLS": K, "DCOLS": 3 * seg, "SEG": seg, "S_ptr": ps, "S_ld": S.shape[1], "D_ptr": pd, "D_ld": ld}
+    run_kernel(split3_kernel("sm_90a", transposed, parts), args, args, memory=mem)
+    D = np.frombuffer(mem.read(pd, rows * ld * 4), np.float32).reshape(rows, ld)
+    want = _parts(X)
+    for s, part in enumerate(parts):
+        got = D[:, s * seg: s * seg + K]
+        assert np.array_equal(got, want[part], equal_nan=True), part
+        assert np.array_equal(np.signbit(got), np.signbit(want[part])) or part == "lo", part
+        assert (D[:, s * seg + K: (s + 1) * seg] == 0).all(), part
+    assert (D.view(np.uint32)[:, 3 * seg:] == 0x7FC00123).all()
+    ok = np.isfinite(X) & (np.abs(X) < 1e30) & (np.abs(X) > 1e-30)   # the model: hi + lo is x to about 21 bits
+    x64 = X[ok].astype(np.float64)
+    assert (np.abs(want["hi"][ok] + want["lo"][ok].astype(np.float64) - x64) <= 2.0 ** -21 * np.abs(x64)).all()
+
+
+@pytest.mark.parametrize("a_layout, b_layout", [("row", "row"), ("row", "col"), ("col", "col"), ("col", "row")])
+def test_f32_on_wgmma_on_ragged_shapes(a_layout, b_layout):
+    """3xTF32 as one promoted tf32 product of the parts, every layout pair, alpha/beta: f32's
+    error bound against float64."""
+    spec = GemmSpec(dtype="f32", instruction="wgmma", a_layout=a_layout, b_layout=b_layout, tile=(64, 128, 32),
+                    warps=(4, 1))
+    kernel = compile_gemm(spec)
+    rng = np.random.default_rng(hash((a_layout, b_layout, "f32")) % 2 ** 31)
+    for M, N, K in ((70, 130, 45), (129, 33, 130), (1, 7, 1)):
+        A, B = _operand(rng, M, K, a_layout), _operand(rng, K, N, b_layout)
+        C0 = rng.standard_normal((M, N)).astype(np.float32)
+        out = C0.copy()
+        kernel(A, B, out=out, alpha=0.75, beta=-1.5, device="sim")
+        ref = 0.75 * (A.astype(np.float64) @ B.astype(np.float64)) - 1.5 * C0
+        err = np.linalg.norm(out - ref) / (np.linalg.norm(0.75 * np.abs(A.astype(np.float64)) @ np.abs(B))
+                                           + np.linalg.norm(1.5 * C0))
+        assert err <= gemm_bound("f32", K), (M, N, K, err)
+
+
+def test_f32_on_wgmma_is_the_promoted_tf32_kernel_of_the_parts():
+    spec = GemmSpec(dtype="f32", instruction="wgmma")
+    twin = spec.kernel_spec
+    assert spec.splits_operands and spec.prepared_operands == ("A", "B") and not spec.tf32_truncates
+    assert (twin.dtype, twin.a_layout, twin.b_layout, tuple(twin.tile), twin.promote) == \
+        ("tf32", "row", "col", (128, 128, 32), 2)
+    assert (spec.copy, spec.store, spec.persistent) == (twin.copy, twin.store, twin.persistent) == ("tma", "tma", True)
+    assert compile_gemm(spec).ptx == compile_gemm(twin).ptx
+    assert GemmSpec(dtype="f32", instruction="wgmma", promote=4).kernel_spec.promote == 4
+    assert tilegen.gemm.parse_spec_text(tilegen.gemm.spec_to_text(spec)) == spec
+    with pytest.raises(SpecError, match="writes them K-major already"):
+        GemmSpec(dtype="f32", instruction="wgmma", pretranspose=True)
+    with pytest.raises(SpecError, match="one long product"):
+        GemmSpec(dtype="f32", instruction="wgmma", split_k=2, persistent=False)
+    with pytest.raises(SpecError, match="promotion is built for"):
+        GemmSpec(dtype="tf32", instruction="wgmma", promote=1)       # B row-major: through registers

@@ -1,0 +1,167 @@
+"""Operands prepared by first kernels, before the GEMM kernel runs.
+
+Two kinds, each a small DSL kernel that writes a prepared copy of an operand into a
+stream-ordered workspace, after which the GEMM runs on the copies (spec.kernel_spec):
+
+- Transposing copies (GemmSpec(pretranspose=True)). wgmma reads tf32 operands from shared
+  memory only K-major (ptx.md 6.3), so a row-major B (or a column-major A) cannot go through
+  TMA into the stages the tensor cores read. Feeding it through the GEMM's own copies (4-byte
+  transposing cp.async, or registers as C^T's A operand) keeps the kernel 20% behind the
+  K-major one (docs/perf_notes.md sections 14, 15, 31); for large products it is cheaper to
+  transpose the operand once, at memory speed. Each CTA copies one block into a 128B-swizzled
+  shared tile laid out as the destination's rows (the copy transposes, one 4-byte cp.async per
+  element; zeros past the edges), then one thread writes the tile with a TMA store (which clips
+  at the edges). The bits are moved, not converted: NaN payloads and signed zeros survive.
+
+- tf32 parts for f32 products on wgmma (GemmSpec(dtype="f32", instruction="wgmma"), 3xTF32).
+  x = hi + lo with hi = tf32(x), lo = tf32(x - hi); A @ B ~ Ahi @ Bhi + Ahi @ Blo + Alo @ Bhi is
+  one tf32 product over a K three times as long: A' = [Ahi | Ahi' | Alo] and B' = [Bhi ; Blo ;
+  Bhi'] side by side along K (Ahi' = Ahi where A is finite, else 0, and lo = 0 where x is not
+  finite, so that no correction term is inf * 0). Each part is exact in tf32, so wgmma's
+  truncation of its operands changes nothing; its truncating accumulation is what the kernel's
+  promotion into an f32 total bounds. Each segment is padded with zeros to a multiple of
+  SPLIT_BLOCK[1] along K so that the blocks of one segment never write into the next.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .. import compiler
+from .. import dsl as tg
+
+# the transposing copy's destination block per CTA: BLOCK_ROWS x 32 columns (one 128-byte swizzle
+# span). 32 rows ran 3.2-3.5 TB/s on the H200 at 4096^2 and 8192^2 (memcpy 3.6-4.1), 64: 3.0-3.3,
+# 128: 2.6-2.7 (docs/results/2026-11-24-h200-runs109-113.md, run 110)
+BLOCK_ROWS = 32
+BLOCK_COLS = 32
+THREADS = 128
+SPLIT_BLOCK = (64, 64)   # the split's block of (rows, K) per CTA: four warps of 32 x 32
+SPLIT_ATOM = "m16n8k8.tf32.f32"
+A_PARTS = ("hi", "finite_hi", "lo")   # A' = [Ahi | Ahi' | Alo] ...
+B_PARTS = ("hi", "lo", "finite_hi")   # ... against B' = [Bhi ; Blo ; Bhi']
+
+
+@dataclass(frozen=True)
+class Transpose32:
+    """What names the transposing copy in the compiled-kernel memo and the disk cache."""
+    target: str
+    block_rows: int = BLOCK_ROWS
+
+
+@dataclass(frozen=True)
+class Split3:
+    """What names a split into tf32 parts in the memo and the disk cache."""
+    target: str
+    transposed: bool     # the source holds the operand MN-major (its rows run along K)
+    parts: tuple         # A_PARTS or B_PARTS
+
+
+@tg.kernel
+def transpose32(BR=BLOCK_ROWS):
+    """D = S^T for 32-bit elements: S is ROWS x COLS row-major, D is COLS x ROWS row-major."""
+    BC = BLOCK_COLS
+    tg.launch(threads=THREADS, grid=(tg.cdiv("COLS", BR) * tg.cdiv("ROWS", BC), 1, 1))
+    S = tg.tensor("S", "f32", ("ROWS", "COLS"))
+    D = tg.tensor("D", "f32", ("COLS", "ROWS"))
+    tile = tg.shared("T", "f32", BR, BC, swizzle="128B", logical="row")
+    rows, cols = D.shape
+    blocks_c = tg.cdiv(cols, BC)
+    pid = tg.program_id()
+    r0, c0 = (pid // blocks_c) * BR, (pid % blocks_c) * BC
+    tg.copy_async(tile[0], S.T.block(r0, c0))     # S.T: D's shape, column-major: the copy transposes
+    tg.commit()
+    tg.wait(0)
+    tg.fence_proxy_async()                         # the generic-proxy writes, before TMA reads them
+    tg.barrier()
+    tg.tma_store(D.block(r0, c0), tile[0])
+    tg.tma_store_commit()
+    tg.tma_store_wait(0)                           # the tile stays until TMA has read it
+
+
+@tg.kernel
+def split3(transposed=False, parts=A_PARTS):
+    """D[r, s * SEG + k] = part s of S's element (r, k), for the three `parts` of an f32 operand
+    of ROWS rows and K = COLS: S is ROWS x COLS row-major (K-major), or with `transposed` COLS x
+    ROWS row-major. D is ROWS x (3 SEG) row-major; SEG (a multiple of SPLIT_BLOCK[1], at least
+    COLS) pads each segment with zeros."""
+    BR, BK = SPLIT_BLOCK
+    tg.launch(threads=THREADS, grid=(tg.cdiv("ROWS", BR) * tg.cdiv("COLS", BK), 1, 1))
+    S = tg.tensor("S", "f32", ("COLS", "ROWS") if transposed else ("ROWS", "COLS"))
+    D = tg.tensor("D", "f32", ("ROWS", "DCOLS"))
+    seg = tg.scalar("SEG", "u32")
+    blocks_k = tg.cdiv(S.shape[0] if transposed else S.shape[1], BK)
+    pid = tg.program_id()
+    r0, k0 = (pid // blocks_k) * BR, (pid % blocks_k) * BK
+    warp = tg.warp_id()
+    r0, k0 = r0 + (warp % 2) * (BR // 2), k0 + (warp // 2) * (BK // 2)
+    # the warp's 32 x 32 elements, oriented as the source holds them: (r, k), or (k, r) transposed
+    tiles = (BR // 2 // 16, BK // 2 // 8)
+    x, lo, finite_hi = (tg.fragment(SPLIT_ATOM, "C", tiles, name=n) for n in ("x", "lo", "finite_hi"))
+    tg.assign(x, -0.0)                             # -0.0 + v is v for every v (zeros keep their signs)
+    tg.accumulate(x, S.block(k0, r0) if transposed else S.block(r0, k0))   # zeros past the edges
+    tg.split_tf32(x, lo, finite_hi)                # x is now hi
+    values = {"hi": x, "lo": lo, "finite_hi": finite_hi}
+    for s, part in enumerate(parts):
+        if transposed:
+            tg.store(D.T.block(s * seg + k0, r0), values[part])
+        else:
+            tg.store(D.block(r0, s * seg + k0), values[part])
+
+
+def transpose32_kernel(target: str, block_rows: int = BLOCK_ROWS):
+    """The compiled transposing copy for `target` (sm_90a: it stores through TMA)."""
+    return compiler.compile_spec(Transpose32(target, block_rows), lambda key: transpose32.trace(
+        BR=key.block_rows, target=key.target, name=f"tilegen_transpose32_{key.block_rows}"))
+
+
+def split3_kernel(target: str, transposed: bool, parts: tuple):
+    """The compiled split of an f32 operand into its tf32 parts."""
+    name = f"tilegen_split3_{'mn' if transposed else 'k'}major_{'a' if parts == A_PARTS else 'b'}"
+    return compiler.compile_spec(Split3(target, transposed, parts), lambda key: split3.trace(
+        transposed=key.transposed, parts=key.parts, target=key.target, name=name))
+
+
+@dataclass(frozen=True)
+class Preparation:
+    """One first kernel of a call: it writes the prepared copy of `operand` (`nbytes`, rows of
+    `ld` elements) from the GEMM's arguments; its own arguments lack only D_ptr."""
+    operand: str
+    kernel: object
+    args: dict
+    nbytes: int
+    ld: int
+
+
+def _pitch(cols: int) -> int:
+    return max(4, -(-cols // 4) * 4)   # rows of 16 bytes' multiples, as TMA reads them
+
+
+def preparations(spec, args: dict) -> tuple:
+    """(the first kernels of a call, the K the GEMM kernel then runs over), from the GEMM's
+    arguments by name. Both operands are stored K rows deep when MN-major (B row-major: K x N;
+    A column-major: its transpose, K x M) and K columns wide when K-major."""
+    K = int(args["K"])
+    preps = []
+    if spec.pretranspose:
+        for op in spec.transposed_operands:
+            cols = int(args["M"] if op == "A" else args["N"])
+            sizes = {"ROWS": K, "COLS": cols}
+            preps.append(Preparation(op, transpose32_kernel(spec.target), {
+                **sizes, "S_ptr": args[f"{op}_ptr"], "S_ld": args[f"{op}_ld"], "D_ld": _pitch(K)},
+                cols * _pitch(K) * 4, _pitch(K)))
+        return preps, K
+    if spec.splits_operands:
+        seg = -(-K // SPLIT_BLOCK[1]) * SPLIT_BLOCK[1]
+        for op, parts in (("A", A_PARTS), ("B", B_PARTS)):
+            rows = int(args["M"] if op == "A" else args["N"])
+            transposed = (spec.a_layout if op == "A" else spec.b_layout) != ("row" if op == "A" else "col")
+            ld = _pitch(3 * seg)
+            preps.append(Preparation(op, split3_kernel(spec.target, transposed, parts), {
+                "ROWS": rows, "COLS": K, "DCOLS": 3 * seg, "SEG": seg, "S_ptr": args[f"{op}_ptr"],
+                "S_ld": args[f"{op}_ld"], "D_ld": ld}, max(rows, 1) * ld * 4, ld))
+        return preps, 3 * seg
+    return preps, K
+
+
+__all__ = ["Preparation", "preparations", "transpose32", "transpose32_kernel", "split3", "split3_kernel",
+           "Transpose32", "Split3", "BLOCK_ROWS", "BLOCK_COLS", "SPLIT_BLOCK", "A_PARTS", "B_PARTS"]
