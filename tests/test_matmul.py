@@ -90,7 +90,7 @@ def test_large_16bit_problems_on_hopper_take_the_wgmma_kernel(monkeypatch):
     # a short side of 1024 with the area of 2048^2 fills the GPU with the preset's tiles
     assert tuple(mm.explain(A[:1024], B).spec.tile) == (128, 256, 64)
     assert tuple(mm.explain(A[:1023], B).spec.tile) == (128, 128, 64)
-    assert mm.explain(A[:512, :512].astype(np.float32), B[:512, :512].astype(np.float32)).spec.instruction == "mma.sync"
+    assert mm.explain(A[:128, :512].astype(np.float32), B[:512, :512].astype(np.float32)).spec.instruction == "mma.sync"
 
 
 def test_medium_16bit_problems_on_hopper_take_smaller_wgmma_tiles(monkeypatch):
@@ -115,7 +115,7 @@ def test_medium_16bit_problems_on_hopper_take_smaller_wgmma_tiles(monkeypatch):
     assert tuple(mm.explain(z(1024, 512), z(512, 1408)).spec.tile) == (64, 128, 64)   # 88 blocks
     small = mm.explain(z(64, 512), z(512, 300)).spec
     assert (small.instruction, tuple(small.tile)) == ("mma.sync", (64, 64, 64))
-    assert mm.explain(z(512, 512).astype(np.float32), z(512, 512).astype(np.float32)).spec.instruction == "mma.sync"
+    assert mm.explain(z(128, 512).astype(np.float32), z(512, 512).astype(np.float32)).spec.instruction == "mma.sync"
     # a long K over few blocks: one CTA per 64x128 block, 128-deep k-tiles
     long = mm.explain(z(1024, 4096), z(4096, 1024))
     assert (tuple(long.spec.tile), long.spec.stages, long.spec.persistent) == ((64, 128, 128), 4, False)
@@ -185,7 +185,14 @@ def test_large_f32_problems_on_hopper_split_into_tf32_parts(monkeypatch):
     choice = mm.explain(z(4096, 1024), np.asfortranarray(z(1024, 4096)))
     assert choice.spec.splits_operands and choice.spec.dtype == "f32" and "tf32 parts" in choice.reason
     assert "truncates" not in choice.reason and "fp8" not in choice.reason
-    assert mm.explain(z(512, 512), z(512, 512)).spec.instruction == "mma.sync"
+    medium = mm.explain(z(1024, 1024), z(1024, 1024)).spec    # 64 blocks: the small tiles, promoted every 4
+    assert medium.splits_operands and (tuple(medium.tile), medium.promote) == ((64, 128, 32), 4)
+    assert tuple(mm.explain(z(2048, 1024), z(1024, 1024)).spec.tile) == (128, 128, 32)    # 128 blocks
+    edge = mm.F32_PARTS_MIN
+    assert mm.explain(z(edge, 512), z(512, 4096)).spec.splits_operands
+    assert mm.explain(z(edge - 1, 512), z(512, 4096)).spec.instruction == "mma.sync"
+    assert mm.explain(z(4096, 512), z(512, edge - 1)).spec.instruction == "mma.sync"
+    assert mm.size_class(edge, 4096, 64) != mm.size_class(edge - 1, 4096, 64)
     monkeypatch.setattr(mm, "_target", lambda: "sm_80")
     assert mm.explain(z(4096, 1024), z(1024, 4096)).spec.instruction == "mma.sync"
 

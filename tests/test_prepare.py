@@ -51,17 +51,16 @@ def test_preparations_name_each_operand_with_16_byte_rows():
     args = {"M": 70, "N": 200, "K": 45, "A_ptr": 1000, "A_ld": 72, "B_ptr": 2000, "B_ld": 201}
     (a, b), K = preparations(spec, args)
     assert K == 45 and a.kernel is b.kernel is transpose32_kernel("sm_90a")
-    assert (a.operand, a.args["ROWS"], a.args["COLS"], a.args["S_ptr"], a.args["S_ld"], a.ld, a.nbytes) == \
-        ("A", 45, 70, 1000, 72, 48, 70 * 48 * 4)
-    assert (b.operand, b.args["ROWS"], b.args["COLS"], b.args["S_ptr"], b.args["S_ld"], b.ld, b.nbytes) == \
-        ("B", 45, 200, 2000, 201, 48, 200 * 48 * 4)
+    assert (a.operand, a.sizes, a.ld, a.nbytes) == ("A", (45, 70), 48, 70 * 48 * 4)
+    assert (b.operand, b.sizes, b.ld, b.nbytes) == ("B", (45, 200), 48, 200 * 48 * 4)
+    assert a.arguments(1000, 72, 5000) == {"ROWS": 45, "COLS": 70, "S_ptr": 1000, "S_ld": 72, "D_ptr": 5000, "D_ld": 48}
     (a, b), K = preparations(GemmSpec(dtype="f32", instruction="wgmma", b_layout="col"), args)
     seg = SPLIT_BLOCK[1]    # 45 padded to one block of K
-    assert K == 3 * seg and (a.args["SEG"], a.args["DCOLS"], a.ld, b.ld) == (seg, 3 * seg, 3 * seg, 3 * seg)
+    assert K == 3 * seg and a.sizes == (70, 45, 3 * seg, seg) and b.sizes == (200, 45, 3 * seg, seg)
+    assert a.ld == b.ld == 3 * seg and (a.kind, b.kind) == ("split", "split")
     assert a.kernel is split3_kernel("sm_90a", False, A_PARTS) and b.kernel is split3_kernel("sm_90a", False, B_PARTS)
     (_, b), _ = preparations(GemmSpec(dtype="f32", instruction="wgmma"), args)
-    assert b.kernel is split3_kernel("sm_90a", True, B_PARTS) and (b.args["ROWS"], b.args["COLS"]) == (200, 45)
-
+    assert b.kernel is split3_kernel("sm_90a", True, B_PARTS)
 
 def _operand(rng, rows, cols, layout):
     x = rng.standard_normal((rows, cols)).astype(np.float32)

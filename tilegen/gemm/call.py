@@ -33,7 +33,7 @@ from ..runtime import interop
 from ..runtime.interop import DEVICE, DTYPE, PTR, SHAPE, STRIDES
 from ..runtime.memory import copy_2d
 from ..runtime.tensormap import map_cache, tensor_map_bytes
-from .prepare import preparations
+from .prepare import POINTER_NAMES, SIZE_NAMES, plan, preparations
 
 ALIGN = 16
 _NUMBERS = (float, int)
@@ -179,8 +179,10 @@ class FastCall:
         self.residual = spec.epilogue.residual
         self.scaled = (spec.epilogue.scale_rows, spec.epilogue.scale_cols)
         self.c_map = _c_map(kernel)   # C's TMA-store map: rows it cannot take go to the direct-store kernel
-        # operands prepared by first kernels (gemm/prepare.py), which read any pitch
+        # operands prepared by first kernels (gemm/prepare.py), which read any pitch; their
+        # launches laid out once per shape
         self.prepares = spec.prepared_operands
+        self._plans = {}
         # the kernel's parameters, in its order, from the canonical tuple run() builds
         second = kernel.second_kernel()   # split-K's or stream-K's: partial sums -> C
         self.split = second is not None
@@ -315,10 +317,9 @@ class FastCall:
             if not b_ok:
                 b_ptr, b_ld = _repitch(lib, b_ptr, b_ld, (K, N) if self.b_row else (N, K), isz, self.in_dtype,
                                        device, stream, keep)
-        if self.prepares:   # into arrays of the library's stream-ordered allocator
+        if self.prepares:   # into one array of the library's stream-ordered allocator
             keep = [] if keep is None else keep
-            a_ptr, a_ld, b_ptr, b_ld, K = _prepare(lib, self.kernel.spec, M, N, K, a_ptr, a_ld, b_ptr, b_ld, device,
-                                                   stream, keep)
+            a_ptr, a_ld, b_ptr, b_ld, K = self._prepare(lib, M, N, K, a_ptr, a_ld, b_ptr, b_ld, device, stream, keep)
         grid = self.grid(M, N, K, launcher.sm_count)
         values = (M, N, K, a_ptr, a_ld, b_ptr, b_ld, c_ptr, c_ld, alpha, beta, bias_ptr, r_ptr, r_ld, *s_ptrs)
         args = None
@@ -333,6 +334,26 @@ class FastCall:
                           (pa[1], pa[2], pa[3], pa[4], pb[1], pb[2], pb[3], pb[4], c_shape, c_strides, c_dtype, c_device),
                           (M, N, K, a_ld, b_ld, c_ld, grid), launcher, args)
         return out
+
+    def _prepare(self, lib, M, N, K, a_ptr, a_ld, b_ptr, b_ld, device, stream, keep):
+        """The first kernels' copies (gemm/prepare.py) in one array of the library's stream-
+        ordered allocator (kept in `keep` until the GEMM is enqueued), each copy launched from
+        values laid out once per shape: the GEMM's (A_ptr, A_ld, B_ptr, B_ld, K)."""
+        laid = self._plans.get((M, N, K))
+        if laid is None:
+            preps, k_gemm = plan(self.kernel.spec, M, N, K)
+            laid = self._plans[(M, N, K)] = (k_gemm, sum(p.nbytes for p in preps) // 4, tuple(
+                (p.operand, _FirstKernel.of(p.kernel, p.kind), p.sizes, sum(q.nbytes for q in preps[:i]), p.ld)
+                for i, p in enumerate(preps)))
+        k_gemm, floats, firsts = laid
+        buf = lib.empty((floats,), "float32", device)
+        keep.append(buf)
+        base = lib.probe(buf)[PTR]
+        ops = {"A": [a_ptr, a_ld], "B": [b_ptr, b_ld]}
+        for op, first, sizes, offset, ld in firsts:
+            first(sizes + (*ops[op], base + offset, ld), device, stream)
+            ops[op] = [base + offset, ld]
+        return (*ops["A"], *ops["B"], k_gemm)
 
     def _split_launch(self, lib, launcher, grid, values, stream, device):
         """Split-K and stream-K: partial sums into an f32 workspace from the library's
@@ -402,18 +423,39 @@ def _repitch(lib, ptr, ld, stored, esize, dtype, device, stream, keep):
     return dst, new_ld
 
 
-def _prepare(lib, spec, M, N, K, a_ptr, a_ld, b_ptr, b_ld, device, stream, keep):
-    """The operands' prepared copies (gemm/prepare.py), made on `stream` into arrays of the
-    library's stream-ordered allocator (kept in `keep` until the GEMM is enqueued): the GEMM
-    kernel's (A_ptr, A_ld, B_ptr, B_ld, K)."""
-    args = {"M": M, "N": N, "K": K, "A_ptr": a_ptr, "A_ld": a_ld, "B_ptr": b_ptr, "B_ld": b_ld}
-    preps, K = preparations(spec, args)
-    for p in preps:
-        buf = lib.empty((max(p.nbytes // 4, 1),), "float32", device)
-        keep.append(buf)
-        args[f"{p.operand}_ptr"], args[f"{p.operand}_ld"] = lib.probe(buf)[PTR], p.ld
-        p.kernel.launch({**p.args, "D_ptr": args[f"{p.operand}_ptr"]}, p.args, stream=stream, device=device)
-    return args["A_ptr"], args["A_ld"], args["B_ptr"], args["B_ld"], K
+class _FirstKernel:
+    """A first kernel's launch from positional values (its sizes in SIZE_NAMES[kind]'s order,
+    then S_ptr, S_ld, D_ptr, D_ld), laid out once per kernel: its parameters picked in order,
+    its tensor maps from their own caches, its grid from the sizes."""
+
+    _made: dict = {}
+
+    @classmethod
+    def of(cls, kernel, kind: str) -> "_FirstKernel":
+        made = cls._made.get((kernel, kind))
+        if made is None:
+            made = cls._made[(kernel, kind)] = cls(kernel, kind)
+        return made
+
+    def __init__(self, kernel, kind: str):
+        self.kernel = kernel
+        names = SIZE_NAMES[kind] + POINTER_NAMES
+        self.pick = itemgetter(*((names + tuple(m.param for m in kernel.tensor_maps)).index(n) for n, _ in kernel.params))
+        self.maps = tuple((m, map_cache(m), *(names.index(x) for x in (m.ptr, m.rows, m.cols, m.ld)))
+                          for m in kernel.tensor_maps)
+        self.grid = kernel.launch_grid.evaluator(SIZE_NAMES[kind])
+        self.sizes = len(SIZE_NAMES[kind])
+
+    def __call__(self, values: tuple, device: int, stream) -> None:
+        launcher = self.kernel.launcher(device)
+        maps = []
+        for m, cache, p, r, c, ld in self.maps:
+            key = (values[p], values[r], values[c], values[ld])
+            raw = cache.get(key)
+            maps.append(raw if raw is not None else tensor_map_bytes(m, *key))
+        grid = self.grid(*values[:self.sizes], launcher.sm_count)
+        if 0 not in grid:
+            launcher(grid, self.pick(values + tuple(maps)), stream)
 
 
 # ---- host arrays: through the GPU or the emulator ----------------------------------------
@@ -501,7 +543,8 @@ class _SimMemory:
             preps, K = preparations(spec, args)
             for p in preps:
                 ptr = self.put(np.full(max(p.nbytes // 4, 1), np.nan, np.float32))   # (poisoned: a gap shows)
-                run_kernel(p.kernel, {**p.args, "D_ptr": ptr}, p.args, self.memory)
+                first = p.arguments(args[f"{p.operand}_ptr"], args[f"{p.operand}_ld"], ptr)
+                run_kernel(p.kernel, first, first, self.memory)
                 args = {**args, f"{p.operand}_ptr": ptr, f"{p.operand}_ld": p.ld}
             args, sizes = {**args, "K": K}, {**sizes, "K": K}
         second = kernel.second_kernel() if hasattr(kernel, "second_kernel") else None

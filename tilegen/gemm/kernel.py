@@ -71,7 +71,8 @@ class GemmKernel(Kernel):
             try:
                 for p in preps:
                     copies.append(runtime.StreamBuffer(max(p.nbytes, 4), handle, device))
-                    p.kernel.launch({**p.args, "D_ptr": copies[-1].ptr}, p.args, stream=handle, device=device)
+                    first = p.arguments(args[f"{p.operand}_ptr"], args[f"{p.operand}_ld"], copies[-1].ptr)
+                    p.kernel.launch(first, first, stream=handle, device=device)
                     args = {**args, f"{p.operand}_ptr": copies[-1].ptr, f"{p.operand}_ld": p.ld}
                 return super().launch({**args, "K": K}, {**sizes, "K": K}, stream=handle, device=device)
             finally:

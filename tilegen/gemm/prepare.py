@@ -31,7 +31,7 @@ from .. import dsl as tg
 
 # the transposing copy's destination block per CTA: BLOCK_ROWS x 32 columns (one 128-byte swizzle
 # span). 32 rows ran 3.2-3.5 TB/s on the H200 at 4096^2 and 8192^2 (memcpy 3.6-4.1), 64: 3.0-3.3,
-# 128: 2.6-2.7 (docs/results/2026-11-24-h200-runs109-113.md, run 110)
+# 128: 2.6-2.7 (docs/results/2026-11-24-h200-runs109-115.md, run 110)
 BLOCK_ROWS = 32
 BLOCK_COLS = 32
 THREADS = 128
@@ -124,44 +124,55 @@ def split3_kernel(target: str, transposed: bool, parts: tuple):
 @dataclass(frozen=True)
 class Preparation:
     """One first kernel of a call: it writes the prepared copy of `operand` (`nbytes`, rows of
-    `ld` elements) from the GEMM's arguments; its own arguments lack only D_ptr."""
+    `ld` elements); `sizes` are its size arguments in the order SIZE_NAMES[kind] gives, to which
+    S_ptr, S_ld, D_ptr and D_ld follow."""
     operand: str
+    kind: str            # "transpose" or "split"
     kernel: object
-    args: dict
+    sizes: tuple
     nbytes: int
     ld: int
+
+    def arguments(self, src_ptr: int, src_ld: int, dst_ptr: int) -> dict:
+        """The kernel's arguments by name (the general call paths)."""
+        return {**dict(zip(SIZE_NAMES[self.kind], self.sizes)), "S_ptr": src_ptr, "S_ld": src_ld, "D_ptr": dst_ptr,
+                "D_ld": self.ld}
+
+
+SIZE_NAMES = {"transpose": ("ROWS", "COLS"), "split": ("ROWS", "COLS", "DCOLS", "SEG")}
+POINTER_NAMES = ("S_ptr", "S_ld", "D_ptr", "D_ld")
 
 
 def _pitch(cols: int) -> int:
     return max(4, -(-cols // 4) * 4)   # rows of 16 bytes' multiples, as TMA reads them
 
 
-def preparations(spec, args: dict) -> tuple:
-    """(the first kernels of a call, the K the GEMM kernel then runs over), from the GEMM's
-    arguments by name. Both operands are stored K rows deep when MN-major (B row-major: K x N;
-    A column-major: its transpose, K x M) and K columns wide when K-major."""
-    K = int(args["K"])
+def plan(spec, M: int, N: int, K: int) -> tuple:
+    """(the first kernels of a call, the K the GEMM kernel then runs over). Both operands are
+    stored K rows deep when MN-major (B row-major: K x N; A column-major: its transpose, K x M)
+    and K columns wide when K-major."""
     preps = []
     if spec.pretranspose:
         for op in spec.transposed_operands:
-            cols = int(args["M"] if op == "A" else args["N"])
-            sizes = {"ROWS": K, "COLS": cols}
-            preps.append(Preparation(op, transpose32_kernel(spec.target), {
-                **sizes, "S_ptr": args[f"{op}_ptr"], "S_ld": args[f"{op}_ld"], "D_ld": _pitch(K)},
-                cols * _pitch(K) * 4, _pitch(K)))
-        return preps, K
+            cols = N if op == "B" else M
+            preps.append(Preparation(op, "transpose", transpose32_kernel(spec.target), (K, cols),
+                                     max(cols, 1) * _pitch(K) * 4, _pitch(K)))
+        return tuple(preps), K
     if spec.splits_operands:
         seg = -(-K // SPLIT_BLOCK[1]) * SPLIT_BLOCK[1]
         for op, parts in (("A", A_PARTS), ("B", B_PARTS)):
-            rows = int(args["M"] if op == "A" else args["N"])
+            rows = M if op == "A" else N
             transposed = (spec.a_layout if op == "A" else spec.b_layout) != ("row" if op == "A" else "col")
-            ld = _pitch(3 * seg)
-            preps.append(Preparation(op, split3_kernel(spec.target, transposed, parts), {
-                "ROWS": rows, "COLS": K, "DCOLS": 3 * seg, "SEG": seg, "S_ptr": args[f"{op}_ptr"],
-                "S_ld": args[f"{op}_ld"], "D_ld": ld}, max(rows, 1) * ld * 4, ld))
-        return preps, 3 * seg
-    return preps, K
+            preps.append(Preparation(op, "split", split3_kernel(spec.target, transposed, parts), (rows, K, 3 * seg, seg),
+                                     max(rows, 1) * _pitch(3 * seg) * 4, _pitch(3 * seg)))
+        return tuple(preps), 3 * seg
+    return (), K
 
 
-__all__ = ["Preparation", "preparations", "transpose32", "transpose32_kernel", "split3", "split3_kernel",
+def preparations(spec, args: dict) -> tuple:
+    """plan() from the GEMM's arguments by name."""
+    return plan(spec, int(args["M"]), int(args["N"]), int(args["K"]))
+
+
+__all__ = ["Preparation", "plan", "preparations", "SIZE_NAMES", "POINTER_NAMES", "transpose32", "transpose32_kernel", "split3", "split3_kernel",
            "Transpose32", "Split3", "BLOCK_ROWS", "BLOCK_COLS", "SPLIT_BLOCK", "A_PARTS", "B_PARTS"]
