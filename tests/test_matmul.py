@@ -189,9 +189,11 @@ def test_large_f32_problems_on_hopper_split_into_tf32_parts(monkeypatch):
     assert medium.splits_operands and (tuple(medium.tile), medium.promote) == ((64, 128, 32), 4)
     assert tuple(mm.explain(z(2048, 1024), z(1024, 1024)).spec.tile) == (128, 128, 32)    # 128 blocks
     edge = mm.F32_PARTS_MIN
-    assert mm.explain(z(edge, 512), z(512, 4096)).spec.splits_operands
-    assert mm.explain(z(edge - 1, 512), z(512, 4096)).spec.instruction == "mma.sync"
-    assert mm.explain(z(4096, 512), z(512, edge - 1)).spec.instruction == "mma.sync"
+    assert mm.explain(z(edge, 1024), z(1024, 4096)).spec.splits_operands
+    assert mm.explain(z(edge - 1, 1024), z(1024, 4096)).spec.instruction == "mma.sync"
+    assert mm.explain(z(4096, 1024), z(1024, edge - 1)).spec.instruction == "mma.sync"
+    assert mm.explain(z(512, 512), z(512, 512)).spec.instruction == "mma.sync"   # the host cost outweighs it
+    assert mm.size_class(1024, 1024, 1024) != mm.size_class(1024, 1024, 1023)
     assert mm.size_class(edge, 4096, 64) != mm.size_class(edge - 1, 4096, 64)
     monkeypatch.setattr(mm, "_target", lambda: "sm_80")
     assert mm.explain(z(4096, 1024), z(1024, 4096)).spec.instruction == "mma.sync"

@@ -113,8 +113,11 @@ PRETRANSPOSE_MIN = 2048
 # every 4 k-tiles) below MEDIUM_BLOCKS blocks of 128 x 128. Measured on the H200 against cuBLAS f32,
 # CUDA-graph replay (run 116): 512^3 0.32 -> 0.65x, 1024^3 0.76 -> 1.44x, 1024x1024x4096 0.65 -> 1.31x,
 # 256x4096x4096 0.65 -> 0.94x, 2048x1024x2048 (128 blocks, 128x128 tiles) 0.77 -> 1.64x; at 128 x 8192 x
-# 8192 the split ran 0.60x against mma.sync's 0.62x, at 64 rows 0.34x against 0.69x.
+# 8192 the split ran 0.60x against mma.sync's 0.62x, at 64 rows 0.34x against 0.69x. As called (run 117)
+# its three launches and workspace cost 31-36 us of host time per call, so it also needs M N K >=
+# F32_PARTS_WORK: 1024^3 1.38x, 256x4096x4096 0.94x, but 512^3 0.39x (mma.sync 0.51x).
 F32_PARTS_MIN = 256
+F32_PARTS_WORK = 2 ** 30
 F32_PARTS_SMALL = dict(tile=(64, 128, 32), warps=(4, 1), stages=6, promote=4)
 
 
@@ -180,7 +183,8 @@ def size_class(M: int, N: int, K: int) -> tuple:
     (the tuned store's key) and every threshold a rule below compares it with."""
     return ((M - 1).bit_length(), (N - 1).bit_length(), (K - 1).bit_length(), min(M, N) <= SMALL, is_large(M, N),
             M <= 16, M <= SKINNY_SHORT, M <= SKINNY, N >= 4 * SKINNY, N // 256 >= SKINNY_WIDE_BLOCKS, _blocks128(M, N) >= MEDIUM_BLOCKS,
-            long_k(M, N, K), K <= PINGPONG_MAX_K, M >= PRETRANSPOSE_MIN, N >= PRETRANSPOSE_MIN, min(M, N) >= F32_PARTS_MIN)
+            long_k(M, N, K), K <= PINGPONG_MAX_K, M >= PRETRANSPOSE_MIN, N >= PRETRANSPOSE_MIN, min(M, N) >= F32_PARTS_MIN,
+            M * N * K >= F32_PARTS_WORK)
 
 
 def _allow_tf32(allow) -> bool:
@@ -295,13 +299,13 @@ def explain(A, B, *, bias=None, activation=None, residual=None, out=None, allow_
                        + ("them: relative error about 2.6x cuBLAS's tf32" if spec.register_operand is None else
                           f"them ({'AB'.replace(spec.register_operand, '')}; {spec.register_operand} is rounded): "
                           f"relative error about 1.6x cuBLAS's tf32"))
-    elif target == "sm_90" and dtype == "f32" and min(M, N) >= F32_PARTS_MIN:
+    elif target == "sm_90" and dtype == "f32" and min(M, N) >= F32_PARTS_MIN and M * N * K >= F32_PARTS_WORK:
         few = _blocks128(M, N) < MEDIUM_BLOCKS
         spec = GemmSpec(**{**base, "target": "sm_90a"}, instruction="wgmma", **(F32_PARTS_SMALL if few else {}))
         why.append(f"f32 on {target}, {_blocks128(M, N)} blocks of 128x128: A and B split into tf32 parts side by side "
                    f"along K, one tf32 wgmma product over three times K with {spec.tile.m}x{spec.tile.n}x{spec.tile.k} "
                    f"tiles, added into an f32 total every {spec.promote} k-tiles (measured faster than mma.sync's 3xTF32 "
-                   f"on the H200 from {F32_PARTS_MIN} rows and columns on)")
+                   f"on the H200 from {F32_PARTS_MIN} rows and columns and 1024^3 multiply-adds on)")
     elif skinny:
         if M <= 16 and N // 256 >= SKINNY_WIDE_BLOCKS:
             spec = GemmSpec(**base, tile=(64, 128, 64), warps=(2, 2), stages=3)
