@@ -211,6 +211,9 @@ def test_a_tuned_mma_sync_spec_does_not_replace_the_faster_wgmma_preset(monkeypa
     medium = mm.explain(A[:512], A[:, :512])
     assert medium.spec.instruction == "wgmma" and "autotuner's mma.sync spec skipped" in medium.reason
     assert mm.explain(A[:64], A).spec.tile.n == 256      # a side of SMALL keeps the tuned spec
+    monkeypatch.setattr(mm, "_tuned", lambda *a, **k: tilegen.GemmSpec(dtype="f32", tile=(128, 128, 32), warps=(2, 2)))
+    F = np.zeros((1024, 1024), np.float32)                # f32's tf32 parts on wgmma, medium
+    assert mm.explain(F, F).spec.splits_operands and "autotuner's mma.sync spec skipped" in mm.explain(F, F).reason
 
 
 def test_a_tuned_wgmma_spec_is_used_on_hopper(monkeypatch):

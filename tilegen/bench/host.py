@@ -6,11 +6,13 @@ has its work, in steady state (`tilegen bench --host`).
     kernel(A, B, out=C)                       a compiled GemmKernel on torch (or CuPy) arrays
     tilegen.matmul(A, B, out=C)               the front door
 
-Method: after warm-up calls (compile, load, first launch), `calls` calls are made back to
-back with the host clock read before and after (no synchronisation inside; the GPU queue
-holds them all), the GPU is drained, and this is repeated `reps` times; the median of the
-per-call times is reported, with the minimum and maximum. Small problems keep each kernel
-short, but the number is the host's either way: the launches are only enqueued.
+Method: after warm-up calls (compile, load, first launch) and WARM_S seconds of calls (the
+host's clock settles), `calls` calls of one way are made back to back with the host clock read
+before and after (no synchronisation inside; the GPU queue holds them all) and the GPU is
+drained; the ways take turns, and this is repeated `reps` times, so that every way sees the
+same phases of the host's clock. The median of the per-call times is reported, with the
+minimum and maximum. Small problems keep each kernel short, but the number is the host's
+either way: the launches are only enqueued.
 """
 from __future__ import annotations
 
@@ -21,18 +23,30 @@ from .. import runtime
 from ..gemm import GemmSpec, compile_gemm, matmul
 
 
-def _per_call_us(fn, sync, calls: int, reps: int) -> dict:
-    for _ in range(3):
-        fn()
-    sync()
-    samples = []
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        for _ in range(calls):
+WARM_S = 0.5
+
+
+def _per_call_us(fns: dict, sync, calls: int, reps: int) -> dict:
+    """{name: {"us", "us_min", "us_max"}} for each of `fns`, measured in turns (see above)."""
+    for fn in fns.values():
+        for _ in range(3):
             fn()
-        samples.append((time.perf_counter() - t0) * 1e6 / calls)
+    sync()
+    end = time.perf_counter() + WARM_S
+    while time.perf_counter() < end:
+        for fn in fns.values():
+            for _ in range(10):
+                fn()
         sync()
-    return {"us": statistics.median(samples), "us_min": min(samples), "us_max": max(samples)}
+    samples = {name: [] for name in fns}
+    for _ in range(reps):
+        for name, fn in fns.items():
+            t0 = time.perf_counter()
+            for _ in range(calls):
+                fn()
+            samples[name].append((time.perf_counter() - t0) * 1e6 / calls)
+            sync()
+    return {name: {"us": statistics.median(s), "us_min": min(s), "us_max": max(s)} for name, s in samples.items()}
 
 
 def host_costs(dtype: str = "bf16", size: int = 1024, calls: int = 200, reps: int = 25) -> dict:
@@ -63,29 +77,30 @@ def host_costs(dtype: str = "bf16", size: int = 1024, calls: int = 200, reps: in
     out = {"dtype": dtype, "size": size, "calls": calls, "reps": reps, "launch_route": runtime.launch_route(),
            "kernel": kernel.name}
     kw = {"allow_tf32": True} if dtype == "tf32" else {}
+    fns = {}
     if dtype in fp8:   # cuBLASLt through torch._scaled_mm; per-tensor scales of 1
         one = torch.ones((), device="cuda")
-        out["torch.matmul"] = _per_call_us(lambda: torch._scaled_mm(A, B, scale_a=one, scale_b=one,
-                                                                    out_dtype=torch.bfloat16), sync, calls, reps)
+        fns["torch.matmul"] = lambda: torch._scaled_mm(A, B, scale_a=one, scale_b=one, out_dtype=torch.bfloat16)
         kw = {"scale_a": 1.0, "scale_b": 1.0}
-    else:   # (tf32: torch with TF32 allowed too, as cuBLAS runs it in the bench's rows)
-        allowed = torch.backends.cuda.matmul.allow_tf32
-        torch.backends.cuda.matmul.allow_tf32 = dtype == "tf32"
-        try:
-            out["torch.matmul"] = _per_call_us(lambda: torch.matmul(A, B, out=C), sync, calls, reps)
-        finally:
-            torch.backends.cuda.matmul.allow_tf32 = allowed
-    out["kernel.launch"] = _per_call_us(lambda: kernel.launch(args, sizes, stream=stream), sync, calls, reps)
-    out["kernel(A, B, out=C)"] = _per_call_us(lambda: kernel(A, B, out=C), sync, calls, reps)
-    out["tilegen.matmul"] = _per_call_us(lambda: matmul(A, B, out=C, **kw), sync, calls, reps)
-    out["tilegen.matmul spec"] = str(matmul.explain(A, B, out=C, **kw).spec)
+    else:
+        fns["torch.matmul"] = lambda: torch.matmul(A, B, out=C)
+    fns["kernel.launch"] = lambda: kernel.launch(args, sizes, stream=stream)
+    fns["kernel(A, B, out=C)"] = lambda: kernel(A, B, out=C)
+    fns["tilegen.matmul"] = lambda: matmul(A, B, out=C, **kw)
     try:
         import cupy
     except ImportError:
-        return out
-    if dtype not in ("bf16", *fp8):  # CuPy has no bfloat16 or fp8
+        cupy = None
+    if cupy is not None and dtype not in ("bf16", *fp8):  # CuPy has no bfloat16 or fp8
         a, b, c = (cupy.asarray(x) for x in (A, B, C))  # the same memory, through __cuda_array_interface__
-        out["kernel(A, B, out=C) cupy"] = _per_call_us(lambda: kernel(a, b, out=c), sync, calls, reps)
+        fns["kernel(A, B, out=C) cupy"] = lambda: kernel(a, b, out=c)
+    allowed = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = dtype == "tf32"   # (tf32: torch with TF32 allowed too, as in the bench's rows)
+    try:
+        out.update(_per_call_us(fns, sync, calls, reps))
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = allowed
+    out["tilegen.matmul spec"] = str(matmul.explain(A, B, out=C, **kw).spec)
     return out
 
 

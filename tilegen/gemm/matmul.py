@@ -263,7 +263,8 @@ def explain(A, B, *, bias=None, activation=None, residual=None, out=None, allow_
     skinny_tf32 = (target == "sm_90" and dtype == "tf32" and SKINNY_SHORT < M <= SMALL and N >= 4 * SKINNY
                    and N // 256 < SKINNY_WIDE_BLOCKS)
     medium = hopper16 and preset is None and not skinny and min(M, N) > SMALL
-    wgmma = preset["instruction"] if preset is not None else "wgmma" if medium else None
+    f32_parts = target == "sm_90" and dtype == "f32" and min(M, N) >= F32_PARTS_MIN and M * N * K >= F32_PARTS_WORK
+    wgmma = preset["instruction"] if preset is not None else "wgmma" if medium or f32_parts else None
     if tuned is not None and wgmma is not None and tuned.instruction != wgmma:
         # the autotuner searches mma.sync specs unless asked for wgmma: the wgmma kernel measured faster
         why.append(f"the autotuner's {tuned.instruction} spec skipped for the faster {wgmma} kernel")
@@ -299,7 +300,7 @@ def explain(A, B, *, bias=None, activation=None, residual=None, out=None, allow_
                        + ("them: relative error about 2.6x cuBLAS's tf32" if spec.register_operand is None else
                           f"them ({'AB'.replace(spec.register_operand, '')}; {spec.register_operand} is rounded): "
                           f"relative error about 1.6x cuBLAS's tf32"))
-    elif target == "sm_90" and dtype == "f32" and min(M, N) >= F32_PARTS_MIN and M * N * K >= F32_PARTS_WORK:
+    elif f32_parts:
         few = _blocks128(M, N) < MEDIUM_BLOCKS
         spec = GemmSpec(**{**base, "target": "sm_90a"}, instruction="wgmma", **(F32_PARTS_SMALL if few else {}))
         why.append(f"f32 on {target}, {_blocks128(M, N)} blocks of 128x128: A and B split into tf32 parts side by side "
