@@ -193,6 +193,8 @@ def test_large_f32_problems_on_hopper_split_into_tf32_parts(monkeypatch):
     assert mm.explain(z(edge - 1, 1024), z(1024, 4096)).spec.instruction == "mma.sync"
     assert mm.explain(z(4096, 1024), z(1024, edge - 1)).spec.instruction == "mma.sync"
     assert mm.explain(z(512, 512), z(512, 512)).spec.instruction == "mma.sync"   # the host cost outweighs it
+    assert mm.explain(z(2048, 64), z(64, 2048)).spec.instruction == "mma.sync"   # K < F32_PARTS_MIN, large preset
+    assert mm.explain(z(8192, 1), z(1, 8192)).spec.instruction == "mma.sync"
     assert mm.size_class(1024, 1024, 1024) != mm.size_class(1024, 1024, 1023)
     assert mm.size_class(edge, 4096, 64) != mm.size_class(edge - 1, 4096, 64)
     monkeypatch.setattr(mm, "_target", lambda: "sm_80")

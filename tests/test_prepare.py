@@ -222,3 +222,18 @@ def test_f32_on_wgmma_is_the_promoted_tf32_kernel_of_the_parts():
         GemmSpec(dtype="f32", instruction="wgmma", split_k=2, persistent=False)
     with pytest.raises(SpecError, match="promotion is built for"):
         GemmSpec(dtype="tf32", instruction="wgmma", promote=1)       # B row-major: through registers
+    with pytest.raises(SpecError, match="warp-specialized TMA kernel does; promote=0 allows"):
+        GemmSpec(dtype="f32", instruction="wgmma", copy="cp.async")
+    with pytest.raises(SpecError, match="dtype"):
+        GemmSpec(dtype="f64", instruction="wgmma", pretranspose=True)   # the dtype's own error first
+
+
+def test_an_empty_inner_dimension_needs_no_first_kernel():
+    """K = 0: no copies (nothing to read), C is the epilogue of a zero product, as in numpy."""
+    spec = GemmSpec(dtype="tf32", instruction="wgmma", pretranspose=True, copy="cp.async", tile=(64, 128, 32),
+                    warps=(4, 1), stages=3)
+    assert preparations(spec, {"M": 5, "N": 7, "K": 0}) == ((), 0)
+    C0 = np.arange(35, dtype=np.float32).reshape(5, 7)
+    out = compile_gemm(spec)(np.zeros((5, 0), np.float32), np.zeros((0, 7), np.float32), out=C0.copy(), beta=2.0,
+                             device="sim")
+    assert np.array_equal(out, 2 * C0)

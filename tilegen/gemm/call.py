@@ -46,7 +46,8 @@ _WORK = ("WM", "WN", "W_ptr", "W_ld")   # the f32 workspace of partial sums, aft
 def empty_k_error(kernel) -> LaunchError:
     """K = 0 on a kernel that loads through TMA (which describes no empty matrix)."""
     spec = kernel.spec
-    other = "" if spec.stream_k or spec.pingpong else ", or compile the spec with copy='cp.async', persistent=False"
+    other = "" if spec.stream_k or spec.pingpong or spec.prepared_operands else \
+        ", or compile the spec with copy='cp.async', persistent=False"
     return LaunchError(f"{kernel.name}: A and B are empty (K = 0), and this kernel loads them through TMA, which "
                        f"describes no empty matrix: tilegen.matmul computes it (C is the epilogue of a zero product, as "
                        f"in numpy){other}")
@@ -341,6 +342,8 @@ class FastCall:
         values laid out once per shape: the GEMM's (A_ptr, A_ld, B_ptr, B_ld, K)."""
         laid = self._plans.get((M, N, K))
         if laid is None:
+            if len(self._plans) >= 64:   # (a bound on what a loop over many shapes leaves behind)
+                self._plans.clear()
             preps, k_gemm = plan(self.kernel.spec, M, N, K)
             laid = self._plans[(M, N, K)] = (k_gemm, sum(p.nbytes for p in preps) // 4, tuple(
                 (p.operand, _FirstKernel.of(p.kernel, p.kind), p.sizes, sum(q.nbytes for q in preps[:i]), p.ld)
@@ -530,17 +533,19 @@ class _SimMemory:
         from ..sim.estimate import estimate_seconds
         from ..sim.runner import EMULATOR_SM_COUNT, run_kernel
 
+        spec = kernel.spec
+        prepared = getattr(spec, "pretranspose", False) or getattr(spec, "splits_operands", False)
+        preps, k_run = preparations(spec, args) if prepared else ((), sizes["K"])   # (the K the GEMM runs over)
         x, y, z = kernel.grid(sizes, EMULATOR_SM_COUNT)
-        trips = -(-sizes["K"] // kernel.spec.tile.k) if kernel.spec is not None else 1
+        trips = -(-k_run // spec.tile.k) if spec is not None else 1
         est = estimate_seconds(kernel.ptx, x * y * z, trips)
         shape = f"{sizes['M']}x{sizes['N']}x{sizes['K']}"
         if not self.explicit and est > EMULATOR_LIMIT_S:
             raise LaunchError(f"no GPU found, and this {shape} GEMM would take about {_duration(est)} on the CPU "
                               f"emulator (more than {EMULATOR_LIMIT_S:.0f} s): pass device='sim' to run it there "
                               f"anyway (tilegen run: --device sim), or run it on a machine with an NVIDIA GPU")
-        spec = kernel.spec
-        if getattr(spec, "pretranspose", False) or getattr(spec, "splits_operands", False):   # prepared first
-            preps, K = preparations(spec, args)
+        if prepared:   # the operands' first kernels
+            K = k_run
             for p in preps:
                 ptr = self.put(np.full(max(p.nbytes // 4, 1), np.nan, np.float32))   # (poisoned: a gap shows)
                 first = p.arguments(args[f"{p.operand}_ptr"], args[f"{p.operand}_ld"], ptr)

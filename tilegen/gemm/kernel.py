@@ -74,6 +74,7 @@ class GemmKernel(Kernel):
                     first = p.arguments(args[f"{p.operand}_ptr"], args[f"{p.operand}_ld"], copies[-1].ptr)
                     p.kernel.launch(first, first, stream=handle, device=device)
                     args = {**args, f"{p.operand}_ptr": copies[-1].ptr, f"{p.operand}_ld": p.ld}
+                    args.pop(f"{p.operand}_tmap", None)   # (a map given for the operand describes the original)
                 return super().launch({**args, "K": K}, {**sizes, "K": K}, stream=handle, device=device)
             finally:
                 for buf in copies:

@@ -115,7 +115,8 @@ PRETRANSPOSE_MIN = 2048
 # 256x4096x4096 0.65 -> 0.94x, 2048x1024x2048 (128 blocks, 128x128 tiles) 0.77 -> 1.64x; at 128 x 8192 x
 # 8192 the split ran 0.60x against mma.sync's 0.62x, at 64 rows 0.34x against 0.69x. As called (run 117)
 # its three launches and workspace cost 31-36 us of host time per call, so it also needs M N K >=
-# F32_PARTS_WORK: 1024^3 1.38x, 256x4096x4096 0.94x, but 512^3 0.39x (mma.sync 0.51x).
+# F32_PARTS_WORK: 1024^3 1.38x, 256x4096x4096 0.94x, but 512^3 0.39x (mma.sync 0.51x). K too must be
+# F32_PARTS_MIN or more: each part is padded to 64 along K.
 F32_PARTS_MIN = 256
 F32_PARTS_WORK = 2 ** 30
 F32_PARTS_SMALL = dict(tile=(64, 128, 32), warps=(4, 1), stages=6, promote=4)
@@ -184,7 +185,7 @@ def size_class(M: int, N: int, K: int) -> tuple:
     return ((M - 1).bit_length(), (N - 1).bit_length(), (K - 1).bit_length(), min(M, N) <= SMALL, is_large(M, N),
             M <= 16, M <= SKINNY_SHORT, M <= SKINNY, N >= 4 * SKINNY, N // 256 >= SKINNY_WIDE_BLOCKS, _blocks128(M, N) >= MEDIUM_BLOCKS,
             long_k(M, N, K), K <= PINGPONG_MAX_K, M >= PRETRANSPOSE_MIN, N >= PRETRANSPOSE_MIN, min(M, N) >= F32_PARTS_MIN,
-            M * N * K >= F32_PARTS_WORK)
+            M * N * K >= F32_PARTS_WORK, K >= F32_PARTS_MIN)
 
 
 def _allow_tf32(allow) -> bool:
@@ -257,13 +258,15 @@ def explain(A, B, *, bias=None, activation=None, residual=None, out=None, allow_
     tuned = _tuned(dtype, a_layout, b_layout, M, N, K, out_dtype)
     # fp8 on Hopper: the wgmma kernel at every size past SMALL (mma.sync fp8 ran 0.2-0.4x torch._scaled_mm)
     preset = PRESETS.get((target, dtype)) if is_large(M, N) or (dtype in FP8 and min(M, N) > SMALL) else None
+    f32_parts = target == "sm_90" and dtype == "f32" and min(M, N, K) >= F32_PARTS_MIN and M * N * K >= F32_PARTS_WORK
+    if dtype == "f32" and not f32_parts:
+        preset = None   # (the tf32 parts pay for their first kernels only on enough work)
     hopper16 = target == "sm_90" and dtype in ("f16", "bf16")
     skinny = hopper16 and M <= SKINNY and N >= 4 * SKINNY
     skinny32 = target == "sm_90" and dtype in ("tf32", "f32") and M <= SKINNY_SHORT and N >= 4 * SKINNY
     skinny_tf32 = (target == "sm_90" and dtype == "tf32" and SKINNY_SHORT < M <= SMALL and N >= 4 * SKINNY
                    and N // 256 < SKINNY_WIDE_BLOCKS)
     medium = hopper16 and preset is None and not skinny and min(M, N) > SMALL
-    f32_parts = target == "sm_90" and dtype == "f32" and min(M, N) >= F32_PARTS_MIN and M * N * K >= F32_PARTS_WORK
     wgmma = preset["instruction"] if preset is not None else "wgmma" if medium or f32_parts else None
     if tuned is not None and wgmma is not None and tuned.instruction != wgmma:
         # the autotuner searches mma.sync specs unless asked for wgmma: the wgmma kernel measured faster
@@ -306,7 +309,7 @@ def explain(A, B, *, bias=None, activation=None, residual=None, out=None, allow_
         why.append(f"f32 on {target}, {_blocks128(M, N)} blocks of 128x128: A and B split into tf32 parts side by side "
                    f"along K, one tf32 wgmma product over three times K with {spec.tile.m}x{spec.tile.n}x{spec.tile.k} "
                    f"tiles, added into an f32 total every {spec.promote} k-tiles (measured faster than mma.sync's 3xTF32 "
-                   f"on the H200 from {F32_PARTS_MIN} rows and columns and 1024^3 multiply-adds on)")
+                   f"on the H200 from {F32_PARTS_MIN} rows, columns and K and 1024^3 multiply-adds on)")
     elif skinny:
         if M <= 16 and N // 256 >= SKINNY_WIDE_BLOCKS:
             spec = GemmSpec(**base, tile=(64, 128, 64), warps=(2, 2), stages=3)

@@ -152,6 +152,8 @@ def plan(spec, M: int, N: int, K: int) -> tuple:
     stored K rows deep when MN-major (B row-major: K x N; A column-major: its transpose, K x M)
     and K columns wide when K-major."""
     preps = []
+    if K == 0:   # (A @ B reads nothing: the GEMM's epilogue of a zero product, without copies)
+        return (), K
     if spec.pretranspose:
         for op in spec.transposed_operands:
             cols = N if op == "B" else M

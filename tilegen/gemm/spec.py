@@ -222,6 +222,8 @@ class GemmSpec:
             set_("cluster", tuple(self.cluster))
         if not isinstance(self.pretranspose, bool):
             raise SpecError("pretranspose", self.pretranspose, "True or False")
+        if self.dtype not in OPERAND_DTYPES:
+            raise SpecError("dtype", self.dtype, ", ".join(OPERAND_DTYPES))
         if self.pretranspose or self.splits_operands:   # the kernel that runs is another: its defaults, its rules
             if self.b_layout is None:
                 set_("b_layout", "row")
@@ -295,6 +297,11 @@ class GemmSpec:
             if self.split_k != 1 or self.stream_k:
                 raise SpecError("split_k/stream_k", (self.split_k, self.stream_k), "(1, False) for f32 on wgmma",
                                 "the tf32 parts are one long product, promoted as it goes")
+            if self.promote != 0 and (self.copy == "cp.async" or self.persistent is False or self.pingpong):
+                raise SpecError("copy/persistent", (self.copy, self.persistent), "the defaults for f32 on wgmma",
+                                "its tf32 parts' product is added into an f32 total as it goes (promote), which the "
+                                "warp-specialized TMA kernel does; promote=0 allows other kernels, at about 100x the "
+                                "error (the tensor cores truncate as they accumulate)")
             return
         if self.dtype != "tf32" or self.instruction != "wgmma":
             raise SpecError("pretranspose", True, "False for this spec",
