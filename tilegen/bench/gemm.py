@@ -23,7 +23,8 @@ HOST_CHECK_ROWS = 128  # rows of C checked on the host when no GPU reference exi
 _ELEM_BYTES = {"tf32": 4, "f32": 4, "f16": 2, "bf16": 2, "e4m3": 1, "e5m2": 1}
 # unit roundoff of the operand rounding (tf32 keeps 10 mantissa bits) and of the output
 # fp8: the operands are exact; the tensor cores' fp8 accumulation keeps about 14 bits (promotion window)
-_U_IN = {"tf32": 2.0 ** -11, "f16": 0.0, "bf16": 0.0, "e4m3": 2.0 ** -13, "e5m2": 2.0 ** -13}
+_U_IN = {"tf32": 2.0 ** -11, "f16": 0.0, "bf16": 0.0, "e4m3": 2.0 ** -13, "e5m2": 2.0 ** -13,
+         "f32": 2.0 ** -22}   # (3xTF32 leaves out lo * lo, about 2^-22 of a product)
 _U_OUT = {"f32": 2.0 ** -24, "f16": 2.0 ** -11, "bf16": 2.0 ** -8}
 
 

@@ -9,7 +9,8 @@ from ..arch.dtypes import FP8
 from ..errors import SpecError
 from ..gemm.spec import GemmSpec
 
-DTYPES = ("tf32", "f16", "bf16", "e4m3", "e5m2")   # fp8: --layout rc (K-major operands), the torch backend
+DTYPES = ("tf32", "f16", "bf16", "f32", "e4m3", "e5m2")   # fp8: --layout rc (K-major operands), the torch backend
+# (f32: TF32 off on both sides, cuBLAS's f32 GEMM against tilegen's f32 accuracy: 3xTF32)
 LAYOUTS = {"rr": ("row", "row"), "rc": ("row", "col"), "cr": ("col", "row"), "cc": ("col", "col")}
 
 DEFAULT_DTYPES = ["tf32", "f16", "bf16"]
