@@ -216,6 +216,10 @@ def test_a_tuned_mma_sync_spec_does_not_replace_the_faster_wgmma_preset(monkeypa
     monkeypatch.setattr(mm, "_tuned", lambda *a, **k: tilegen.GemmSpec(dtype="f32", tile=(128, 128, 32), warps=(2, 2)))
     F = np.zeros((1024, 1024), np.float32)                # f32's tf32 parts on wgmma, medium
     assert mm.explain(F, F).spec.splits_operands and "autotuner's mma.sync spec skipped" in mm.explain(F, F).reason
+    monkeypatch.setattr(mm, "_tuned", lambda *a, **k: tilegen.GemmSpec(dtype="tf32", instruction="wgmma", stages=3))
+    T = np.zeros((4096, 4096), np.float32)                # a tuned tf32 spec that feeds B through registers
+    chosen = mm.explain(T, T, allow_tf32=True)
+    assert chosen.spec.pretranspose and "K-major copy first" in chosen.reason
 
 
 def test_a_tuned_wgmma_spec_is_used_on_hopper(monkeypatch):

@@ -268,17 +268,21 @@ def explain(A, B, *, bias=None, activation=None, residual=None, out=None, allow_
                    and N // 256 < SKINNY_WIDE_BLOCKS)
     medium = hopper16 and preset is None and not skinny and min(M, N) > SMALL
     wgmma = preset["instruction"] if preset is not None else "wgmma" if medium or f32_parts else None
+    transpose = (preset is not None and dtype == "tf32" and target == "sm_90" and (a_layout, b_layout) != ("row", "col")
+                 and (b_layout == "col" or M >= PRETRANSPOSE_MIN) and (a_layout == "row" or N >= PRETRANSPOSE_MIN))
     if tuned is not None and wgmma is not None and tuned.instruction != wgmma:
         # the autotuner searches mma.sync specs unless asked for wgmma: the wgmma kernel measured faster
         why.append(f"the autotuner's {tuned.instruction} spec skipped for the faster {wgmma} kernel")
+        tuned = None
+    elif tuned is not None and transpose and not tuned.pretranspose:
+        why.append("the autotuner's spec skipped: it feeds the MN-major tf32 operand inside the kernel, where a "
+                   "K-major copy first measured faster")
         tuned = None
     if tuned is not None:
         spec = tuned.replace(epilogue=epilogue, out_dtype=out_dtype, **({"atom": base["atom"]} if mixed_fp8 else {}))
         why.append("tile from the autotuner's cache for this GPU and shape bucket")
     elif preset is not None:
         fused = dtype in ("f16", "bf16") and not epilogue.is_plain and (epilogue.residual or K <= PINGPONG_MAX_K)
-        transpose = (dtype == "tf32" and target == "sm_90" and (a_layout, b_layout) != ("row", "col")
-                     and (b_layout == "col" or M >= PRETRANSPOSE_MIN) and (a_layout == "row" or N >= PRETRANSPOSE_MIN))
         spec = GemmSpec(**{**base, **preset, **(PINGPONG if fused else {}), **({"pretranspose": True} if transpose else {})})
         why.append(f"large problem on {target}: the fastest {dtype} kernel measured on the H200 "
                    f"({spec.instruction}, {spec.tile.m}x{spec.tile.n} tiles"
