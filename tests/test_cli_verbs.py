@@ -88,6 +88,16 @@ def test_compile_prints_the_ptx(capsys, small_tg):
     assert ".entry tilegen_gemm_bf16_rr_f32_64x64x32" in out
 
 
+def test_compile_names_the_first_kernels_of_a_prepared_spec(capsys):
+    """f32 on wgmma: the PTX is the tf32 GEMM of the parts; stderr names the split kernels before it."""
+    assert main(["compile", "--dtype", "f32", "--instruction", "wgmma"]) == 0
+    captured = capsys.readouterr()
+    assert ".entry tilegen_gemm_wgmma_tma_persistent_tmastore_promote2_tf32_rc" in captured.out
+    assert "tilegen_split3_kmajor_a (A), tilegen_split3_mnmajor_b (B)" in captured.err
+    assert main(["compile", "--dtype", "tf32", "--instruction", "wgmma"]) == 0
+    assert "first kernels" not in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("emit,what", [("ir", "ir"), ("banks", "bank_report")])
 def test_compile_emits_ir_and_bank_report(capsys, small_tg, emit, what):
     assert main(["compile", str(small_tg), "--emit", emit]) == 0

@@ -127,12 +127,25 @@ def spec_from_args(args):
 
 # -- compile -------------------------------------------------------------------------------
 
+def _say_first_kernels(spec) -> None:
+    """A spec whose operands first kernels prepare (gemm/prepare.py): what runs before the GEMM
+    that --emit shows, and where their PTX is."""
+    if not getattr(spec, "prepared_operands", ()):
+        return
+    from .gemm.prepare import plan
+
+    names = ", ".join(f"{p.kernel.name} ({p.operand})" for p in plan(spec, 1, 1, 1)[0])
+    _progress(f"before this GEMM, first kernels prepare its operands: {names}; their PTX: "
+              f"tilegen.gemm.prepare.plan(spec, M, N, K)[0][i].kernel.ptx (docs/hopper_gemm.md)")
+
+
 def _compile(args) -> int:
     spec = spec_from_args(args)
     if args.emit == "tg":
         text = _spec_text(spec, args.minimal)
     else:
         kernel = compile_spec(spec)
+        _say_first_kernels(spec)
         if args.emit == "ptx":
             text = kernel.ptx
         elif args.emit == "ir":
