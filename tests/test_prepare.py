@@ -67,6 +67,19 @@ def _operand(rng, rows, cols, layout):
     return x if layout == "row" else np.asfortranarray(x)
 
 
+def _alpha_beta_error(kernel, rng, M, N, K, a_layout, b_layout):
+    """(A, B, the error of kernel(A, B, out=C0, alpha=0.75, beta=-1.5) on the emulator against
+    float64, relative to the magnitudes summed)."""
+    A, B = _operand(rng, M, K, a_layout), _operand(rng, K, N, b_layout)
+    C0 = rng.standard_normal((M, N)).astype(np.float32)
+    out = C0.copy()
+    kernel(A, B, out=out, alpha=0.75, beta=-1.5, device="sim")
+    ref = 0.75 * (A.astype(np.float64) @ B.astype(np.float64)) - 1.5 * C0
+    err = np.linalg.norm(out - ref) / (np.linalg.norm(0.75 * np.abs(A.astype(np.float64)) @ np.abs(B))
+                                       + np.linalg.norm(1.5 * C0))
+    return A, B, err
+
+
 @pytest.mark.parametrize("a_layout, b_layout", [("row", "row"), ("col", "col"), ("col", "row")])
 def test_pretransposed_gemm_on_ragged_shapes(a_layout, b_layout):
     """Through kernel(A, B) on the emulator: the K-major copies first, then the K-major kernel,
@@ -75,13 +88,7 @@ def test_pretransposed_gemm_on_ragged_shapes(a_layout, b_layout):
     kernel = compile_gemm(spec)
     rng = np.random.default_rng(hash((a_layout, b_layout)) % 2 ** 31)
     for M, N, K in ((70, 200, 45), (129, 33, 130), (1, 7, 1)):
-        A, B = _operand(rng, M, K, a_layout), _operand(rng, K, N, b_layout)
-        C0 = rng.standard_normal((M, N)).astype(np.float32)
-        out = C0.copy()
-        kernel(A, B, out=out, alpha=0.75, beta=-1.5, device="sim")
-        ref = 0.75 * (A.astype(np.float64) @ B.astype(np.float64)) - 1.5 * C0
-        err = np.linalg.norm(out - ref) / (np.linalg.norm(0.75 * np.abs(A.astype(np.float64)) @ np.abs(B))
-                                           + np.linalg.norm(1.5 * C0))
+        A, B, err = _alpha_beta_error(kernel, rng, M, N, K, a_layout, b_layout)
         assert err <= gemm_bound("tf32", K, truncated=True), (M, N, K, err)
         plain = kernel(A, B, device="sim")
         assert gemm_error(plain, A.astype(np.float64) @ B, A, B) <= gemm_bound("tf32", K, truncated=True)
@@ -196,13 +203,7 @@ def test_f32_on_wgmma_on_ragged_shapes(a_layout, b_layout):
     kernel = compile_gemm(spec)
     rng = np.random.default_rng(hash((a_layout, b_layout, "f32")) % 2 ** 31)
     for M, N, K in ((70, 130, 45), (129, 33, 130), (1, 7, 1)):
-        A, B = _operand(rng, M, K, a_layout), _operand(rng, K, N, b_layout)
-        C0 = rng.standard_normal((M, N)).astype(np.float32)
-        out = C0.copy()
-        kernel(A, B, out=out, alpha=0.75, beta=-1.5, device="sim")
-        ref = 0.75 * (A.astype(np.float64) @ B.astype(np.float64)) - 1.5 * C0
-        err = np.linalg.norm(out - ref) / (np.linalg.norm(0.75 * np.abs(A.astype(np.float64)) @ np.abs(B))
-                                           + np.linalg.norm(1.5 * C0))
+        _, _, err = _alpha_beta_error(kernel, rng, M, N, K, a_layout, b_layout)
         assert err <= gemm_bound("f32", K), (M, N, K, err)
 
 
