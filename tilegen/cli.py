@@ -34,6 +34,7 @@ from .codegen.ptxas import find_ptxas
 from .errors import LaunchError, SpecError, TilegenError
 from .frontend import compile as compile_spec
 from .gemm.call import refuse_long_emulation
+from .gemm.prepare import plan as first_kernels
 from .gemm.spec import GemmSpec, parse_spec_text, spec_to_text
 from .gemm.template import gemm_kernel_name
 from .gemm.textspec import MAX_BYTES as MAX_SPEC_BYTES
@@ -132,9 +133,7 @@ def _say_first_kernels(spec) -> None:
     that --emit shows, and where their PTX is."""
     if not getattr(spec, "prepared_operands", ()):
         return
-    from .gemm.prepare import plan
-
-    names = ", ".join(f"{p.kernel.name} ({p.operand})" for p in plan(spec, 1, 1, 1)[0])
+    names = ", ".join(f"{p.kernel.name} ({p.operand})" for p in first_kernels(spec, 1, 1, 1)[0])
     _progress(f"before this GEMM, first kernels prepare its operands: {names}; their PTX: "
               f"tilegen.gemm.prepare.plan(spec, M, N, K)[0][i].kernel.ptx (docs/hopper_gemm.md)")
 
