@@ -173,6 +173,24 @@ def test_tf32_mn_major_operands_are_copied_k_major_first_where_the_product_is_lo
     assert mm.size_class(edge, 4096, 64) != mm.size_class(edge - 1, 4096, 64)
 
 
+def test_tf32_with_65_to_128_rows_takes_wgmma_on_hopper(monkeypatch):
+    import importlib
+
+    mm = importlib.import_module("tilegen.gemm.matmul")
+    monkeypatch.setattr(mm, "_target", lambda: "sm_90")
+    monkeypatch.setattr(mm, "_tuned", lambda *a, **k: None)
+    z = lambda r, c, col=False: np.asfortranarray(np.zeros((r, c), np.float32)) if col else np.zeros((r, c), np.float32)  # noqa: E731
+    for (M, N, col), want in (((128, 8192, False), mm.TF32_MID_ROWS[("row", False)]),
+                              ((65, 28672, False), mm.TF32_MID_ROWS[("row", True)]),
+                              ((128, 8192, True), mm.TF32_MID_ROWS[("col", False)]),
+                              ((96, 28672, True), mm.TF32_MID_ROWS[("col", True)])):
+        spec = mm.explain(z(M, 1024), z(1024, N, col), allow_tf32=True).spec
+        assert (spec.instruction, tuple(spec.tile), spec.stages) == ("wgmma", want["tile"], want["stages"]), (M, N, col)
+    assert mm.explain(z(64, 1024), z(1024, 8192), allow_tf32=True).spec.instruction == "mma.sync"    # SMALL rows
+    assert mm.explain(z(129, 1024), z(1024, 8192), allow_tf32=True).spec.tile.m == 128               # past SKINNY
+    assert mm.explain(z(128, 1024), z(1024, 8192)).spec.dtype == "f32"                                # not tf32
+
+
 def test_large_f32_problems_on_hopper_split_into_tf32_parts(monkeypatch):
     """f32 without TF32 on Hopper, large: the operands' tf32 parts in one promoted wgmma product;
     smaller and older GPUs keep mma.sync's 3xTF32."""

@@ -80,6 +80,10 @@ SPECS = [dict(persistent=True), dict(persistent=True, a_layout="col", b_layout="
          # tf32 MN-major operands copied K-major first (pretranspose), then the K-major kernel
          dict(dtype="tf32", pretranspose=True), dict(dtype="tf32", pretranspose=True, a_layout="col", b_layout="col"),
          dict(dtype="tf32", pretranspose=True, a_layout="col", out_dtype="bf16", tile=(128, 128, 32), stages=6),
+         # tilegen.matmul's tf32 specs for 65-128 rows (A row-major)
+         dict(dtype="tf32", tile=(64, 128, 32), warps=(1, 8), stages=6),
+         dict(dtype="tf32", b_layout="col", tile=(64, 128, 64), warps=(4, 1), stages=4, persistent=False),
+         dict(dtype="tf32", b_layout="col", tile=(64, 256, 32), warps=(4, 1), stages=4),
          # f32 (3xTF32): the operands' tf32 parts in one promoted tf32 product
          dict(dtype="f32"), dict(dtype="f32", a_layout="col", b_layout="col", out_dtype="bf16"),
          dict(dtype="f32", b_layout="col", promote=1, tile=(128, 128, 64), stages=3),

@@ -61,6 +61,15 @@ FP8_OUT = "bf16"   # an fp8 product's output dtype unless out / out_dtype says o
 SKINNY = 128
 SKINNY_SHORT = 32
 SKINNY_WIDE_BLOCKS = 96
+# tf32 from SMALL + 1 to SKINNY rows against wide weights (A row-major), on wgmma: measured on the H200
+# (run 121, K = 8192, CUDA-graph replay, x cuBLAS tf32) against the mma.sync default's 0.36-0.62x:
+# B row-major 0.62 / 0.67 (128 / 80 rows x 8192) on 64x128x32 tiles, 0.70 / 0.74 (128 / 96 x 28672) on
+# 128x128x32; B column-major (x @ W.T) 0.98 / 0.95 on 64x128x64 tiles one CTA per block, 0.89 / 0.90 on
+# the warp-specialized 64x256x32.
+TF32_MID_ROWS = {("row", False): dict(tile=(64, 128, 32), warps=(1, 8), stages=6),
+                 ("row", True): dict(tile=(128, 128, 32), warps=(1, 8), stages=4),
+                 ("col", False): dict(tile=(64, 128, 64), warps=(4, 1), stages=4, persistent=False),
+                 ("col", True): dict(tile=(64, 256, 32), warps=(4, 1), stages=4)}
 
 # Specs measured best on an H200 for large problems, used when this machine has no tuning cache
 # of its own: (target, dtype) -> fields. The wgmma kernel (128x256 tiles, every layout pair)
@@ -266,8 +275,9 @@ def explain(A, B, *, bias=None, activation=None, residual=None, out=None, allow_
     skinny32 = target == "sm_90" and dtype in ("tf32", "f32") and M <= SKINNY_SHORT and N >= 4 * SKINNY
     skinny_tf32 = (target == "sm_90" and dtype == "tf32" and SKINNY_SHORT < M <= SMALL and N >= 4 * SKINNY
                    and N // 256 < SKINNY_WIDE_BLOCKS)
+    mid_tf32 = target == "sm_90" and dtype == "tf32" and SMALL < M <= SKINNY and N >= 4 * SKINNY and a_layout == "row"
     medium = hopper16 and preset is None and not skinny and min(M, N) > SMALL
-    wgmma = preset["instruction"] if preset is not None else "wgmma" if medium or f32_parts else None
+    wgmma = preset["instruction"] if preset is not None else "wgmma" if medium or f32_parts or mid_tf32 else None
     transpose = (preset is not None and dtype == "tf32" and target == "sm_90" and (a_layout, b_layout) != ("row", "col")
                  and (b_layout == "col" or M >= PRETRANSPOSE_MIN) and (a_layout == "row" or N >= PRETRANSPOSE_MIN))
     if tuned is not None and wgmma is not None and tuned.instruction != wgmma:
@@ -307,6 +317,11 @@ def explain(A, B, *, bias=None, activation=None, residual=None, out=None, allow_
                        + ("them: relative error about 2.6x cuBLAS's tf32" if spec.register_operand is None else
                           f"them ({'AB'.replace(spec.register_operand, '')}; {spec.register_operand} is rounded): "
                           f"relative error about 1.6x cuBLAS's tf32"))
+    elif mid_tf32:
+        wide = N // 256 >= SKINNY_WIDE_BLOCKS
+        spec = GemmSpec(**{**base, "target": "sm_90a"}, instruction="wgmma", **TF32_MID_ROWS[(b_layout, wide)])
+        why.append(f"tf32 with {M} rows against N = {N}: wgmma with {spec.tile.m}x{spec.tile.n}x{spec.tile.k} tiles and "
+                   f"{spec.stages} stages (measured 1.6-2.7x the mma.sync default on the H200)")
     elif f32_parts:
         few = _blocks128(M, N) < MEDIUM_BLOCKS
         spec = GemmSpec(**{**base, "target": "sm_90a"}, instruction="wgmma", **(F32_PARTS_SMALL if few else {}))
