@@ -180,13 +180,16 @@ def test_tf32_with_65_to_128_rows_takes_wgmma_on_hopper(monkeypatch):
     monkeypatch.setattr(mm, "_target", lambda: "sm_90")
     monkeypatch.setattr(mm, "_tuned", lambda *a, **k: None)
     z = lambda r, c, col=False: np.asfortranarray(np.zeros((r, c), np.float32)) if col else np.zeros((r, c), np.float32)  # noqa: E731
-    for (M, N, col), want in (((128, 8192, False), mm.TF32_MID_ROWS[("row", False)]),
-                              ((65, 28672, False), mm.TF32_MID_ROWS[("row", True)]),
-                              ((128, 8192, True), mm.TF32_MID_ROWS[("col", False)]),
-                              ((96, 28672, True), mm.TF32_MID_ROWS[("col", True)])):
+    for (M, N, col), key in (((128, 8192, False), ("row", False, False)), ((65, 28672, False), ("row", True, False)),
+                             ((128, 8192, True), ("col", False, False)), ((96, 28672, True), ("col", True, False)),
+                             ((64, 28672, False), ("row", True, True)), ((33, 8192, True), ("col", False, True)),
+                             ((40, 28672, True), ("col", True, True))):
+        want = mm.TF32_MID_ROWS[key]
         spec = mm.explain(z(M, 1024), z(1024, N, col), allow_tf32=True).spec
         assert (spec.instruction, tuple(spec.tile), spec.stages) == ("wgmma", want["tile"], want["stages"]), (M, N, col)
-    assert mm.explain(z(64, 1024), z(1024, 8192), allow_tf32=True).spec.instruction == "mma.sync"    # SMALL rows
+    skinny = mm.explain(z(64, 1024), z(1024, 8192), allow_tf32=True).spec     # B row-major, narrow: mma.sync's rule
+    assert (skinny.instruction, tuple(skinny.tile)) == ("mma.sync", (64, 64, 64))
+    assert mm.explain(z(32, 1024), z(1024, 8192, True), allow_tf32=True).spec.instruction == "mma.sync"   # SKINNY_SHORT
     assert mm.explain(z(129, 1024), z(1024, 8192), allow_tf32=True).spec.tile.m == 128               # past SKINNY
     assert mm.explain(z(128, 1024), z(1024, 8192)).spec.dtype == "f32"                                # not tf32
 

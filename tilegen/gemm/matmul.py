@@ -61,15 +61,21 @@ FP8_OUT = "bf16"   # an fp8 product's output dtype unless out / out_dtype says o
 SKINNY = 128
 SKINNY_SHORT = 32
 SKINNY_WIDE_BLOCKS = 96
-# tf32 from SMALL + 1 to SKINNY rows against wide weights (A row-major), on wgmma: measured on the H200
-# (run 121, K = 8192, CUDA-graph replay, x cuBLAS tf32) against the mma.sync default's 0.36-0.62x:
+# tf32 from SKINNY_SHORT + 1 to SKINNY rows against wide weights (A row-major), on wgmma; keyed by
+# (B's layout, N // 256 >= SKINNY_WIDE_BLOCKS, M <= SMALL). Measured on the H200 (K = 8192, CUDA-graph
+# replay, x cuBLAS tf32) against what ran before: 65-128 rows (run 121, the mma.sync default's 0.36-0.62x):
 # B row-major 0.62 / 0.67 (128 / 80 rows x 8192) on 64x128x32 tiles, 0.70 / 0.74 (128 / 96 x 28672) on
 # 128x128x32; B column-major (x @ W.T) 0.98 / 0.95 on 64x128x64 tiles one CTA per block, 0.89 / 0.90 on
-# the warp-specialized 64x256x32.
-TF32_MID_ROWS = {("row", False): dict(tile=(64, 128, 32), warps=(1, 8), stages=6),
-                 ("row", True): dict(tile=(128, 128, 32), warps=(1, 8), stages=4),
-                 ("col", False): dict(tile=(64, 128, 64), warps=(4, 1), stages=4, persistent=False),
-                 ("col", True): dict(tile=(64, 256, 32), warps=(4, 1), stages=4)}
+# the warp-specialized 64x256x32. 33-64 rows (run 123): B column-major 0.77-0.79 -> 0.99 (x 8192) and
+# 0.64-0.67 -> 1.06-1.07 (x 28672) on the 64x128x64 tiles; B row-major x 28672 0.83-0.84 -> 1.03-1.05 on
+# 64x128x32 (x 8192 the mma.sync skinny rule stays: 0.75-0.77 against 0.56-0.58).
+TF32_MID_ROWS = {("row", False, False): dict(tile=(64, 128, 32), warps=(1, 8), stages=6),
+                 ("row", True, False): dict(tile=(128, 128, 32), warps=(1, 8), stages=4),
+                 ("col", False, False): dict(tile=(64, 128, 64), warps=(4, 1), stages=4, persistent=False),
+                 ("col", True, False): dict(tile=(64, 256, 32), warps=(4, 1), stages=4),
+                 ("row", True, True): dict(tile=(64, 128, 32), warps=(1, 8), stages=6),
+                 ("col", False, True): dict(tile=(64, 128, 64), warps=(4, 1), stages=4, persistent=False),
+                 ("col", True, True): dict(tile=(64, 128, 64), warps=(4, 1), stages=4, persistent=False)}
 
 # Specs measured best on an H200 for large problems, used when this machine has no tuning cache
 # of its own: (target, dtype) -> fields. The wgmma kernel (128x256 tiles, every layout pair)
@@ -275,7 +281,8 @@ def explain(A, B, *, bias=None, activation=None, residual=None, out=None, allow_
     skinny32 = target == "sm_90" and dtype in ("tf32", "f32") and M <= SKINNY_SHORT and N >= 4 * SKINNY
     skinny_tf32 = (target == "sm_90" and dtype == "tf32" and SKINNY_SHORT < M <= SMALL and N >= 4 * SKINNY
                    and N // 256 < SKINNY_WIDE_BLOCKS)
-    mid_tf32 = target == "sm_90" and dtype == "tf32" and SMALL < M <= SKINNY and N >= 4 * SKINNY and a_layout == "row"
+    mid_tf32 = (target == "sm_90" and dtype == "tf32" and SKINNY_SHORT < M <= SKINNY and N >= 4 * SKINNY
+                and a_layout == "row" and (b_layout, N // 256 >= SKINNY_WIDE_BLOCKS, M <= SMALL) in TF32_MID_ROWS)
     medium = hopper16 and preset is None and not skinny and min(M, N) > SMALL
     wgmma = preset["instruction"] if preset is not None else "wgmma" if medium or f32_parts or mid_tf32 else None
     transpose = (preset is not None and dtype == "tf32" and target == "sm_90" and (a_layout, b_layout) != ("row", "col")
@@ -319,9 +326,9 @@ def explain(A, B, *, bias=None, activation=None, residual=None, out=None, allow_
                           f"relative error about 1.6x cuBLAS's tf32"))
     elif mid_tf32:
         wide = N // 256 >= SKINNY_WIDE_BLOCKS
-        spec = GemmSpec(**{**base, "target": "sm_90a"}, instruction="wgmma", **TF32_MID_ROWS[(b_layout, wide)])
+        spec = GemmSpec(**{**base, "target": "sm_90a"}, instruction="wgmma", **TF32_MID_ROWS[(b_layout, wide, M <= SMALL)])
         why.append(f"tf32 with {M} rows against N = {N}: wgmma with {spec.tile.m}x{spec.tile.n}x{spec.tile.k} tiles and "
-                   f"{spec.stages} stages (measured 1.6-2.7x the mma.sync default on the H200)")
+                   f"{spec.stages} stages (measured faster than the mma.sync kernels on the H200)")
     elif f32_parts:
         few = _blocks128(M, N) < MEDIUM_BLOCKS
         spec = GemmSpec(**{**base, "target": "sm_90a"}, instruction="wgmma", **(F32_PARTS_SMALL if few else {}))
