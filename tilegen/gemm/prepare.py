@@ -31,7 +31,7 @@ from .. import dsl as tg
 
 # the transposing copy's destination block per CTA: BLOCK_ROWS x 32 columns (one 128-byte swizzle
 # span). 32 rows ran 3.2-3.5 TB/s on the H200 at 4096^2 and 8192^2 (memcpy 3.6-4.1), 64: 3.0-3.3,
-# 128: 2.6-2.7 (docs/results/2026-11-24-h200-runs109-122.md, run 110)
+# 128: 2.6-2.7 (docs/results/2026-11-24-h200-runs109-124.md, run 110)
 BLOCK_ROWS = 32
 BLOCK_COLS = 32
 THREADS = 128
