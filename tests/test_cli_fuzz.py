@@ -33,7 +33,16 @@ OPTIONS = {
 
 @pytest.fixture(scope="module")
 def paths(tmp_path_factory):
-    d = tmp_path_factory.mktemp("fuzz")
+    return _inputs(tmp_path_factory.mktemp("cli"))
+
+
+@pytest.fixture(scope="module")
+def fuzz_paths(tmp_path_factory):
+    """The fuzz's own inputs: a fuzzed `-o` may write over any of them."""
+    return _inputs(tmp_path_factory.mktemp("fuzz"))
+
+
+def _inputs(d):
     (d / "ok.tg").write_text("gemm { dtype = f16  tile = 32 x 32 x 32  warps = 1 x 1 }\n")
     (d / "bad.tg").write_text("gemm { tile = 3 x }\n")
     (d / "deep.tg").write_text("gemm " + "{ x " * 5000 + "}" * 5000 + "\n")
@@ -85,11 +94,11 @@ class ClosedPipe(io.StringIO):
 @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture,
                                                                    HealthCheck.too_slow])
 @given(data=st.data())
-def test_no_traceback_over_fuzzed_command_lines(data, paths, monkeypatch, capsys, tmp_path):
+def test_no_traceback_over_fuzzed_command_lines(data, fuzz_paths, monkeypatch, capsys, tmp_path):
     # no GPU here; anything the emulator would take long over is refused at once
     monkeypatch.setattr(call, "EMULATOR_LIMIT_S", 1.0)
     monkeypatch.chdir(tmp_path)
-    argv = data.draw(argvs(paths))
+    argv = data.draw(argvs(fuzz_paths))
     _run(argv, monkeypatch, capsys)
 
 
