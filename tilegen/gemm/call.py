@@ -196,8 +196,7 @@ class FastCall:
             self.sum_grid = second.launch_grid.evaluator(("M", "N", "K"))
         # TMA kernels: each tensor map from the canonical values of its tensor, through that
         # map's own cache (no hashing of the declaration per call)
-        self.maps = tuple((m, map_cache(m), *(_CANONICAL.index(x) for x in (m.ptr, m.rows, m.cols, m.ld)))
-                          for m in kernel.tensor_maps)
+        self.maps = _map_layout(kernel, _CANONICAL)
         self.grid = kernel.launch_grid.evaluator(("M", "N", "K"))
         # The last plain call: its arrays' shapes, strides, dtypes and devices, what was derived
         # from them, the launcher, and its pointers, alpha and beta with the arguments they gave.
@@ -380,18 +379,30 @@ class FastCall:
         try:
             if not self.maps:
                 return self.pick(values)
-            maps = []
-            for m, cache, p, r, c, ld in self.maps:
-                key = (values[p], values[r], values[c], values[ld])
-                raw = cache.get(key)
-                maps.append(raw if raw is not None else tensor_map_bytes(m, *key))
-            return self.pick(values + tuple(maps))
+            return self.pick(values + _tensor_maps(self.maps, values))
         except IndexError:
             width = len(_CANONICAL) + (len(_WORK) if self.split else 0)
             if len(values) == width:
                 raise
             raise ValueError(f"{self.kernel.name}: arguments() takes {width} values ({', '.join(_CANONICAL)}"
                              + (f", {', '.join(_WORK)}" if self.split else "") + f"), got {len(values)}") from None
+
+
+def _map_layout(kernel, names: tuple) -> tuple:
+    """For each of a kernel's tensor maps: (declaration, its map cache, the positions in `names`
+    of its pointer, rows, columns and leading dimension), so that a launch from positional
+    values builds (or finds) the map without hashing the declaration."""
+    return tuple((m, map_cache(m), *(names.index(x) for x in (m.ptr, m.rows, m.cols, m.ld))) for m in kernel.tensor_maps)
+
+
+def _tensor_maps(layout: tuple, values: tuple) -> tuple:
+    """The tensor maps (bytes) of a launch from its positional values (_map_layout)."""
+    maps = []
+    for m, cache, p, r, c, ld in layout:
+        key = (values[p], values[r], values[c], values[ld])
+        raw = cache.get(key)
+        maps.append(raw if raw is not None else tensor_map_bytes(m, *key))
+    return tuple(maps)
 
 
 def _matrix(shape, strides, row: bool):
@@ -444,21 +455,15 @@ class _FirstKernel:
         self.kernel = kernel
         names = SIZE_NAMES[kind] + POINTER_NAMES
         self.pick = itemgetter(*((names + tuple(m.param for m in kernel.tensor_maps)).index(n) for n, _ in kernel.params))
-        self.maps = tuple((m, map_cache(m), *(names.index(x) for x in (m.ptr, m.rows, m.cols, m.ld)))
-                          for m in kernel.tensor_maps)
+        self.maps = _map_layout(kernel, names)
         self.grid = kernel.launch_grid.evaluator(SIZE_NAMES[kind])
         self.sizes = len(SIZE_NAMES[kind])
 
     def __call__(self, values: tuple, device: int, stream) -> None:
         launcher = self.kernel.launcher(device)
-        maps = []
-        for m, cache, p, r, c, ld in self.maps:
-            key = (values[p], values[r], values[c], values[ld])
-            raw = cache.get(key)
-            maps.append(raw if raw is not None else tensor_map_bytes(m, *key))
         grid = self.grid(*values[:self.sizes], launcher.sm_count)
         if 0 not in grid:
-            launcher(grid, self.pick(values + tuple(maps)), stream)
+            launcher(grid, self.pick(values + _tensor_maps(self.maps, values)), stream)
 
 
 # ---- host arrays: through the GPU or the emulator ----------------------------------------
@@ -534,7 +539,7 @@ class _SimMemory:
         from ..sim.runner import EMULATOR_SM_COUNT, run_kernel
 
         spec = kernel.spec
-        prepared = getattr(spec, "pretranspose", False) or getattr(spec, "splits_operands", False)
+        prepared = bool(getattr(spec, "prepared_operands", ()))
         preps, k_run = preparations(spec, args) if prepared else ((), sizes["K"])   # (the K the GEMM runs over)
         x, y, z = kernel.grid(sizes, EMULATOR_SM_COUNT)
         trips = -(-k_run // spec.tile.k) if spec is not None else 1
@@ -688,8 +693,8 @@ def _run_device(kernel, A, B, out, alpha, beta, bias, residual, repitch=False, s
     lib = interop.library(A)
     stream = lib.stream(a.device or 0) if lib is not None else 0
     keep: list = []  # re-pitched copies, freed in stream order after the kernel
-    a_ptr, a_ld = _aligned(a, stream, keep) if align["A"] is None and "A" not in spec.prepared_operands else (a.ptr, a.ld)
-    b_ptr, b_ld = _aligned(b, stream, keep) if align["B"] is None and "B" not in spec.prepared_operands else (b.ptr, b.ld)
+    a_ptr, a_ld = _aligned(a, stream, keep) if repitch and "A" not in spec.prepared_operands else (a.ptr, a.ld)
+    b_ptr, b_ld = _aligned(b, stream, keep) if repitch and "B" not in spec.prepared_operands else (b.ptr, b.ld)
     args = {"M": M, "N": N, "K": K, "A_ptr": a_ptr, "A_ld": a_ld, "B_ptr": b_ptr, "B_ld": b_ld,
             "C_ptr": c.ptr, "C_ld": c.ld, "alpha": alpha, "beta": beta}
     if bias is not None:

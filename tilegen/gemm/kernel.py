@@ -64,7 +64,7 @@ class GemmKernel(Kernel):
         workspace taken from and given back to the stream-ordered allocator in between; with
         operands prepared first (pretranspose, f32 on wgmma: gemm/prepare.py), their kernels
         before, into workspaces alike."""
-        if self.spec.pretranspose or self.spec.splits_operands:
+        if self.spec.prepared_operands:
             handle = int(runtime.stream_handle(stream))
             preps, K = preparations(self.spec, args)
             copies = []
