@@ -424,3 +424,17 @@ VALID = [
 @pytest.mark.parametrize("kw", VALID)
 def test_valid_specs_satisfy_invariants(kw):
     assert _spec_or_spec_error(kw) is not None
+
+
+def test_replace_resolves_again_what_the_spec_was_not_given():
+    """spec.replace(dtype=...) or replace(pretranspose=False) gives the new spec's own defaults
+    (the atom, tile, ... it resolved), and keeps what the caller chose."""
+    assert GemmSpec(dtype="f16").replace(dtype="bf16") == GemmSpec(dtype="bf16")
+    assert tuple(GemmSpec(dtype="f16", tile=(64, 64, 32)).replace(dtype="bf16").tile) == (64, 64, 32)
+    pre = GemmSpec(dtype="tf32", instruction="wgmma", target="sm_90a", pretranspose=True)
+    assert pre.replace(pretranspose=False) == GemmSpec(dtype="tf32", instruction="wgmma", target="sm_90a")
+    f32 = GemmSpec(dtype="f32", instruction="wgmma", target="sm_90a")
+    assert f32.replace(dtype="bf16") == GemmSpec(dtype="bf16", instruction="wgmma", target="sm_90a")
+    wg = GemmSpec(dtype="bf16", instruction="wgmma")
+    assert wg.replace(instruction="mma.sync") == GemmSpec(dtype="bf16")
+    assert wg.replace(stages=3).stages == 3 and wg.replace(stages=3).tile == wg.tile

@@ -218,6 +218,8 @@ class GemmSpec:
 
     def __post_init__(self):
         set_ = lambda k, v: object.__setattr__(self, k, v)  # noqa: E731  (frozen)
+        # what the caller chose of the fields resolved below: replace() keeps those, resolves the rest anew
+        set_("_given", frozenset(f for f in _DERIVED if getattr(self, f) != _DEFAULTS[f]))
         if isinstance(self.cluster, list):
             set_("cluster", tuple(self.cluster))
         if not isinstance(self.pretranspose, bool):
@@ -460,7 +462,13 @@ class GemmSpec:
         return total + 1024  # dynamic shared memory is rounded up to a 1024-byte boundary
 
     def replace(self, **changes) -> "GemmSpec":
-        return replace(self, **changes)
+        """This spec with `changes`. The fields it resolved from the others (the tile, atom,
+        stages, target, ... it was not given) are resolved again for the new spec, so
+        spec.replace(dtype="bf16") is the bf16 spec with the same choices, not the f16 atom
+        refused; the fields it was given stay unless changed."""
+        kept = {f.name: getattr(self, f.name) for f in fields(self)
+                if f.name not in _DERIVED or f.name in getattr(self, "_given", _DERIVED)}
+        return GemmSpec(**{**kept, **changes})
 
     def to_text(self, minimal: bool = False) -> str:
         """The spec as .tg text (every field; minimal=True: only those off their defaults)."""
@@ -638,6 +646,11 @@ F32_PROMOTE = 2
 # the fields __post_init__ resolves from the others (a pretranspose spec takes its K-major twin's)
 _RESOLVED = ("tile", "warps", "atom", "stages", "swizzle", "frag_buffers", "persistent", "copy", "promote",
              "store", "target")
+
+# the fields __post_init__ fills in when left at their defaults
+_DERIVED = ("b_layout", "tile", "warps", "atom", "stages", "swizzle", "frag_buffers", "target", "persistent", "copy",
+            "store", "promote")
+_DEFAULTS = {f.name: f.default for f in fields(GemmSpec) if f.name in _DERIVED}
 
 KINDS = {"gemm": GemmSpec}  # the blocks a .tg file may hold
 
