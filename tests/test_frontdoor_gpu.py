@@ -285,3 +285,50 @@ def test_f32_as_tf32_parts_is_as_accurate_as_cublas_f32():
     ours = float(torch.linalg.norm(tilegen.matmul(A, B).double() - ref) / torch.linalg.norm(ref))
     record("f32_parts_error", tilegen=ours, cublas_f32=cublas)
     assert ours <= cublas, (ours, cublas)
+
+
+def test_stacks_of_matrices_as_torch_matmul_takes_them():
+    """Activations (batch, tokens, features) @ W.T fold into one product on views (out written in
+    place, the fast path's launch captured in a graph); a stack of B, a permuted A and fp8 tokens
+    with a scale each run one product per matrix or fold, each against torch's float64 product."""
+    gen = torch.Generator(device="cuda").manual_seed(31)
+    x = torch.randn(4, 96, 256, device="cuda", dtype=torch.bfloat16, generator=gen)
+    W = torch.randn(320, 256, device="cuda", dtype=torch.bfloat16, generator=gen)
+    bias = torch.randn(320, device="cuda", dtype=torch.bfloat16, generator=gen)
+
+    def rel(C, ref):
+        return float(torch.linalg.norm(C.double() - ref) / torch.linalg.norm(ref))
+
+    ref = x.double() @ W.T.double() + bias.double()
+    out = torch.full((4, 96, 320), float("nan"), device="cuda", dtype=torch.bfloat16)
+    assert tilegen.matmul(x, W.T, bias=bias, out=out) is out
+    C = tilegen.matmul(x, W.T, bias=bias)
+    torch.cuda.synchronize()
+    assert C.shape == (4, 96, 320) and rel(out, ref) <= _bound(torch.bfloat16, 256) and rel(C, ref) <= _bound(torch.bfloat16, 256)
+    assert "one 384 x 320 x 256 product" in tilegen.matmul.explain(x, W.T, bias=bias).reason
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        tilegen.matmul(x, W.T, bias=bias, out=out)
+    x.copy_(torch.randn(x.shape, device="cuda", dtype=x.dtype, generator=gen))
+    out.fill_(float("nan"))
+    graph.replay()
+    torch.cuda.synchronize()
+    assert rel(out, x.double() @ W.T.double() + bias.double()) <= _bound(torch.bfloat16, 256)
+
+    A = torch.randn(3, 2, 64, 128, device="cuda", dtype=torch.float16, generator=gen)
+    B = torch.randn(2, 128, 80, device="cuda", dtype=torch.float16, generator=gen)
+    C = tilegen.matmul(A, B)
+    Ap = A.permute(1, 0, 2, 3)                       # (2, 3, 64, 128): its matrices apart in memory
+    Cp = tilegen.matmul(Ap, W.T[:128, :80].to(torch.float16))
+    torch.cuda.synchronize()
+    assert C.shape == (3, 2, 64, 80) and rel(C, A.double() @ B.double()) <= _bound(torch.float16, 128)
+    assert rel(Cp, Ap.double() @ W.T[:128, :80].double()) <= _bound(torch.float16, 128)
+    assert "A's matrices do not lie" in tilegen.matmul.explain(Ap, W.T[:128, :80].to(torch.float16)).reason
+
+    if torch.cuda.get_device_capability() >= (8, 9) and hasattr(torch, "float8_e4m3fn"):
+        x8 = torch.randn(2, 64, 128, device="cuda", generator=gen).to(torch.float8_e4m3fn)
+        W8 = torch.randn(96, 128, device="cuda", generator=gen).to(torch.float8_e4m3fn)
+        sa = torch.rand(2, 64, 1, device="cuda", generator=gen) + 0.5
+        C8 = tilegen.matmul(x8, W8.T, scale_a=sa, out_dtype=torch.float32)
+        torch.cuda.synchronize()
+        assert rel(C8, (x8.double() @ W8.T.double()) * sa.double()) <= 1e-5

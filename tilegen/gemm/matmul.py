@@ -26,7 +26,7 @@ from ..arch.dtypes import FP8, numpy_dtype
 from ..errors import LaunchError
 from ..runtime import interop
 from ..runtime.interop import DEVICE, DTYPE, SHAPE, STRIDES
-from . import tuned
+from . import batch, tuned
 from .call import NO_SCALES, refuse_long_emulation
 from .kernel import compile_gemm
 from .spec import Epilogue, GemmSpec
@@ -212,6 +212,11 @@ def _allow_tf32(allow) -> bool:
 def explain(A, B, *, bias=None, activation=None, residual=None, out=None, allow_tf32=None, scale_a=None, scale_b=None,
             **_ignored) -> Choice:
     """The spec matmul would run for these arguments, and the reason."""
+    if batch.is_stack(A, B):
+        stack = batch.plan(A, B, out=out, bias=bias)
+        args = batch.first_product(stack, A, B, out=out, residual=residual, scale_a=scale_a, scale_b=scale_b)
+        choice = explain(bias=bias, activation=activation, allow_tf32=allow_tf32, **args)
+        return Choice(choice.spec, f"{stack.why}; {choice.reason}")
     M, K = _shape(A, "A")
     K2, N = _shape(B, "B")
     if K != K2:
@@ -440,7 +445,7 @@ def _fast_matmul(lib, A, B, out, bias, activation, residual, alpha, beta, allow_
     if interop.library(B) is not lib:
         return None
     pa, pb = lib.probe(A), lib.probe(B)
-    if not pa or not pb:
+    if not pa or not pb or len(pa[SHAPE]) != 2 or len(pb[SHAPE]) != 2:
         return None
     pc = None
     if out is not None:
@@ -498,6 +503,10 @@ def matmul(A, B, *, bias=None, activation=None, residual=None, alpha=1.0, beta=0
     per row of A / per column of B (f32 vectors of length M / N, applied in the epilogue)."""
     scales = NO_SCALES
     if scale_a is not None or scale_b is not None:   # per-tensor: into alpha; per row / column: the epilogue's
+        if batch.is_stack(A, B):
+            return _stacked(A, B, bias=bias, activation=activation, residual=residual, alpha=alpha, beta=beta,
+                            out=out, allow_tf32=allow_tf32, device=device, scale_a=scale_a, scale_b=scale_b,
+                            out_dtype=out_dtype)
         rows = int(A.shape[0]) if hasattr(A, "shape") and len(A.shape) == 2 else 0
         cols = int(B.shape[1]) if hasattr(B, "shape") and len(B.shape) == 2 else 0
         va, vb = _vector_scale(scale_a, rows, "scale_a"), _vector_scale(scale_b, cols, "scale_b")
@@ -513,6 +522,9 @@ def matmul(A, B, *, bias=None, activation=None, residual=None, alpha=1.0, beta=0
             done = _fast_matmul(lib, A, B, out, bias, activation, residual, alpha, beta, allow_tf32, scales)
             if done is not None:
                 return done
+    if batch.is_stack(A, B):
+        return _stacked(A, B, bias=bias, activation=activation, residual=residual, alpha=alpha, beta=beta, out=out,
+                        allow_tf32=allow_tf32, device=device)
     if len(getattr(A, "shape", ())) == 2 and len(getattr(B, "shape", ())) == 2 and A.shape[1] == 0 == B.shape[0]:
         A, B = zero_operands(A, B)   # numpy's A @ B is zeros: the epilogue of a product of zeros
     choice = explain(A, B, bias=bias, activation=activation, residual=residual, out=out, allow_tf32=allow_tf32,
@@ -527,6 +539,14 @@ def matmul(A, B, *, bias=None, activation=None, residual=None, alpha=1.0, beta=0
     return kernel(A, B, out=out, alpha=alpha, beta=beta, bias=_as_out_dtype(bias, spec, "bias"),
                   residual=_as_out_dtype(residual, spec, "residual"), device=device, repitch=True,
                   scale_a=scales[0], scale_b=scales[1])
+
+
+def _stacked(A, B, *, out, residual, scale_a=None, scale_b=None, **options):
+    """matmul of stacks of matrices or of vectors (gemm/batch.py): one product, or one per matrix."""
+    stack = batch.plan(A, B, out=out, bias=options.get("bias"))
+    if options.get("device") is None and isinstance(A, np.ndarray) and not runtime.gpu_available():
+        refuse_long_emulation(stack.matrices * stack.M, stack.N, stack.K)
+    return batch.run(matmul, stack, A, B, out=out, residual=residual, scale_a=scale_a, scale_b=scale_b, **options)
 
 
 ZERO_K = 16   # columns of zeros standing in for an empty K (16-byte rows for every dtype)
@@ -593,15 +613,15 @@ def _out_dtype_name(dt) -> str:
 
 
 def _empty_out(A, B, name: str):
-    """An uninitialised M x N output of dtype `name` in A's library (numpy, PyTorch, CuPy)."""
-    M, N = int(A.shape[0]), int(B.shape[1])
+    """An uninitialised output of A @ B's shape and dtype `name` in A's library (numpy, PyTorch, CuPy)."""
+    shape = batch.plan(A, B).result_shape if batch.is_stack(A, B) else (int(A.shape[0]), int(B.shape[1]))
     if isinstance(A, np.ndarray):
-        return np.empty((M, N), dtype=numpy_dtype(name))
+        return np.empty(shape, dtype=numpy_dtype(name))
     lib = interop.library(A)
     probe = lib.probe(A) if lib is not None else None
     if not probe:
         raise LaunchError("out_dtype= needs numpy, PyTorch or CuPy arrays; pass out= instead")
-    return lib.empty((M, N), numpy_dtype(name).name if name != "bf16" else "bfloat16", probe[DEVICE])
+    return lib.empty(shape, numpy_dtype(name).name if name != "bf16" else "bfloat16", probe[DEVICE])
 
 
 matmul.explain = explain
