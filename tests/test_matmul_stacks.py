@@ -102,3 +102,23 @@ def test_stacks_that_do_not_fit_are_explained(a, b, kw, message):
 def test_a_scalar_is_refused_as_numpy_does():
     with pytest.raises(tilegen.LaunchError, match="0-d array"):
         tilegen.matmul(np.float16(2.0), _rand((4, 4), 1), device="sim")
+
+
+def test_the_fast_paths_fold_reads_strides_as_reshape_does():
+    """folded_probe (PyTorch / CuPy arrays) folds exactly when reshape(-1, K) would be a view."""
+    from tilegen.gemm.batch import folded_probe
+
+    for shape, order in [((2, 3, 5, 8), None), ((2, 5, 8), (1, 0, 2)), ((1, 5, 8), None), ((4, 1, 8), None),
+                         ((3, 5, 8), (0, 2, 1)), ((2, 5, 8), "sliced")]:
+        x = np.zeros(shape, np.float32)
+        if order == "sliced":
+            x = np.zeros((2, 7, 8), np.float32)[:, 1:6]
+        elif order is not None:
+            x = np.zeros(tuple(shape[i] for i in np.argsort(order)), np.float32).transpose(order)
+        strides = tuple(s // 4 for s in x.strides)
+        p = folded_probe((1000, x.shape, strides, "float32", 0))
+        view = x.reshape(-1, x.shape[-1])
+        is_view = np.shares_memory(view, x)
+        assert (p is not None) == is_view, (shape, order)
+        if p is not None:
+            assert p[1] == view.shape and (view.shape[0] == 1 or p[2] == tuple(s // 4 for s in view.strides))

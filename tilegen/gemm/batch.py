@@ -85,6 +85,17 @@ def _folds_rows(x, vector_last: bool) -> bool:
     return _rows_fold(shape + (1,), strides + (1,)) if vector_last else _rows_fold(shape, strides)
 
 
+def folded_probe(p):
+    """The probe (runtime/interop.py) of a stack of matrices as that of the one taller matrix its
+    rows make, or None when they do not make one (or make none)."""
+    ptr, shape, strides, dtype, device = p
+    rows = prod(shape[:-1])
+    if not rows or not _rows_fold(shape, strides):
+        return None
+    pitch = next((s for n, s in zip(reversed(shape[:-1]), reversed(strides[:-1])) if n != 1), shape[-1])
+    return ptr, (rows, shape[-1]), (pitch, strides[-1]), dtype, device
+
+
 def plan(A, B, *, out=None, bias=None) -> Stack:
     """How matmul multiplies these arrays (A or B not 2-D)."""
     a_shape, b_shape = _dims(A, "A"), _dims(B, "B")

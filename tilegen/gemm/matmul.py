@@ -445,13 +445,27 @@ def _fast_matmul(lib, A, B, out, bias, activation, residual, alpha, beta, allow_
     if interop.library(B) is not lib:
         return None
     pa, pb = lib.probe(A), lib.probe(B)
-    if not pa or not pb or len(pa[SHAPE]) != 2 or len(pb[SHAPE]) != 2:
+    if not pa or not pb or len(pb[SHAPE]) != 2:
         return None
+    stack = None
+    if len(pa[SHAPE]) != 2:   # activations (..., M, K) @ W: the probe of the taller matrix their rows make
+        stack = pa[SHAPE][:-1]
+        if len(stack) < 2 or residual is not None or scales is not NO_SCALES:
+            return None
+        pa = batch.folded_probe(pa)
+        if pa is None:
+            return None
     pc = None
     if out is not None:
         pc = interop.library(out) is lib and lib.probe(out)
         if not pc:
             return None
+        if stack is not None:
+            if pc[SHAPE][:-1] != stack:
+                return None
+            pc = batch.folded_probe(pc)
+            if pc is None:
+                return None
     tf32 = _allow_tf32(allow_tf32) if pa[DTYPE] == "float32" else None
     exact = (pa[SHAPE], pa[STRIDES], pa[DTYPE], pa[DEVICE], pb[SHAPE], pb[STRIDES], pb[DTYPE],
              pc[DTYPE] if pc else None, None if bias is None else bias.shape, activation, residual is not None, tf32,
@@ -464,7 +478,8 @@ def _fast_matmul(lib, A, B, out, bias, activation, residual, alpha, beta, allow_
         if len(_exact) >= EXACT_MAX:
             _exact.clear()
         _exact[exact] = kernel
-    return kernel.fast_call.run(lib, pa, pb, out, pc, bias, residual, alpha, beta, True, scales)
+    c = kernel.fast_call.run(lib, pa, pb, out, pc, bias, residual, alpha, beta, True, scales)
+    return c if stack is None or out is not None or c is None else c.reshape(*stack, c.shape[1])
 
 
 def _choose(lib, A, B, out, pa, pb, pc, bias, activation, residual, tf32, scales=NO_SCALES):
