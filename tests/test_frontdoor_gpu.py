@@ -335,3 +335,18 @@ def test_stacks_of_matrices_as_torch_matmul_takes_them():
         scale = torch.linalg.norm((x8.double().abs() @ W8.T.double().abs()) * sa.double())
         err = float(torch.linalg.norm(C8.double() - (x8.double() @ W8.T.double()) * sa.double()) / scale)
         assert C8.shape == (2, 64, 96) and err <= fp8_wgmma_bound(128, "f32", 128), err
+
+
+@pytest.mark.parametrize("shape", [(256, 256), (4, 64, 256)])
+def test_calls_without_out_get_a_new_result_each_time(shape):
+    """Without out= the fast path launches into a new array each call (its launch record reused
+    with the new pointer): earlier results stay as they were."""
+    gen = torch.Generator(device="cuda").manual_seed(41)
+    W = torch.randn(256, 192, device="cuda", dtype=torch.bfloat16, generator=gen)
+    xs = [torch.randn(shape, device="cuda", dtype=torch.bfloat16, generator=gen) for _ in range(4)]
+    results = [tilegen.matmul(x, W) for x in xs for _ in range(2)]
+    torch.cuda.synchronize()
+    assert len({id(c) for c in results}) == len(results)
+    for i, C in enumerate(results):
+        x = xs[i // 2]
+        assert C.shape == (*shape[:-1], 192) and _rel(C.reshape(-1, 192), x.reshape(-1, 256), W) <= _bound(torch.bfloat16, 256)

@@ -87,12 +87,21 @@ def _folds_rows(x, vector_last: bool) -> bool:
 
 def folded_probe(p):
     """The probe (runtime/interop.py) of a stack of matrices as that of the one taller matrix its
-    rows make, or None when they do not make one (or make none)."""
+    rows make, or None when they do not make one (or make none). On the hot path: one loop."""
     ptr, shape, strides, dtype, device = p
-    rows = prod(shape[:-1])
-    if not rows or not _rows_fold(shape, strides):
+    rows, pitch, span = 1, shape[-1], None
+    for i in range(len(shape) - 2, -1, -1):   # from M outwards: each stride the span of the dimensions inside
+        n = shape[i]
+        if n != 1:
+            s = strides[i]
+            if span is None:
+                pitch = s
+            elif s != span:
+                return None
+            span = n * s
+            rows *= n
+    if not rows:
         return None
-    pitch = next((s for n, s in zip(reversed(shape[:-1]), reversed(strides[:-1])) if n != 1), shape[-1])
     return ptr, (rows, shape[-1]), (pitch, strides[-1]), dtype, device
 
 
