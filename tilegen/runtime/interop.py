@@ -28,6 +28,7 @@ class _Torch:
         self.dtypes = {getattr(torch, n): n for n in ("float16", "bfloat16", "float32", "float64",
                                                       "float8_e4m3fn", "float8_e5m2") if hasattr(torch, n)}
         self.by_name = {n: t for t, n in self.dtypes.items()}
+        self.devices = {}
         raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)  # an int, without a Stream object
         self.stream = raw if raw is not None else (lambda d: torch.cuda.current_stream(d).cuda_stream)
 
@@ -39,7 +40,10 @@ class _Torch:
         return t.data_ptr(), t.shape, t.stride(), dtype, dev
 
     def empty(self, shape, dtype: str, device: int):
-        return self.torch.empty(shape, dtype=self.by_name[dtype], device=f"cuda:{device}")
+        where = self.devices.get(device)
+        if where is None:   # (a device object made once: parsing "cuda:N" each call costs a microsecond)
+            where = self.devices[device] = self.torch.device("cuda", device)
+        return self.torch.empty(shape, dtype=self.by_name[dtype], device=where)
 
 
 class _CuPy:
