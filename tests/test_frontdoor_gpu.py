@@ -350,3 +350,48 @@ def test_calls_without_out_get_a_new_result_each_time(shape):
     for i, C in enumerate(results):
         x = xs[i // 2]
         assert C.shape == (*shape[:-1], 192) and _rel(C.reshape(-1, 192), x.reshape(-1, 256), W) <= _bound(torch.bfloat16, 256)
+
+
+def test_a_stack_of_products_runs_as_one_batched_launch(monkeypatch):
+    """torch stacks (attention-like, a broadcast A, column-major matrices, bias + residual, inside a
+    CUDA graph) through one batched launch each, against torch's float64 products; a stack whose
+    rows are not 16-byte aligned runs matrix by matrix instead, just as correctly."""
+    import tilegen.gemm.batch as batch
+
+    gen = torch.Generator(device="cuda").manual_seed(51)
+    dt = torch.bfloat16
+
+    def rel(C, ref):
+        return float(torch.linalg.norm(C.double() - ref) / torch.linalg.norm(ref))
+
+    q = torch.randn(2, 8, 128, 64, device="cuda", dtype=dt, generator=gen)     # (batch, heads, tokens, dim)
+    k = torch.randn(2, 8, 128, 64, device="cuda", dtype=dt, generator=gen)
+    W = torch.randn(64, 96, device="cuda", dtype=dt, generator=gen)
+    Bs = torch.randn(5, 96, 64, device="cuda", dtype=dt, generator=gen).transpose(1, 2)   # (5, 64, 96) col-major
+    bias = torch.randn(96, device="cuda", dtype=dt, generator=gen)
+    res = torch.randn(5, 77, 96, device="cuda", dtype=dt, generator=gen)
+    A1 = torch.randn(77, 64, device="cuda", dtype=dt, generator=gen)
+    calls = []
+    monkeypatch.setattr(batch, "run", lambda *a, **kw: calls.append(1) or pytest.fail("ran matrix by matrix"))
+    bound = _bound(dt, 64)
+    S = tilegen.matmul(q, k.transpose(-1, -2))
+    torch.cuda.synchronize()
+    assert S.shape == (2, 8, 128, 128) and rel(S, q.double() @ k.double().transpose(-1, -2)) <= bound
+    assert "batched kernel" in tilegen.matmul.explain(q, k.transpose(-1, -2)).reason
+    Y = tilegen.matmul(A1, Bs, bias=bias, residual=res)
+    graph, out = torch.cuda.CUDAGraph(), torch.full((2, 8, 128, 128), float("nan"), device="cuda", dtype=dt)
+    tilegen.matmul(q, k.transpose(-1, -2), out=out)   # (warm: the kernel is compiled and loaded)
+    with torch.cuda.graph(graph):
+        tilegen.matmul(q, k.transpose(-1, -2), out=out)
+    q.copy_(torch.randn(q.shape, device="cuda", dtype=dt, generator=gen))
+    out.fill_(float("nan"))
+    graph.replay()
+    torch.cuda.synchronize()
+    assert rel(out, q.double() @ k.double().transpose(-1, -2)) <= bound
+    assert rel(Y, A1.double() @ Bs.double() + bias.double() + res.double()) <= bound
+    monkeypatch.undo()
+    odd = torch.randn(3, 40, 37, device="cuda", dtype=torch.float16, generator=gen)   # 74-byte rows
+    odd_b = torch.randn(3, 37, 24, device="cuda", dtype=torch.float16, generator=gen)
+    C = tilegen.matmul(odd, odd_b)
+    torch.cuda.synchronize()
+    assert rel(C, odd.double() @ odd_b.double()) <= _bound(torch.float16, 37)

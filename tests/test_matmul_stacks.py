@@ -28,22 +28,52 @@ def _check(C, A, B, bias=None, residual=None, dtype="f16"):
     assert np.all(np.abs(C.astype(np.float64) - ref) <= gemm_bound(dtype, A.shape[-1], dtype) * (scale + 1e-30))
 
 
-@pytest.mark.parametrize("a_shape, b_shape, folded", [
-    ((2, 3, 20, 24), (24, 17), True),          # activations (batch, tokens, features) @ W: one product
-    ((2, 3, 20, 24), (1, 24, 17), True),       # B's batch dimensions all 1
-    ((2, 3, 20, 24), (3, 24, 17), False),      # a stack of B, broadcast over A's first dimension
-    ((2, 1, 20, 24), (1, 3, 24, 17), False),   # both broadcast
-    ((24,), (24, 17), True),                   # a row vector
-    ((2, 20, 24), (24,), True),                # a column vector
-    ((24,), (4, 24, 17), False),
-    ((24,), (24,), True),                      # a dot product: a 0-d result, as numpy's
+FOLDED, BATCHED, EACH = "read as one", "batched kernel", "product per matrix"
+
+
+@pytest.mark.parametrize("a_shape, b_shape, how", [
+    ((2, 3, 20, 24), (24, 17), FOLDED),        # activations (batch, tokens, features) @ W: one product
+    ((2, 3, 20, 24), (1, 24, 17), FOLDED),     # B's batch dimensions all 1
+    ((2, 3, 20, 24), (2, 3, 24, 17), BATCHED), # a stack of products: one launch
+    ((20, 24), (5, 24, 17), BATCHED),          # one A for every B (batch stride 0)
+    ((2, 3, 20, 24), (3, 24, 17), EACH),       # B broadcast along one batch dimension only
+    ((2, 1, 20, 24), (1, 3, 24, 17), EACH),    # both broadcast
+    ((24,), (24, 17), "one row"),              # a row vector
+    ((2, 20, 24), (24,), FOLDED),              # a column vector
+    ((24,), (4, 24, 17), BATCHED),
+    ((24,), (24,), "one row"),                 # a dot product: a 0-d result, as numpy's
 ])
-def test_stacks_and_vectors_multiply_as_numpy_matmul(a_shape, b_shape, folded):
+def test_stacks_and_vectors_multiply_as_numpy_matmul(a_shape, b_shape, how):
     A, B = _rand(a_shape, 1), _rand(b_shape, 2)
     C = tilegen.matmul(A, B, device="sim")
     _check(C, A, B)
     reason = tilegen.matmul.explain(A, B).reason
-    assert ("per matrix" not in reason) == folded, reason
+    assert how in reason, reason
+
+
+@pytest.mark.parametrize("dtype, name, allow_tf32", [(F16, "f16", None), (ml_dtypes.bfloat16, "bf16", None),
+                                                    (np.float32, "f32", False), (np.float32, "tf32", True)])
+def test_a_batched_kernel_runs_a_stack_in_one_launch(monkeypatch, dtype, name, allow_tf32):
+    """Ragged products (no size a multiple of a tile), matrices column-major, one A broadcast
+    (batch stride 0), alpha, beta, bias and residual: one launch (the per-matrix path would fail)."""
+    import tilegen.gemm.batch as batch
+
+    monkeypatch.setattr(batch, "run", lambda *a, **k: pytest.fail("ran matrix by matrix"))
+    A = _rand((1, 50, 33), 13, dtype).swapaxes(1, 2)          # (1, 33, 50), column-major: one A for all
+    B = _rand((3, 40, 50), 14, dtype).swapaxes(1, 2)          # (3, 50, 40), each matrix column-major
+    bias = np.linspace(-1, 1, 40).astype(np.float32)
+    residual = _rand((3, 33, 40), 15, np.float32)
+    out = _rand((3, 33, 40), 16, np.float32)
+    before = out.astype(np.float64)
+    spec = tilegen.matmul.explain(A, B, bias=bias, residual=residual, out=out, allow_tf32=allow_tf32).spec
+    assert spec.batched and spec.dtype == name and (spec.a_layout, spec.b_layout) == ("col", "col")
+    C = tilegen.matmul(A, B, bias=bias, residual=residual, out=out, alpha=0.5, beta=-2.0, allow_tf32=allow_tf32,
+                       device="sim")
+    assert C is out
+    A64, B64 = A.astype(np.float64), B.astype(np.float64)
+    ref = 0.5 * np.matmul(A64, B64) - 2.0 * before + bias + residual
+    scale = 0.5 * np.matmul(np.abs(A64), np.abs(B64)) + 2.0 * np.abs(before) + np.abs(bias) + np.abs(residual)
+    assert np.all(np.abs(out - ref) <= gemm_bound(name, 50) * scale)
 
 
 def test_out_bias_and_residual_over_a_folded_stack():
@@ -56,14 +86,14 @@ def test_out_bias_and_residual_over_a_folded_stack():
     _check(out, A, B, bias=bias, residual=residual)
 
 
-def test_a_bias_per_row_and_an_out_that_does_not_fold_run_per_matrix():
+def test_a_bias_per_row_and_an_out_that_does_not_fold_take_the_batched_kernel():
     A, B = _rand((3, 10, 24), 6), _rand((24, 16), 7)
-    bias = np.linspace(-1, 1, 10).astype(np.float32)   # per row of each matrix
+    bias = np.linspace(-1, 1, 10).astype(np.float32)   # per row of each matrix: a batched kernel's
     choice = tilegen.matmul.explain(A, B, bias=bias)
-    assert "bias is per row" in choice.reason and choice.spec.epilogue.bias == "row"
+    assert "batched kernel" in choice.reason and choice.spec.epilogue.bias == "row"
     _check(tilegen.matmul(A, B, bias=bias, device="sim"), A, B, bias=bias[:, None])
-    out = np.full((16, 10, 3), np.nan, F16).transpose(2, 1, 0)   # (3, 10, 16), its matrices apart
-    assert "out's matrices" in tilegen.matmul.explain(A, B, out=out).reason
+    out = np.full((3, 12, 16), np.nan, F16)[:, :10]   # (3, 10, 16), its matrices apart
+    assert "batched kernel" in tilegen.matmul.explain(A, B, out=out).reason
     assert tilegen.matmul(A, B, out=out, device="sim") is out
     _check(out, A, B)
 

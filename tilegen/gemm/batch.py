@@ -148,6 +148,48 @@ def plan(A, B, *, out=None, bias=None) -> Stack:
     return Stack(batch, a_batch, b_batch, M, K, N, a_vector, b_vector, reason is None, why)
 
 
+@dataclass(frozen=True)
+class Flat:
+    """A stack as one batched kernel takes it: A (1 or count, M, K), B (1 or count, K, N), out and
+    the residual (count, M, N) or None; a stack of one is the same matrix for every product."""
+    A: object
+    B: object
+    out: object
+    residual: object
+
+
+def _one_or_all(own: tuple, batch: tuple):
+    """How many matrices an operand's batch holds for a flat batch index: 1 (all of its batch
+    dimensions are 1) or all of them (its batch is the whole broadcast batch); None otherwise."""
+    if prod(own) == 1:
+        return 1
+    return prod(batch) if (1,) * (len(batch) - len(own)) + tuple(own) == tuple(batch) else None
+
+
+def _batch_folds(x, dims: int) -> bool:
+    """Whether x's first `dims` dimensions read as one (reshape to (n, rows, cols) is a view)."""
+    shape, strides = tuple(int(s) for s in x.shape), _strides(x)
+    return _rows_fold(shape[:dims] + (1,), strides[:dims] + (1,))
+
+
+def flat(stack: Stack, A, B, out=None, residual=None):
+    """The stack as a batched kernel takes it (Flat), or None: an operand broadcast along some
+    batch dimensions but not all, or a GPU array (or any out) whose matrices are not equally
+    spaced."""
+    M, K, N = stack.M, stack.K, stack.N
+    na, nb = _one_or_all(stack.a_batch, stack.batch), _one_or_all(stack.b_batch, stack.batch)
+    if na is None or nb is None:
+        return None
+    for x, dims in ((A, len(stack.a_batch)), (B, len(stack.b_batch))):
+        if not isinstance(x, np.ndarray) and not _batch_folds(x, dims):
+            return None
+    if out is not None and not _batch_folds(out, len(stack.batch)):
+        return None
+    full = (stack.matrices, M, N)
+    return Flat(A.reshape(na, M, K), B.reshape(nb, K, N), None if out is None else out.reshape(full),
+                None if residual is None else residual.reshape(full))
+
+
 def _flat_scale(v, name: str, count: int, per: str):
     """A per-row (per-column) scale vector over the rows (columns) of the whole stack, flattened;
     per-tensor scales (numbers, one-element arrays) and None pass through."""

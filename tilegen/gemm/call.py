@@ -654,6 +654,132 @@ def _run_host(kernel, A, B, out, alpha, beta, bias, residual, memory, scales=NO_
     return out
 
 
+# ---- stacks of matrices (a batched spec: one launch, grid row y on matrix y) -----------------
+
+MAX_STRIDE_BYTES = 2 ** 32   # a batch stride in bytes is a 32-bit product in the kernel (dsl/batched.py)
+
+
+def run_batched(kernel, A, B, out, count: int, *, alpha=1.0, beta=0.0, bias=None, residual=None, device=None):
+    """C[b] = act(alpha * A[b] @ B[b] + beta * C[b] + bias) + residual[b] for b < count, one
+    launch of a batched spec's kernel. A is (1 or count, M, K), B (1 or count, K, N) (a stack of
+    one is the same matrix for every b: batch stride 0), out and residual (count, M, N). numpy
+    stacks run through the GPU or the emulator; GPU arrays are used in place when their
+    matrices and pitches are 16-byte aligned, else None is returned (the caller multiplies
+    matrix by matrix, re-pitching them)."""
+    spec = kernel.spec
+    alpha, beta = float(alpha), float(beta)
+    M, K = int(A.shape[1]), int(A.shape[2])
+    N = int(B.shape[2])
+    sizes = {"M": M, "N": N, "K": K, "BATCH": count}
+    if all(x is None or _is_host(x) for x in (A, B, out, bias, residual)):
+        return _run_batched_host(kernel, A, B, out, count, sizes, alpha, beta, bias, residual, device)
+    lib = interop.library(A)
+    if lib is None or device is not None or any(x is not None and interop.library(x) is not lib
+                                                 for x in (B, out, bias, residual)):
+        return None
+    pa, pb = lib.probe(A), lib.probe(B)
+    if not pa or not pb:
+        return None
+    dev = pa[DEVICE]
+    if out is None:
+        if beta != 0.0:
+            return None
+        out = lib.empty((count, M, N), arch_dtype(spec.out_dtype).storage, dev)
+    args = {"M": M, "N": N, "K": K, "alpha": alpha, "beta": beta}
+    out_t = arch_dtype(spec.out_dtype)
+    for name, x, row, dt in (("A", pa, spec.a_layout == "row", arch_dtype(spec.dtype)),
+                             ("B", pb, spec.b_layout == "row", arch_dtype(spec.b_dtype)),
+                             ("C", lib.probe(out), True, out_t), ("R", residual, True, out_t)):
+        if x is None:
+            continue
+        placed = _stack_place(lib.probe(x) if name == "R" else x, row, dt, dev)
+        if placed is None:
+            return None
+        args[f"{name}_ptr"], args[f"{name}_ld"], args[f"{name}_batch_stride"] = placed
+    if bias is not None:
+        pv = lib.probe(bias)
+        if not pv or pv[DTYPE] != arch_dtype(spec.out_dtype).storage or pv[DEVICE] != dev or len(pv[SHAPE]) != 1 \
+                or (pv[SHAPE][0] > 1 and pv[STRIDES][0] != 1):
+            return None
+        args["bias_ptr"] = pv[PTR]
+    kernel.launch(args, sizes, stream=lib.stream(dev), device=dev)
+    return out
+
+
+def _stack_place(p, row: bool, dt, device):
+    """(ptr, ld, batch stride) of a probed stack (n, rows, cols) of arch dtype `dt` in the layout
+    asked for, or None when it is not one, is on another device, or is not 16-byte aligned for
+    cp.async."""
+    if not p or p[DEVICE] != device or len(p[SHAPE]) != 3 or p[DTYPE] != dt.storage:
+        return None
+    ptr, (n, r, c), (sb, s0, s1) = p[PTR], p[SHAPE], p[STRIDES]
+    m = _matrix((r, c), (s0, s1), row)
+    if m is None:
+        return None
+    ld, esize = m[2], dt.bytes
+    stride = sb if n > 1 else 0
+    if (ptr % ALIGN or (ld * esize) % ALIGN or (stride * esize) % ALIGN or stride < 0
+            or stride * esize >= MAX_STRIDE_BYTES):
+        return None
+    return ptr, ld, stride
+
+
+def _run_batched_host(kernel, A, B, out, count, sizes, alpha, beta, bias, residual, device):
+    spec = kernel.spec
+    in_dt, out_dt = numpy_dtype(spec.dtype), numpy_dtype(spec.out_dtype)
+    M, N, K = sizes["M"], sizes["N"], sizes["K"]
+    _check_host(A, "A", in_dt, spec.dtype, ndim=3)
+    _check_host(B, "B", numpy_dtype(spec.b_dtype), spec.b_dtype, ndim=3)
+    if out is None:
+        if beta != 0.0:
+            raise LaunchError("beta != 0 reads C from out=; pass out")
+        out = np.empty((count, M, N), dtype=out_dt)
+    _check_host(out, "out", out_dt, spec.out_dtype, ndim=3)
+    if M == 0 or N == 0 or count == 0:
+        return out
+    if device == "sim":
+        memory = _SimMemory(explicit=True)
+    elif device is None and not runtime.gpu_available():
+        memory = _SimMemory(explicit=False)
+    else:
+        memory = _GpuMemory(device if isinstance(device, int) else 0)
+    try:
+        args = {"M": M, "N": N, "K": K, "alpha": alpha, "beta": beta}
+        c_host = None
+        for name, x, row in (("A", A, spec.a_layout == "row"), ("B", B, spec.b_layout == "row"), ("C", out, True),
+                             ("R", residual, True)):
+            if x is None:
+                continue
+            if name == "R":
+                _check_host(x, "residual", out_dt, spec.out_dtype, ndim=3)
+            stored, ld = _pitched_stack(x if row else x.swapaxes(1, 2))
+            if x.shape[0] > 1 and stored.shape[1] * ld * stored.itemsize >= MAX_STRIDE_BYTES:
+                raise LaunchError(f"each matrix of {name} is 4 GiB or more: a stack's matrices must be under 4 GiB apart")
+            args[f"{name}_ptr"], args[f"{name}_ld"] = memory.put(stored), ld
+            args[f"{name}_batch_stride"] = stored.shape[1] * ld if x.shape[0] > 1 else 0
+            if name == "C":
+                c_host = stored
+        if bias is not None:
+            _check_host(bias, "bias", out_dt, spec.out_dtype, ndim=1)
+            args["bias_ptr"] = memory.put(np.ascontiguousarray(bias))
+        memory.launch(kernel, args, sizes)
+        memory.get(args["C_ptr"], c_host)
+    finally:
+        memory.close()
+    out[...] = c_host[:, :M, :N]
+    return out
+
+
+def _pitched_stack(stored: np.ndarray) -> tuple[np.ndarray, int]:
+    """_pitched for each matrix of a (n, rows, cols) stack: one (n, rows, ld) copy."""
+    n, rows, cols = stored.shape
+    per = ALIGN // stored.itemsize
+    ld = max(per, -(-cols // per) * per)
+    buf = np.zeros((max(n, 1), max(rows, 1), ld), dtype=stored.dtype)
+    buf[:n, :rows, :cols] = stored
+    return buf, ld
+
+
 # ---- other GPU arrays: described and checked ------------------------------------------------
 
 def _aligned(view, stream, keep: list):

@@ -23,11 +23,11 @@ import numpy as np
 
 from .. import runtime
 from ..arch.dtypes import FP8, numpy_dtype
-from ..errors import LaunchError
+from ..errors import LaunchError, SpecError
 from ..runtime import interop
 from ..runtime.interop import DEVICE, DTYPE, SHAPE, STRIDES
 from . import batch, tuned
-from .call import NO_SCALES, refuse_long_emulation
+from .call import NO_SCALES, refuse_long_emulation, run_batched
 from .kernel import compile_gemm
 from .spec import Epilogue, GemmSpec
 
@@ -214,6 +214,10 @@ def explain(A, B, *, bias=None, activation=None, residual=None, out=None, allow_
     """The spec matmul would run for these arguments, and the reason."""
     if batch.is_stack(A, B):
         stack = batch.plan(A, B, out=out, bias=bias)
+        if not stack.folded and scale_a is None and scale_b is None:
+            choice = _batched_choice(stack, batch.flat(stack, A, B, out, residual), bias, activation, allow_tf32)
+            if choice is not None:
+                return choice
         args = batch.first_product(stack, A, B, out=out, residual=residual, scale_a=scale_a, scale_b=scale_b)
         choice = explain(bias=bias, activation=activation, allow_tf32=allow_tf32, **args)
         return Choice(choice.spec, f"{stack.why}; {choice.reason}")
@@ -556,11 +560,68 @@ def matmul(A, B, *, bias=None, activation=None, residual=None, alpha=1.0, beta=0
                   scale_a=scales[0], scale_b=scales[1])
 
 
+# Stacks whose products are not folded into one (gemm/batch.py) run as one launch of a batched
+# kernel (spec.batched: cp.async copies, one grid row per matrix), unless each product holds at
+# least STACK_LOOP_WORK multiply-adds and the 2-D kernel matmul picks for one of them is a
+# persistent TMA kernel, which then runs matrix by matrix.
+STACK_LOOP_WORK = 2 ** 33
+
+
+def _batched_spec(spec, work: int):
+    """The batched twin of the spec matmul picks for one product of a stack, or None where the
+    stack should run matrix by matrix (operands prepared by first kernels, fp8 promotion on the
+    warp-specialized kernel, or products that hide their launches behind a faster kernel)."""
+    if spec.prepared_operands:
+        return None
+    reset = dict(batched=True, persistent=None, copy="auto", store="auto", cluster=(1, 1), split_k=1, stream_k=False,
+                 pingpong=False, promote=None)
+    for extra in ({}, {"stages": None}):   # (cp.async stages may need less shared memory)
+        try:
+            twin = spec.replace(**reset, **extra)
+        except SpecError:
+            continue
+        if (twin.persistent, twin.copy) != (spec.persistent, spec.copy) and work >= STACK_LOOP_WORK:
+            return None
+        return twin
+    return None
+
+
+def _batched_choice(stack, flat, bias, activation, allow_tf32):
+    """explain's Choice for a stack run by a batched kernel, or None (folded, or matrix by matrix)."""
+    if flat is None:
+        return None
+    first = explain(flat.A[0], flat.B[0], bias=bias, activation=activation, allow_tf32=allow_tf32,
+                    out=None if flat.out is None else flat.out[0],
+                    residual=None if flat.residual is None else flat.residual[0])
+    spec = _batched_spec(first.spec, stack.M * stack.N * stack.K)
+    if spec is None:
+        return None
+    return Choice(spec, f"a stack of {stack.matrices} products of {stack.M} x {stack.N} x {stack.K}: one launch of a "
+                        f"batched kernel, a grid row per matrix ({spec.instruction}, {spec.tile.m}x{spec.tile.n} tiles, "
+                        f"cp.async copies); {first.reason}")
+
+
 def _stacked(A, B, *, out, residual, scale_a=None, scale_b=None, **options):
-    """matmul of stacks of matrices or of vectors (gemm/batch.py): one product, or one per matrix."""
+    """matmul of stacks of matrices or of vectors (gemm/batch.py): one folded product, one
+    launch of a batched kernel, or one product per matrix."""
     stack = batch.plan(A, B, out=out, bias=options.get("bias"))
     if options.get("device") is None and isinstance(A, np.ndarray) and not runtime.gpu_available():
         refuse_long_emulation(stack.matrices * stack.M, stack.N, stack.K)
+    if not stack.folded and scale_a is None and scale_b is None and options.get("out_dtype") is None:
+        flat = batch.flat(stack, A, B, out, residual)
+        choice = _batched_choice(stack, flat, options.get("bias"), options.get("activation"),
+                                 options.get("allow_tf32"))
+        if choice is not None:
+            kernel = compile_gemm(choice.spec)
+            bias = _as_out_dtype(options.get("bias"), choice.spec, "bias")
+            residual3 = _as_out_dtype(flat.residual, choice.spec, "residual")
+            a3, b3 = flat.A, flat.B
+            if isinstance(a3, np.ndarray) and choice.spec.dtype == "f32":
+                a3, b3 = a3.astype(np.float32, copy=False), b3.astype(np.float32, copy=False)
+            c = run_batched(kernel, a3, b3, flat.out, stack.matrices, alpha=options.get("alpha", 1.0),
+                            beta=options.get("beta", 0.0), bias=bias, residual=residual3, device=options.get("device"))
+            if c is not None:
+                return c.reshape(stack.result_shape) if out is None else out
     return batch.run(matmul, stack, A, B, out=out, residual=residual, scale_a=scale_a, scale_b=scale_b, **options)
 
 

@@ -186,6 +186,11 @@ class GemmSpec:
     |            | the K-major kernel runs (gemm/prepare.py);      |                          |
     |            | tile, copy and the rest default as for A row-   |                          |
     |            | major, B column-major                           |                          |
+    | batched    | a stack of products C[b] = A[b] @ B[b], one     | False                    |
+    |            | grid row per matrix (program_id("y")), each     |                          |
+    |            | operand's matrices `<name>_batch_stride`        |                          |
+    |            | elements apart (0: one matrix for all); CTAs    |                          |
+    |            | that copy with cp.async (TMA maps are 2-D)      |                          |
 
     `instruction` names the main-loop family (tilegen/gemm/mainloops/): its defaults, its
     rules and its pipeline; the wgmma family's rules are in WgmmaLoop's docstring.
@@ -215,6 +220,7 @@ class GemmSpec:
     stream_k: bool = False
     pingpong: bool = False
     pretranspose: bool = False
+    batched: bool = False
 
     def __post_init__(self):
         set_ = lambda k, v: object.__setattr__(self, k, v)  # noqa: E731  (frozen)
@@ -289,6 +295,9 @@ class GemmSpec:
         self._validate()
 
     def _check_prepared(self):
+        if self.batched:
+            raise SpecError("batched", True, "False with operands prepared by first kernels (pretranspose=True, "
+                            "dtype='f32' on wgmma)", "the first kernels copy one matrix")
         for name in ("a_layout", "b_layout"):
             if getattr(self, name) not in LAYOUTS:
                 raise SpecError(name, getattr(self, name), "'row', 'col'")
@@ -562,6 +571,13 @@ class GemmSpec:
             if t.m % STREAM_K_FIXUP[0] or t.n % STREAM_K_FIXUP[1]:
                 raise SpecError("tile", (t.m, t.n, t.k), f"tile.m a multiple of {STREAM_K_FIXUP[0]} and tile.n of "
                                 f"{STREAM_K_FIXUP[1]} with stream_k (the fix-up kernel's blocks)")
+        if not isinstance(self.batched, bool):
+            raise SpecError("batched", self.batched, "True or False")
+        if self.batched and (self.persistent or self.copy != "cp.async" or self.store != "direct" or self.split_k > 1
+                             or self.stream_k or self.pingpong or self.cluster != (1, 1)):
+            raise SpecError("batched", self.batched, "False for this kernel",
+                            "a stack of products runs one CTA per block and matrix, copying with cp.async and "
+                            "storing directly (copy='cp.async', persistent=False, split_k=1, no cluster)")
         if not isinstance(self.pingpong, bool):
             raise SpecError("pingpong", self.pingpong, "True or False")
         if self.pingpong:

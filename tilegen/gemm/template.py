@@ -19,7 +19,7 @@ def gemm_kernel_name(spec) -> str:
             + ("_tmastore" if spec.store == "tma" else "")
             + (f"_cluster{spec.cluster[0]}x{spec.cluster[1]}" if spec.cluster != (1, 1) else "")
             + (f"_splitk{spec.split_k}" if spec.split_k > 1 else "") + ("_streamk" if spec.stream_k else "")
-            + ("_pingpong" if spec.pingpong else "")
+            + ("_pingpong" if spec.pingpong else "") + ("_batched" if spec.batched else "")
             + (f"_promote{spec.promote}" if spec.promote else ""))
     dtypes = spec.dtype if spec.b_dtype == spec.dtype else f"{spec.dtype}x{spec.b_dtype}"
     return (f"tilegen_gemm{kind}_{dtypes}_{spec.a_layout[0]}{spec.b_layout[0]}_{spec.out_dtype}_"
@@ -126,6 +126,8 @@ def launch_grid(spec):
     ctas = blocks * (cm * cn) if cm * cn > 1 else blocks
     if spec.stream_k:   # every SM, as long as each can have a k-tile
         return (tg.minimum(blocks * tg.cdiv("K", spec.tile.k), tg.SM_COUNT), 1, 1)
+    if spec.batched:     # a row of blocks per matrix of the stack
+        return (blocks, "BATCH", 1)
     return (tg.minimum(ctas, tg.SM_COUNT) if spec.persistent else blocks, spec.split_k, 1)
 
 
@@ -146,18 +148,24 @@ def block_origin(spec, index, M, N):
 def gemm(spec):
     tg.launch(threads=spec.threads, grid=launch_grid(spec), cluster=(spec.cluster[0] * spec.cluster[1], 1, 1))
     epi = spec.epilogue
-    A = tg.tensor("A", spec.dtype, ("M", "K"), layout=spec.a_layout)
-    B = tg.tensor("B", spec.b_dtype, ("K", "N"), layout=spec.b_layout)   # (a mixed fp8 pair: the atom's B type)
+    # a stack of products (spec.batched): each matrix `<name>_batch_stride` elements after the
+    # one before; grid row y multiplies matrix y of each
+    matrix = tg.batched_tensor if spec.batched else tg.tensor
+    A = matrix("A", spec.dtype, ("M", "K"), layout=spec.a_layout)
+    B = matrix("B", spec.b_dtype, ("K", "N"), layout=spec.b_layout)   # (a mixed fp8 pair: the atom's B type)
     C = alpha = beta = bias = R = None
     scales = (None, None)
     if spec.split_k == 1:   # (split-K: the second kernel, split_k_sum, has C and the epilogue)
-        C = tg.tensor("C", spec.out_dtype, ("M", "N"))
+        C = matrix("C", spec.out_dtype, ("M", "N"))
         alpha, beta = tg.scalar("alpha"), tg.scalar("beta")
         # Fused epilogue operands have the output's dtype: a bias per column (N) or per row (M)
-        # and a residual of C's shape.
+        # (one for every matrix of a stack) and a residual of C's shape.
         bias = tg.vector("bias", spec.out_dtype, "N" if epi.bias == "col" else "M") if epi.bias else None
-        R = tg.tensor("R", spec.out_dtype, ("M", "N")) if epi.residual else None
+        R = matrix("R", spec.out_dtype, ("M", "N")) if epi.residual else None
         scales = scale_vectors(epi)
+    if spec.batched:
+        b = tg.program_id("y")
+        A, B, C, R = (x.batch(b) if x is not None else None for x in (A, B, C, R))
     M, N = A.shape[0], B.shape[1]
 
     pid = tg.program_id()

@@ -87,6 +87,8 @@ class WgmmaLoop(MainLoop):
         wgmma reads 32-bit operands K-major only, and TMA does not transpose), or A and B
         row-major in the warp-specialized kernel (C^T = B^T A^T: A^T is K-major, and B goes
         through registers, consume_registers)."""
+        if spec.batched:   # (a tensor map describes one matrix; a stack's matrices are found by offset)
+            return False
         if spec.dtype in self.TMA_DTYPES:
             return True
         if self.swaps_operands(spec):   # tf32 A and B row-major: A^T K-major, B into registers
