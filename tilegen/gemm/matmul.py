@@ -426,6 +426,7 @@ _exact: dict = {}           # the arrays' exact description -> GemmKernel: a dic
 _checked = [0.0, None]      # when the tuned store was last looked at, and its generation then
 RECHECK_S = 1.0             # how often a change of the tuned store on disk is looked for
 EXACT_MAX = 4096            # exact descriptions remembered (shapes that vary call to call)
+_stacks: dict = {}          # a stack call's description -> its batched GemmKernel, or None (not batched)
 
 
 def _store_unchanged() -> bool:
@@ -439,6 +440,7 @@ def _store_unchanged() -> bool:
             _checked[1] = gen
             _chosen.clear()
             _exact.clear()
+            _stacks.clear()
             return False
     return True
 
@@ -601,6 +603,16 @@ def _batched_choice(stack, flat, bias, activation, allow_tf32):
                         f"cp.async copies); {first.reason}")
 
 
+def _described(x):
+    """What a choice reads of an array: shape, strides, dtype, and for GPU arrays the device."""
+    if x is None:
+        return None
+    p = interop.probe(x)
+    if p:
+        return tuple(p[SHAPE]), tuple(p[STRIDES]), p[DTYPE], p[DEVICE]
+    return tuple(x.shape), getattr(x, "strides", None), str(x.dtype)
+
+
 def _stacked(A, B, *, out, residual, scale_a=None, scale_b=None, **options):
     """matmul of stacks of matrices or of vectors (gemm/batch.py): one folded product, one
     launch of a batched kernel, or one product per matrix."""
@@ -609,17 +621,25 @@ def _stacked(A, B, *, out, residual, scale_a=None, scale_b=None, **options):
         refuse_long_emulation(stack.matrices * stack.M, stack.N, stack.K)
     if not stack.folded and scale_a is None and scale_b is None and options.get("out_dtype") is None:
         flat = batch.flat(stack, A, B, out, residual)
-        choice = _batched_choice(stack, flat, options.get("bias"), options.get("activation"),
-                                 options.get("allow_tf32"))
-        if choice is not None:
-            kernel = compile_gemm(choice.spec)
-            bias = _as_out_dtype(options.get("bias"), choice.spec, "bias")
-            residual3 = _as_out_dtype(flat.residual, choice.spec, "residual")
+        bias, activation, tf32 = options.get("bias"), options.get("activation"), options.get("allow_tf32")
+        # (the choice remembered per description, as the 2-D fast path's: explain reads the tuned store)
+        key = (stack, *map(_described, (flat and flat.A, flat and flat.B, flat and flat.out, flat and flat.residual,
+                                        bias)), activation, _allow_tf32(tf32))
+        kernel = _stacks.get(key, False) if _store_unchanged() else False
+        if kernel is False:
+            choice = _batched_choice(stack, flat, bias, activation, tf32)
+            kernel = None if choice is None else compile_gemm(choice.spec)
+            if len(_stacks) >= EXACT_MAX:
+                _stacks.clear()
+            _stacks[key] = kernel
+        if kernel is not None:
+            spec = kernel.spec
             a3, b3 = flat.A, flat.B
-            if isinstance(a3, np.ndarray) and choice.spec.dtype == "f32":
+            if isinstance(a3, np.ndarray) and spec.dtype == "f32":
                 a3, b3 = a3.astype(np.float32, copy=False), b3.astype(np.float32, copy=False)
             c = run_batched(kernel, a3, b3, flat.out, stack.matrices, alpha=options.get("alpha", 1.0),
-                            beta=options.get("beta", 0.0), bias=bias, residual=residual3, device=options.get("device"))
+                            beta=options.get("beta", 0.0), bias=_as_out_dtype(bias, spec, "bias"),
+                            residual=_as_out_dtype(flat.residual, spec, "residual"), device=options.get("device"))
             if c is not None:
                 return c.reshape(stack.result_shape) if out is None else out
     return batch.run(matmul, stack, A, B, out=out, residual=residual, scale_a=scale_a, scale_b=scale_b, **options)
