@@ -378,6 +378,14 @@ def test_a_stack_of_products_runs_as_one_batched_launch(monkeypatch):
     torch.cuda.synchronize()
     assert S.shape == (2, 8, 128, 128) and rel(S, q.double() @ k.double().transpose(-1, -2)) <= bound
     assert "batched kernel" in tilegen.matmul.explain(q, k.transpose(-1, -2)).reason
+    import importlib
+    mm = importlib.import_module("tilegen.gemm.matmul")
+    with monkeypatch.context() as m:   # the second call: straight from the probes, on new data
+        m.setattr(mm, "_stacked", lambda *a, **kw: pytest.fail("the general path ran again"))
+        q2 = torch.randn(q.shape, device="cuda", dtype=dt, generator=gen)
+        S2 = tilegen.matmul(q2, k.transpose(-1, -2))
+        torch.cuda.synchronize()
+    assert rel(S2, q2.double() @ k.double().transpose(-1, -2)) <= bound
     Y = tilegen.matmul(A1, Bs, bias=bias, residual=res)
     graph, out = torch.cuda.CUDAGraph(), torch.full((2, 8, 128, 128), float("nan"), device="cuda", dtype=dt)
     tilegen.matmul(q, k.transpose(-1, -2), out=out)   # (warm: the kernel is compiled and loaded)

@@ -105,6 +105,45 @@ def folded_probe(p):
     return ptr, (rows, shape[-1]), (pitch, strides[-1]), dtype, device
 
 
+def flat_probe(p, count: int):
+    """The probe of a stack (..., rows, cols) as (n, rows, cols) with n = 1 (one matrix for all:
+    batch stride 0) or `count`, or None when its batch dimensions do not read as one."""
+    ptr, shape, strides, dtype, device = p
+    n, stride, span = 1, 0, None
+    for i in range(len(shape) - 3, -1, -1):
+        if shape[i] != 1:
+            s = strides[i]
+            if span is None:
+                stride = s
+            elif s != span:
+                return None
+            span = shape[i] * s
+            n *= shape[i]
+    if n not in (1, count):
+        return None
+    return ptr, (n, shape[-2], shape[-1]), (stride, strides[-2], strides[-1]), dtype, device
+
+
+def stack_of_products(pa, pb):
+    """(batch shape, count, A's flat probe, B's) when probes of A (..., M, K) and a stack B
+    (..., K, N) make a stack of products one batched launch runs (each operand's batch the
+    whole batch or all 1), else None. The hot path of matmul on GPU stacks."""
+    a_batch, b_batch = pa[1][:-2], pb[1][:-2]
+    if a_batch == b_batch:
+        batch = a_batch
+    elif prod(a_batch) == 1 and len(a_batch) <= len(b_batch):
+        batch = b_batch
+    elif prod(b_batch) == 1 and len(b_batch) <= len(a_batch):
+        batch = a_batch
+    else:
+        return None
+    count = prod(batch)
+    if count <= 1 or prod(b_batch) == 1:   # (one B: the folded product)
+        return None
+    fa, fb = flat_probe(pa, count), flat_probe(pb, count)
+    return None if fa is None or fb is None else (tuple(batch), count, fa, fb)
+
+
 def plan(A, B, *, out=None, bias=None) -> Stack:
     """How matmul multiplies these arrays (A or B not 2-D)."""
     a_shape, b_shape = _dims(A, "A"), _dims(B, "B")

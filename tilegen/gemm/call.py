@@ -678,38 +678,78 @@ def run_batched(kernel, A, B, out, count: int, *, alpha=1.0, beta=0.0, bias=None
                                                  for x in (B, out, bias, residual)):
         return None
     pa, pb = lib.probe(A), lib.probe(B)
-    if not pa or not pb:
+    pc = out is not None and lib.probe(out)
+    pr = residual is not None and lib.probe(residual)
+    if not pa or not pb or pc is False or pr is False:
         return None
-    dev = pa[DEVICE]
-    if out is None:
-        if beta != 0.0:
+    return kernel.batched_call.run(lib, pa, pb, out, pc or None, count, bias, pr or None, alpha, beta)
+
+
+_BATCHED = ("M", "N", "K", "BATCH", "A_ptr", "A_ld", "A_batch_stride", "B_ptr", "B_ld", "B_batch_stride",
+            "C_ptr", "C_ld", "C_batch_stride", "alpha", "beta", "bias_ptr", "R_ptr", "R_ld", "R_batch_stride")
+
+
+class BatchedCall:
+    """A batched kernel's launch from PyTorch / CuPy stacks, prepared once per kernel: the
+    arrays' probes (runtime/interop.py) of shape (1 or count, rows, cols) placed and packed into
+    one launch on the library's current stream."""
+
+    def __init__(self, kernel):
+        spec = kernel.spec
+        self.kernel = kernel
+        self.types = (arch_dtype(spec.dtype), arch_dtype(spec.b_dtype), arch_dtype(spec.out_dtype))
+        self.rows = (spec.a_layout == "row", spec.b_layout == "row")
+        self.bias = spec.epilogue.bias is not None
+        self.residual = spec.epilogue.residual
+        self.pick = itemgetter(*(_BATCHED.index(n) for n, _ in kernel.params))
+        self.grid = kernel.launch_grid.evaluator(("M", "N", "K", "BATCH"))
+
+    def run(self, lib, pa, pb, out, pc, count: int, bias, pr, alpha, beta):
+        """out (made when None; then beta must be 0), or None when the arrays do not fit: another
+        layout or device, rows or matrices not 16-byte aligned, an epilogue operand missing."""
+        if (bias is None) == self.bias or (pr is None) == self.residual or type(alpha) not in _NUMBERS \
+                or type(beta) not in _NUMBERS:
             return None
-        out = lib.empty((count, M, N), arch_dtype(spec.out_dtype).storage, dev)
-    args = {"M": M, "N": N, "K": K, "alpha": alpha, "beta": beta}
-    out_t = arch_dtype(spec.out_dtype)
-    for name, x, row, dt in (("A", pa, spec.a_layout == "row", arch_dtype(spec.dtype)),
-                             ("B", pb, spec.b_layout == "row", arch_dtype(spec.b_dtype)),
-                             ("C", lib.probe(out), True, out_t), ("R", residual, True, out_t)):
-        if x is None:
-            continue
-        placed = _stack_place(lib.probe(x) if name == "R" else x, row, dt, dev)
-        if placed is None:
+        dev = pa[DEVICE]
+        ta, tb, tc = self.types
+        a, b = _stack_place(pa, self.rows[0], ta, dev), _stack_place(pb, self.rows[1], tb, dev)
+        if a is None or b is None or a[3][1] != b[3][0] or pa[SHAPE][0] not in (1, count) \
+                or pb[SHAPE][0] not in (1, count):
             return None
-        args[f"{name}_ptr"], args[f"{name}_ld"], args[f"{name}_batch_stride"] = placed
-    if bias is not None:
-        pv = lib.probe(bias)
-        if not pv or pv[DTYPE] != arch_dtype(spec.out_dtype).storage or pv[DEVICE] != dev or len(pv[SHAPE]) != 1 \
-                or (pv[SHAPE][0] > 1 and pv[STRIDES][0] != 1):
+        (M, K), N = a[3], b[3][1]
+        if out is None:
+            if beta:
+                return None
+            out = lib.empty((count, M, N), tc.storage, dev)
+            pc = lib.probe(out)
+        c = _stack_place(pc, True, tc, dev)
+        if c is None or pc[SHAPE] != (count, M, N):
             return None
-        args["bias_ptr"] = pv[PTR]
-    kernel.launch(args, sizes, stream=lib.stream(dev), device=dev)
-    return out
+        r = (0, 0, 0)
+        if pr is not None:
+            placed = _stack_place(pr, True, tc, dev)
+            if placed is None or pr[SHAPE] != (count, M, N):
+                return None
+            r = placed[:3]
+        bias_ptr = 0
+        if bias is not None:
+            pv = interop.library(bias) is lib and lib.probe(bias)
+            if not pv or pv[DTYPE] != tc.storage or pv[DEVICE] != dev or len(pv[SHAPE]) != 1 \
+                    or (pv[SHAPE][0] > 1 and pv[STRIDES][0] != 1):
+                return None
+            bias_ptr = pv[PTR]
+        launcher = self.kernel.launcher(dev)
+        grid = self.grid(M, N, K, count, launcher.sm_count)
+        if 0 not in grid:
+            values = (M, N, K, count, *a[:3], *b[:3], *c[:3], float(alpha), float(beta), bias_ptr, *r)
+            launcher(grid, self.pick(values), lib.stream(dev))
+        return out
 
 
 def _stack_place(p, row: bool, dt, device):
-    """(ptr, ld, batch stride) of a probed stack (n, rows, cols) of arch dtype `dt` in the layout
-    asked for, or None when it is not one, is on another device, or is not 16-byte aligned for
-    cp.async."""
+    """(ptr, ld, batch stride, (rows, cols)) of a probed stack (n, rows, cols) of arch dtype `dt`
+    in the layout asked for, or None when it is not one, is on another device, or is not 16-byte
+    aligned for cp.async."""
     if not p or p[DEVICE] != device or len(p[SHAPE]) != 3 or p[DTYPE] != dt.storage:
         return None
     ptr, (n, r, c), (sb, s0, s1) = p[PTR], p[SHAPE], p[STRIDES]
@@ -721,7 +761,7 @@ def _stack_place(p, row: bool, dt, device):
     if (ptr % ALIGN or (ld * esize) % ALIGN or (stride * esize) % ALIGN or stride < 0
             or stride * esize >= MAX_STRIDE_BYTES):
         return None
-    return ptr, ld, stride
+    return ptr, ld, stride, (r, c)
 
 
 def _run_batched_host(kernel, A, B, out, count, sizes, alpha, beta, bias, residual, device):

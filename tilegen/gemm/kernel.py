@@ -5,7 +5,7 @@ from dataclasses import dataclass
 
 from .. import compiler, runtime
 from ..compiler import Kernel
-from .call import NO_SCALES, FastCall, check_stream_k_range, run_gemm, workspace_shape
+from .call import NO_SCALES, BatchedCall, FastCall, check_stream_k_range, run_gemm, workspace_shape
 from .template import trace_gemm, trace_split_k_sum, trace_stream_k_fixup
 from .prepare import preparations
 
@@ -30,6 +30,7 @@ class GemmKernel(Kernel):
     """A Kernel whose spec is a GemmSpec: C = act(alpha * A @ B + beta * C + bias) + residual."""
 
     _fast = None
+    _batched = None
     _direct = None
     _sum = None
 
@@ -95,6 +96,13 @@ class GemmKernel(Kernel):
             second.launch({**args, **w}, sizes, stream=handle, device=device)
         finally:
             work.free()
+
+    @property
+    def batched_call(self) -> BatchedCall:
+        """The prepared launch of a batched spec's kernel from PyTorch / CuPy stacks, built once."""
+        if self._batched is None:
+            self._batched = BatchedCall(self)
+        return self._batched
 
     @property
     def fast_call(self) -> FastCall:

@@ -451,8 +451,10 @@ def _fast_matmul(lib, A, B, out, bias, activation, residual, alpha, beta, allow_
     if interop.library(B) is not lib:
         return None
     pa, pb = lib.probe(A), lib.probe(B)
-    if not pa or not pb or len(pb[SHAPE]) != 2:
+    if not pa or not pb:
         return None
+    if len(pb[SHAPE]) != 2:
+        return _fast_stack(lib, A, B, out, pa, pb, bias, activation, residual, alpha, beta, allow_tf32, scales)
     stack = None
     if len(pa[SHAPE]) != 2:   # activations (..., M, K) @ W: the probe of the taller matrix their rows make
         stack = pa[SHAPE][:-1]
@@ -486,6 +488,43 @@ def _fast_matmul(lib, A, B, out, bias, activation, residual, alpha, beta, allow_
         _exact[exact] = kernel
     c = kernel.fast_call.run(lib, pa, pb, out, pc, bias, residual, alpha, beta, True, scales)
     return c if stack is None or out is not None or c is None else c.reshape(*stack, c.shape[1])
+
+
+def _fast_stack(lib, A, B, out, pa, pb, bias, activation, residual, alpha, beta, allow_tf32, scales):
+    """matmul for a stack of products on PyTorch / CuPy arrays through its remembered batched
+    kernel; None when the general path must run (first call, matrix by matrix, anything unusual)."""
+    if residual is not None or scales is not NO_SCALES or len(pa[SHAPE]) < 2 or len(pb[SHAPE]) < 3:
+        return None
+    found = _stack_key(lib, pa, pb, out, bias, activation, allow_tf32)
+    if found is None:
+        return None
+    exact, shape, count, fa, fb, fc = found
+    kernel = _stacks.get(exact) if _store_unchanged() else None
+    if kernel is None:   # (the general path chooses, and runs, and remembers for the next call)
+        return None
+    c = kernel.batched_call.run(lib, fa, fb, out, fc, count, bias, None, alpha, beta)
+    return c if c is None or out is not None else c.reshape(*shape, fa[SHAPE][1], fb[SHAPE][2])
+
+
+def _stack_key(lib, pa, pb, out, bias, activation, allow_tf32):
+    """(the remembered choice's key, batch shape, count, flat probes of A, B, out) of a stack of
+    products on GPU arrays (batch.stack_of_products), or None."""
+    found = batch.stack_of_products(pa, pb)
+    if found is None:
+        return None
+    shape, count, fa, fb = found
+    fc = None
+    if out is not None:
+        pc = interop.library(out) is lib and lib.probe(out)
+        if not pc or tuple(pc[SHAPE]) != shape + (fa[SHAPE][1], fb[SHAPE][2]):
+            return None
+        fc = batch.flat_probe(pc, count)
+        if fc is None or fc[SHAPE][0] != count:
+            return None
+    tf32 = _allow_tf32(allow_tf32) if pa[DTYPE] == "float32" else None
+    exact = ("stack", fa[SHAPE], fa[STRIDES], fa[DTYPE], fa[DEVICE], fb[SHAPE], fb[STRIDES], fb[DTYPE], fb[DEVICE],
+             fc[DTYPE] if fc else None, None if bias is None else tuple(bias.shape), activation, tf32)
+    return exact, shape, count, fa, fb, fc
 
 
 def _choose(lib, A, B, out, pa, pb, pc, bias, activation, residual, tf32, scales=NO_SCALES):
@@ -632,6 +671,12 @@ def _stacked(A, B, *, out, residual, scale_a=None, scale_b=None, **options):
             if len(_stacks) >= EXACT_MAX:
                 _stacks.clear()
             _stacks[key] = kernel
+            lib = interop.library(A)
+            fast = None
+            if lib is not None and residual is None and lib.probe(A) and lib.probe(B):
+                fast = _stack_key(lib, lib.probe(A), lib.probe(B), out, bias, activation, tf32)
+            if fast is not None:   # the next such call: straight from the probes (_fast_stack)
+                _stacks[fast[0]] = kernel
         if kernel is not None:
             spec = kernel.spec
             a3, b3 = flat.A, flat.B
