@@ -678,11 +678,11 @@ def run_batched(kernel, A, B, out, count: int, *, alpha=1.0, beta=0.0, bias=None
                                                  for x in (B, out, bias, residual)):
         return None
     pa, pb = lib.probe(A), lib.probe(B)
-    pc = out is not None and lib.probe(out)
-    pr = residual is not None and lib.probe(residual)
-    if not pa or not pb or pc is False or pr is False:
+    pc = None if out is None else lib.probe(out)
+    pr = None if residual is None else lib.probe(residual)
+    if not pa or not pb or (out is not None and not pc) or (residual is not None and not pr):
         return None
-    return kernel.batched_call.run(lib, pa, pb, out, pc or None, count, bias, pr or None, alpha, beta)
+    return kernel.batched_call.run(lib, pa, pb, out, pc, count, bias, pr, alpha, beta)
 
 
 _BATCHED = ("M", "N", "K", "BATCH", "A_ptr", "A_ld", "A_batch_stride", "B_ptr", "B_ld", "B_batch_stride",
