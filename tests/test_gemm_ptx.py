@@ -84,3 +84,16 @@ def test_golden_ptx(name):
         path.write_text(ptx)
     assert path.exists(), f"missing golden file {path}; run with TILEGEN_UPDATE_GOLDEN=1"
     assert ptx == path.read_text(), f"PTX of {name} changed; if intended, rerun with TILEGEN_UPDATE_GOLDEN=1"
+
+
+@needs_ptxas
+@pytest.mark.parametrize("kw", [dict(dtype="f16", tile=(64, 64, 32), a_layout="col", epilogue=tilegen.Epilogue(residual=True)),
+                                dict(dtype="bf16", instruction="wgmma", tile=(128, 256, 64), b_layout="col"),
+                                dict(dtype="tf32", instruction="wgmma", tile=(128, 128, 32), b_layout="col")])
+def test_batched_specs_assemble(kw):
+    """A stack's kernel (GemmSpec.batched): each tensor's base moves by its batch stride times the
+    grid row (one mad.wide per tensor)."""
+    k = tilegen.compile(tilegen.GemmSpec(batched=True, **kw))
+    assert_assembles(k.ptx, k.spec.target)
+    assert {"A_batch_stride", "B_batch_stride", "C_batch_stride"} <= {n for n, _ in k.params}
+    assert "%ctaid.y" in k.ptx and k.ptx.count("mad.wide.u32") >= 3

@@ -152,3 +152,38 @@ def test_the_fast_paths_fold_reads_strides_as_reshape_does():
         assert (p is not None) == is_view, (shape, order)
         if p is not None:
             assert p[1] == view.shape and (view.shape[0] == 1 or p[2] == tuple(s // 4 for s in view.strides))
+
+
+def test_stacks_on_hopper_take_tiles_that_fill_the_gpu_or_run_matrix_by_matrix(monkeypatch):
+    """On sm_90: a 16-bit stack takes the largest STACK_TILES tile that still gives each SM a CTA;
+    a stack of large products runs matrix by matrix on the persistent TMA kernel."""
+    import importlib
+
+    mm = importlib.import_module("tilegen.gemm.matmul")
+    monkeypatch.setattr(mm, "_target", lambda: "sm_90")
+    monkeypatch.setattr(mm, "_tuned", lambda *a, **k: None)
+
+    def stack(count, M, K, N):
+        return np.zeros((count, M, K), np.float16), np.zeros((count, K, N), np.float16)
+
+    for (count, M, K, N), tile in [((16, 1024, 1024, 1024), (128, 256, 64)), ((64, 256, 128, 256), (128, 128, 64)),
+                                   ((64, 128, 64, 128), (64, 128, 64))]:
+        spec = mm.explain(*stack(count, M, K, N)).spec
+        assert spec.batched and not spec.persistent and spec.copy == "cp.async" and tuple(spec.tile) == tile
+    big = mm.explain(*stack(4, 4096, 4096, 4096))
+    assert not big.spec.batched and big.spec.persistent and "product per matrix" in big.reason
+
+
+def test_a_batched_kernel_called_on_stacks():
+    """kernel(A, B) of a batched spec: stacks in, a stack out; clear refusals otherwise."""
+    k = tilegen.compile(tilegen.GemmSpec(dtype="f16", batched=True, tile=(64, 64, 32)))
+    A, B = _rand((3, 20, 30), 20), _rand((1, 30, 25), 21)
+    C = k(A, B, device="sim")
+    assert C.shape == (3, 20, 25) and C.dtype == np.float32
+    _check(C, A, B, dtype="f32")
+    with pytest.raises(tilegen.LaunchError, match="multiplies stacks"):
+        k(A[0], B, device="sim")
+    with pytest.raises(tilegen.LaunchError, match="each must hold 1 or 3"):
+        k(A, _rand((2, 30, 25), 22), device="sim")
+    with pytest.raises(tilegen.SpecError, match="batched"):
+        tilegen.GemmSpec(dtype="bf16", instruction="wgmma", batched=True, copy="tma")

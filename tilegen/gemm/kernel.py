@@ -5,7 +5,9 @@ from dataclasses import dataclass
 
 from .. import compiler, runtime
 from ..compiler import Kernel
-from .call import NO_SCALES, BatchedCall, FastCall, check_stream_k_range, run_gemm, workspace_shape
+from ..errors import LaunchError
+from .call import (NO_SCALES, BatchedCall, FastCall, check_epilogue, check_stream_k_range, run_batched, run_gemm,
+                   workspace_shape)
 from .template import trace_gemm, trace_split_k_sum, trace_stream_k_fixup
 from .prepare import preparations
 
@@ -127,12 +129,37 @@ class GemmKernel(Kernel):
         refused, or copied into aligned buffers first with repitch=True (tilegen.matmul does
         that)."""
         scales = NO_SCALES if scale_a is None and scale_b is None else (scale_a, scale_b)
+        if self.spec.batched:
+            return self._call_stack(A, B, out, alpha, beta, bias, residual, device, scales)
         if device is None:
             done = (self._fast or self.fast_call)(A, B, out, bias, residual, alpha, beta, repitch, scales)
             if done is not None:
                 return done
         return run_gemm(self, A, B, out=out, alpha=alpha, beta=beta, bias=bias, residual=residual, device=device,
                         repitch=repitch, scales=scales)
+
+
+    def _call_stack(self, A, B, out, alpha, beta, bias, residual, device, scales):
+        """A batched kernel on stacks: A (count or 1, M, K), B (count or 1, K, N) -> C (count, M, N)."""
+        shapes = [tuple(getattr(x, "shape", ())) for x in (A, B)]
+        if any(len(s) != 3 for s in shapes) or shapes[0][2] != shapes[1][1]:
+            raise LaunchError(f"a batched kernel multiplies stacks A (count, M, K) and B (count, K, N) (a stack of "
+                              f"one matrix is used for every product); got shapes {shapes[0]} and {shapes[1]}")
+        count = max(shapes[0][0], shapes[1][0])
+        if {shapes[0][0], shapes[1][0]} - {1, count}:
+            raise LaunchError(f"A holds {shapes[0][0]} matrices and B {shapes[1][0]}: each must hold 1 or {count}")
+        if scales is not NO_SCALES:
+            raise LaunchError("scale_a / scale_b are not built for batched kernels: scale alpha instead")
+        if out is not None and tuple(out.shape) != (count, shapes[0][1], shapes[1][2]):
+            raise LaunchError(f"out has shape {tuple(out.shape)}; expected {(count, shapes[0][1], shapes[1][2])}")
+        check_epilogue(self.spec, bias, residual)
+        c = run_batched(self, A, B, out, count, alpha=alpha, beta=beta, bias=bias, residual=residual, device=device)
+        if c is None:
+            raise LaunchError("these GPU arrays do not fit this batched kernel: each operand's matrices must be laid "
+                              f"out as its spec says (A {self.spec.a_layout}-major, B {self.spec.b_layout}-major, C "
+                              "row-major), on one GPU, with 16-byte aligned rows and matrices (tilegen.matmul "
+                              "takes any)")
+        return c
 
 
 def compile_gemm(spec) -> GemmKernel:
