@@ -13,6 +13,7 @@ and the front door that picks a spec (tilegen.matmul).
 | call         | operands checked and placed; the fast path for PyTorch / CuPy arrays   |
 | tuned        | the tuned-config store (written by tilegen.tune)                       |
 | matmul       | tilegen.matmul: the spec for given arrays, and why (explain)           |
+| batch        | stacks and vectors as numpy.matmul takes them: fold, batch or loop     |
 """
 from .kernel import GemmKernel, compile_gemm
 from .matmul import explain, matmul, matmul_fused

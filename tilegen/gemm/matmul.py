@@ -606,7 +606,7 @@ def matmul(A, B, *, bias=None, activation=None, residual=None, alpha=1.0, beta=0
 # least STACK_LOOP_WORK multiply-adds and the 2-D kernel matmul picks for one of them is a
 # persistent TMA kernel, which then runs matrix by matrix. On Hopper, 16-bit stacks take the
 # first of STACK_TILES that gives every SM a CTA (else the last, which gives the most). Measured
-# on the H200 (run 131, bf16, x torch.matmul): 64 x 128^2 x 64 0.92 (64x128 tiles), 64 x 256^2 x 128
+# on the H200 (run 133, bf16, x torch.matmul): 64 x 128^2 x 64 0.92 (64x128 tiles), 64 x 256^2 x 128
 # 0.63 (128x128), 16 x 1024^3 0.62 (128x256; 0.41 with the 64x128 tiles of one 1024^3 product),
 # 96 x 512^3 0.56, 32 x 1024^2 x 128 0.39; matrix by matrix 8 x 2048^3 0.78 (batched 0.72),
 # 4 x 4096^3 0.98 (batched 0.75).
