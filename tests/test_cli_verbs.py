@@ -198,6 +198,19 @@ def test_run_on_the_emulator_checks_the_result(capsys, small_tg):
     assert "running 70x40x48 on the CPU emulator: 2 CTAs of 128 threads" in cap.err  # progress on stderr
 
 
+def test_run_a_batched_spec_on_a_stack(capsys, small_tg):
+    """A batched spec multiplies a stack (--batch products, default 2), checked against numpy.matmul;
+    --batch on a spec that is not batched is bad input."""
+    argv = ["run", str(small_tg), "--batched", "true", "--m", "24", "--n", "40", "--k", "48", "--device", "sim"]
+    assert main(argv + ["--batch", "3"]) == 0
+    cap = capsys.readouterr()
+    assert _run_lines(cap.out)["error"].endswith(": ok") and "3 x 24x40x48" in _run_lines(cap.out)["what"]
+    assert main(argv) == 0
+    assert "2 x 24x40x48" in _run_lines(capsys.readouterr().out)["what"]
+    assert main(["run", str(small_tg), "--batch", "3", "--device", "sim"]) == 2
+    assert "needs a batched spec" in capsys.readouterr().err
+
+
 def test_run_without_a_gpu_uses_the_emulator_and_says_so(capsys, small_tg, no_gpu):
     assert main(["run", str(small_tg), "--m", "16", "--n", "16", "--k", "16"]) == 0
     cap = capsys.readouterr()

@@ -282,27 +282,34 @@ def _run(args) -> int:
         raise UsageError("--device gpu: no GPU found (no CUDA driver or no NVIDIA device); "
                          "use --device sim to run on the CPU emulator")
     M, N, K = args.m, args.n, args.k
-    _check_host_work(M, N, K, device)
+    if args.batch is not None and not spec.batched:
+        raise UsageError(f"--batch {args.batch}: a stack of products needs a batched spec (batched = true, or "
+                         f"--batched true)")
+    count = (args.batch or 2) if spec.batched else None   # a batched spec multiplies stacks of `count`
+    if count is not None:
+        _size("--batch", count)
+    lead = (count,) if count is not None else ()
+    _check_host_work(M * (count or 1), N, K, device)
     print(spec)
     kernel = compile_spec(spec)
     print(f"{kernel.name}: {kernel.threads} threads, {kernel.smem_bytes} bytes of shared memory")
 
     rng = np.random.default_rng(args.seed)
     in_dt, out_dt = numpy_dtype(spec.dtype), numpy_dtype(spec.out_dtype)
-    A = rng.standard_normal((M, K)).astype(in_dt)
-    B = rng.standard_normal((K, N)).astype(in_dt)
+    A = rng.standard_normal(lead + (M, K)).astype(in_dt)
+    B = rng.standard_normal(lead + (K, N)).astype(in_dt)
     epi = spec.epilogue
     extra = {}
     if epi.bias is not None:
         extra["bias"] = rng.standard_normal(N if epi.bias == "col" else M).astype(out_dt)
     if epi.residual:
-        extra["residual"] = rng.standard_normal((M, N)).astype(out_dt)
+        extra["residual"] = rng.standard_normal(lead + (M, N)).astype(out_dt)
 
-    done = _reference_ticker(M, N, K)
+    done = _reference_ticker(M * (count or 1), N, K)
     try:
         A64, B64 = A.astype(np.float64), B.astype(np.float64)
-        ref = A64 @ B64
-        scale = np.abs(A64) @ np.abs(B64)
+        ref = np.matmul(A64, B64)
+        scale = np.matmul(np.abs(A64), np.abs(B64))
     finally:
         done.set()
     if "bias" in extra:
@@ -315,15 +322,16 @@ def _run(args) -> int:
         ref, scale = ref + r, scale + np.abs(r)
 
     where = "the GPU" if device == "gpu" else "the CPU emulator"
+    shape = f"{count} x {M}x{N}x{K}" if count is not None else f"{M}x{N}x{K}"
     if device != "gpu":  # the emulator says how long it expects to take, and how far it is
         from .sim import EMULATOR_SM_COUNT
 
-        x, y, z = kernel.grid({"M": M, "N": N, "K": K}, EMULATOR_SM_COUNT)
-        _progress(f"running {M}x{N}x{K} on the CPU emulator: {x * y * z} CTA{'s' if x * y * z != 1 else ''} of "
+        x, y, z = kernel.grid({"M": M, "N": N, "K": K, "BATCH": count or 1}, EMULATOR_SM_COUNT)
+        _progress(f"running {shape} on the CPU emulator: {x * y * z} CTA{'s' if x * y * z != 1 else ''} of "
                   f"{kernel.threads} threads, each PTX instruction interpreted")
         done = threading.Event()
     else:
-        _progress(f"running {M}x{N}x{K} on the GPU (the first call JIT-compiles the PTX)")
+        _progress(f"running {shape} on the GPU (the first call JIT-compiles the PTX)")
         done = _ticker(f"still running on {where}")
     try:
         start = time.perf_counter()
@@ -342,11 +350,11 @@ def _run(args) -> int:
     rel = float(np.linalg.norm(C64 - ref) / denom) if np.all(np.isfinite(C64)) else float("inf")
     bound = error_bound(spec, K)
     ok = rel <= bound
-    print(f"C = {_formula(epi)}, {M}x{N}x{K}, {spec.dtype} -> {spec.out_dtype}, on {where} "
+    print(f"C = {_formula(epi)}, {shape}, {spec.dtype} -> {spec.out_dtype}, on {where} "
           f"(seed {args.seed})")
     print(f"relative error {rel:.3e} against numpy float64 (bound {bound:.3e}): {'ok' if ok else 'WRONG'}")
     if device == "gpu":
-        flops = 2.0 * M * N * K
+        flops = 2.0 * M * N * K * (count or 1)
         print(f"time {seconds * 1e3:.3f} ms per call, host copies included ({flops / seconds / 1e12:.2f} TFLOP/s; "
               f"first call {first * 1e3:.1f} ms with the JIT); kernel-only timing: tilegen bench")
     else:
@@ -485,6 +493,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--device", choices=("gpu", "sim"), default=None,
                    help="gpu, or sim for the CPU emulator (default: the GPU when there is one)")
     r.add_argument("--seed", type=int, default=0, help="seed of the random inputs (default 0)")
+    r.add_argument("--batch", type=int, default=None,
+                   help="products in the stack of a batched spec (batched = true; default 2)")
     _add_spec_args(r, spec_help)
     r.set_defaults(run=_run)
 
