@@ -403,3 +403,24 @@ def test_a_stack_of_products_runs_as_one_batched_launch(monkeypatch):
     C = tilegen.matmul(odd, odd_b)
     torch.cuda.synchronize()
     assert rel(C, odd.double() @ odd_b.double()) <= _bound(torch.float16, 37)
+
+
+def test_stacks_refuse_what_numpy_would_and_split_long_batches(monkeypatch):
+    """A bias of batch * M values is a 2-D call's row bias but not a stack's (also after the 2-D
+    call was remembered); a stack longer than a launch's grid (GRID_Y, made 2) runs in pieces."""
+    import tilegen.gemm.call as call
+
+    gen = torch.Generator(device="cuda").manual_seed(61)
+    x = torch.randn(3, 16, 64, device="cuda", dtype=torch.float16, generator=gen)
+    W = torch.randn(64, 40, device="cuda", dtype=torch.float16, generator=gen)
+    rows = torch.randn(48, device="cuda", dtype=torch.float16, generator=gen)
+    tilegen.matmul(x.reshape(48, 64), W, bias=rows)   # a bias per row of the 2-D product (48 rows)
+    with pytest.raises(tilegen.LaunchError):
+        tilegen.matmul(x, W, bias=rows)               # 48 values: not a stack's bias (N = 40)
+    monkeypatch.setattr(call, "GRID_Y", 2)
+    A = torch.randn(5, 40, 64, device="cuda", dtype=torch.float16, generator=gen)
+    B = torch.randn(5, 64, 24, device="cuda", dtype=torch.float16, generator=gen)
+    C = tilegen.matmul(A, B)
+    torch.cuda.synchronize()
+    ref = A.double() @ B.double()
+    assert float(torch.linalg.norm(C.double() - ref) / torch.linalg.norm(ref)) <= _bound(torch.float16, 64)

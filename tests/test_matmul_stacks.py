@@ -187,3 +187,31 @@ def test_a_batched_kernel_called_on_stacks():
         k(A, _rand((2, 30, 25), 22), device="sim")
     with pytest.raises(tilegen.SpecError, match="batched"):
         tilegen.GemmSpec(dtype="bf16", instruction="wgmma", batched=True, copy="tma")
+
+
+def test_what_the_review_of_stacks_found(monkeypatch):
+    """An empty stack of products, a residual of the wrong shape, a batched kernel called with a
+    bias or residual that does not fit, an out that overlaps itself, and stacks longer than one
+    launch's grid (GRID_Y, made 2 here: 5 products in 3 launches)."""
+    import tilegen.gemm.call as call
+
+    C = tilegen.matmul(_rand((0, 3, 4), 1), _rand((0, 4, 5), 2), device="sim")
+    assert C.shape == (0, 3, 5) and C.dtype == F16
+    A, B = _rand((2, 3, 4), 3), _rand((2, 4, 5), 4)
+    with pytest.raises(tilegen.LaunchError, match="residual has shape \\(2, 5, 3\\)"):
+        tilegen.matmul(A, B, residual=_rand((2, 5, 3), 5), device="sim")
+    with pytest.raises(tilegen.LaunchError, match="stride 0"):
+        tilegen.matmul(A, B, out=np.broadcast_to(np.zeros((1, 3, 5), F16), (2, 3, 5)), device="sim")
+    k = tilegen.compile(tilegen.GemmSpec(dtype="f16", batched=True, tile=(64, 64, 32),
+                                         epilogue=tilegen.Epilogue(bias="col", residual=True)))
+    bias, res = np.ones(5, np.float32), np.ones((2, 3, 5), np.float32)
+    with pytest.raises(tilegen.LaunchError, match="bias has shape \\(2,\\)"):
+        k(A, B, bias=np.ones(2, np.float32), residual=res, device="sim")
+    with pytest.raises(tilegen.LaunchError, match="residual has shape \\(1, 3, 5\\)"):
+        k(A, B, bias=bias, residual=res[:1], device="sim")
+    with pytest.raises(tilegen.LaunchError, match="alpha and beta"):
+        k(A, B, bias=bias, residual=res, alpha="x", device="sim")
+    monkeypatch.setattr(call, "GRID_Y", 2)
+    A5, B5 = _rand((5, 20, 24), 6), _rand((5, 24, 17), 7)
+    _check(k(A5, B5, bias=bias[:1].repeat(17), residual=np.zeros((5, 20, 17), np.float32), device="sim"),
+           A5, B5, bias=np.ones(17), dtype="f32")

@@ -438,3 +438,10 @@ def test_replace_resolves_again_what_the_spec_was_not_given():
     wg = GemmSpec(dtype="bf16", instruction="wgmma")
     assert wg.replace(instruction="mma.sync") == GemmSpec(dtype="bf16")
     assert wg.replace(stages=3).stages == 3 and wg.replace(stages=3).tile == wg.tile
+
+
+def test_replace_reads_the_values_alone():
+    """Equal specs replace alike however they were made (here: one read back from its text)."""
+    a = GemmSpec(dtype="f16")
+    b = GemmSpec.from_text(a.to_text())
+    assert a == b and a.replace(dtype="bf16") == b.replace(dtype="bf16") == GemmSpec(dtype="bf16")

@@ -166,6 +166,9 @@ def plan(A, B, *, out=None, bias=None) -> Stack:
     if out is not None and tuple(int(s) for s in out.shape) != result:
         raise LaunchError(f"out has shape {tuple(out.shape)}; A {tuple(A.shape)} @ B {tuple(B.shape)} "
                           f"has shape {result}")
+    if out is not None and any(n > 1 and s == 0 for n, s in zip(result, _strides(out))):
+        raise LaunchError("out has a dimension of stride 0 (an expanded or broadcast view): its results would "
+                          "overwrite each other; pass an out of its own memory")
     matrices = prod(batch)
     reason = None
     if prod(b_batch) != 1:
@@ -224,6 +227,9 @@ def flat(stack: Stack, A, B, out=None, residual=None):
             return None
     if out is not None and not _batch_folds(out, len(stack.batch)):
         return None
+    if residual is not None and tuple(int(s) for s in residual.shape) != stack.result_shape:
+        raise LaunchError(f"residual has shape {tuple(residual.shape)}; it must have the result's shape "
+                          f"{stack.result_shape}")
     full = (stack.matrices, M, N)
     return Flat(A.reshape(na, M, K), B.reshape(nb, K, N), None if out is None else out.reshape(full),
                 None if residual is None else residual.reshape(full))

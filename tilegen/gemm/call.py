@@ -699,7 +699,7 @@ class BatchedCall:
         self.kernel = kernel
         self.types = (arch_dtype(spec.dtype), arch_dtype(spec.b_dtype), arch_dtype(spec.out_dtype))
         self.rows = (spec.a_layout == "row", spec.b_layout == "row")
-        self.bias = spec.epilogue.bias is not None
+        self.bias = spec.epilogue.bias   # None, "col" (N values) or "row" (M)
         self.residual = spec.epilogue.residual
         self.pick = itemgetter(*(_BATCHED.index(n) for n, _ in kernel.params))
         self.grid = kernel.launch_grid.evaluator(("M", "N", "K", "BATCH"))
@@ -707,7 +707,7 @@ class BatchedCall:
     def run(self, lib, pa, pb, out, pc, count: int, bias, pr, alpha, beta):
         """out (made when None; then beta must be 0), or None when the arrays do not fit: another
         layout or device, rows or matrices not 16-byte aligned, an epilogue operand missing."""
-        if (bias is None) == self.bias or (pr is None) == self.residual or type(alpha) not in _NUMBERS \
+        if (bias is None) != (self.bias is None) or (pr is None) == self.residual or type(alpha) not in _NUMBERS \
                 or type(beta) not in _NUMBERS:
             return None
         dev = pa[DEVICE]
@@ -722,7 +722,7 @@ class BatchedCall:
                 return None
             out = lib.empty((count, M, N), tc.storage, dev)
             pc = lib.probe(out)
-        c = _stack_place(pc, True, tc, dev)
+        c = _stack_place(pc, True, tc, dev, output=True)
         if c is None or pc[SHAPE] != (count, M, N):
             return None
         r = (0, 0, 0)
@@ -734,22 +734,37 @@ class BatchedCall:
         bias_ptr = 0
         if bias is not None:
             pv = interop.library(bias) is lib and lib.probe(bias)
-            if not pv or pv[DTYPE] != tc.storage or pv[DEVICE] != dev or len(pv[SHAPE]) != 1 \
-                    or (pv[SHAPE][0] > 1 and pv[STRIDES][0] != 1):
+            length = N if self.bias == "col" else M
+            if not pv or pv[DTYPE] != tc.storage or pv[DEVICE] != dev or tuple(pv[SHAPE]) != (length,) \
+                    or (length > 1 and pv[STRIDES][0] != 1):
                 return None
             bias_ptr = pv[PTR]
         launcher = self.kernel.launcher(dev)
-        grid = self.grid(M, N, K, count, launcher.sm_count)
-        if 0 not in grid:
-            values = (M, N, K, count, *a[:3], *b[:3], *c[:3], float(alpha), float(beta), bias_ptr, *r)
-            launcher(grid, self.pick(values), lib.stream(dev))
+        stream = lib.stream(dev)
+        sizes = (ta.bytes, tb.bytes, tc.bytes, tc.bytes)
+        for start, n in _chunks(count):   # (grid.y takes up to GRID_Y matrices at a time)
+            grid = self.grid(M, N, K, n, launcher.sm_count)
+            if 0 in grid:
+                break
+            (pa_, pb_, pc_, pr_) = (p[0] + start * p[2] * e for p, e in zip((a, b, c, r), sizes))
+            values = (M, N, K, n, pa_, *a[1:3], pb_, *b[1:3], pc_, *c[1:3], float(alpha), float(beta), bias_ptr,
+                      pr_, *r[1:3])
+            launcher(grid, self.pick(values), stream)
         return out
 
 
-def _stack_place(p, row: bool, dt, device):
+GRID_Y = 65535   # matrices per launch of a batched kernel (its grid's y extent)
+
+
+def _chunks(count: int):
+    """(first matrix, matrices) of each launch a stack of `count` takes."""
+    return [(start, min(GRID_Y, count - start)) for start in range(0, count, GRID_Y)]
+
+
+def _stack_place(p, row: bool, dt, device, output: bool = False):
     """(ptr, ld, batch stride, (rows, cols)) of a probed stack (n, rows, cols) of arch dtype `dt`
-    in the layout asked for, or None when it is not one, is on another device, or is not 16-byte
-    aligned for cp.async."""
+    in the layout asked for, or None when it is not one, is on another device, is not 16-byte
+    aligned for cp.async, or (an output) has matrices that overlap."""
     if not p or p[DEVICE] != device or len(p[SHAPE]) != 3 or p[DTYPE] != dt.storage:
         return None
     ptr, (n, r, c), (sb, s0, s1) = p[PTR], p[SHAPE], p[STRIDES]
@@ -760,6 +775,8 @@ def _stack_place(p, row: bool, dt, device):
     stride = sb if n > 1 else 0
     if (ptr % ALIGN or (ld * esize) % ALIGN or (stride * esize) % ALIGN or stride < 0
             or stride * esize >= MAX_STRIDE_BYTES):
+        return None
+    if output and n > 1 and stride < (r if row else c) * ld:
         return None
     return ptr, ld, stride, (r, c)
 
@@ -775,6 +792,17 @@ def _run_batched_host(kernel, A, B, out, count, sizes, alpha, beta, bias, residu
             raise LaunchError("beta != 0 reads C from out=; pass out")
         out = np.empty((count, M, N), dtype=out_dt)
     _check_host(out, "out", out_dt, spec.out_dtype, ndim=3)
+    if not out.flags.writeable:
+        raise LaunchError("out is read-only")
+    if residual is not None:
+        _check_host(residual, "residual", out_dt, spec.out_dtype, ndim=3)
+        if residual.shape != (count, M, N):
+            raise LaunchError(f"residual has shape {residual.shape}; expected {(count, M, N)}")
+    if bias is not None:
+        _check_host(bias, "bias", out_dt, spec.out_dtype, ndim=1)
+        length = N if spec.epilogue.bias == "col" else M
+        if bias.shape[0] != length:
+            raise LaunchError(f"bias has {bias.shape[0]} elements; a bias per {spec.epilogue.bias} needs {length}")
     if M == 0 or N == 0 or count == 0:
         return out
     if device == "sim":
@@ -790,8 +818,6 @@ def _run_batched_host(kernel, A, B, out, count, sizes, alpha, beta, bias, residu
                              ("R", residual, True)):
             if x is None:
                 continue
-            if name == "R":
-                _check_host(x, "residual", out_dt, spec.out_dtype, ndim=3)
             stored, ld = _pitched_stack(x if row else x.swapaxes(1, 2))
             if x.shape[0] > 1 and stored.shape[1] * ld * stored.itemsize >= MAX_STRIDE_BYTES:
                 raise LaunchError(f"each matrix of {name} is 4 GiB or more: a stack's matrices must be under 4 GiB apart")
@@ -800,9 +826,12 @@ def _run_batched_host(kernel, A, B, out, count, sizes, alpha, beta, bias, residu
             if name == "C":
                 c_host = stored
         if bias is not None:
-            _check_host(bias, "bias", out_dt, spec.out_dtype, ndim=1)
             args["bias_ptr"] = memory.put(np.ascontiguousarray(bias))
-        memory.launch(kernel, args, sizes)
+        esize = {"A": numpy_dtype(spec.dtype).itemsize, "B": numpy_dtype(spec.b_dtype).itemsize}
+        for start, n in _chunks(count):   # (grid.y takes up to GRID_Y matrices at a time)
+            moved = {f"{t}_ptr": args[f"{t}_ptr"] + start * args[f"{t}_batch_stride"] * esize.get(t, out_dt.itemsize)
+                     for t in "ABCR" if f"{t}_ptr" in args}
+            memory.launch(kernel, {**args, **moved}, {**sizes, "BATCH": n})
         memory.get(args["C_ptr"], c_host)
     finally:
         memory.close()

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from .. import compiler, runtime
 from ..compiler import Kernel
 from ..errors import LaunchError
@@ -150,15 +152,32 @@ class GemmKernel(Kernel):
             raise LaunchError(f"A holds {shapes[0][0]} matrices and B {shapes[1][0]}: each must hold 1 or {count}")
         if scales is not NO_SCALES:
             raise LaunchError("scale_a / scale_b are not built for batched kernels: scale alpha instead")
-        if out is not None and tuple(out.shape) != (count, shapes[0][1], shapes[1][2]):
-            raise LaunchError(f"out has shape {tuple(out.shape)}; expected {(count, shapes[0][1], shapes[1][2])}")
+        M, N = shapes[0][1], shapes[1][2]
+        if out is not None and tuple(out.shape) != (count, M, N):
+            raise LaunchError(f"out has shape {tuple(out.shape)}; expected {(count, M, N)}")
+        if residual is not None and tuple(residual.shape) != (count, M, N):
+            raise LaunchError(f"residual has shape {tuple(residual.shape)}; expected {(count, M, N)}")
         check_epilogue(self.spec, bias, residual)
+        length = N if self.spec.epilogue.bias == "col" else M
+        if bias is not None and tuple(getattr(bias, "shape", ())) != (length,):
+            raise LaunchError(f"bias has shape {tuple(getattr(bias, 'shape', ()))}; a bias per "
+                              f"{self.spec.epilogue.bias} has {length} elements")
+        try:
+            alpha, beta = float(alpha), float(beta)
+        except (TypeError, ValueError):
+            raise LaunchError(f"alpha and beta must be real numbers, got {alpha!r}, {beta!r}") from None
+        host = all(x is None or isinstance(x, np.ndarray) for x in (A, B, out, bias, residual))
+        if device not in (None, "gpu", "cuda", "sim") and not isinstance(device, int):
+            raise LaunchError(f"device={device!r}; allowed: None, 'gpu', 'sim' or a GPU index")
+        if device is not None and not host:
+            raise LaunchError(f"device={device!r} places numpy arrays; GPU arrays run where they are: leave it out")
         c = run_batched(self, A, B, out, count, alpha=alpha, beta=beta, bias=bias, residual=residual, device=device)
         if c is None:
             raise LaunchError("these GPU arrays do not fit this batched kernel: each operand's matrices must be laid "
                               f"out as its spec says (A {self.spec.a_layout}-major, B {self.spec.b_layout}-major, C "
-                              "row-major), on one GPU, with 16-byte aligned rows and matrices (tilegen.matmul "
-                              "takes any)")
+                              f"row-major, its matrices apart), of its dtypes (C, bias and residual "
+                              f"{self.spec.out_dtype}), on one GPU, with 16-byte aligned rows and matrices "
+                              f"(tilegen.matmul takes any)")
         return c
 
 

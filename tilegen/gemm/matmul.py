@@ -458,7 +458,8 @@ def _fast_matmul(lib, A, B, out, bias, activation, residual, alpha, beta, allow_
     stack = None
     if len(pa[SHAPE]) != 2:   # activations (..., M, K) @ W: the probe of the taller matrix their rows make
         stack = pa[SHAPE][:-1]
-        if len(stack) < 2 or residual is not None or scales is not NO_SCALES:
+        if len(stack) < 2 or residual is not None or scales is not NO_SCALES or (
+                bias is not None and tuple(bias.shape) != (pb[SHAPE][1],)):   # (a stack's bias is per column)
             return None
         pa = batch.folded_probe(pa)
         if pa is None:
@@ -642,8 +643,9 @@ def _batched_spec(spec, stack):
 
 
 def _batched_choice(stack, flat, bias, activation, allow_tf32):
-    """explain's Choice for a stack run by a batched kernel, or None (folded, or matrix by matrix)."""
-    if flat is None:
+    """explain's Choice for a stack run by a batched kernel, or None (folded, or matrix by matrix;
+    an empty batch: batch.run gives its empty result)."""
+    if flat is None or stack.matrices == 0:
         return None
     first = explain(flat.A[0], flat.B[0], bias=bias, activation=activation, allow_tf32=allow_tf32,
                     out=None if flat.out is None else flat.out[0],

@@ -224,8 +224,6 @@ class GemmSpec:
 
     def __post_init__(self):
         set_ = lambda k, v: object.__setattr__(self, k, v)  # noqa: E731  (frozen)
-        # what the caller chose of the fields resolved below: replace() keeps those, resolves the rest anew
-        set_("_given", frozenset(f for f in _DERIVED if getattr(self, f) != _DEFAULTS[f]))
         if isinstance(self.cluster, list):
             set_("cluster", tuple(self.cluster))
         if not isinstance(self.pretranspose, bool):
@@ -471,13 +469,22 @@ class GemmSpec:
         return total + 1024  # dynamic shared memory is rounded up to a 1024-byte boundary
 
     def replace(self, **changes) -> "GemmSpec":
-        """This spec with `changes`. The fields it resolved from the others (the tile, atom,
-        stages, target, ... it was not given) are resolved again for the new spec, so
-        spec.replace(dtype="bf16") is the bf16 spec with the same choices, not the f16 atom
-        refused; the fields it was given stay unless changed."""
-        kept = {f.name: getattr(self, f.name) for f in fields(self)
-                if f.name not in _DERIVED or f.name in getattr(self, "_given", _DERIVED)}
-        return GemmSpec(**{**kept, **changes})
+        """This spec with `changes`. A field that holds what the spec would resolve it to from
+        the others (the tile, atom, stages, target, ... when left out) is resolved again for
+        the new spec, so spec.replace(dtype="bf16") is the bf16 spec with the same choices, not
+        the f16 atom refused; a field set to anything else stays unless changed. (Read from the
+        values alone: equal specs replace alike, however they were made.)"""
+        values = {f.name: getattr(self, f.name) for f in fields(self)}
+        derived = {}
+        for name in _DERIVED:
+            if name in changes:
+                continue
+            try:
+                if getattr(GemmSpec(**{**values, name: _DEFAULTS[name]}), name) == values[name]:
+                    derived[name] = _DEFAULTS[name]
+            except SpecError:   # (the others alone do not make a spec: the field was chosen)
+                pass
+        return GemmSpec(**{**values, **derived, **changes})
 
     def to_text(self, minimal: bool = False) -> str:
         """The spec as .tg text (every field; minimal=True: only those off their defaults)."""
@@ -573,6 +580,9 @@ class GemmSpec:
                                 f"{STREAM_K_FIXUP[1]} with stream_k (the fix-up kernel's blocks)")
         if not isinstance(self.batched, bool):
             raise SpecError("batched", self.batched, "True or False")
+        if self.batched and (self.epilogue.scale_rows or self.epilogue.scale_cols):
+            raise SpecError("batched", self.batched, "False with scales per row or column",
+                            "a stack's scales would differ per matrix: scale alpha, or multiply matrix by matrix")
         if self.batched and (self.persistent or self.copy != "cp.async" or self.store != "direct" or self.split_k > 1
                              or self.stream_k or self.pingpong or self.cluster != (1, 1)):
             raise SpecError("batched", self.batched, "False for this kernel",
