@@ -1,7 +1,8 @@
 """Run a few ragged GEMMs for compute-sanitizer (memcheck / racecheck); exits non-zero on a
 wrong result. Usage: compute-sanitizer --tool memcheck python3 tools/sanitize_gemm.py [--hopper]
 (--hopper: the sm_90a wgmma kernels instead: the warp-specialized TMA kernel with its TMA-store
-epilogue, its beta and unaligned-output paths, and the one-CTA-per-block TMA kernel)."""
+epilogue, its beta and unaligned-output paths, and the one-CTA-per-block TMA kernel; --stacks:
+batched kernels on ragged stacks, one A for every B, column-major matrices, bias and residual)."""
 import sys
 
 import numpy as np
@@ -80,9 +81,45 @@ def hopper() -> int:
     return 1 if bad else 0
 
 
+STACKS = [(dict(dtype="f16", out_dtype="f16", tile=(64, 64, 32)), (3, 1), (70, 45, 33), ("row", "row")),
+          (dict(dtype="bf16", out_dtype="bf16", instruction="wgmma", tile=(128, 256, 64), warps=(8, 1)), (4, 4),
+           (200, 300, 70), ("col", "col")),
+          (dict(dtype="f16", out_dtype="f32", instruction="wgmma", tile=(64, 128, 64), warps=(4, 1),
+                epilogue=tilegen.Epilogue("row", "gelu_tanh", True)), (1, 5), (130, 90, 130), ("row", "col"))]
+
+
+def stacks() -> int:
+    rng = np.random.default_rng(13)
+    bad = 0
+    for kw, (na, nb), (M, N, K), (la, lb) in STACKS:
+        kernel = tilegen.compile(tilegen.GemmSpec(batched=True, a_layout=la, b_layout=lb, **kw))
+        spec, count = kernel.spec, max(na, nb)
+        A = rng.standard_normal((na, M, K) if la == "row" else (na, K, M)).astype(numpy_dtype(spec.dtype))
+        B = rng.standard_normal((nb, K, N) if lb == "row" else (nb, N, K)).astype(numpy_dtype(spec.dtype))
+        A, B = (A if la == "row" else A.swapaxes(1, 2)), (B if lb == "row" else B.swapaxes(1, 2))
+        extra, x = {}, np.matmul(A.astype(np.float64), B.astype(np.float64))
+        epi = spec.epilogue
+        if epi.bias:
+            extra["bias"] = rng.standard_normal(N if epi.bias == "col" else M).astype(numpy_dtype(spec.out_dtype))
+            x = x + (extra["bias"][None, None, :] if epi.bias == "col" else extra["bias"][None, :, None])
+        if epi.activation == "gelu_tanh":
+            x = 0.5 * x * (1 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x ** 3)))
+        if epi.residual:
+            extra["residual"] = rng.standard_normal((count, M, N)).astype(numpy_dtype(spec.out_dtype))
+            x = x + extra["residual"]
+        C = kernel(A, B, out=np.full((count, M, N), np.nan, numpy_dtype(spec.out_dtype)), **extra)
+        rel = np.linalg.norm(C - x) / np.linalg.norm(x)
+        ok = np.isfinite(C).all() and rel < 1e-2
+        bad += not ok
+        print(f"{kernel.name} {na}/{nb} x {M}x{N}x{K} {la}/{lb}: rel {rel:.2e} {'ok' if ok else 'WRONG'}")
+    return 1 if bad else 0
+
+
 def main() -> int:
     if "--hopper" in sys.argv[1:]:
         return hopper()
+    if "--stacks" in sys.argv[1:]:
+        return stacks()
     rng = np.random.default_rng(11)
     bad = 0
     for dtype, la, lb, (M, N, K) in CASES:
