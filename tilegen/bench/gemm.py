@@ -245,19 +245,20 @@ class GemmBench:
         be, tm = self.backend, self.triton
         try:
             C = [be.empty(m, n, out_dt) for _ in range(n_sets)]
-            tm.matmul(Al[0], Bl[0], C[0])  # autotunes for this shape and layout
+            f32 = row["dtype"] == "f32"   # (three tf32 products, as tilegen's f32; else TF32)
+            tm.matmul(Al[0], Bl[0], C[0], f32=f32)  # autotunes for this shape and layout
             be.synchronize()
             row["triton_config"] = tm.best_config(Al[0], Bl[0])
             if ref is not None:
                 be.fill_nan(C[0])
-                tm.matmul(Al[0], Bl[0], C[0])
+                tm.matmul(Al[0], Bl[0], C[0], f32=f32)
                 rel = be.rel_err(C[0], ref)
                 row["triton_rel_err"] = rel
                 bound = error_bound(row["dtype"], out_dt, row["k"])
                 if not (math.isfinite(rel) and rel <= bound):
                     row["errors"]["triton"] = f"Triton's result is off (relative error {rel:.2e} > {bound:.1e}); not timed"
                     return
-            t = self._time(lambda i: tm.matmul(Al[i], Bl[i], C[i]), n_sets)
+            t = self._time(lambda i: tm.matmul(Al[i], Bl[i], C[i], f32=f32), n_sets)
             row["triton_ms"] = t.ms
             row["triton_timing"] = t.as_dict()
         except Exception as e:  # noqa: BLE001
