@@ -23,9 +23,10 @@ import numpy as np
 
 from .. import runtime
 from ..arch.dtypes import FP8, numpy_dtype
+from ..arch.dtypes import dtype as arch_dtype
 from ..errors import LaunchError, SpecError
 from ..runtime import interop
-from ..runtime.interop import DEVICE, DTYPE, SHAPE, STRIDES
+from ..runtime.interop import DEVICE, DTYPE, PTR, SHAPE, STRIDES
 from . import batch, tuned
 from .call import NO_SCALES, refuse_long_emulation, run_batched
 from .kernel import compile_gemm
@@ -503,8 +504,29 @@ def _fast_stack(lib, A, B, out, pa, pb, bias, activation, residual, alpha, beta,
     kernel = _stacks.get(exact) if _store_unchanged() else None
     if kernel is None:   # (the general path chooses, and runs, and remembers for the next call)
         return None
+    if not kernel.spec.batched:
+        return _fast_loop(lib, kernel, shape, count, fa, fb, out, fc, bias, alpha, beta)
     c = kernel.batched_call.run(lib, fa, fb, out, fc, count, bias, None, alpha, beta)
     return c if c is None or out is not None else c.reshape(*shape, fa[SHAPE][1], fb[SHAPE][2])
+
+
+def _fast_loop(lib, kernel, shape, count, fa, fb, out, fc, bias, alpha, beta):
+    """A stack's products one by one through the 2-D kernel's prepared launch, each matrix's probe
+    made from the stack's (no views); None (nothing launched) when it cannot take them."""
+    if beta:   # (None after a partial run would let the general path read a C already updated)
+        return None
+    fast, spec = kernel.fast_call, kernel.spec
+    M, K, N = fa[SHAPE][1], fa[SHAPE][2], fb[SHAPE][2]
+    if out is None:
+        out = lib.empty(shape + (M, N), fast.out_dtype, fa[DEVICE])
+        fc = batch.flat_probe(lib.probe(out), count)
+    sizes = (arch_dtype(spec.dtype).bytes, arch_dtype(spec.b_dtype).bytes, arch_dtype(spec.out_dtype).bytes)
+    for b in range(count):
+        pa, pb, pc = ((p[PTR] + b * p[STRIDES][0] * e, tuple(p[SHAPE][1:]), tuple(p[STRIDES][1:]), p[DTYPE], p[DEVICE])
+                      for p, e in zip((fa, fb, fc), sizes))
+        if fast.run(lib, pa, pb, out, pc, bias, None, alpha, beta, True) is None:
+            return None
+    return out
 
 
 def _stack_key(lib, pa, pb, out, bias, activation, allow_tf32):
@@ -642,14 +664,19 @@ def _batched_spec(spec, stack):
     return None
 
 
-def _batched_choice(stack, flat, bias, activation, allow_tf32):
+def _first_product(flat, bias, activation, allow_tf32):
+    """explain's Choice for the first product of a flat stack (batch.Flat)."""
+    return explain(flat.A[0], flat.B[0], bias=bias, activation=activation, allow_tf32=allow_tf32,
+                   out=None if flat.out is None else flat.out[0],
+                   residual=None if flat.residual is None else flat.residual[0])
+
+
+def _batched_choice(stack, flat, bias, activation, allow_tf32, first=None):
     """explain's Choice for a stack run by a batched kernel, or None (folded, or matrix by matrix;
-    an empty batch: batch.run gives its empty result)."""
+    an empty batch: batch.run gives its empty result). `first`: _first_product's, when known."""
     if flat is None or stack.matrices == 0:
         return None
-    first = explain(flat.A[0], flat.B[0], bias=bias, activation=activation, allow_tf32=allow_tf32,
-                    out=None if flat.out is None else flat.out[0],
-                    residual=None if flat.residual is None else flat.residual[0])
+    first = first or _first_product(flat, bias, activation, allow_tf32)
     spec = _batched_spec(first.spec, stack)
     if spec is None:
         return None
@@ -682,7 +709,8 @@ def _stacked(A, B, *, out, residual, scale_a=None, scale_b=None, **options):
                                         bias)), activation, _allow_tf32(tf32))
         kernel = _stacks.get(key, False) if _store_unchanged() else False
         if kernel is False:
-            choice = _batched_choice(stack, flat, bias, activation, tf32)
+            first = _first_product(flat, bias, activation, tf32) if flat is not None and stack.matrices else None
+            choice = _batched_choice(stack, flat, bias, activation, tf32, first)
             kernel = None if choice is None else compile_gemm(choice.spec)
             if len(_stacks) >= EXACT_MAX:
                 _stacks.clear()
@@ -691,8 +719,9 @@ def _stacked(A, B, *, out, residual, scale_a=None, scale_b=None, **options):
             fast = None
             if lib is not None and residual is None and lib.probe(A) and lib.probe(B):
                 fast = _stack_key(lib, lib.probe(A), lib.probe(B), out, bias, activation, tf32)
-            if fast is not None:   # the next such call: straight from the probes (_fast_stack)
-                _stacks[fast[0]] = kernel
+            if fast is not None:   # the next such call: straight from the probes (_fast_stack), batched
+                # or matrix by matrix through the 2-D kernel of one product
+                _stacks[fast[0]] = kernel if kernel is not None else compile_gemm(first.spec) if first else None
         if kernel is not None:
             spec = kernel.spec
             a3, b3 = flat.A, flat.B
