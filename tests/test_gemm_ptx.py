@@ -97,3 +97,14 @@ def test_batched_specs_assemble(kw):
     assert_assembles(k.ptx, k.spec.target)
     assert {"A_batch_stride", "B_batch_stride", "C_batch_stride"} <= {n for n, _ in k.params}
     assert "%ctaid.y" in k.ptx and k.ptx.count("mad.wide.u32") >= 3
+
+
+@needs_ptxas
+@pytest.mark.parametrize("b_layout", ["row", "col"])
+def test_tall_stack_specs_assemble(b_layout):
+    """A batched spec on the warp-specialized TMA kernel (template.TallStack): 2-D tensor maps over
+    the tall matrices (MB, KB / NB rows), one persistent walk over every block of the stack."""
+    k = tilegen.compile(tilegen.GemmSpec(dtype="bf16", instruction="wgmma", batched=True, copy="tma", b_layout=b_layout))
+    assert_assembles(k.ptx, k.spec.target)
+    assert {"MB", "BATCH", "KB" if b_layout == "row" else "NB"} <= {n for n, _ in k.params}
+    assert "cp.async.bulk.tensor.2d" in k.ptx and "%ctaid.y" not in k.ptx

@@ -154,24 +154,29 @@ def test_the_fast_paths_fold_reads_strides_as_reshape_does():
             assert p[1] == view.shape and (view.shape[0] == 1 or p[2] == tuple(s // 4 for s in view.strides))
 
 
-def test_stacks_on_hopper_take_tiles_that_fill_the_gpu_or_run_matrix_by_matrix(monkeypatch):
-    """On sm_90: a 16-bit stack takes the largest STACK_TILES tile that still gives each SM a CTA;
-    a stack of large products runs matrix by matrix on the persistent TMA kernel."""
+def test_stacks_on_hopper_take_the_warp_specialized_kernel_where_they_read_as_tall_matrices(monkeypatch):
+    """On sm_90 a 16-bit stack whose matrices read as tall ones (M a multiple of the tile's rows, K of
+    its depth when B is row-major, no operand broadcast) takes the warp-specialized TMA kernel
+    with the largest STACK_TILES tile that still gives each SM a CTA; other stacks the cp.async
+    kernel, one grid row per matrix."""
     import importlib
 
     mm = importlib.import_module("tilegen.gemm.matmul")
     monkeypatch.setattr(mm, "_target", lambda: "sm_90")
     monkeypatch.setattr(mm, "_tuned", lambda *a, **k: None)
 
-    def stack(count, M, K, N):
-        return np.zeros((count, M, K), np.float16), np.zeros((count, K, N), np.float16)
+    def stack(count, M, K, N, na=None):
+        return np.zeros((na or count, M, K), np.float16), np.zeros((count, K, N), np.float16)
 
     for (count, M, K, N), tile in [((16, 1024, 1024, 1024), (128, 256, 64)), ((64, 256, 128, 256), (128, 128, 64)),
-                                   ((64, 128, 64, 128), (64, 128, 64))]:
-        spec = mm.explain(*stack(count, M, K, N)).spec
-        assert spec.batched and not spec.persistent and spec.copy == "cp.async" and tuple(spec.tile) == tile
-    big = mm.explain(*stack(4, 4096, 4096, 4096))
-    assert not big.spec.batched and big.spec.persistent and "product per matrix" in big.reason
+                                   ((64, 128, 64, 128), (64, 128, 64)), ((4, 4096, 4096, 4096), (128, 256, 64))]:
+        choice = mm.explain(*stack(count, M, K, N))
+        spec = choice.spec
+        assert spec.batched and spec.persistent and spec.copy == "tma" and tuple(spec.tile) == tile, choice
+        assert "tall matrix" in choice.reason
+    for args in [(8, 100, 64, 128), (8, 128, 100, 128), (8, 128, 64, 128, 1)]:   # M, K with B row-major, one A
+        spec = mm.explain(*stack(*args)).spec
+        assert spec.batched and not spec.persistent and spec.copy == "cp.async", args
 
 
 def test_a_batched_kernel_called_on_stacks():
@@ -186,7 +191,7 @@ def test_a_batched_kernel_called_on_stacks():
     with pytest.raises(tilegen.LaunchError, match="each must hold 1 or 3"):
         k(A, _rand((2, 30, 25), 22), device="sim")
     with pytest.raises(tilegen.SpecError, match="batched"):
-        tilegen.GemmSpec(dtype="bf16", instruction="wgmma", batched=True, copy="tma")
+        tilegen.GemmSpec(dtype="bf16", instruction="wgmma", batched=True, copy="tma", a_layout="col")
 
 
 def test_what_the_review_of_stacks_found(monkeypatch):
@@ -215,3 +220,28 @@ def test_what_the_review_of_stacks_found(monkeypatch):
     A5, B5 = _rand((5, 20, 24), 6), _rand((5, 24, 17), 7)
     _check(k(A5, B5, bias=bias[:1].repeat(17), residual=np.zeros((5, 20, 17), np.float32), device="sim"),
            A5, B5, bias=np.ones(17), dtype="f32")
+
+
+@pytest.mark.parametrize("b_layout, K", [("col", 40), ("row", 64)])
+def test_the_warp_specialized_kernel_reads_a_stack_as_tall_matrices(b_layout, K):
+    """A batched spec with TMA copies (template.TallStack) on the emulator: three 64-row products
+    with a ragged N (and K, B column-major), bias per column, residual, alpha and beta; a stack it
+    cannot read as tall matrices is refused with the reason."""
+    spec = tilegen.GemmSpec(dtype="bf16", out_dtype="f32", instruction="wgmma", batched=True, copy="tma",
+                            b_layout=b_layout, tile=(64, 128, 64), warps=(4, 1), stages=4,
+                            epilogue=tilegen.Epilogue(bias="col", residual=True))
+    k = tilegen.compile(spec)
+    assert spec.persistent and {m.rows for m in k.tensor_maps} >= {"MB"}
+    bf = ml_dtypes.bfloat16
+    A = _rand((3, 64, K), 30, bf)
+    B = _rand((3, 40, K), 31, bf).swapaxes(1, 2) if b_layout == "col" else _rand((3, K, 40), 31, bf)
+    bias, res = np.linspace(-1, 1, 40).astype(np.float32), _rand((3, 64, 40), 32, np.float32)
+    out = _rand((3, 64, 40), 33, np.float32)
+    before = out.astype(np.float64)
+    C = k(A, B, out=out, bias=bias, residual=res, alpha=0.5, beta=-1.0, device="sim")
+    A64, B64 = A.astype(np.float64), B.astype(np.float64)
+    ref = 0.5 * np.matmul(A64, B64) - before + bias + res
+    scale = 0.5 * np.matmul(np.abs(A64), np.abs(B64)) + np.abs(before) + np.abs(bias) + np.abs(res)
+    assert C is out and np.all(np.abs(out - ref) <= gemm_bound("bf16", K, "f32") * scale)
+    with pytest.raises(tilegen.LaunchError, match="not a multiple of tile.m"):
+        k(A[:, :60], B, bias=bias, residual=res[:, :60], device="sim")

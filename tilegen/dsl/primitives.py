@@ -76,6 +76,14 @@ def vector(name: str, dtype: str, size: str):
     return Vector(T.GlobalVector(name, dt, gptr, length.raw), size)
 
 
+def size(name: str) -> Int:
+    """A size symbol (as a tensor's shape names one, e.g. "M") as a kernel Int: one u32
+    parameter however many tensors and calls name it."""
+    if not isinstance(name, str) or not name.isidentifier():
+        fail(f"size: name must be an identifier like 'M', got {name!r}")
+    return _symbol(name)
+
+
 def scalar(name: str, type: str = "f32"):
     """Declare a scalar parameter: "f32" gives a Float, "u32" an Int."""
     if type == "f32":
@@ -577,7 +585,7 @@ def launch(*, threads: int, grid, cluster=(1, 1, 1)):
     tr.kernel.threads = threads
 
 
-__all__ = ["lt", "le", "gt", "ge", "if_", "else_", "tensor", "vector", "split_tf32", "scalar", "program_id", "num_programs", "thread_id", "warp_id", "lane_id", "cdiv",
+__all__ = ["lt", "le", "gt", "ge", "if_", "else_", "tensor", "vector", "split_tf32", "size", "scalar", "program_id", "num_programs", "thread_id", "warp_id", "lane_id", "cdiv",
            "minimum", "shared", "copy_async", "commit", "wait", "barrier", "fragment", "load", "mma",
            "wgmma", "wgmma_fence", "wgmma_commit", "wgmma_wait", "fence_proxy_async",
            "store", "accumulate", "range_", "launch", "SM_COUNT", "DSLError"]

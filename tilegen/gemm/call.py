@@ -686,7 +686,22 @@ def run_batched(kernel, A, B, out, count: int, *, alpha=1.0, beta=0.0, bias=None
 
 
 _BATCHED = ("M", "N", "K", "BATCH", "A_ptr", "A_ld", "A_batch_stride", "B_ptr", "B_ld", "B_batch_stride",
-            "C_ptr", "C_ld", "C_batch_stride", "alpha", "beta", "bias_ptr", "R_ptr", "R_ld", "R_batch_stride")
+            "C_ptr", "C_ld", "C_batch_stride", "alpha", "beta", "bias_ptr", "R_ptr", "R_ld", "R_batch_stride",
+            "MB", "KB", "NB")   # (the tall matrices of a stack on the warp-specialized kernel: template.TallStack)
+
+
+def tall_problem(spec, M: int, N: int, K: int, na: int, nb: int, count: int):
+    """Why a stack cannot run on a batched spec's warp-specialized kernel (template.TallStack: the
+    stack read as one tall matrix), or None; every other batched spec takes any stack."""
+    if not (spec.batched and spec.persistent):
+        return None
+    if na != count or nb != count:
+        return "one operand is a single matrix for the whole stack"
+    if M % spec.tile.m:
+        return f"M = {M} is not a multiple of tile.m = {spec.tile.m} (a block of C would reach into the next matrix)"
+    if spec.b_layout == "row" and K % spec.tile.k:
+        return f"K = {K} is not a multiple of tile.k = {spec.tile.k} with B row-major"
+    return None
 
 
 class BatchedCall:
@@ -701,7 +716,10 @@ class BatchedCall:
         self.rows = (spec.a_layout == "row", spec.b_layout == "row")
         self.bias = spec.epilogue.bias   # None, "col" (N values) or "row" (M)
         self.residual = spec.epilogue.residual
-        self.pick = itemgetter(*(_BATCHED.index(n) for n, _ in kernel.params))
+        self.tall = spec.persistent
+        self.maps = _map_layout(kernel, _BATCHED)
+        names = _BATCHED + tuple(m.param for m in kernel.tensor_maps)
+        self.pick = itemgetter(*(names.index(n) for n, _ in kernel.params))
         self.grid = kernel.launch_grid.evaluator(("M", "N", "K", "BATCH"))
 
     def run(self, lib, pa, pb, out, pc, count: int, bias, pr, alpha, beta):
@@ -741,6 +759,16 @@ class BatchedCall:
             bias_ptr = pv[PTR]
         launcher = self.kernel.launcher(dev)
         stream = lib.stream(dev)
+        if self.tall:   # one tall matrix per operand: only where that is exact (tall_problem)
+            if tall_problem(self.kernel.spec, M, N, K, pa[SHAPE][0], pb[SHAPE][0], count) is not None or \
+                    (count > 1 and (a[2] != M * a[1] or b[2] != (K if self.rows[1] else N) * b[1]
+                                    or c[2] != M * c[1] or (pr is not None and r[2] != M * r[1]))):
+                return None
+            values = (M, N, K, count, 0, *a[:2], 0, *b[:2], 0, *c[:2], 0, float(alpha), float(beta), bias_ptr, *r[:2],
+                      0, count * M, count * K, count * N)
+            launcher(self.grid(M, N, K, count, launcher.sm_count), self.pick(values + _tensor_maps(self.maps, values)),
+                     stream)
+            return out
         sizes = (ta.bytes, tb.bytes, tc.bytes, tc.bytes)
         for start, n in _chunks(count):   # (grid.y takes up to GRID_Y matrices at a time)
             grid = self.grid(M, N, K, n, launcher.sm_count)
@@ -748,7 +776,7 @@ class BatchedCall:
                 break
             (pa_, pb_, pc_, pr_) = (p[0] + start * p[2] * e for p, e in zip((a, b, c, r), sizes))
             values = (M, N, K, n, pa_, *a[1:3], pb_, *b[1:3], pc_, *c[1:3], float(alpha), float(beta), bias_ptr,
-                      pr_, *r[1:3])
+                      pr_, *r[1:3], 0, 0, 0)
             launcher(grid, self.pick(values), stream)
         return out
 
@@ -805,6 +833,10 @@ def _run_batched_host(kernel, A, B, out, count, sizes, alpha, beta, bias, residu
             raise LaunchError(f"bias has {bias.shape[0]} elements; a bias per {spec.epilogue.bias} needs {length}")
     if M == 0 or N == 0 or count == 0:
         return out
+    why = tall_problem(spec, M, N, K, A.shape[0], B.shape[0], count)
+    if why is not None:
+        raise LaunchError(f"this batched kernel reads each stack as one tall matrix, which this stack does not "
+                          f"allow: {why}; use a batched spec with copy='cp.async' (tilegen.matmul picks one)")
     if device == "sim":
         memory = _SimMemory(explicit=True)
     elif device is None and not runtime.gpu_available():
@@ -828,7 +860,9 @@ def _run_batched_host(kernel, A, B, out, count, sizes, alpha, beta, bias, residu
         if bias is not None:
             args["bias_ptr"] = memory.put(np.ascontiguousarray(bias))
         esize = {"A": numpy_dtype(spec.dtype).itemsize, "B": numpy_dtype(spec.b_dtype).itemsize}
-        for start, n in _chunks(count):   # (grid.y takes up to GRID_Y matrices at a time)
+        if spec.persistent:   # the tall matrices (template.TallStack): the pitched stacks lie one after another
+            memory.launch(kernel, {**args, "BATCH": count, "MB": count * M, "KB": count * K, "NB": count * N}, sizes)
+        for start, n in _chunks(count) if not spec.persistent else ():   # (grid.y: up to GRID_Y matrices a launch)
             moved = {f"{t}_ptr": args[f"{t}_ptr"] + start * args[f"{t}_batch_stride"] * esize.get(t, out_dt.itemsize)
                      for t in "ABCR" if f"{t}_ptr" in args}
             memory.launch(kernel, {**args, **moved}, {**sizes, "BATCH": n})

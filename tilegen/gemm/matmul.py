@@ -28,7 +28,7 @@ from ..errors import LaunchError, SpecError
 from ..runtime import interop
 from ..runtime.interop import DEVICE, DTYPE, PTR, SHAPE, STRIDES
 from . import batch, tuned
-from .call import NO_SCALES, refuse_long_emulation, run_batched
+from .call import NO_SCALES, refuse_long_emulation, run_batched, tall_problem
 from .kernel import compile_gemm
 from .spec import Epilogue, GemmSpec
 
@@ -638,12 +638,26 @@ STACK_TILES = (dict(tile=(128, 256, 64), warps=(8, 1), stages=4), dict(tile=(128
                dict(tile=(64, 128, 64), warps=(4, 1), stages=6))
 
 
-def _batched_spec(spec, stack):
-    """The batched twin of the spec matmul picks for one product of a stack, or None where the
-    stack should run matrix by matrix (operands prepared by first kernels, fp8 promotion on the
-    warp-specialized kernel, or products that hide their launches behind a faster kernel)."""
+def _batched_spec(spec, stack, na: int, nb: int):
+    """The batched twin of the spec matmul picks for one product of a stack (na and nb: A's and B's
+    matrices, 1 or all), or None where the stack should run matrix by matrix (operands prepared by
+    first kernels, fp8 promotion, or products that hide their launches behind a faster kernel).
+    16-bit stacks that read as tall matrices take the warp-specialized TMA kernel (TallStack)."""
     if spec.prepared_operands:
         return None
+    if spec.warp_specialized and spec.dtype in ("f16", "bf16") and spec.a_layout == "row" and spec.epilogue.bias != "row":
+        sms = runtime.device_info().sm_count if runtime.gpu_available() else 132
+        fits = [t for t in STACK_TILES if stack.M % t["tile"][0] == 0
+                and (spec.b_layout == "col" or stack.K % t["tile"][2] == 0)]
+        filling = [t for t in fits if stack.matrices * -(-stack.M // t["tile"][0]) * -(-stack.N // t["tile"][1]) >= sms]
+        for tiles in (filling or fits[-1:]):
+            try:
+                twin = spec.replace(batched=True, copy="tma", persistent=True, cluster=(1, 1), stream_k=False,
+                                    pingpong=False, split_k=1, store="auto", **tiles)
+            except SpecError:
+                continue
+            if tall_problem(twin, stack.M, stack.N, stack.K, na, nb, stack.matrices) is None:
+                return twin
     reset = dict(batched=True, persistent=None, copy="auto", store="auto", cluster=(1, 1), split_k=1, stream_k=False,
                  pingpong=False, promote=None)
     if spec.instruction == "wgmma" and spec.dtype in ("f16", "bf16"):
@@ -677,12 +691,13 @@ def _batched_choice(stack, flat, bias, activation, allow_tf32, first=None):
     if flat is None or stack.matrices == 0:
         return None
     first = first or _first_product(flat, bias, activation, allow_tf32)
-    spec = _batched_spec(first.spec, stack)
+    spec = _batched_spec(first.spec, stack, int(flat.A.shape[0]), int(flat.B.shape[0]))
     if spec is None:
         return None
+    how = ("the warp-specialized TMA kernel walking every block of the stack, each operand read as one tall matrix"
+           if spec.persistent else "a grid row per matrix, cp.async copies")
     return Choice(spec, f"a stack of {stack.matrices} products of {stack.M} x {stack.N} x {stack.K}: one launch of a "
-                        f"batched kernel, a grid row per matrix ({spec.instruction}, {spec.tile.m}x{spec.tile.n} tiles, "
-                        f"cp.async copies); {first.reason}")
+                        f"batched kernel ({spec.instruction}, {spec.tile.m}x{spec.tile.n} tiles, {how}); {first.reason}")
 
 
 def _described(x):
@@ -730,6 +745,11 @@ def _stacked(A, B, *, out, residual, scale_a=None, scale_b=None, **options):
             c = run_batched(kernel, a3, b3, flat.out, stack.matrices, alpha=options.get("alpha", 1.0),
                             beta=options.get("beta", 0.0), bias=_as_out_dtype(bias, spec, "bias"),
                             residual=_as_out_dtype(flat.residual, spec, "residual"), device=options.get("device"))
+            if c is None and spec.persistent:   # (matrices not one right after another: the cp.async kernel)
+                twin = compile_gemm(spec.replace(persistent=None, copy="auto", store="auto"))
+                c = run_batched(twin, a3, b3, flat.out, stack.matrices, alpha=options.get("alpha", 1.0),
+                                beta=options.get("beta", 0.0), bias=_as_out_dtype(bias, spec, "bias"),
+                                residual=_as_out_dtype(flat.residual, spec, "residual"), device=options.get("device"))
             if c is not None:
                 return c.reshape(stack.result_shape) if out is None else out
     return batch.run(matmul, stack, A, B, out=out, residual=residual, scale_a=scale_a, scale_b=scale_b, **options)

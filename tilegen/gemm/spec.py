@@ -583,11 +583,15 @@ class GemmSpec:
         if self.batched and (self.epilogue.scale_rows or self.epilogue.scale_cols):
             raise SpecError("batched", self.batched, "False with scales per row or column",
                             "a stack's scales would differ per matrix: scale alpha, or multiply matrix by matrix")
-        if self.batched and (self.persistent or self.copy != "cp.async" or self.store != "direct" or self.split_k > 1
-                             or self.stream_k or self.pingpong or self.cluster != (1, 1)):
+        by_offset = not self.persistent and self.copy == "cp.async" and self.store == "direct"
+        tall = self.warp_specialized and self.a_layout == "row" and self.epilogue.bias != "row"
+        if self.batched and (not (by_offset or tall) or self.split_k > 1 or self.stream_k or self.pingpong
+                             or self.cluster != (1, 1)):
             raise SpecError("batched", self.batched, "False for this kernel",
                             "a stack of products runs one CTA per block and matrix, copying with cp.async and "
-                            "storing directly (copy='cp.async', persistent=False, split_k=1, no cluster)")
+                            "storing directly (copy='cp.async', persistent=False), or on the warp-specialized TMA "
+                            "kernel with A row-major and no bias per row (the stack read as one tall matrix: "
+                            "template.TallStack); split_k=1, no cluster, stream-K or ping-pong")
         if not isinstance(self.pingpong, bool):
             raise SpecError("pingpong", self.pingpong, "True or False")
         if self.pingpong:

@@ -116,6 +116,39 @@ class StreamK:
         return (2 * cta + block % 2) * self.spec.tile.m
 
 
+class TallStack:
+    """A stack of products on the warp-specialized TMA kernel (spec.batched with copy="tma"): each
+    operand's BATCH matrices, one right after another in memory, read as one tall matrix, so 2-D
+    tensor maps describe them: A and C have BATCH * M rows ("MB"), B BATCH * K rows ("KB") when
+    row-major or BATCH * N ("NB") when column-major. Block j of the walk is block j % per of
+    matrix j // per, moved down by that matrix's rows; B's blocks move to the matrix the block's
+    row is in. The host takes a stack only where this is exact (call.BatchedCall): M a multiple of
+    tile.m (no block of C straddles two matrices), K of tile.k with B row-major (no k-tile reads
+    the next matrix's rows), every stack's matrices exactly one matrix apart, none broadcast."""
+
+    def __init__(self, spec, out_dtype, residual: bool):
+        self.spec = spec
+        self.A = tg.tensor("A", spec.dtype, ("MB", "K"))
+        self.B = tg.tensor("B", spec.b_dtype, ("KB", "N") if spec.b_layout == "row" else ("K", "NB"), layout=spec.b_layout)
+        self.C = tg.tensor("C", out_dtype, ("MB", "N"))
+        self.R = tg.tensor("R", out_dtype, ("MB", "N")) if residual else None
+        self.M, self.N, self.K = tg.size("M"), tg.size("N"), self.A.shape[1]
+        self.per = tg.cdiv(self.M, spec.tile.m) * tg.cdiv(self.N, spec.tile.n)   # blocks per matrix
+        self.blocks = self.per * tg.size("BATCH")
+
+    def origin(self, j):
+        """(row of the tall C, column) of block j of the walk."""
+        m0, n0 = block_origin(self.spec, j % self.per, self.M, self.N)
+        return (j // self.per) * self.M + m0, n0
+
+    def b_block(self, m0, k0, n0):
+        """B's block for k-tile k0 of the block of C at tall row m0 (pipeline.b_block)."""
+        b = m0 // self.M
+        if self.spec.b_layout == "row":
+            return self.B.block(b * self.K + k0, n0)
+        return self.B.block(k0, b * self.N + n0)
+
+
 def launch_grid(spec):
     """One CTA per tile.m x tile.n block of C, in one dimension; persistent kernels launch
     at most one CTA per SM, each walking blocks pid, pid + CTAs, ... In clusters (pairs of
@@ -126,6 +159,8 @@ def launch_grid(spec):
     ctas = blocks * (cm * cn) if cm * cn > 1 else blocks
     if spec.stream_k:   # every SM, as long as each can have a k-tile
         return (tg.minimum(blocks * tg.cdiv("K", spec.tile.k), tg.SM_COUNT), 1, 1)
+    if spec.batched and spec.persistent:   # a stack read as one tall matrix (TallStack)
+        return (tg.minimum(blocks * "BATCH", tg.SM_COUNT), 1, 1)
     if spec.batched:     # a row of blocks per matrix of the stack
         return (blocks, "BATCH", 1)
     return (tg.minimum(ctas, tg.SM_COUNT) if spec.persistent else blocks, spec.split_k, 1)
@@ -150,23 +185,30 @@ def gemm(spec):
     epi = spec.epilogue
     # a stack of products (spec.batched): each matrix `<name>_batch_stride` elements after the
     # one before; grid row y multiplies matrix y of each
+    # (on the warp-specialized kernel, a stack read as one tall matrix: TallStack)
+    stack = TallStack(spec, spec.out_dtype, epi.residual) if spec.batched and spec.persistent else None
     matrix = tg.batched_tensor if spec.batched else tg.tensor
-    A = matrix("A", spec.dtype, ("M", "K"), layout=spec.a_layout)
-    B = matrix("B", spec.b_dtype, ("K", "N"), layout=spec.b_layout)   # (a mixed fp8 pair: the atom's B type)
     C = alpha = beta = bias = R = None
     scales = (None, None)
+    if stack is not None:
+        A, B, C, R = stack.A, stack.B, stack.C, stack.R
+    else:
+        A = matrix("A", spec.dtype, ("M", "K"), layout=spec.a_layout)
+        B = matrix("B", spec.b_dtype, ("K", "N"), layout=spec.b_layout)   # (a mixed fp8 pair: the atom's B type)
     if spec.split_k == 1:   # (split-K: the second kernel, split_k_sum, has C and the epilogue)
-        C = matrix("C", spec.out_dtype, ("M", "N"))
+        if stack is None:
+            C = matrix("C", spec.out_dtype, ("M", "N"))
         alpha, beta = tg.scalar("alpha"), tg.scalar("beta")
         # Fused epilogue operands have the output's dtype: a bias per column (N) or per row (M)
         # (one for every matrix of a stack) and a residual of C's shape.
         bias = tg.vector("bias", spec.out_dtype, "N" if epi.bias == "col" else "M") if epi.bias else None
-        R = matrix("R", spec.out_dtype, ("M", "N")) if epi.residual else None
+        if stack is None:
+            R = matrix("R", spec.out_dtype, ("M", "N")) if epi.residual else None
         scales = scale_vectors(epi)
-    if spec.batched:
+    if spec.batched and stack is None:
         b = tg.program_id("y")
         A, B, C, R = (x.batch(b) if x is not None else None for x in (A, B, C, R))
-    M, N = A.shape[0], B.shape[1]
+    M, N = (stack.M, stack.N) if stack is not None else (A.shape[0], B.shape[1])
 
     pid = tg.program_id()
     if not spec.persistent:  # this CTA's block of C
@@ -231,6 +273,11 @@ def gemm(spec):
         pipe.run(sk.waves, lambda i: block_origin(spec, pid + i * ctas, M, N), store, C, alpha, beta, bias, R, scales,
                  pieces=[(lambda b=b: block_origin(spec, sk.first_shared + b, M, N), b, kt0, n, off, store_piece)
                          for b, kt0, n, off in sk.pieces(pid)])
+        return
+    if stack is not None:       # each block of the walk in its matrix of the stack
+        pipe.b_block = stack.b_block
+        pipe.run(tg.cdiv(stack.blocks - pid, ctas), lambda i: stack.origin(pid + i * ctas), store, C, alpha, beta,
+                 bias, R, scales)
         return
     if spec.warp_specialized:   # a producer role requests them (gemm/mainloops/wgmma.py)
         pipe.run(tg.cdiv(blocks - pid, ctas), lambda i: block_origin(spec, pid + i * ctas, M, N), store, C, alpha, beta,
@@ -339,5 +386,5 @@ def trace_stream_k_fixup(spec):
     return stream_k_fixup.trace(spec=spec, target=spec.target, name=gemm_kernel_name(spec) + "_fixup")
 
 
-__all__ = ["gemm", "trace_gemm", "trace_split_k_sum", "trace_stream_k_fixup", "split_k_sum", "stream_k_fixup",
+__all__ = ["gemm", "TallStack", "trace_gemm", "trace_split_k_sum", "trace_stream_k_fixup", "split_k_sum", "stream_k_fixup",
            "gemm_kernel_name", "launch_grid", "block_origin", "split_rows", "KSlice", "StreamK"]

@@ -87,7 +87,7 @@ class WgmmaLoop(MainLoop):
         wgmma reads 32-bit operands K-major only, and TMA does not transpose), or A and B
         row-major in the warp-specialized kernel (C^T = B^T A^T: A^T is K-major, and B goes
         through registers, consume_registers)."""
-        if spec.batched:   # (a tensor map describes one matrix; a stack's matrices are found by offset)
+        if spec.batched and spec.copy != "tma":   # (a stack through TMA: template.TallStack's conditions)
             return False
         if spec.dtype in self.TMA_DTYPES:
             return True
@@ -383,7 +383,12 @@ class TmaPipeline(WgmmaPipeline):
         BK, sA, sB, full = self.spec.tile.k, self.sA, self.sB, self.full
         tg.arrive(full[stage], expect_bytes=sA.stage_bytes + sB.stage_bytes, single=True)
         tg.tma_load(sA[stage], self.A.block(m0, t * BK), full[stage])
-        tg.tma_load(sB[stage], self.B.block(t * BK, n0), full[stage])
+        tg.tma_load(sB[stage], self.b_block(m0, t * BK, n0), full[stage])
+
+    def b_block(self, m0, k0, n0):
+        """B's block for k-tile k0 of the block of C at (m0, n0): B.block(k0, n0); a stack of
+        products (template.TallStack) moves it to the matrix of the stack that row m0 is in."""
+        return self.B.block(k0, n0)
 
     def prologue(self, m0, n0):
         for t in range(self.S - 1):   # k-tiles 0 .. S-2 (those that exist)
@@ -454,7 +459,7 @@ class WarpSpecializedPipeline(TmaPipeline):
         tg.arrive(full[stage], expect_bytes=sA.stage_bytes + sB.stage_bytes, single=True)
         both = dict(multicast=0b11, part=self.rank, parts=2)
         tg.tma_load(sA[stage], self.A.block(m0, t * BK), full[stage], **(both if self.shared == "A" else {}))
-        tg.tma_load(sB[stage], self.B.block(t * BK, n0), full[stage], **(both if self.shared == "B" else {}))
+        tg.tma_load(sB[stage], self.b_block(m0, t * BK, n0), full[stage], **(both if self.shared == "B" else {}))
 
     def release(self, stage):
         """This thread is done with `stage` (in a cluster: one thread per warpgroup tells both CTAs)."""
