@@ -764,7 +764,7 @@ class BatchedCall:
                     (count > 1 and (a[2] != M * a[1] or b[2] != (K if self.rows[1] else N) * b[1]
                                     or c[2] != M * c[1] or (pr is not None and r[2] != M * r[1]))):
                 return None
-            values = (M, N, K, count, 0, *a[:2], 0, *b[:2], 0, *c[:2], 0, float(alpha), float(beta), bias_ptr, *r[:2],
+            values = (M, N, K, count, *a[:2], 0, *b[:2], 0, *c[:2], 0, float(alpha), float(beta), bias_ptr, *r[:2],
                       0, count * M, count * K, count * N)
             launcher(self.grid(M, N, K, count, launcher.sm_count), self.pick(values + _tensor_maps(self.maps, values)),
                      stream)
