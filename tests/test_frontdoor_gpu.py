@@ -427,19 +427,18 @@ def test_stacks_refuse_what_numpy_would_and_split_long_batches(monkeypatch):
 
 
 def test_a_stack_run_matrix_by_matrix_from_the_probes(monkeypatch):
-    """A stack whose products run one by one (here every stack whose 2-D kernel is the persistent
-    TMA one: STACK_LOOP_WORK = 0) launches them from the stack's probes after its first call: new
-    data, with and without out=, each product against torch's float64 one."""
+    """A stack whose products run one by one (here every stack: no batched spec taken) launches
+    them from the stack's probes after its first call: new data, with and without out=, each
+    product against torch's float64 one."""
     import importlib
 
     mm = importlib.import_module("tilegen.gemm.matmul")
-    monkeypatch.setattr(mm, "STACK_LOOP_WORK", 0)
+    monkeypatch.setattr(mm, "_batched_spec", lambda *a: None)
     monkeypatch.setattr(mm, "_stacks", {})
     gen = torch.Generator(device="cuda").manual_seed(71)
     A = torch.randn(3, 256, 128, device="cuda", dtype=torch.bfloat16, generator=gen)
     B = torch.randn(3, 128, 192, device="cuda", dtype=torch.bfloat16, generator=gen)
-    if torch.cuda.get_device_capability() == (9, 0):
-        assert not tilegen.matmul.explain(A, B).spec.batched
+    assert not tilegen.matmul.explain(A, B).spec.batched
     tilegen.matmul(A, B)                                     # the general path chooses
     out = torch.full((3, 256, 192), float("nan"), device="cuda", dtype=torch.bfloat16)
     tilegen.matmul(A, B, out=out)

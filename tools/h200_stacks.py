@@ -95,9 +95,9 @@ for (b, m, k, n) in [(64, 128, 64, 128), (64, 256, 128, 256), (32, 512, 64, 512)
         if how is None:
             mmod._batched_spec = real
         elif how == "loop":
-            mmod._batched_spec = lambda spec, work: None
+            mmod._batched_spec = lambda *a: None
         else:
-            mmod._batched_spec = lambda spec, work, how=how: GemmSpec(dtype="bf16", out_dtype="bf16", instruction="wgmma",
+            mmod._batched_spec = lambda *a, how=how: GemmSpec(dtype="bf16", out_dtype="bf16", instruction="wgmma",
                                                                      target="sm_90a", batched=True, **how)
         try:
             tg = triton.testing.do_bench(lambda: tilegen.matmul(A, B, out=C), warmup=20, rep=200)
