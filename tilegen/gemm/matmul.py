@@ -625,14 +625,15 @@ def matmul(A, B, *, bias=None, activation=None, residual=None, alpha=1.0, beta=0
 
 
 # Stacks whose products are not folded into one (gemm/batch.py) run as one launch of a batched
-# kernel (spec.batched: cp.async copies, one grid row per matrix), unless each product holds at
-# least STACK_LOOP_WORK multiply-adds and the 2-D kernel matmul picks for one of them is a
-# persistent TMA kernel, which then runs matrix by matrix. On Hopper, 16-bit stacks take the
-# first of STACK_TILES that gives every SM a CTA (else the last, which gives the most). Measured
-# on the H200 (run 133, bf16, x torch.matmul): 64 x 128^2 x 64 0.92 (64x128 tiles), 64 x 256^2 x 128
-# 0.63 (128x128), 16 x 1024^3 0.62 (128x256; 0.41 with the 64x128 tiles of one 1024^3 product),
-# 96 x 512^3 0.56, 32 x 1024^2 x 128 0.39; matrix by matrix 8 x 2048^3 0.78 (batched 0.72),
-# 4 x 4096^3 0.98 (batched 0.75).
+# kernel. On Hopper, 16-bit stacks that read as tall matrices (template.TallStack: M a multiple of
+# the tile's rows, K of its depth with B row-major, no operand broadcast) take the warp-specialized
+# TMA kernel walking every block of the stack, with the first of STACK_TILES that gives every SM a
+# CTA (else the last, which gives the most): measured on the H200 (run 140, bf16, x torch.matmul)
+# 0.93 / 0.78 / 0.92 / 0.99 / 0.95 / 1.03 / 0.95 / 1.00 at 64 x 128^2 x 64, 64 x 256^2 x 128,
+# 32 x 512^2 x 64, 16 x 1024^3, 8 x 2048^3, 4 x 4096^3, 32 x 1024^2 x 128, 96 x 512^3. Other stacks
+# take the cp.async batched kernel (one grid row per matrix; 0.4-0.6x between 256 and 2048, run
+# 134), unless each product holds at least STACK_LOOP_WORK multiply-adds and the 2-D kernel of one
+# is a persistent TMA kernel: then matrix by matrix (run 133: 8 x 2048^3 0.78 against 0.72 batched).
 STACK_LOOP_WORK = 2 ** 33
 STACK_TILES = (dict(tile=(128, 256, 64), warps=(8, 1), stages=4), dict(tile=(128, 128, 64), warps=(8, 1), stages=4),
                dict(tile=(64, 128, 64), warps=(4, 1), stages=6))

@@ -189,8 +189,10 @@ class GemmSpec:
     | batched    | a stack of products C[b] = A[b] @ B[b], one     | False                    |
     |            | grid row per matrix (program_id("y")), each     |                          |
     |            | operand's matrices `<name>_batch_stride`        |                          |
-    |            | elements apart (0: one matrix for all); CTAs    |                          |
-    |            | that copy with cp.async (TMA maps are 2-D)      |                          |
+    |            | elements apart (0: one matrix for all), cp.async|                          |
+    |            | copies; with copy="tma" the warp-specialized    |                          |
+    |            | kernel reading each stack as one tall matrix    |                          |
+    |            | (template.TallStack)                            |                          |
 
     `instruction` names the main-loop family (tilegen/gemm/mainloops/): its defaults, its
     rules and its pipeline; the wgmma family's rules are in WgmmaLoop's docstring.
