@@ -245,3 +245,22 @@ def test_the_warp_specialized_kernel_reads_a_stack_as_tall_matrices(b_layout, K)
     assert C is out and np.all(np.abs(out - ref) <= gemm_bound("bf16", K, "f32") * scale)
     with pytest.raises(tilegen.LaunchError, match="not a multiple of tile.m"):
         k(A[:, :60], B, bias=bias, residual=res[:, :60], device="sim")
+
+
+@pytest.mark.parametrize("dtype, K", [("tf32", 40), ("e4m3", 200)])
+def test_tall_stacks_of_tf32_and_fp8(dtype, K):
+    """The tall-stack kernel with 4-byte and fp8 operands (both K-major; fp8 promoted), ragged N and K;
+    tf32 with B row-major (C^T = B^T A^T) is refused."""
+    from tilegen.arch.dtypes import numpy_dtype
+
+    spec = tilegen.GemmSpec(dtype=dtype, out_dtype="f32", instruction="wgmma", batched=True, copy="tma", b_layout="col",
+                            tile=(64, 128, 32 if dtype == "tf32" else 128), warps=(4, 1), stages=4)
+    A = _rand((3, 64, K), 40, numpy_dtype(dtype))
+    B = _rand((3, 40, K), 41, numpy_dtype(dtype)).swapaxes(1, 2)
+    C = tilegen.compile(spec)(A, B, device="sim")
+    A64, B64 = A.astype(np.float64), B.astype(np.float64)
+    scale = np.matmul(np.abs(A64), np.abs(B64))
+    assert np.all(np.abs(C - np.matmul(A64, B64)) <= gemm_bound(dtype if dtype == "tf32" else "f16", K, "f32",
+                                                                 truncated=True) * scale)
+    with pytest.raises(tilegen.SpecError, match="batched"):
+        tilegen.GemmSpec(dtype="tf32", instruction="wgmma", batched=True, copy="tma", b_layout="row")

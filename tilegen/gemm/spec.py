@@ -586,7 +586,8 @@ class GemmSpec:
             raise SpecError("batched", self.batched, "False with scales per row or column",
                             "a stack's scales would differ per matrix: scale alpha, or multiply matrix by matrix")
         by_offset = not self.persistent and self.copy == "cp.async" and self.store == "direct"
-        tall = self.warp_specialized and self.a_layout == "row" and self.epilogue.bias != "row"
+        tall = (self.warp_specialized and self.a_layout == "row" and self.epilogue.bias != "row"
+                and not self.swaps_operands)   # (C^T = B^T A^T would walk B's rows, not A's)
         if self.batched and (not (by_offset or tall) or self.split_k > 1 or self.stream_k or self.pingpong
                              or self.cluster != (1, 1)):
             raise SpecError("batched", self.batched, "False for this kernel",
