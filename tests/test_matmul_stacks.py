@@ -264,3 +264,17 @@ def test_tall_stacks_of_tf32_and_fp8(dtype, K):
                                                                  truncated=True) * scale)
     with pytest.raises(tilegen.SpecError, match="batched"):
         tilegen.GemmSpec(dtype="tf32", instruction="wgmma", batched=True, copy="tma", b_layout="row")
+
+
+def test_tall_stacks_refuse_an_empty_k(monkeypatch):
+    """K = 0 is not a tall stack (TMA describes no empty matrix): matmul takes the cp.async batched
+    kernel, whose result is the epilogue of a zero product, as numpy's."""
+    import importlib
+
+    mm = importlib.import_module("tilegen.gemm.matmul")
+    monkeypatch.setattr(mm, "_target", lambda: "sm_90")
+    monkeypatch.setattr(mm, "_tuned", lambda *a, **k: None)
+    A, B = np.zeros((2, 128, 0), F16), np.zeros((2, 0, 128), F16)
+    assert not mm.explain(A, B).spec.persistent
+    C = tilegen.matmul(A, B, bias=np.ones(128, F16), device="sim")
+    assert C.shape == (2, 128, 128) and np.all(C == 1)

@@ -690,11 +690,18 @@ _BATCHED = ("M", "N", "K", "BATCH", "A_ptr", "A_ld", "A_batch_stride", "B_ptr", 
             "MB", "KB", "NB")   # (the tall matrices of a stack on the warp-specialized kernel: template.TallStack)
 
 
+TALL_LIMIT = 2 ** 31   # rows of a tall matrix: TMA's coordinates are signed 32-bit
+
+
 def tall_problem(spec, M: int, N: int, K: int, na: int, nb: int, count: int):
     """Why a stack cannot run on a batched spec's warp-specialized kernel (template.TallStack: the
     stack read as one tall matrix), or None; every other batched spec takes any stack."""
     if not (spec.batched and spec.persistent):
         return None
+    if min(M, N, K) == 0:
+        return "a dimension is empty (TMA describes no empty matrix)"
+    if count * max(M, N, K) >= TALL_LIMIT:
+        return f"the tall matrices would have {count} x {max(M, N, K)} rows, over TMA's signed 32-bit coordinates"
     if na != count or nb != count:
         return "one operand is a single matrix for the whole stack"
     if M % spec.tile.m:
@@ -760,6 +767,8 @@ class BatchedCall:
         launcher = self.kernel.launcher(dev)
         stream = lib.stream(dev)
         if self.tall:   # one tall matrix per operand: only where that is exact (tall_problem)
+            if count == 0:
+                return out
             if tall_problem(self.kernel.spec, M, N, K, pa[SHAPE][0], pb[SHAPE][0], count) is not None or \
                     (count > 1 and (a[2] != M * a[1] or b[2] != (K if self.rows[1] else N) * b[1]
                                     or c[2] != M * c[1] or (pr is not None and r[2] != M * r[1]))):

@@ -746,11 +746,24 @@ def _stacked(A, B, *, out, residual, scale_a=None, scale_b=None, **options):
             c = run_batched(kernel, a3, b3, flat.out, stack.matrices, alpha=options.get("alpha", 1.0),
                             beta=options.get("beta", 0.0), bias=_as_out_dtype(bias, spec, "bias"),
                             residual=_as_out_dtype(flat.residual, spec, "residual"), device=options.get("device"))
-            if c is None and spec.persistent:   # (matrices not one right after another: the cp.async kernel)
-                twin = compile_gemm(spec.replace(persistent=None, copy="auto", store="auto"))
-                c = run_batched(twin, a3, b3, flat.out, stack.matrices, alpha=options.get("alpha", 1.0),
-                                beta=options.get("beta", 0.0), bias=_as_out_dtype(bias, spec, "bias"),
-                                residual=_as_out_dtype(flat.residual, spec, "residual"), device=options.get("device"))
+            if c is None and spec.persistent:   # (matrices not one right after another: the cp.async kernel,
+                # remembered for these arrays from now on)
+                try:
+                    twin = compile_gemm(spec.replace(persistent=None, copy="auto", store="auto"))
+                except SpecError:
+                    twin = None
+                if twin is not None:
+                    c = run_batched(twin, a3, b3, flat.out, stack.matrices, alpha=options.get("alpha", 1.0),
+                                    beta=options.get("beta", 0.0), bias=_as_out_dtype(bias, twin.spec, "bias"),
+                                    residual=_as_out_dtype(flat.residual, twin.spec, "residual"),
+                                    device=options.get("device"))
+                    if c is not None:
+                        _stacks[key] = twin
+                        lib = interop.library(A)
+                        fast = lib is not None and residual is None and lib.probe(A) and lib.probe(B) and \
+                            _stack_key(lib, lib.probe(A), lib.probe(B), out, bias, activation, tf32)
+                        if fast:
+                            _stacks[fast[0]] = twin
             if c is not None:
                 return c.reshape(stack.result_shape) if out is None else out
     return batch.run(matmul, stack, A, B, out=out, residual=residual, scale_a=scale_a, scale_b=scale_b, **options)
