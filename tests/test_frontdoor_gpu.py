@@ -453,3 +453,18 @@ def test_a_stack_run_matrix_by_matrix_from_the_probes(monkeypatch):
     for got in (C, out):
         assert got.shape == (3, 256, 192)
         assert float(torch.linalg.norm(got.double() - ref) / torch.linalg.norm(ref)) <= _bound(torch.bfloat16, 128)
+
+
+def test_a_stack_whose_matrices_lie_apart_falls_back_from_the_tall_kernel():
+    """A's matrices with gaps between them (a slice of a taller stack): the tall-stack kernel refuses
+    them at the launch, the cp.async batched kernel runs instead, and is remembered for the next call."""
+    gen = torch.Generator(device="cuda").manual_seed(81)
+    A = torch.randn(3, 256, 64, device="cuda", dtype=torch.bfloat16, generator=gen)[:, :128]
+    B = torch.randn(3, 64, 192, device="cuda", dtype=torch.bfloat16, generator=gen)
+    for _ in range(2):
+        C = tilegen.matmul(A, B)
+        torch.cuda.synchronize()
+        ref = A.double() @ B.double()
+        assert float(torch.linalg.norm(C.double() - ref) / torch.linalg.norm(ref)) <= _bound(torch.bfloat16, 64)
+    empty = tilegen.matmul(A[:0], B[:0])
+    assert empty.shape == (0, 128, 192)
