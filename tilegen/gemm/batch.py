@@ -22,7 +22,10 @@ from math import prod
 
 import numpy as np
 
+from ..arch.dtypes import dtype as arch_dtype
+from ..arch.dtypes import numpy_dtype
 from ..errors import LaunchError
+from ..runtime import interop
 
 
 def is_stack(A, B) -> bool:
@@ -319,9 +322,24 @@ def run(matmul2d, stack: Stack, A, B, *, out, residual, scale_a, scale_b, **opti
         if result is None:   # the first product tells the result's dtype, library and device
             result = _empty(c, stack.batch + (stack.M, stack.N))
             result[idx] = c
-    if result is None:       # an empty batch
-        result = _empty(matmul2d(**_no_rows(stack, v), **options), stack.batch + (stack.M, stack.N))
+    if result is None:       # an empty batch: no product runs; the dtype one would give
+        rows = _no_rows(stack, v)
+        spec = matmul2d.explain(rows["A"], rows["B"], bias=options.get("bias"), activation=options.get("activation"),
+                                allow_tf32=options.get("allow_tf32")).spec
+        name = _OUT_NAMES.get(str(options.get("out_dtype")).replace("torch.", ""), spec.out_dtype)
+        result = _new(A, stack.batch + (stack.M, stack.N), name)
     return result.reshape(stack.result_shape) if out is None else out
+
+
+_OUT_NAMES = {"bf16": "bf16", "bfloat16": "bf16", "f16": "f16", "float16": "f16", "f32": "f32", "float32": "f32"}
+
+
+def _new(like, shape: tuple, dtype: str):
+    """An uninitialised array of `shape` and tilegen dtype name `dtype` in like's library and device."""
+    if isinstance(like, np.ndarray):
+        return np.empty(shape, numpy_dtype(dtype))
+    lib = interop.library(like)
+    return lib.empty(shape, arch_dtype(dtype).storage, lib.probe(like)[interop.DEVICE])
 
 
 def _own(idx: tuple, own_batch: tuple) -> tuple:
@@ -333,7 +351,7 @@ def _own(idx: tuple, own_batch: tuple) -> tuple:
 
 def _one_matrix(b3, K: int, N: int):
     """A K x N matrix of b3's dtype and library: its first, or zeros when it holds none."""
-    if b3.size:
+    if prod(int(s) for s in b3.shape):   # (numpy's .size is a count, PyTorch's a method)
         return b3.reshape(-1, K, N)[0]
     if isinstance(b3, np.ndarray):
         return np.zeros((K, N), b3.dtype)
