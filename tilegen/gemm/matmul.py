@@ -6,6 +6,8 @@ runs it with the fused epilogue asked for:
 
 f32 inputs run on tf32 tensor cores only when allowed (allow_tf32=True or
 TILEGEN_ALLOW_TF32=1); otherwise through 3xTF32, whose error is at f32's level.
+Stacks of matrices and vectors follow numpy.matmul's rules (gemm/batch.py): folded into one
+product, one launch of a batched kernel, or one product per matrix.
 `tilegen.matmul.explain(A, B, ...)` returns the chosen spec and why.
 
 The choice depends on the dtypes, the layouts, the GPU, the epilogue, allow_tf32 and the
