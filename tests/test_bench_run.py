@@ -225,8 +225,7 @@ class FakeTriton:
     def __init__(self, clock):
         self.clock = clock
 
-    def matmul(self, a, b, c, f32=False):
-        self.f32 = f32   # (f32 rows: three tf32 products, triton_mm.matmul's f32=True)
+    def matmul(self, a, b, c, f32=False):   # (f32 rows: three tf32 products, triton_mm.matmul's f32=True)
         c[...] = a.astype(np.float32) @ b.astype(np.float32)
         self.clock.now += 4.0
 

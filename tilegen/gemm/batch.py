@@ -74,11 +74,27 @@ def _strides(x) -> tuple:
     return tuple(s // x.itemsize for s in x.strides)
 
 
+def _merged(shape, strides):
+    """(elements, stride of the innermost) of dimensions that read as one (each stride the span of
+    the dimensions inside it; dimensions of size 1 do not count; stride None when all are 1), or
+    None when they do not. On the hot path: one loop."""
+    count, inner, span = 1, None, None
+    for i in range(len(shape) - 1, -1, -1):
+        n = shape[i]
+        if n != 1:
+            s = strides[i]
+            if span is None:
+                inner = s
+            elif s != span:
+                return None
+            span = n * s
+            count *= n
+    return count, inner
+
+
 def _rows_fold(shape: tuple, strides: tuple) -> bool:
-    """Whether all dimensions but the last read as one: each dimension's stride is the next
-    one's size times its stride (dimensions of size 1 do not count), so reshape(-1, last) is a view."""
-    kept = [(n, s) for n, s in zip(shape[:-1], strides[:-1]) if n != 1]
-    return all(s == n2 * s2 for (_, s), (n2, s2) in zip(kept, kept[1:]))
+    """Whether all dimensions but the last read as one, so reshape(-1, last) is a view."""
+    return _merged(shape[:-1], strides[:-1]) is not None
 
 
 def _folds_rows(x, vector_last: bool) -> bool:
@@ -90,41 +106,24 @@ def _folds_rows(x, vector_last: bool) -> bool:
 
 def folded_probe(p):
     """The probe (runtime/interop.py) of a stack of matrices as that of the one taller matrix its
-    rows make, or None when they do not make one (or make none). On the hot path: one loop."""
+    rows make, or None when they do not make one (or make none)."""
     ptr, shape, strides, dtype, device = p
-    rows, pitch, span = 1, shape[-1], None
-    for i in range(len(shape) - 2, -1, -1):   # from M outwards: each stride the span of the dimensions inside
-        n = shape[i]
-        if n != 1:
-            s = strides[i]
-            if span is None:
-                pitch = s
-            elif s != span:
-                return None
-            span = n * s
-            rows *= n
-    if not rows:
+    merged = _merged(shape[:-1], strides[:-1])
+    if merged is None or not merged[0]:
         return None
-    return ptr, (rows, shape[-1]), (pitch, strides[-1]), dtype, device
+    rows, pitch = merged
+    return ptr, (rows, shape[-1]), (shape[-1] if pitch is None else pitch, strides[-1]), dtype, device
 
 
 def flat_probe(p, count: int):
     """The probe of a stack (..., rows, cols) as (n, rows, cols) with n = 1 (one matrix for all:
     batch stride 0) or `count`, or None when its batch dimensions do not read as one."""
     ptr, shape, strides, dtype, device = p
-    n, stride, span = 1, 0, None
-    for i in range(len(shape) - 3, -1, -1):
-        if shape[i] != 1:
-            s = strides[i]
-            if span is None:
-                stride = s
-            elif s != span:
-                return None
-            span = shape[i] * s
-            n *= shape[i]
-    if n not in (1, count):
+    merged = _merged(shape[:-2], strides[:-2])
+    if merged is None or merged[0] not in (1, count):
         return None
-    return ptr, (n, shape[-2], shape[-1]), (stride, strides[-2], strides[-1]), dtype, device
+    n, stride = merged
+    return ptr, (n, shape[-2], shape[-1]), (stride or 0, strides[-2], strides[-1]), dtype, device
 
 
 def stack_of_products(pa, pb):
@@ -326,15 +325,11 @@ def run(matmul2d, stack: Stack, A, B, *, out, residual, scale_a, scale_b, **opti
         rows = _no_rows(stack, v)
         spec = matmul2d.explain(rows["A"], rows["B"], bias=options.get("bias"), activation=options.get("activation"),
                                 allow_tf32=options.get("allow_tf32")).spec
-        name = _OUT_NAMES.get(str(options.get("out_dtype")).replace("torch.", ""), spec.out_dtype)
-        result = _new(A, stack.batch + (stack.M, stack.N), name)
+        result = new_array(A, stack.batch + (stack.M, stack.N), spec.out_dtype)
     return result.reshape(stack.result_shape) if out is None else out
 
 
-_OUT_NAMES = {"bf16": "bf16", "bfloat16": "bf16", "f16": "f16", "float16": "f16", "f32": "f32", "float32": "f32"}
-
-
-def _new(like, shape: tuple, dtype: str):
+def new_array(like, shape: tuple, dtype: str):
     """An uninitialised array of `shape` and tilegen dtype name `dtype` in like's library and device."""
     if isinstance(like, np.ndarray):
         return np.empty(shape, numpy_dtype(dtype))

@@ -87,12 +87,8 @@ def _check_host(x, name: str, want: np.dtype, dtype_name: str, ndim: int = 2):
 
 def _pitched(stored: np.ndarray) -> tuple[np.ndarray, int]:
     """A copy of `stored` with each row padded to a multiple of 16 bytes; returns (copy, ld)."""
-    rows, cols = stored.shape
-    per = ALIGN // stored.itemsize
-    ld = max(per, -(-cols // per) * per)
-    buf = np.zeros((max(rows, 1), ld), dtype=stored.dtype)  # never empty: addresses must stay mapped
-    buf[:rows, :cols] = stored
-    return buf, ld
+    buf, ld = _pitched_stack(stored[None])
+    return buf[0], ld
 
 
 def _c_map(kernel):
@@ -711,6 +707,14 @@ def tall_problem(spec, M: int, N: int, K: int, na: int, nb: int, count: int):
     return None
 
 
+def refuse_tall(spec, M: int, N: int, K: int, na: int, nb: int, count: int) -> None:
+    """LaunchError when a tall-stack kernel cannot take this stack (tall_problem says why)."""
+    why = tall_problem(spec, M, N, K, na, nb, count)
+    if why is not None:
+        raise LaunchError(f"this batched kernel reads each stack as one tall matrix, which this stack does not "
+                          f"allow: {why}; use a batched spec with copy='cp.async' (tilegen.matmul picks one)")
+
+
 class BatchedCall:
     """A batched kernel's launch from PyTorch / CuPy stacks, prepared once per kernel: the
     arrays' probes (runtime/interop.py) of shape (1 or count, rows, cols) placed and packed into
@@ -842,10 +846,7 @@ def _run_batched_host(kernel, A, B, out, count, sizes, alpha, beta, bias, residu
             raise LaunchError(f"bias has {bias.shape[0]} elements; a bias per {spec.epilogue.bias} needs {length}")
     if M == 0 or N == 0 or count == 0:
         return out
-    why = tall_problem(spec, M, N, K, A.shape[0], B.shape[0], count)
-    if why is not None:
-        raise LaunchError(f"this batched kernel reads each stack as one tall matrix, which this stack does not "
-                          f"allow: {why}; use a batched spec with copy='cp.async' (tilegen.matmul picks one)")
+    refuse_tall(spec, M, N, K, A.shape[0], B.shape[0], count)
     if device == "sim":
         memory = _SimMemory(explicit=True)
     elif device is None and not runtime.gpu_available():
@@ -885,9 +886,8 @@ def _run_batched_host(kernel, A, B, out, count, sizes, alpha, beta, bias, residu
 def _pitched_stack(stored: np.ndarray) -> tuple[np.ndarray, int]:
     """_pitched for each matrix of a (n, rows, cols) stack: one (n, rows, ld) copy."""
     n, rows, cols = stored.shape
-    per = ALIGN // stored.itemsize
-    ld = max(per, -(-cols // per) * per)
-    buf = np.zeros((max(n, 1), max(rows, 1), ld), dtype=stored.dtype)
+    ld = _aligned_ld(cols, stored.itemsize)
+    buf = np.zeros((max(n, 1), max(rows, 1), ld), dtype=stored.dtype)  # never empty: addresses must stay mapped
     buf[:n, :rows, :cols] = stored
     return buf, ld
 

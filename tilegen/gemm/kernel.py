@@ -8,8 +8,8 @@ import numpy as np
 from .. import compiler, runtime
 from ..compiler import Kernel
 from ..errors import LaunchError
-from .call import (NO_SCALES, BatchedCall, FastCall, check_epilogue, check_stream_k_range, run_batched, run_gemm,
-                   tall_problem, workspace_shape)
+from .call import (NO_SCALES, BatchedCall, FastCall, check_epilogue, check_stream_k_range, refuse_tall, run_batched,
+                   run_gemm, workspace_shape)
 from .template import trace_gemm, trace_split_k_sum, trace_stream_k_fixup
 from .prepare import preparations
 
@@ -171,10 +171,7 @@ class GemmKernel(Kernel):
             raise LaunchError(f"device={device!r}; allowed: None, 'gpu', 'sim' or a GPU index")
         if device is not None and not host:
             raise LaunchError(f"device={device!r} places numpy arrays; GPU arrays run where they are: leave it out")
-        why = tall_problem(self.spec, shapes[0][1], shapes[1][2], shapes[0][2], shapes[0][0], shapes[1][0], count)
-        if why is not None and not host:
-            raise LaunchError(f"this batched kernel reads each stack as one tall matrix, which this stack does not "
-                              f"allow: {why}; use a batched spec with copy='cp.async' (tilegen.matmul picks one)")
+        refuse_tall(self.spec, shapes[0][1], shapes[1][2], shapes[0][2], shapes[0][0], shapes[1][0], count)
         c = run_batched(self, A, B, out, count, alpha=alpha, beta=beta, bias=bias, residual=residual, device=device)
         if c is None:
             raise LaunchError("these GPU arrays do not fit this batched kernel: each operand's matrices must be laid "

@@ -587,11 +587,12 @@ def matmul(A, B, *, bias=None, activation=None, residual=None, alpha=1.0, beta=0
     scale_a and scale_b are per-tensor (numbers or one-element tensors, multiplying alpha) or
     per row of A / per column of B (f32 vectors of length M / N, applied in the epilogue)."""
     scales = NO_SCALES
+    if out_dtype is not None and out is None:
+        out = _empty_out(A, B, _out_dtype_name(out_dtype))
     if scale_a is not None or scale_b is not None:   # per-tensor: into alpha; per row / column: the epilogue's
         if batch.is_stack(A, B):
             return _stacked(A, B, bias=bias, activation=activation, residual=residual, alpha=alpha, beta=beta,
-                            out=out, allow_tf32=allow_tf32, device=device, scale_a=scale_a, scale_b=scale_b,
-                            out_dtype=out_dtype)
+                            out=out, allow_tf32=allow_tf32, device=device, scale_a=scale_a, scale_b=scale_b)
         rows = int(A.shape[0]) if hasattr(A, "shape") and len(A.shape) == 2 else 0
         cols = int(B.shape[1]) if hasattr(B, "shape") and len(B.shape) == 2 else 0
         va, vb = _vector_scale(scale_a, rows, "scale_a"), _vector_scale(scale_b, cols, "scale_b")
@@ -599,8 +600,6 @@ def matmul(A, B, *, bias=None, activation=None, residual=None, alpha=1.0, beta=0
             * (1.0 if vb is not None else _scale(scale_b, "scale_b"))
         if va is not None or vb is not None:
             scales = (va, vb)
-    if out_dtype is not None and out is None:
-        out = _empty_out(A, B, _out_dtype_name(out_dtype))
     if device is None:
         lib = interop.library(A)
         if lib is not None:
@@ -719,7 +718,7 @@ def _stacked(A, B, *, out, residual, scale_a=None, scale_b=None, **options):
     stack = batch.plan(A, B, out=out, bias=options.get("bias"))
     if options.get("device") is None and isinstance(A, np.ndarray) and not runtime.gpu_available():
         refuse_long_emulation(stack.matrices * stack.M, stack.N, stack.K)
-    if not stack.folded and scale_a is None and scale_b is None and options.get("out_dtype") is None:
+    if not stack.folded and scale_a is None and scale_b is None:
         flat = batch.flat(stack, A, B, out, residual)
         bias, activation, tf32 = options.get("bias"), options.get("activation"), options.get("allow_tf32")
         # (the choice remembered per description, as the 2-D fast path's: explain reads the tuned store)
@@ -837,13 +836,10 @@ def _out_dtype_name(dt) -> str:
 def _empty_out(A, B, name: str):
     """An uninitialised output of A @ B's shape and dtype `name` in A's library (numpy, PyTorch, CuPy)."""
     shape = batch.plan(A, B).result_shape if batch.is_stack(A, B) else (int(A.shape[0]), int(B.shape[1]))
-    if isinstance(A, np.ndarray):
-        return np.empty(shape, dtype=numpy_dtype(name))
     lib = interop.library(A)
-    probe = lib.probe(A) if lib is not None else None
-    if not probe:
+    if not isinstance(A, np.ndarray) and not (lib is not None and lib.probe(A)):
         raise LaunchError("out_dtype= needs numpy, PyTorch or CuPy arrays; pass out= instead")
-    return lib.empty(shape, numpy_dtype(name).name if name != "bf16" else "bfloat16", probe[DEVICE])
+    return batch.new_array(A, shape, name)
 
 
 matmul.explain = explain
