@@ -112,7 +112,7 @@ class GemmKernel(Kernel):
     def fast_call(self) -> FastCall:
         """The prepared call from PyTorch / CuPy arrays (gemm/call.py), built once."""
         if self._fast is None:
-            self._fast = FastCall(self)
+            self._fast = FastCall(self) if not self.spec.batched else _takes_nothing
         return self._fast
 
     def __call__(self, A, B, *, out=None, alpha: float = 1.0, beta: float = 0.0, bias=None, residual=None,
@@ -131,12 +131,12 @@ class GemmKernel(Kernel):
         refused, or copied into aligned buffers first with repitch=True (tilegen.matmul does
         that)."""
         scales = NO_SCALES if scale_a is None and scale_b is None else (scale_a, scale_b)
-        if self.spec.batched:
-            return self._call_stack(A, B, out, alpha, beta, bias, residual, device, scales)
         if device is None:
             done = (self._fast or self.fast_call)(A, B, out, bias, residual, alpha, beta, repitch, scales)
             if done is not None:
                 return done
+        if self.spec.batched:   # (off the hot path: a batched kernel's fast call takes nothing)
+            return self._call_stack(A, B, out, alpha, beta, bias, residual, device, scales)
         return run_gemm(self, A, B, out=out, alpha=alpha, beta=beta, bias=bias, residual=residual, device=device,
                         repitch=repitch, scales=scales)
 
@@ -180,6 +180,11 @@ class GemmKernel(Kernel):
                               f"{self.spec.out_dtype}), on one GPU, with 16-byte aligned rows and matrices "
                               f"(tilegen.matmul takes any)")
         return c
+
+
+def _takes_nothing(*args):
+    """A batched kernel's fast call: stacks go through GemmKernel._call_stack and BatchedCall."""
+    return None
 
 
 def compile_gemm(spec) -> GemmKernel:
