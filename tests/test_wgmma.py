@@ -16,6 +16,7 @@ from bounds import gemm_bound
 from tilegen.codegen.ptxas import resources
 from ptxas_util import assert_assembles, needs_ptxas
 from test_sim_bugs import PtxKernel
+from seeds import seed
 
 ATOM = "m16n8k16.f16.f32"
 
@@ -476,7 +477,7 @@ def test_wgmma_gemm_on_the_emulator(dtype, layouts):
     spec = tilegen.GemmSpec(dtype=dtype, instruction="wgmma", a_layout=al, b_layout=bl,
                             tile=(64, 128, 64 if dtype != "tf32" else 32), warps=(1, 8) if swapped else (4, 2),
                             stages=3)
-    rng = np.random.default_rng(hash((dtype, layouts)) % 2 ** 32)
+    rng = np.random.default_rng(seed(dtype, layouts))
     M, N, K = 70, 150, 200     # ragged in every dimension, several k-tiles
     A, B = _inputs(dtype, M, N, K, al, bl, rng)
     out = np.full((M, N), np.nan, np.float32)

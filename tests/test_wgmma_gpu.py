@@ -10,6 +10,7 @@ import pytest
 import tilegen
 from bounds import fp8_wgmma_bound, gemm_bound
 from gpu_util import record, requires_gpu
+from seeds import seed
 from test_gemm_layouts_gpu import EDGE, _errors, _matrix, repeat_launches
 
 pytestmark = [pytest.mark.gpu, requires_gpu]
@@ -59,8 +60,8 @@ def _check_all(torch, kernel, spec, shapes, gen, odt=None):
 def test_wgmma_layouts_and_shapes(torch, dtype, layouts):
     a_layout, b_layout = layouts
     spec = tilegen.GemmSpec(dtype=dtype, instruction="wgmma", a_layout=a_layout, b_layout=b_layout)
-    gen = torch.Generator(device="cuda").manual_seed(hash((dtype, layouts)) % 2 ** 31)
-    shapes = _shapes(hash((dtype, layouts, "wgmma")) % 2 ** 31) + [(4096, 4096, 4096)]
+    gen = torch.Generator(device="cuda").manual_seed(seed(dtype, layouts))
+    shapes = _shapes(seed(dtype, layouts, "wgmma")) + [(4096, 4096, 4096)]
     worst = _check_all(torch, tilegen.compile(spec), spec, shapes, gen)
     record("wgmma_layouts", dtype=dtype, a_layout=a_layout, b_layout=b_layout, shapes=len(shapes),
            worst_error_over_bound=worst)
