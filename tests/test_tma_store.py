@@ -2,6 +2,7 @@
 planted one at a time (each caught by the emulator), and the GEMM's store="tma" kernels on
 the emulator (every out dtype, both operand dtypes, layouts, alpha and beta, ragged shapes,
 outputs whose rows TMA cannot take) and on the GPU."""
+import copy
 import types
 
 import numpy as np
@@ -208,6 +209,33 @@ def test_gemm_staging_buffers_alternate_and_a_late_wait_is_caught():
     assert np.abs(C - ref).max() <= 2e-3 * np.abs(ref).max()
     with pytest.raises(SimError) as e:
         run(kernel.ptx.replace("cp.async.bulk.wait_group.read 1;", "cp.async.bulk.wait_group.read 2;"))
+    assert e.value.kind == "war" and "TMA store still in flight reads" in str(e.value)
+
+
+@pytest.mark.parametrize("dtype, tile, lb", [("bf16", (128, 192, 64), "row"), ("e4m3", (128, 192, 128), "col")])
+def test_an_odd_number_of_slices_waits_for_the_last_blocks_store(dtype, tile, lb):
+    """A 192-wide block goes out in three 64-column slices, so the next block's first slice
+    refills buffer 0 that the previous block's last slice went out of: it waits for every store
+    (wait_group.read 0). Several blocks per CTA (the emulator's 3 SMs) on ragged shapes; the
+    usual wait for all but one store is then a race the emulator reports."""
+    spec = tilegen.GemmSpec(dtype=dtype, out_dtype="bf16", instruction="wgmma", tile=tile, b_layout=lb)
+    assert spec.warp_specialized and spec.store == "tma" and spec.mainloop.store_staging(spec)[0] == 3
+    kernel = tilegen.compile(spec)
+    assert "cp.async.bulk.wait_group.read 0;" in kernel.ptx
+    rng = np.random.default_rng(3)
+    M, N, K = 300, 500, 2 * tile[2] + 8
+    dt = numpy_dtype(dtype)
+    A = (rng.standard_normal((M, K)) * 0.5).astype(dt)
+    B = (rng.standard_normal((K, N)) * 0.5).astype(dt)
+    B_in = np.asfortranarray(B) if lb == "col" else B
+    C = kernel(A, B_in, alpha=1.5, device="sim").astype(np.float64)
+    a64, b64 = A.astype(np.float64), B.astype(np.float64)
+    scale = 1.5 * (np.abs(a64) @ np.abs(b64))
+    assert (np.abs(C - 1.5 * (a64 @ b64)) / scale).max() <= K * 2.0 ** -23 + 2.0 ** -20 + 2.0 ** -8
+    late = copy.copy(kernel)
+    late.ptx = kernel.ptx.replace("cp.async.bulk.wait_group.read 0;", "cp.async.bulk.wait_group.read 1;")
+    with pytest.raises(SimError) as e:
+        late(A, B_in, alpha=1.5, device="sim")
     assert e.value.kind == "war" and "TMA store still in flight reads" in str(e.value)
 
 

@@ -78,7 +78,7 @@ class WgmmaLoop(MainLoop):
     stores = ("direct", "tma")
     clusters = True
     TMA_DTYPES = ("f16", "bf16")   # in any layout (fp8 and tf32: K-major operands only, tma_copies)
-    STAGING_PARTS = (2, 4, 8, 16)   # a block of C goes out through shared memory in this many slices
+    STAGING_PARTS = (2, 3, 4, 6, 8, 16)   # a block of C goes out through shared memory in this many slices
     STAGING_BUFFERS = 2             # ... alternating between two buffers: one fills while TMA reads the other
 
     def tma_copies(self, spec) -> bool:
@@ -565,14 +565,17 @@ class WarpSpecializedPipeline(TmaPipeline):
             self.request(m0, n0, kt0 + j, stage)
 
     def store_through_shared(self, acc, C, sC, parts, m0, n0, alpha, bias=None, R=None, scales=(None, None)):
-        """The block of C in `parts` column slices (an even number), alternating between the two
-        buffers of sC: each slice written by every math thread (through the spec's fused
-        epilogue), then stored by one thread with TMA while the next slice fills the other
-        buffer, and the next block's main loop runs."""
+        """The block of C in `parts` column slices, alternating between the two buffers of sC:
+        each slice written by every math thread (through the spec's fused epilogue), then
+        stored by one thread with TMA while the next slice fills the other buffer, and the next
+        block's main loop runs."""
         cols = self.spec.tile.n // parts
         for p in range(parts):
             buf = p % 2
-            tg.tma_store_wait(1)                     # the storing thread: the store two slices back read buf
+            # the storing thread: the store two slices back read buf. With an odd number of
+            # slices the previous block's last slice also went out of buffer 0: wait for every
+            # store there (long done: a main loop ran since)
+            tg.tma_store_wait(0 if p == 0 and parts % 2 else 1)
             tg.barrier()                             # ... as every math thread now knows
             tg.store_stage(sC[buf], acc, self.wm, part=p, parts=parts, alpha=alpha, out=C.block(m0, n0 + p * cols),
                            bias=bias, activation=self.spec.epilogue.activation, residual=R,
