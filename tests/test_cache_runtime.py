@@ -27,6 +27,16 @@ BAD = GOOD.replace("    ret;", "    add.u32 %r1, %r0, %nosuch;\n    ret;")  # li
 JIT_LOG = ("ptxas application ptx input, line 6; error   : Unknown symbol '%nosuch'\n"
            "ptxas fatal   : Ptx assembly aborted due to errors")
 REPORT = "ptxas info    : Used 4 registers, 384 bytes cmem[0]"
+# what the driver's JIT printed for a kernel it spilled (run 3 of 2026-11-24, the fp8 128x192 kernel)
+SPILLED = ("ptxas info    : Function properties for k\n"
+           "ptxas         .     216 bytes stack frame, 548 bytes spill stores, 568 bytes spill loads\n"
+           "ptxas info    : Used 168 registers, used 3 barriers\n"
+           "info    : used 168 registers, used 3 barriers, 216 stack, 1024 bytes smem, 1024 bytes cmem[0], 0 bytes lmem")
+SPILLS = GOOD.replace("    ret;", "    // the driver spills this one\n    ret;")
+
+
+def report_of(image: bytes) -> str:
+    return SPILLED if b"spills" in image else REPORT
 
 
 class R(int):
@@ -55,7 +65,7 @@ class FakeLinkDriver:
 
     def __init__(self, version=13000):
         self.version = version
-        self.links, self.loads, self.jits, self.states, self.options = [], [], [], [], []
+        self.links, self.loads, self.jits, self.states, self.options, self.unloaded = [], [], [], [], [], []
         self.refuse = False  # cuModuleLoadData fails (a cubin this driver will not take)
 
     # -- the linker --
@@ -81,7 +91,8 @@ class FakeLinkDriver:
     def cuLinkComplete(self, state):
         assert not state.destroyed and len(state.inputs) == 1
         self.links.append(state.inputs[0])
-        state.info[:len(REPORT)] = REPORT.encode()
+        report = report_of(state.inputs[0]).encode()
+        state.info[:len(report)] = report
         state.image = ctypes.create_string_buffer(cubin_of(state.inputs[0]))
         return (R(0), ctypes.addressof(state.image), len(state.image.raw) - 1)
 
@@ -102,13 +113,15 @@ class FakeLinkDriver:
 
     def cuModuleLoadDataEx(self, image, n, options, values):
         self.jits.append(image)
-        values[0][:len(REPORT)] = REPORT.encode()
+        report = report_of(image).encode()
+        values[0][:len(report)] = report
         return (R(0), ("jit-module", image))
 
     def cuModuleGetFunction(self, module, name):
         return (R(0), ("function", name))
 
     def cuModuleUnload(self, module):
+        self.unloaded.append(module)
         return (R(0),)
 
     def cuDriverGetVersion(self):
@@ -259,3 +272,101 @@ def test_precompile_links_and_stores_without_loading(fake, monkeypatch):
 def test_precompile_without_a_cache_does_nothing(fake, monkeypatch):
     monkeypatch.setenv("TILEGEN_CACHE", "0")
     assert mod.precompile(GOOD) is False and fake.links == []
+
+
+# ---- where the driver's compile spills: an assembler (ptxas) gets a chance ---------------------
+
+ASSEMBLED = b"\x7fELF assembled by ptxas"
+CLEAN = "ptxas info    : Used 223 registers, used 3 barriers\n    0 bytes stack frame, 0 bytes spill stores, 0 bytes spill loads"
+
+
+class Assembler:
+    def __init__(self, report=CLEAN, fails=False):
+        self.report, self.fails, self.calls = report, fails, []
+
+    def __call__(self, ptx):
+        self.calls.append(ptx)
+        if self.fails:
+            raise RuntimeError("ptxas -arch=sm_90a failed")
+        return ASSEMBLED, self.report
+
+
+def test_spilled_bytes_reads_the_jit_and_ptxas_logs():
+    assert mod.spilled_bytes(SPILLED) == 548
+    assert mod.spilled_bytes(REPORT) == 0 and mod.spilled_bytes(CLEAN) == 0 and mod.spilled_bytes("") == 0
+    two = CLEAN + "\n" + SPILLED.replace("548", "12")
+    assert mod.spilled_bytes(two) == 12
+
+
+def test_a_spilled_kernel_is_assembled_stored_and_loaded_from_the_store(fake, monkeypatch):
+    asm = Assembler()
+    f = mod.load_module(SPILLS, "add_one", assemble=asm)
+    assert asm.calls == [SPILLS] and len(fake.links) == 1
+    assert fake.loads == [ASSEMBLED]                        # the driver's spilled cubin was never loaded
+    assert f.info_log.startswith("assembled by ptxas (the driver's JIT spilled 548 bytes") and CLEAN in f.info_log
+    assert mod.spilled_bytes(f.info_log) == 0
+    assert cubins.get_cubin(SPILLS, (9, 0), 13000) == ASSEMBLED
+    forget(monkeypatch)                                     # a later process: the stored cubin
+    again = Assembler()
+    g = mod.load_module(SPILLS, "add_one", assemble=again)
+    assert again.calls == [] and len(fake.links) == 1 and fake.loads == [ASSEMBLED] * 2
+    assert g.info_log == f.info_log
+
+
+@pytest.mark.parametrize("asm, why", [(Assembler(report=SPILLED), "spills as much"), (Assembler(fails=True), "fails"),
+                                      (None, "none given")])
+def test_the_drivers_cubin_stays_where_the_assembler_cannot_do_better(fake, asm, why):
+    f = mod.load_module(SPILLS, "add_one", assemble=asm)
+    image = SPILLS.encode() + b"\0"
+    assert fake.loads == [cubin_of(image)] and f.info_log == SPILLED, why
+    assert cubins.get_cubin(SPILLS, (9, 0), 13000) == cubin_of(image)
+
+
+def test_a_kernel_the_driver_compiles_without_spills_is_never_assembled(fake):
+    asm = Assembler()
+    mod.load_module(GOOD, "add_one", assemble=asm)
+    assert asm.calls == [] and fake.loads == [cubin_of(GOOD.encode() + b"\0")]
+
+
+def test_an_assembled_cubin_the_driver_refuses_leaves_the_drivers(fake, monkeypatch):
+    real = fake.cuModuleLoadData
+    monkeypatch.setattr(fake, "cuModuleLoadData", lambda image: (R(200), None) if image == ASSEMBLED else real(image))
+    f = mod.load_module(SPILLS, "add_one", assemble=Assembler())
+    assert f.info_log == SPILLED and cubins.get_cubin(SPILLS, (9, 0), 13000) == cubin_of(SPILLS.encode() + b"\0")
+
+
+def test_without_the_store_the_jits_module_is_replaced(fake, monkeypatch):
+    monkeypatch.setenv("TILEGEN_CACHE", "0")
+    f = mod.load_module(SPILLS, "add_one", assemble=Assembler())
+    assert fake.jits == [SPILLS.encode() + b"\0"] and fake.loads == [ASSEMBLED]
+    assert fake.unloaded == [("jit-module", SPILLS.encode() + b"\0")] and f.module == ("module", ASSEMBLED)
+
+
+def test_precompile_stores_the_assembled_cubin(fake):
+    assert mod.precompile(SPILLS, assemble=Assembler()) is True
+    assert cubins.get_cubin(SPILLS, (9, 0), 13000) == ASSEMBLED and fake.loads == []
+
+
+def test_a_kernel_that_still_spills_warns_once_with_what_to_do(fake, monkeypatch):
+    """compiler.Kernel.function: the user hears of spilled registers (PerformanceWarning), with
+    what would help; the warning names the kernel and the bytes."""
+    import warnings
+
+    import tilegen
+    import tilegen.dsl as tg
+
+    monkeypatch.setenv("TILEGEN_PTXAS", "off")   # no assembler: the driver's spilled cubin stays
+
+    @tg.kernel
+    def spills():
+        tg.launch(threads=32, grid=(1, 1, 1))
+
+    k = tilegen.compile(spills, target="sm_80")
+    monkeypatch.setattr(k, "ptx", k.ptx.replace("ret;", "// the driver spills this one\n    ret;"))
+    with pytest.warns(tilegen.PerformanceWarning) as w:
+        k.function()
+    (msg,) = [str(x.message) for x in w]
+    assert k.name in msg and "spilled 548 bytes of registers" in msg and "with ptxas installed" in msg
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        k.function()                                  # loaded already: no second warning

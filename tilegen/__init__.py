@@ -1,7 +1,7 @@
 """tilegen: a Python kernel DSL that generates PTX for tensor-core GEMMs."""
 from .compiler import Kernel
 from .dsl import kernel
-from .errors import DeviceError, DSLError, IRError, LaunchError, SpecError, TilegenError
+from .errors import DeviceError, DSLError, IRError, LaunchError, PerformanceWarning, SpecError, TilegenError
 from .frontend import compile
 from .gemm import Epilogue, GemmKernel, GemmSpec, SpecSyntaxError, TileShape, WarpLayout, matmul, matmul_fused
 from .version import __version__
@@ -9,5 +9,5 @@ from .version import __version__
 __all__ = [
     "compile", "kernel", "Kernel", "GemmKernel", "matmul", "matmul_fused", "SpecSyntaxError", "GemmSpec",
     "TileShape", "WarpLayout", "Epilogue", "SpecError", "TilegenError", "LaunchError", "DeviceError", "DSLError",
-    "IRError", "__version__",
+    "IRError", "PerformanceWarning", "__version__",
 ]

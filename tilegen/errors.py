@@ -41,3 +41,7 @@ class DSLError(TilegenError):
 
 class IRError(TilegenError):
     """An IR invariant broken by a front-end or a pass (a tilegen bug, or a DSL misuse)."""
+
+
+class PerformanceWarning(UserWarning):
+    """A kernel that runs, but slower than it should (say, registers spilled to local memory)."""

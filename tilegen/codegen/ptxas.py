@@ -1,10 +1,14 @@
-"""ptxas, when present: assemble emitted PTX offline to check it and read its resources.
+"""ptxas, when present: assemble emitted PTX offline to check it and read its resources, and
+assemble the kernels the driver's JIT compiles badly (compiler/kernel.py: where the JIT
+spilled registers).
 
-Looked up on PATH, then in the CUDA wheel (`pip install nvidia-cuda-nvcc`), then
-$TILEGEN_PTXAS. tilegen never needs it to run kernels (the driver JIT-compiles PTX).
+Looked up as $TILEGEN_PTXAS (a path; "off" never uses one), on PATH, in NVIDIA's CUDA wheels
+(`pip install nvidia-cuda-nvcc-cu12`), then the copy Triton ships. tilegen never needs it to
+run kernels (the driver JIT-compiles PTX).
 """
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 import shutil
@@ -14,8 +18,13 @@ from dataclasses import dataclass
 from typing import Optional
 
 
+OFF = ("0", "off", "none", "no")   # TILEGEN_PTXAS=off: tilegen uses no ptxas
+
+
 def find_ptxas() -> Optional[str]:
     env = os.environ.get("TILEGEN_PTXAS")
+    if env and env.lower() in OFF:
+        return None
     if env and os.path.isfile(env):
         return env
     found = shutil.which("ptxas")
@@ -30,6 +39,38 @@ def find_ptxas() -> Optional[str]:
             path = os.path.join(root, sub, "bin", "ptxas")
             if os.path.isfile(path):
                 return path
+    return _tritons_ptxas()
+
+
+def ptxas_release() -> Optional[tuple]:
+    """(major, minor) of the CUDA release the ptxas found belongs to, or None (none found, or
+    one that does not say)."""
+    exe = find_ptxas()
+    if exe is None:
+        return None
+    if exe not in _RELEASES:
+        try:
+            text = subprocess.run([exe, "--version"], capture_output=True, text=True, timeout=30).stdout
+        except (OSError, subprocess.SubprocessError):
+            text = ""
+        m = re.search(r"release (\d+)\.(\d+)", text)
+        _RELEASES[exe] = (int(m.group(1)), int(m.group(2))) if m else None
+    return _RELEASES[exe]
+
+
+_RELEASES: dict = {}
+
+
+def _tritons_ptxas() -> Optional[str]:
+    """The ptxas Triton ships for its own kernels (located, not imported)."""
+    try:
+        spec = importlib.util.find_spec("triton")
+    except (ImportError, ValueError):
+        return None
+    for root in (spec.submodule_search_locations or []) if spec else []:
+        path = os.path.join(root, "backends", "nvidia", "bin", "ptxas")
+        if os.path.isfile(path):
+            return path
     return None
 
 
@@ -56,18 +97,31 @@ class PtxasError(RuntimeError):
 
 def assemble(ptx: str, arch: str, extra=()) -> str:
     """Run ptxas -v on `ptx`; return its report, or raise PtxasError with its message."""
+    return _ptxas(ptx, arch, extra)[1]
+
+
+def assemble_cubin(ptx: str) -> tuple:
+    """(cubin bytes, ptxas -v report) of `ptx` for the target it names (.target sm_90a: sm_90a),
+    or PtxasError."""
+    m = re.search(r"^\s*\.target\s+(sm_\w+)", ptx, re.M)
+    if m is None:
+        raise PtxasError("the PTX names no .target")
+    return _ptxas(ptx, m.group(1))
+
+
+def _ptxas(ptx: str, arch: str, extra=()) -> tuple:
     exe = find_ptxas()
     if exe is None:
         raise PtxasError("ptxas not found (install the CUDA toolkit or `pip install nvidia-cuda-nvcc`)")
     with tempfile.TemporaryDirectory(prefix="tilegen-") as tmp:
-        src = os.path.join(tmp, "kernel.ptx")
+        src, out = os.path.join(tmp, "kernel.ptx"), os.path.join(tmp, "k.cubin")
         with open(src, "w") as f:
             f.write(ptx)
-        p = subprocess.run([exe, f"-arch={arch}", "-v", *extra, "-o", os.path.join(tmp, "k.cubin"), src],
-                           capture_output=True, text=True)
-    if p.returncode:
-        raise PtxasError(f"ptxas -arch={arch} failed:\n{p.stderr.strip()}")
-    return p.stderr
+        p = subprocess.run([exe, f"-arch={arch}", "-v", *extra, "-o", out, src], capture_output=True, text=True)
+        if p.returncode:
+            raise PtxasError(f"ptxas -arch={arch} failed:\n{p.stderr.strip()}")
+        with open(out, "rb") as f:
+            return f.read(), p.stderr
 
 
 def resources(ptx: str, arch: str, dynamic_smem: int = 0) -> Resources:

@@ -3,16 +3,27 @@ geometry as data; loads its module on first use and launches it. A GEMM kernel
 (tilegen.gemm.GemmKernel) also runs on arrays: kernel(A, B)."""
 from __future__ import annotations
 
+import warnings
 from functools import cached_property
 from operator import itemgetter
 from typing import Optional
 
 from .. import runtime
-from ..codegen.ptxas import PtxasError, find_ptxas, resources
-from ..errors import LaunchError
+from ..codegen.ptxas import PtxasError, assemble_cubin, find_ptxas, resources
+from ..errors import LaunchError, PerformanceWarning
 from ..ir.bank_report import format_bank_report
 from ..ir.grid import LaunchGrid
 from ..runtime.module import module_generation
+
+
+def spill_message(name: str, spilled: int) -> str:
+    """What a user reads when the GPU's compiler spilled a kernel's registers."""
+    return (f"{name}: the GPU's compiler spilled {spilled} bytes of registers to local memory, so it runs "
+            f"slowly. The driver's JIT gives every thread the registers the launch allows, not the ones "
+            f"setmaxnreg moves to the math warpgroups; " + (
+                "ptxas, found here, spilled too: choose smaller tiles" if find_ptxas() else
+                "with ptxas installed (the CUDA toolkit, `pip install nvidia-cuda-nvcc-cu12`, or Triton's copy, "
+                "found on its own) tilegen assembles such kernels itself; or choose smaller tiles"))
 
 
 class Kernel:
@@ -110,7 +121,11 @@ class Kernel:
         entry = self._functions.get(device)
         if entry is not None and entry[0] == module_generation():
             return entry[1]
-        fn = runtime.load_module(self.ptx, self.name, device=device)
+        # ptxas, where installed, assembles what the driver's JIT spills (runtime/module.py)
+        fn = runtime.load_module(self.ptx, self.name, device=device, assemble=assemble_cubin)
+        spilled = runtime.spilled_bytes(fn.info_log)
+        if spilled:
+            warnings.warn(spill_message(self.name, spilled), PerformanceWarning, stacklevel=2)
         fn.set_max_dynamic_smem(self.smem_bytes)
         self._functions[device] = (module_generation(), fn)
         return fn

@@ -6,6 +6,12 @@ the JIT log, the failing PTX line and the file, so the error can be reproduced w
 Modules are cached per (context, PTX hash): loading the same text twice is free.
 With the disk store on (tilegen/store.py, TILEGEN_CACHE != 0) the PTX is linked to a cubin
 by the driver linker instead, stored (runtime/cubins.py), and later processes load it.
+
+Where the driver's compile spilled registers, an `assemble` callable the caller passes
+(compiler/kernel.py: ptxas, when installed) gets a chance: its cubin replaces the driver's
+when it spills less and loads. (The driver's JIT gives every thread the registers the launch
+allows, while ptxas gives warpgroups that take more with setmaxnreg what they take:
+docs/perf_notes.md section 38.)
 """
 from __future__ import annotations
 
@@ -33,6 +39,15 @@ _KIND_BYTES = {"ptr": 8, "u64": 8, "f64": 8, "u32": 4, "s32": 4, "f32": 4}
 
 
 # ---- pure helpers (no GPU) -------------------------------------------------------------
+
+_SPILLS = re.compile(r"(\d+) bytes spill stores")
+
+
+def spilled_bytes(log: str) -> int:
+    """Bytes of registers a compile log (the JIT's or ptxas -v's) says were spilled to local
+    memory: the most of any function in it."""
+    return max((int(n) for n in _SPILLS.findall(log or "")), default=0)
+
 
 def ptx_entries(ptx: str) -> list[str]:
     """Names of the kernels (.entry) a PTX module defines."""
@@ -168,28 +183,64 @@ def _link(d, ptx: str, arch: str | None):
         d.cuLinkDestroy(state)
 
 
-def _load(d, ptx: str, cc, arch: str | None):
-    """CUmodule and info log for `ptx`: a stored cubin, else linked, stored and loaded."""
+def _assembled(ptx: str, info_log: str, assemble):
+    """(cubin, log) from `assemble` where the driver's compile (info_log) spilled registers and
+    the assembler's spills fewer, else None."""
+    spilled = spilled_bytes(info_log)
+    if not spilled or assemble is None:
+        return None
+    try:
+        cubin, report = assemble(ptx)
+    except Exception:   # no assembler here, or one that cannot: the driver's compile stays
+        return None
+    if spilled_bytes(report) >= spilled:
+        return None
+    return cubin, f"assembled by ptxas (the driver's JIT spilled {spilled} bytes of registers):\n{report}"
+
+
+def _load_cubin(d, cubin: bytes):
+    """The CUmodule of `cubin`, or None where this driver refuses it."""
+    r = d.cuModuleLoadData(cubin)
+    return r[1] if int(r[0]) == 0 else None
+
+
+def _load(d, ptx: str, cc, arch: str | None, assemble=None):
+    """CUmodule and info log for `ptx`: a stored cubin, else linked (or assembled), stored and
+    loaded."""
     if cc is None or not store.enabled() or not all(hasattr(d, n) for n in _LINKER):
-        return _jit(d, ptx, arch)
+        module, info_log = _jit(d, ptx, arch)
+        better = _assembled(ptx, info_log, assemble)
+        if better is not None:
+            replacement = _load_cubin(d, better[0])
+            if replacement is not None:
+                d.cuModuleUnload(module)
+                return replacement, better[1]
+        return module, info_log
     driver = int(_drv.check(d.cuDriverGetVersion(), "cuDriverGetVersion"))
     hit = cubins.get_cubin_entry(ptx, cc, driver)
     if hit is not None:
         cubin, info_log = hit
-        r = d.cuModuleLoadData(cubin)
-        if int(r[0]) == 0:
-            return r[1], info_log
+        module = _load_cubin(d, cubin)
+        if module is not None:
+            return module, info_log
         cubins.discard_cubin(ptx, cc, driver)  # refused by this driver: rebuild it
     cubin, info_log = _link(d, ptx, arch)
+    better = _assembled(ptx, info_log, assemble)
+    if better is not None:
+        module = _load_cubin(d, better[0])
+        if module is not None:
+            cubins.put_cubin(ptx, cc, driver, better[0], better[1])
+            return module, better[1]
     cubins.put_cubin(ptx, cc, driver, cubin, info_log)
     module = _drv.check(d.cuModuleLoadData(cubin), "cuModuleLoadData(linked cubin)")
     return module, info_log
 
 
-def precompile(ptx: str, device: int = 0) -> bool:
+def precompile(ptx: str, device: int = 0, assemble=None) -> bool:
     """Link `ptx` to a cubin and store it in the disk cache without loading it (safe to call
     from worker threads, so many kernels can be prepared at once). False when there is no
-    cubin cache to fill (cache off, or bindings without the driver linker)."""
+    cubin cache to fill (cache off, or bindings without the driver linker). `assemble` as
+    for load_module (its cubin is stored where the driver's spilled and it spills less)."""
     d = _drv.bindings()
     if not store.enabled() or not all(hasattr(d, n) for n in _LINKER):
         return False
@@ -199,11 +250,14 @@ def precompile(ptx: str, device: int = 0) -> bool:
     if cubins.get_cubin_entry(ptx, cc, driver) is not None:
         return True
     cubin, info_log = _link(d, ptx, "sm_%d%d" % cc)
+    cubin, info_log = _assembled(ptx, info_log, assemble) or (cubin, info_log)
     return cubins.put_cubin(ptx, cc, driver, cubin, info_log)
 
 
-def load_module(ptx: str, entry: str, device: int = 0) -> "Function":
-    """JIT-load `ptx` (cached per context and PTX text) and return its kernel `entry`."""
+def load_module(ptx: str, entry: str, device: int = 0, assemble=None) -> "Function":
+    """JIT-load `ptx` (cached per context and PTX text) and return its kernel `entry`.
+    `assemble(ptx) -> (cubin, report)`, if given, is tried where the driver's compile spilled
+    registers (its cubin is kept where it spills less and loads)."""
     if not isinstance(ptx, str) or not ptx.strip():
         raise LaunchError("load_module needs PTX text (a non-empty str)")
     entries = ptx_entries(ptx)
@@ -226,7 +280,7 @@ def load_module(ptx: str, entry: str, device: int = 0) -> "Function":
             except DeviceError:
                 pass
             with _drv.capture_relaxed():
-                _modules[key] = _load(d, ptx, cc, arch)  # disk cubin cache, else JIT
+                _modules[key] = _load(d, ptx, cc, arch, assemble)  # disk cubin cache, else JIT
         module, info_log = _modules[key]
         handle = _drv.check(d.cuModuleGetFunction(module, entry.encode()),
                             f"cuModuleGetFunction({entry!r})")

@@ -1,0 +1,52 @@
+"""ptxas as the assembler of kernels the driver's JIT spills (codegen/ptxas.py): where it is
+found, the cubin it makes, and why it helps: ptxas gives the math warpgroups the registers
+setmaxnreg moves to them, while the driver's JIT (driver 580, run 3 of 2026-11-24) allots each
+thread what the launch allows (168 with 384 threads) and spilled the fp8 128x192 kernel."""
+import os
+import sys
+
+import pytest
+
+import tilegen
+from ptxas_util import needs_ptxas
+from tilegen.codegen import ptxas
+from tilegen.runtime import spilled_bytes
+
+WIDE_FP8 = dict(dtype="e4m3", out_dtype="bf16", instruction="wgmma", b_layout="col", tile=(128, 192, 128))
+
+
+def test_tilegen_ptxas_off_finds_none(monkeypatch):
+    monkeypatch.setenv("TILEGEN_PTXAS", "off")
+    assert ptxas.find_ptxas() is None
+    with pytest.raises(ptxas.PtxasError, match="ptxas not found"):
+        ptxas.assemble_cubin(".version 8.0\n.target sm_90a\n")
+
+
+def test_tritons_copy_is_found_without_importing_triton(monkeypatch, tmp_path):
+    pkg = tmp_path / "triton"
+    (pkg / "backends" / "nvidia" / "bin").mkdir(parents=True)
+    (pkg / "__init__.py").write_text("raise RuntimeError('located, never imported')\n")
+    exe = pkg / "backends" / "nvidia" / "bin" / "ptxas"
+    exe.write_text("")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.delitem(sys.modules, "triton", raising=False)
+    assert ptxas._tritons_ptxas() == str(exe)
+    exe.unlink()
+    assert ptxas._tritons_ptxas() is None
+
+
+def test_ptx_without_a_target_is_refused():
+    with pytest.raises(ptxas.PtxasError, match="names no .target"):
+        ptxas.assemble_cubin(".version 8.0\n")
+
+
+@needs_ptxas
+def test_the_wide_fp8_kernel_assembles_without_spills_because_of_setmaxnreg():
+    """The cubin is an ELF image with no spills; the same PTX without its setmaxnreg spills as
+    the driver's JIT did (548 bytes of spill stores): the registers come from setmaxnreg."""
+    ptx = tilegen.compile(tilegen.GemmSpec(**WIDE_FP8)).ptx
+    cubin, report = ptxas.assemble_cubin(ptx)
+    assert cubin.startswith(b"\x7fELF") and spilled_bytes(report) == 0, report
+    assert "setmaxnreg.inc.sync.aligned.u32 232" in ptx
+    capped = "\n".join(line for line in ptx.split("\n") if "setmaxnreg" not in line)
+    assert spilled_bytes(ptxas.assemble_cubin(capped)[1]) > 0
