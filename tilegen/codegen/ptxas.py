@@ -42,25 +42,6 @@ def find_ptxas() -> Optional[str]:
     return _tritons_ptxas()
 
 
-def ptxas_release() -> Optional[tuple]:
-    """(major, minor) of the CUDA release the ptxas found belongs to, or None (none found, or
-    one that does not say)."""
-    exe = find_ptxas()
-    if exe is None:
-        return None
-    if exe not in _RELEASES:
-        try:
-            text = subprocess.run([exe, "--version"], capture_output=True, text=True, timeout=30).stdout
-        except (OSError, subprocess.SubprocessError):
-            text = ""
-        m = re.search(r"release (\d+)\.(\d+)", text)
-        _RELEASES[exe] = (int(m.group(1)), int(m.group(2))) if m else None
-    return _RELEASES[exe]
-
-
-_RELEASES: dict = {}
-
-
 def _tritons_ptxas() -> Optional[str]:
     """The ptxas Triton ships for its own kernels (located, not imported)."""
     try:
