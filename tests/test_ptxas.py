@@ -50,3 +50,33 @@ def test_the_wide_fp8_kernel_assembles_without_spills_because_of_setmaxnreg():
     assert "setmaxnreg.inc.sync.aligned.u32 232" in ptx
     capped = "\n".join(line for line in ptx.split("\n") if "setmaxnreg" not in line)
     assert spilled_bytes(ptxas.assemble_cubin(capped)[1]) > 0
+
+
+# the Hopper kernels matmul chooses by default (and the fused and fp8 variants): each must fit the
+# registers the driver's JIT gives (what ptxas gives the PTX without its setmaxnreg)
+_E = tilegen.Epilogue
+DEFAULTS = {
+    "bf16": dict(dtype="bf16", out_dtype="bf16"),
+    "f16 bias gelu_erf": dict(dtype="f16", out_dtype="f16", epilogue=_E(bias="col", activation="gelu_erf")),
+    "bf16 bias gelu_tanh residual": dict(dtype="bf16", out_dtype="bf16",
+                                         epilogue=_E(bias="col", activation="gelu_tanh", residual=True)),
+    "bf16 ping-pong bias gelu": dict(dtype="bf16", out_dtype="bf16", pingpong=True, tile=(64, 256, 64), warps=(4, 1),
+                                     epilogue=_E(bias="col", activation="gelu_tanh")),
+    "e4m3": dict(dtype="e4m3", out_dtype="bf16", b_layout="col"),
+    "e4m3 row and column scales": dict(dtype="e4m3", out_dtype="bf16", b_layout="col",
+                                       epilogue=_E(scale_rows=True, scale_cols=True)),
+    "tf32 x @ W.T": dict(dtype="tf32", out_dtype="f32", b_layout="col"),
+    "f32 as tf32 parts": dict(dtype="f32", out_dtype="f32"),
+}
+
+
+@needs_ptxas
+@pytest.mark.parametrize("name", list(DEFAULTS))
+def test_default_hopper_kernels_fit_the_registers_the_jit_gives(name):
+    """The driver's JIT gives every thread the launch's share of registers (168 of a 384-thread
+    CTA) whatever setmaxnreg says, so a default that needs more would spill there and run at
+    half speed (the wide fp8 kernel, above, is the planted case)."""
+    ptx = tilegen.compile(tilegen.GemmSpec(instruction="wgmma", target="sm_90a", **DEFAULTS[name])).ptx
+    capped = "\n".join(line for line in ptx.split("\n") if "setmaxnreg" not in line)
+    report = ptxas.assemble_cubin(capped)[1]
+    assert spilled_bytes(report) == 0, report
