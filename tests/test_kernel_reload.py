@@ -6,13 +6,16 @@ from tilegen.runtime import module
 
 
 class _FakeFunction:
+    info_log = "ptxas info    : Used 96 registers"
+
     def set_max_dynamic_smem(self, nbytes):
         pass
 
 
 def test_function_is_reloaded_after_the_module_cache_is_cleared(monkeypatch):
     loads = []
-    monkeypatch.setattr(runtime, "load_module", lambda ptx, name, device=0: loads.append(name) or _FakeFunction())
+    monkeypatch.setattr(runtime, "load_module",
+                        lambda ptx, name, device=0, assemble=None: loads.append(name) or _FakeFunction())
     k = tilegen.compile(tilegen.GemmSpec(dtype="f16", tile=(64, 64, 32)))
     first = k.function()
     assert k.function() is first and len(loads) == 1
