@@ -62,11 +62,14 @@ class FakeLinkDriver:
         CU_JIT_ERROR_LOG_BUFFER_SIZE_BYTES=6, CU_JIT_LOG_VERBOSE=12, CU_JIT_TARGET=9)
     CUjitInputType = types.SimpleNamespace(CU_JIT_INPUT_PTX=1)
     CUjit_target = types.SimpleNamespace(CU_TARGET_COMPUTE_90A="compute_90a")
+    CUfunction_attribute = types.SimpleNamespace(CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES=9)
 
     def __init__(self, version=13000):
         self.version = version
         self.links, self.loads, self.jits, self.states, self.options, self.unloaded = [], [], [], [], [], []
         self.refuse = False  # cuModuleLoadData fails (a cubin this driver will not take)
+        self.quiet = False   # compile logs without ptxas's lines (the driver reused its own JIT cache)
+        self.assembled_local = 0   # local bytes per thread of the assembler's cubin
 
     # -- the linker --
     def cuLinkCreate(self, n, options, values):
@@ -91,7 +94,7 @@ class FakeLinkDriver:
     def cuLinkComplete(self, state):
         assert not state.destroyed and len(state.inputs) == 1
         self.links.append(state.inputs[0])
-        report = report_of(state.inputs[0]).encode()
+        report = self.report_of(state.inputs[0]).encode()
         state.info[:len(report)] = report
         state.image = ctypes.create_string_buffer(cubin_of(state.inputs[0]))
         return (R(0), ctypes.addressof(state.image), len(state.image.raw) - 1)
@@ -113,12 +116,23 @@ class FakeLinkDriver:
 
     def cuModuleLoadDataEx(self, image, n, options, values):
         self.jits.append(image)
-        report = report_of(image).encode()
+        report = self.report_of(image).encode()
         values[0][:len(report)] = report
         return (R(0), ("jit-module", image))
 
+    def report_of(self, image: bytes) -> str:
+        return "info    : 16 bytes gmem" if self.quiet else report_of(image)
+
     def cuModuleGetFunction(self, module, name):
-        return (R(0), ("function", name))
+        return (R(0), ("function", module, name))
+
+    def cuFuncGetAttribute(self, attribute, function):
+        assert attribute == 9
+        image = function[1][1]
+        if image == ASSEMBLED:
+            return (R(0), self.assembled_local)
+        spilling = SPILLS.encode() + b"\0"
+        return (R(0), 216 if image in (spilling, cubin_of(spilling)) else 0)
 
     def cuModuleUnload(self, module):
         self.unloaded.append(module)
@@ -281,58 +295,71 @@ CLEAN = "ptxas info    : Used 223 registers, used 3 barriers\n    0 bytes stack 
 
 
 class Assembler:
-    def __init__(self, report=CLEAN, fails=False):
-        self.report, self.fails, self.calls = report, fails, []
+    def __init__(self, fails=False):
+        self.fails, self.calls = fails, []
 
     def __call__(self, ptx):
         self.calls.append(ptx)
         if self.fails:
             raise RuntimeError("ptxas -arch=sm_90a failed")
-        return ASSEMBLED, self.report
+        return ASSEMBLED, CLEAN
 
 
-def test_spilled_bytes_reads_the_jit_and_ptxas_logs():
-    assert mod.spilled_bytes(SPILLED) == 548
-    assert mod.spilled_bytes(REPORT) == 0 and mod.spilled_bytes(CLEAN) == 0 and mod.spilled_bytes("") == 0
-    two = CLEAN + "\n" + SPILLED.replace("548", "12")
-    assert mod.spilled_bytes(two) == 12
+def test_spill_stores_reads_ptxas_reports():
+    from tilegen.codegen.ptxas import spill_stores
+
+    assert spill_stores(SPILLED) == 548 and spill_stores(CLEAN) == 0 and spill_stores(REPORT) == 0
+    assert spill_stores(CLEAN + "\n" + SPILLED.replace("548", "12")) == 12
 
 
 def test_a_spilled_kernel_is_assembled_stored_and_loaded_from_the_store(fake, monkeypatch):
     asm = Assembler()
     f = mod.load_module(SPILLS, "add_one", assemble=asm)
+    image = SPILLS.encode() + b"\0"
     assert asm.calls == [SPILLS] and len(fake.links) == 1
-    assert fake.loads == [ASSEMBLED]                        # the driver's spilled cubin was never loaded
-    assert f.info_log.startswith("assembled by ptxas (the driver's JIT spilled 548 bytes") and CLEAN in f.info_log
-    assert mod.spilled_bytes(f.info_log) == 0
+    assert fake.loads == [cubin_of(image), ASSEMBLED] and fake.unloaded == [("module", cubin_of(image))]
+    assert f.module == ("module", ASSEMBLED) and f.local_bytes == 0
+    assert f.info_log.startswith("assembled by ptxas (the driver's compile spilled 216 bytes per thread)")
+    assert CLEAN in f.info_log
     assert cubins.get_cubin(SPILLS, (9, 0), 13000) == ASSEMBLED
     forget(monkeypatch)                                     # a later process: the stored cubin
     again = Assembler()
     g = mod.load_module(SPILLS, "add_one", assemble=again)
-    assert again.calls == [] and len(fake.links) == 1 and fake.loads == [ASSEMBLED] * 2
+    assert again.calls == [] and len(fake.links) == 1 and fake.loads[2:] == [ASSEMBLED]
     assert g.info_log == f.info_log
 
 
-@pytest.mark.parametrize("asm, why", [(Assembler(report=SPILLED), "spills as much"), (Assembler(fails=True), "fails"),
-                                      (None, "none given")])
-def test_the_drivers_cubin_stays_where_the_assembler_cannot_do_better(fake, asm, why):
-    f = mod.load_module(SPILLS, "add_one", assemble=asm)
+def test_a_spill_the_log_does_not_show_is_still_found(fake):
+    """The driver reuses compiles from its own JIT cache without running ptxas, so its log may
+    say nothing of spills: the loaded kernel's local memory size says it."""
+    fake.quiet = True
+    f = mod.load_module(SPILLS, "add_one", assemble=Assembler())
+    assert f.module == ("module", ASSEMBLED) and f.local_bytes == 0
+
+
+@pytest.mark.parametrize("local, fails, why", [(216, False, "spills as much"), (0, True, "fails"),
+                                               (None, False, "none given")])
+def test_the_drivers_cubin_stays_where_the_assembler_cannot_do_better(fake, local, fails, why):
+    fake.assembled_local = local or 0
+    f = mod.load_module(SPILLS, "add_one", assemble=None if local is None else Assembler(fails=fails))
     image = SPILLS.encode() + b"\0"
-    assert fake.loads == [cubin_of(image)] and f.info_log == SPILLED, why
+    assert f.module == ("module", cubin_of(image)) and f.info_log == SPILLED and f.local_bytes == 216, why
     assert cubins.get_cubin(SPILLS, (9, 0), 13000) == cubin_of(image)
+    assert fake.unloaded == ([("module", ASSEMBLED)] if local == 216 else [])
 
 
 def test_a_kernel_the_driver_compiles_without_spills_is_never_assembled(fake):
     asm = Assembler()
-    mod.load_module(GOOD, "add_one", assemble=asm)
-    assert asm.calls == [] and fake.loads == [cubin_of(GOOD.encode() + b"\0")]
+    f = mod.load_module(GOOD, "add_one", assemble=asm)
+    assert asm.calls == [] and fake.loads == [cubin_of(GOOD.encode() + b"\0")] and f.local_bytes == 0
 
 
 def test_an_assembled_cubin_the_driver_refuses_leaves_the_drivers(fake, monkeypatch):
     real = fake.cuModuleLoadData
     monkeypatch.setattr(fake, "cuModuleLoadData", lambda image: (R(200), None) if image == ASSEMBLED else real(image))
     f = mod.load_module(SPILLS, "add_one", assemble=Assembler())
-    assert f.info_log == SPILLED and cubins.get_cubin(SPILLS, (9, 0), 13000) == cubin_of(SPILLS.encode() + b"\0")
+    assert f.info_log == SPILLED and f.local_bytes == 216
+    assert cubins.get_cubin(SPILLS, (9, 0), 13000) == cubin_of(SPILLS.encode() + b"\0")
 
 
 def test_without_the_store_the_jits_module_is_replaced(fake, monkeypatch):
@@ -342,9 +369,13 @@ def test_without_the_store_the_jits_module_is_replaced(fake, monkeypatch):
     assert fake.unloaded == [("jit-module", SPILLS.encode() + b"\0")] and f.module == ("module", ASSEMBLED)
 
 
-def test_precompile_stores_the_assembled_cubin(fake):
-    assert mod.precompile(SPILLS, assemble=Assembler()) is True
-    assert cubins.get_cubin(SPILLS, (9, 0), 13000) == ASSEMBLED and fake.loads == []
+def test_a_stored_spilled_cubin_is_assembled_when_an_assembler_comes(fake, monkeypatch):
+    """precompile (the tuner's worker threads) stores the driver's cubin; the load that follows
+    finds it spills and replaces the stored entry."""
+    assert mod.precompile(SPILLS) is True and fake.loads == []
+    f = mod.load_module(SPILLS, "add_one", assemble=Assembler())
+    assert f.module == ("module", ASSEMBLED) and cubins.get_cubin(SPILLS, (9, 0), 13000) == ASSEMBLED
+    assert len(fake.links) == 1
 
 
 def test_a_kernel_that_still_spills_warns_once_with_what_to_do(fake, monkeypatch):
@@ -363,10 +394,11 @@ def test_a_kernel_that_still_spills_warns_once_with_what_to_do(fake, monkeypatch
 
     k = tilegen.compile(spills, target="sm_80")
     monkeypatch.setattr(k, "ptx", k.ptx.replace("ret;", "// the driver spills this one\n    ret;"))
+    monkeypatch.setattr(fake, "cuFuncGetAttribute", lambda attribute, function: (R(0), 216))
     with pytest.warns(tilegen.PerformanceWarning) as w:
         k.function()
     (msg,) = [str(x.message) for x in w]
-    assert k.name in msg and "spilled 548 bytes of registers" in msg and "with ptxas installed" in msg
+    assert k.name in msg and "(216 bytes per thread)" in msg and "with ptxas installed" in msg
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         k.function()                                  # loaded already: no second warning

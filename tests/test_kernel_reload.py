@@ -7,6 +7,7 @@ from tilegen.runtime import module
 
 class _FakeFunction:
     info_log = "ptxas info    : Used 96 registers"
+    local_bytes = 0
 
     def set_max_dynamic_smem(self, nbytes):
         pass

@@ -10,7 +10,6 @@ import pytest
 import tilegen
 from ptxas_util import needs_ptxas
 from tilegen.codegen import ptxas
-from tilegen.runtime import spilled_bytes
 
 WIDE_FP8 = dict(dtype="e4m3", out_dtype="bf16", instruction="wgmma", b_layout="col", tile=(128, 192, 128))
 
@@ -46,10 +45,10 @@ def test_the_wide_fp8_kernel_assembles_without_spills_because_of_setmaxnreg():
     the driver's JIT did (548 bytes of spill stores): the registers come from setmaxnreg."""
     ptx = tilegen.compile(tilegen.GemmSpec(**WIDE_FP8)).ptx
     cubin, report = ptxas.assemble_cubin(ptx)
-    assert cubin.startswith(b"\x7fELF") and spilled_bytes(report) == 0, report
+    assert cubin.startswith(b"\x7fELF") and ptxas.spill_stores(report) == 0, report
     assert "setmaxnreg.inc.sync.aligned.u32 232" in ptx
     capped = "\n".join(line for line in ptx.split("\n") if "setmaxnreg" not in line)
-    assert spilled_bytes(ptxas.assemble_cubin(capped)[1]) > 0
+    assert ptxas.spill_stores(ptxas.assemble_cubin(capped)[1]) > 0
 
 
 # the Hopper kernels matmul chooses by default (and the fused and fp8 variants): each must fit the
@@ -79,4 +78,4 @@ def test_default_hopper_kernels_fit_the_registers_the_jit_gives(name):
     ptx = tilegen.compile(tilegen.GemmSpec(instruction="wgmma", target="sm_90a", **DEFAULTS[name])).ptx
     capped = "\n".join(line for line in ptx.split("\n") if "setmaxnreg" not in line)
     report = ptxas.assemble_cubin(capped)[1]
-    assert spilled_bytes(report) == 0, report
+    assert ptxas.spill_stores(report) == 0, report

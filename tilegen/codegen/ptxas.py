@@ -105,6 +105,11 @@ def _ptxas(ptx: str, arch: str, extra=()) -> tuple:
             return f.read(), p.stderr
 
 
+def spill_stores(report: str) -> int:
+    """Bytes of spill stores a ptxas -v report gives (the most of any function in it)."""
+    return max((int(n) for n in re.findall(r"(\d+) bytes spill stores", report)), default=0)
+
+
 def resources(ptx: str, arch: str, dynamic_smem: int = 0) -> Resources:
     report = assemble(ptx, arch)
 
@@ -118,6 +123,6 @@ def resources(ptx: str, arch: str, dynamic_smem: int = 0) -> Resources:
         shared_static=num(r"(\d+) bytes smem"),
         shared_dynamic=dynamic_smem,
         stack_frame=num(r"(\d+) bytes stack frame"),
-        spill_stores=num(r"(\d+) bytes spill stores"),
+        spill_stores=spill_stores(report),
         spill_loads=num(r"(\d+) bytes spill loads"),
     )

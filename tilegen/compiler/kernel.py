@@ -18,7 +18,7 @@ from ..runtime.module import module_generation
 
 def spill_message(name: str, spilled: int) -> str:
     """What a user reads when the GPU's compiler spilled a kernel's registers."""
-    return (f"{name}: the GPU's compiler spilled {spilled} bytes of registers to local memory, so it runs "
+    return (f"{name}: the GPU's compiler spilled registers to local memory ({spilled} bytes per thread), so it runs "
             f"slowly. The driver's JIT gives every thread the registers the launch allows, not the ones "
             f"setmaxnreg moves to the math warpgroups; " + (
                 "ptxas, found here, spilled too: choose smaller tiles" if find_ptxas() else
@@ -123,9 +123,8 @@ class Kernel:
             return entry[1]
         # ptxas, where installed, assembles what the driver's JIT spills (runtime/module.py)
         fn = runtime.load_module(self.ptx, self.name, device=device, assemble=assemble_cubin)
-        spilled = runtime.spilled_bytes(fn.info_log)
-        if spilled:
-            warnings.warn(spill_message(self.name, spilled), PerformanceWarning, stacklevel=2)
+        if fn.local_bytes:
+            warnings.warn(spill_message(self.name, fn.local_bytes), PerformanceWarning, stacklevel=2)
         fn.set_max_dynamic_smem(self.smem_bytes)
         self._functions[device] = (module_generation(), fn)
         return fn

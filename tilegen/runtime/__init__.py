@@ -19,8 +19,7 @@ emulator (device="sim").
 """
 from .driver import DeviceInfo, check, device_info, ensure_context, forget_current, gpu_available
 from .params import ARG_KINDS, check_launch_dims, pack_arg, pack_args
-from .module import (Function, clear_module_cache, jit_error_line, load_module, precompile, spilled_bytes,
-                     stream_handle)
+from .module import Function, clear_module_cache, jit_error_line, load_module, precompile, stream_handle
 from .launch import Launcher, ParamBuffer, cluster_capacity, launch_route
 from .tensormap import fill_tensor_maps, tensor_map_bytes
 from .memory import DeviceBuffer, Event, Stream, StreamBuffer, copy_2d, elapsed_ms, synchronize
@@ -29,7 +28,7 @@ from .arrays import OperandView, describe_array, detect_layout
 __all__ = [
     "DeviceInfo", "check", "device_info", "ensure_context", "forget_current", "gpu_available",
     "ARG_KINDS", "check_launch_dims", "pack_arg", "pack_args",
-    "Function", "clear_module_cache", "jit_error_line", "load_module", "precompile", "spilled_bytes", "stream_handle",
+    "Function", "clear_module_cache", "jit_error_line", "load_module", "precompile", "stream_handle",
     "Launcher", "ParamBuffer", "cluster_capacity", "launch_route", "fill_tensor_maps", "tensor_map_bytes",
     "DeviceBuffer", "Event", "Stream", "StreamBuffer", "copy_2d", "elapsed_ms", "synchronize",
     "OperandView", "describe_array", "detect_layout",

@@ -7,9 +7,9 @@ Modules are cached per (context, PTX hash): loading the same text twice is free.
 With the disk store on (tilegen/store.py, TILEGEN_CACHE != 0) the PTX is linked to a cubin
 by the driver linker instead, stored (runtime/cubins.py), and later processes load it.
 
-Where the driver's compile spilled registers, an `assemble` callable the caller passes
-(compiler/kernel.py: ptxas, when installed) gets a chance: its cubin replaces the driver's
-when it spills less and loads. (The driver's JIT gives every thread the registers the launch
+Where the loaded kernels spill registers (their local memory size), an `assemble` callable
+the caller passes (compiler/kernel.py: ptxas, when installed) gets a chance: its cubin
+replaces the driver's when it loads and spills less. (The driver's JIT gives every thread the registers the launch
 allows, while ptxas gives warpgroups that take more with setmaxnreg what they take:
 docs/perf_notes.md section 38.)
 """
@@ -39,14 +39,6 @@ _KIND_BYTES = {"ptr": 8, "u64": 8, "f64": 8, "u32": 4, "s32": 4, "f32": 4}
 
 
 # ---- pure helpers (no GPU) -------------------------------------------------------------
-
-_SPILLS = re.compile(r"(\d+) bytes spill stores")
-
-
-def spilled_bytes(log: str) -> int:
-    """Bytes of registers a compile log (the JIT's or ptxas -v's) says were spilled to local
-    memory: the most of any function in it."""
-    return max((int(n) for n in _SPILLS.findall(log or "")), default=0)
 
 
 def ptx_entries(ptx: str) -> list[str]:
@@ -183,19 +175,23 @@ def _link(d, ptx: str, arch: str | None):
         d.cuLinkDestroy(state)
 
 
-def _assembled(ptx: str, info_log: str, assemble):
-    """(cubin, log) from `assemble` where the driver's compile (info_log) spilled registers and
-    the assembler's spills fewer, else None."""
-    spilled = spilled_bytes(info_log)
-    if not spilled or assemble is None:
-        return None
-    try:
-        cubin, report = assemble(ptx)
-    except Exception:   # no assembler here, or one that cannot: the driver's compile stays
-        return None
-    if spilled_bytes(report) >= spilled:
-        return None
-    return cubin, f"assembled by ptxas (the driver's JIT spilled {spilled} bytes of registers):\n{report}"
+def local_bytes(d, module, ptx: str) -> int:
+    """Local memory per thread of the module's kernels (the most of any): tilegen's kernels keep
+    no arrays there, so any is registers the compiler spilled. Read from the loaded functions,
+    not the compile log: where the driver reuses a compile from its own JIT cache, the log has
+    no ptxas lines at all."""
+    attributes = getattr(d, "CUfunction_attribute", None)
+    if attributes is None or not hasattr(d, "cuFuncGetAttribute"):
+        return 0
+    most = 0
+    for entry in ptx_entries(ptx):
+        r = d.cuModuleGetFunction(module, entry.encode())
+        if int(r[0]) != 0:
+            continue
+        v = d.cuFuncGetAttribute(attributes.CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES, r[1])
+        if int(v[0]) == 0:
+            most = max(most, int(v[1]))
+    return most
 
 
 def _load_cubin(d, cubin: bytes):
@@ -204,43 +200,57 @@ def _load_cubin(d, cubin: bytes):
     return r[1] if int(r[0]) == 0 else None
 
 
+def _reassembled(d, ptx: str, module, spilled: int, assemble):
+    """(module, cubin, log) of `assemble`'s cubin for `ptx` where it loads and spills less than
+    `spilled` bytes per thread (the driver's module is then unloaded), else None."""
+    if not spilled or assemble is None:
+        return None
+    try:
+        cubin, report = assemble(ptx)
+    except Exception:   # no assembler here, or one that cannot: the driver's compile stays
+        return None
+    better = _load_cubin(d, cubin)
+    if better is None:
+        return None
+    if local_bytes(d, better, ptx) >= spilled:
+        d.cuModuleUnload(better)
+        return None
+    d.cuModuleUnload(module)
+    return better, cubin, f"assembled by ptxas (the driver's compile spilled {spilled} bytes per thread):\n{report}"
+
+
 def _load(d, ptx: str, cc, arch: str | None, assemble=None):
-    """CUmodule and info log for `ptx`: a stored cubin, else linked (or assembled), stored and
-    loaded."""
+    """CUmodule and info log for `ptx`: a stored cubin, else linked, stored and loaded; where
+    the loaded kernels spill, `assemble`'s cubin if it spills less (and it is stored)."""
     if cc is None or not store.enabled() or not all(hasattr(d, n) for n in _LINKER):
         module, info_log = _jit(d, ptx, arch)
-        better = _assembled(ptx, info_log, assemble)
-        if better is not None:
-            replacement = _load_cubin(d, better[0])
-            if replacement is not None:
-                d.cuModuleUnload(module)
-                return replacement, better[1]
-        return module, info_log
+        better = _reassembled(d, ptx, module, local_bytes(d, module, ptx), assemble)
+        return (better[0], better[2]) if better is not None else (module, info_log)
     driver = int(_drv.check(d.cuDriverGetVersion(), "cuDriverGetVersion"))
     hit = cubins.get_cubin_entry(ptx, cc, driver)
+    module = None
     if hit is not None:
         cubin, info_log = hit
         module = _load_cubin(d, cubin)
-        if module is not None:
-            return module, info_log
-        cubins.discard_cubin(ptx, cc, driver)  # refused by this driver: rebuild it
-    cubin, info_log = _link(d, ptx, arch)
-    better = _assembled(ptx, info_log, assemble)
-    if better is not None:
-        module = _load_cubin(d, better[0])
-        if module is not None:
-            cubins.put_cubin(ptx, cc, driver, better[0], better[1])
-            return module, better[1]
-    cubins.put_cubin(ptx, cc, driver, cubin, info_log)
-    module = _drv.check(d.cuModuleLoadData(cubin), "cuModuleLoadData(linked cubin)")
-    return module, info_log
+        if module is None:
+            cubins.discard_cubin(ptx, cc, driver)  # refused by this driver: rebuild it
+    if module is None:
+        cubin, info_log = _link(d, ptx, arch)
+        cubins.put_cubin(ptx, cc, driver, cubin, info_log)
+        module = _drv.check(d.cuModuleLoadData(cubin), "cuModuleLoadData(linked cubin)")
+    # (a stored cubin is checked too: one stored where no assembler was at hand)
+    better = _reassembled(d, ptx, module, local_bytes(d, module, ptx), assemble)
+    if better is None:
+        return module, info_log
+    cubins.put_cubin(ptx, cc, driver, better[1], better[2])
+    return better[0], better[2]
 
 
-def precompile(ptx: str, device: int = 0, assemble=None) -> bool:
+def precompile(ptx: str, device: int = 0) -> bool:
     """Link `ptx` to a cubin and store it in the disk cache without loading it (safe to call
     from worker threads, so many kernels can be prepared at once). False when there is no
-    cubin cache to fill (cache off, or bindings without the driver linker). `assemble` as
-    for load_module (its cubin is stored where the driver's spilled and it spills less)."""
+    cubin cache to fill (cache off, or bindings without the driver linker). (Whether its
+    kernels spill is checked when it is loaded.)"""
     d = _drv.bindings()
     if not store.enabled() or not all(hasattr(d, n) for n in _LINKER):
         return False
@@ -250,14 +260,14 @@ def precompile(ptx: str, device: int = 0, assemble=None) -> bool:
     if cubins.get_cubin_entry(ptx, cc, driver) is not None:
         return True
     cubin, info_log = _link(d, ptx, "sm_%d%d" % cc)
-    cubin, info_log = _assembled(ptx, info_log, assemble) or (cubin, info_log)
     return cubins.put_cubin(ptx, cc, driver, cubin, info_log)
 
 
 def load_module(ptx: str, entry: str, device: int = 0, assemble=None) -> "Function":
     """JIT-load `ptx` (cached per context and PTX text) and return its kernel `entry`.
     `assemble(ptx) -> (cubin, report)`, if given, is tried where the driver's compile spilled
-    registers (its cubin is kept where it spills less and loads)."""
+    registers (its cubin is kept where it loads and spills less). Function.local_bytes says
+    what the loaded kernel spills."""
     if not isinstance(ptx, str) or not ptx.strip():
         raise LaunchError("load_module needs PTX text (a non-empty str)")
     entries = ptx_entries(ptx)
@@ -285,6 +295,7 @@ def load_module(ptx: str, entry: str, device: int = 0, assemble=None) -> "Functi
         handle = _drv.check(d.cuModuleGetFunction(module, entry.encode()),
                             f"cuModuleGetFunction({entry!r})")
         fn = Function(module, handle, entry, info_log, device, entry_param_bytes(ptx, entry))
+        fn.local_bytes = local_bytes(d, module, ptx)
         _functions[key + (entry,)] = fn
         return fn
 
@@ -334,6 +345,7 @@ class Function:
         self.handle = handle
         self.entry = entry
         self.info_log = info_log      # registers / shared memory / spills, as ptxas -v prints
+        self.local_bytes = 0          # local memory per thread: spilled registers (load_module)
         self.device = device
         self.param_bytes = list(param_bytes)
         self.max_dynamic_smem = STATIC_SMEM_MAX

@@ -22,7 +22,6 @@ from .. import runtime
 from ..bench import backends, env
 from ..bench.gemm import HOST_CHECK_ROWS, error_bound, round_tf32, rotation_sets
 from ..bench.timing import EventPool, TimingOptions, make_delay, time_calls
-from ..codegen.ptxas import assemble_cubin
 
 _ELEM_BYTES = {"tf32": 4, "f32": 4, "f16": 2, "bf16": 2}
 
@@ -112,7 +111,7 @@ class GpuMeasurer:
         """Link the kernel's PTX to a cubin in the calling (pool) thread and store it in the disk
         cache, with the runtime's own linker and cache entry, so that prepare() only loads it.
         False (nothing done) when the disk cache is off; failures are left to prepare()."""
-        return runtime.precompile(kernel.ptx, self.device, assemble=assemble_cubin)
+        return runtime.precompile(kernel.ptx, self.device)
 
     def prepare(self, kernel) -> None:
         """Load the module (driver JIT or the disk cubin cache) outside any timing."""
