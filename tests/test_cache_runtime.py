@@ -131,8 +131,8 @@ class FakeLinkDriver:
         image = function[1][1]
         if image == ASSEMBLED:
             return (R(0), self.assembled_local)
-        spilling = SPILLS.encode() + b"\0"
-        return (R(0), 216 if image in (spilling, cubin_of(spilling)) else 0)
+        spills = b"spills" in image or image in {cubin_of(i) for i in self.links if b"spills" in i}
+        return (R(0), 216 if spills else 0)
 
     def cuModuleUnload(self, module):
         self.unloaded.append(module)
@@ -298,10 +298,10 @@ class Assembler:
     def __init__(self, fails=False):
         self.fails, self.calls = fails, []
 
-    def __call__(self, ptx):
-        self.calls.append(ptx)
+    def __call__(self, ptx, arch):
+        self.calls.append((ptx, arch))
         if self.fails:
-            raise RuntimeError("ptxas -arch=sm_90a failed")
+            return None, "ptxas -arch=sm_90 failed:\nptxas fatal   : something"
         return ASSEMBLED, CLEAN
 
 
@@ -316,17 +316,28 @@ def test_a_spilled_kernel_is_assembled_stored_and_loaded_from_the_store(fake, mo
     asm = Assembler()
     f = mod.load_module(SPILLS, "add_one", assemble=asm)
     image = SPILLS.encode() + b"\0"
-    assert asm.calls == [SPILLS] and len(fake.links) == 1
+    assert asm.calls == [(SPILLS, "sm_90")] and len(fake.links) == 1   # (an sm_80 kernel on this sm_90 device)
     assert fake.loads == [cubin_of(image), ASSEMBLED] and fake.unloaded == [("module", cubin_of(image))]
-    assert f.module == ("module", ASSEMBLED) and f.local_bytes == 0
-    assert f.info_log.startswith("assembled by ptxas (the driver's compile spilled 216 bytes per thread)")
+    assert f.module == ("module", ASSEMBLED) and f.local_bytes == 0 and f.spill_note == ""
+    assert f.info_log.startswith("assembled by ptxas for sm_90 (the driver's compile spilled 216 bytes per thread)")
     assert CLEAN in f.info_log
-    assert cubins.get_cubin(SPILLS, (9, 0), 13000) == ASSEMBLED
+    assert cubins.get_cubin(SPILLS, (9, 0), 13000, maker="ptxas") == ASSEMBLED
+    assert cubins.get_cubin(SPILLS, (9, 0), 13000) == cubin_of(image)   # the driver's stays under its own key
     forget(monkeypatch)                                     # a later process: the stored cubin
     again = Assembler()
     g = mod.load_module(SPILLS, "add_one", assemble=again)
     assert again.calls == [] and len(fake.links) == 1 and fake.loads[2:] == [ASSEMBLED]
     assert g.info_log == f.info_log
+    forget(monkeypatch)                                     # one with no ptxas (TILEGEN_PTXAS=off): the driver's
+    h = mod.load_module(SPILLS, "add_one")
+    assert h.module == ("module", cubin_of(image)) and h.local_bytes == 216
+    assert h.spill_note == "no ptxas was at hand to assemble it"
+
+
+def test_arch_specific_ptx_is_assembled_for_its_own_target(fake):
+    asm = Assembler()
+    mod.load_module(SPILLS.replace(".target sm_80", ".target sm_90a"), "add_one", assemble=asm)
+    assert [arch for _, arch in asm.calls] == ["sm_90a"]
 
 
 def test_a_spill_the_log_does_not_show_is_still_found(fake):
@@ -337,14 +348,18 @@ def test_a_spill_the_log_does_not_show_is_still_found(fake):
     assert f.module == ("module", ASSEMBLED) and f.local_bytes == 0
 
 
-@pytest.mark.parametrize("local, fails, why", [(216, False, "spills as much"), (0, True, "fails"),
-                                               (None, False, "none given")])
-def test_the_drivers_cubin_stays_where_the_assembler_cannot_do_better(fake, local, fails, why):
+@pytest.mark.parametrize("local, fails, note", [
+    (216, False, "ptxas's cubin spills too (216 bytes per thread)"),
+    (0, True, "ptxas could not assemble it: ptxas -arch=sm_90 failed:"),
+    (None, False, "no ptxas was at hand to assemble it")])
+def test_the_drivers_cubin_stays_where_the_assembler_cannot_do_better(fake, local, fails, note):
     fake.assembled_local = local or 0
     f = mod.load_module(SPILLS, "add_one", assemble=None if local is None else Assembler(fails=fails))
     image = SPILLS.encode() + b"\0"
-    assert f.module == ("module", cubin_of(image)) and f.info_log == SPILLED and f.local_bytes == 216, why
+    assert f.module == ("module", cubin_of(image)) and f.info_log == SPILLED and f.local_bytes == 216
+    assert f.spill_note == note
     assert cubins.get_cubin(SPILLS, (9, 0), 13000) == cubin_of(image)
+    assert cubins.get_cubin(SPILLS, (9, 0), 13000, maker="ptxas") is None
     assert fake.unloaded == ([("module", ASSEMBLED)] if local == 216 else [])
 
 
@@ -358,8 +373,8 @@ def test_an_assembled_cubin_the_driver_refuses_leaves_the_drivers(fake, monkeypa
     real = fake.cuModuleLoadData
     monkeypatch.setattr(fake, "cuModuleLoadData", lambda image: (R(200), None) if image == ASSEMBLED else real(image))
     f = mod.load_module(SPILLS, "add_one", assemble=Assembler())
-    assert f.info_log == SPILLED and f.local_bytes == 216
-    assert cubins.get_cubin(SPILLS, (9, 0), 13000) == cubin_of(SPILLS.encode() + b"\0")
+    assert f.info_log == SPILLED and f.local_bytes == 216 and f.spill_note == "this driver refused ptxas's sm_90 cubin"
+    assert cubins.get_cubin(SPILLS, (9, 0), 13000, maker="ptxas") is None
 
 
 def test_without_the_store_the_jits_module_is_replaced(fake, monkeypatch):
@@ -374,19 +389,20 @@ def test_a_stored_spilled_cubin_is_assembled_when_an_assembler_comes(fake, monke
     finds it spills and replaces the stored entry."""
     assert mod.precompile(SPILLS) is True and fake.loads == []
     f = mod.load_module(SPILLS, "add_one", assemble=Assembler())
-    assert f.module == ("module", ASSEMBLED) and cubins.get_cubin(SPILLS, (9, 0), 13000) == ASSEMBLED
+    assert f.module == ("module", ASSEMBLED) and cubins.get_cubin(SPILLS, (9, 0), 13000, maker="ptxas") == ASSEMBLED
     assert len(fake.links) == 1
 
 
-def test_a_kernel_that_still_spills_warns_once_with_what_to_do(fake, monkeypatch):
-    """compiler.Kernel.function: the user hears of spilled registers (PerformanceWarning), with
-    what would help; the warning names the kernel and the bytes."""
+@pytest.mark.parametrize("ptxas_here", [False, True])
+def test_a_kernel_that_still_spills_warns_once_with_what_to_do(fake, monkeypatch, ptxas_here):
+    """compiler.Kernel.function: the user hears of spilled registers (PerformanceWarning): the
+    kernel, the bytes, why ptxas did not take over, what would help; setmaxnreg named only where
+    the kernel uses it (this one does not)."""
     import warnings
 
     import tilegen
     import tilegen.dsl as tg
-
-    monkeypatch.setenv("TILEGEN_PTXAS", "off")   # no assembler: the driver's spilled cubin stays
+    from tilegen.compiler import kernel as compiled
 
     @tg.kernel
     def spills():
@@ -394,11 +410,20 @@ def test_a_kernel_that_still_spills_warns_once_with_what_to_do(fake, monkeypatch
 
     k = tilegen.compile(spills, target="sm_80")
     monkeypatch.setattr(k, "ptx", k.ptx.replace("ret;", "// the driver spills this one\n    ret;"))
-    monkeypatch.setattr(fake, "cuFuncGetAttribute", lambda attribute, function: (R(0), 216))
+    monkeypatch.setattr(fake, "cuFuncGetAttribute", lambda attribute, function: (R(0), 216))   # ptxas's too
+    if ptxas_here:
+        monkeypatch.setattr(compiled, "find_ptxas", lambda: "ptxas")
+        monkeypatch.setattr(compiled, "assemble_cubin", lambda ptx, arch: (ASSEMBLED, CLEAN))
+    else:
+        monkeypatch.setenv("TILEGEN_PTXAS", "off")
     with pytest.warns(tilegen.PerformanceWarning) as w:
         k.function()
     (msg,) = [str(x.message) for x in w]
-    assert k.name in msg and "(216 bytes per thread)" in msg and "with ptxas installed" in msg
+    assert k.name in msg and "(216 bytes per thread)" in msg and "setmaxnreg" not in msg
+    if ptxas_here:
+        assert "ptxas's cubin spills too (216 bytes per thread); choose smaller tiles" in msg
+    else:
+        assert "no ptxas was at hand to assemble it. With ptxas installed" in msg
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         k.function()                                  # loaded already: no second warning

@@ -18,10 +18,12 @@ def test_tilegen_ptxas_off_finds_none(monkeypatch):
     monkeypatch.setenv("TILEGEN_PTXAS", "off")
     assert ptxas.find_ptxas() is None
     with pytest.raises(ptxas.PtxasError, match="ptxas not found"):
-        ptxas.assemble_cubin(".version 8.0\n.target sm_90a\n")
+        ptxas.assemble_cubin(".version 8.0\n.target sm_90a\n", "sm_90a")
 
 
 def test_tritons_copy_is_found_without_importing_triton(monkeypatch, tmp_path):
+    """With nothing on PATH and no NVIDIA wheels, the ptxas Triton ships is found (located, not
+    imported)."""
     pkg = tmp_path / "triton"
     (pkg / "backends" / "nvidia" / "bin").mkdir(parents=True)
     (pkg / "__init__.py").write_text("raise RuntimeError('located, never imported')\n")
@@ -29,14 +31,20 @@ def test_tritons_copy_is_found_without_importing_triton(monkeypatch, tmp_path):
     exe.write_text("")
     monkeypatch.syspath_prepend(str(tmp_path))
     monkeypatch.delitem(sys.modules, "triton", raising=False)
-    assert ptxas._tritons_ptxas() == str(exe)
+    monkeypatch.setitem(sys.modules, "nvidia", None)   # no NVIDIA wheels: the import fails
+    monkeypatch.delenv("TILEGEN_PTXAS", raising=False)
+    monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+    assert ptxas.find_ptxas() == str(exe)
     exe.unlink()
-    assert ptxas._tritons_ptxas() is None
+    assert ptxas.find_ptxas() is None
 
 
-def test_ptx_without_a_target_is_refused():
-    with pytest.raises(ptxas.PtxasError, match="names no .target"):
-        ptxas.assemble_cubin(".version 8.0\n")
+def test_a_ptxas_that_cannot_run_is_a_ptxas_error(monkeypatch, tmp_path):
+    broken = tmp_path / "ptxas"
+    broken.write_text("not a program")   # not executable
+    monkeypatch.setenv("TILEGEN_PTXAS", str(broken))
+    with pytest.raises(ptxas.PtxasError, match="did not run"):
+        ptxas.assemble_cubin(".version 8.0\n.target sm_90a\n", "sm_90a")
 
 
 @needs_ptxas
@@ -44,11 +52,11 @@ def test_the_wide_fp8_kernel_assembles_without_spills_because_of_setmaxnreg():
     """The cubin is an ELF image with no spills; the same PTX without its setmaxnreg spills as
     the driver's JIT did (548 bytes of spill stores): the registers come from setmaxnreg."""
     ptx = tilegen.compile(tilegen.GemmSpec(**WIDE_FP8)).ptx
-    cubin, report = ptxas.assemble_cubin(ptx)
+    cubin, report = ptxas.assemble_cubin(ptx, "sm_90a")
     assert cubin.startswith(b"\x7fELF") and ptxas.spill_stores(report) == 0, report
     assert "setmaxnreg.inc.sync.aligned.u32 232" in ptx
     capped = "\n".join(line for line in ptx.split("\n") if "setmaxnreg" not in line)
-    assert ptxas.spill_stores(ptxas.assemble_cubin(capped)[1]) > 0
+    assert ptxas.spill_stores(ptxas.assemble_cubin(capped, "sm_90a")[1]) > 0
 
 
 # the Hopper kernels matmul chooses by default (and the fused and fp8 variants): each must fit the
@@ -66,6 +74,11 @@ DEFAULTS = {
                                        epilogue=_E(scale_rows=True, scale_cols=True)),
     "tf32 x @ W.T": dict(dtype="tf32", out_dtype="f32", b_layout="col"),
     "f32 as tf32 parts": dict(dtype="f32", out_dtype="f32"),
+    "bf16 2x1 cluster": dict(dtype="bf16", out_dtype="bf16", cluster=(2, 1)),
+    "bf16 stream-K": dict(dtype="bf16", out_dtype="bf16", stream_k=True),
+    "bf16 medium 128x128": dict(dtype="bf16", out_dtype="bf16", tile=(128, 128, 64)),
+    "bf16 medium 64x128": dict(dtype="bf16", out_dtype="bf16", tile=(64, 128, 64), warps=(4, 1), stages=6),
+    "tf32 A and B row-major on TMA": dict(dtype="tf32", out_dtype="f32", copy="tma"),
 }
 
 
@@ -77,5 +90,5 @@ def test_default_hopper_kernels_fit_the_registers_the_jit_gives(name):
     half speed (the wide fp8 kernel, above, is the planted case)."""
     ptx = tilegen.compile(tilegen.GemmSpec(instruction="wgmma", target="sm_90a", **DEFAULTS[name])).ptx
     capped = "\n".join(line for line in ptx.split("\n") if "setmaxnreg" not in line)
-    report = ptxas.assemble_cubin(capped)[1]
+    report = ptxas.assemble_cubin(capped, "sm_90a")[1]
     assert ptxas.spill_stores(report) == 0, report

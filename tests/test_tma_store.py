@@ -212,13 +212,15 @@ def test_gemm_staging_buffers_alternate_and_a_late_wait_is_caught():
     assert e.value.kind == "war" and "TMA store still in flight reads" in str(e.value)
 
 
-@pytest.mark.parametrize("dtype, tile, lb", [("bf16", (128, 192, 64), "row"), ("e4m3", (128, 192, 128), "col")])
-def test_an_odd_number_of_slices_waits_for_the_last_blocks_store(dtype, tile, lb):
+@pytest.mark.parametrize("dtype, tile, lb, extra", [
+    ("bf16", (128, 192, 64), "row", {}), ("e4m3", (128, 192, 128), "col", {}),
+    ("bf16", (64, 192, 64), "row", dict(pingpong=True, warps=(4, 1))), ("bf16", (128, 192, 64), "col", dict(cluster=(2, 1)))])
+def test_an_odd_number_of_slices_waits_for_the_last_blocks_store(dtype, tile, lb, extra):
     """A 192-wide block goes out in three 64-column slices, so the next block's first slice
     refills buffer 0 that the previous block's last slice went out of: it waits for every store
     (wait_group.read 0). Several blocks per CTA (the emulator's 3 SMs) on ragged shapes; the
     usual wait for all but one store is then a race the emulator reports."""
-    spec = tilegen.GemmSpec(dtype=dtype, out_dtype="bf16", instruction="wgmma", tile=tile, b_layout=lb)
+    spec = tilegen.GemmSpec(dtype=dtype, out_dtype="bf16", instruction="wgmma", tile=tile, b_layout=lb, **extra)
     assert spec.warp_specialized and spec.store == "tma" and spec.mainloop.store_staging(spec)[0] == 3
     kernel = tilegen.compile(spec)
     assert "cp.async.bulk.wait_group.read 0;" in kernel.ptx

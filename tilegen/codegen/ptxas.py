@@ -19,6 +19,7 @@ from typing import Optional
 
 
 OFF = ("0", "off", "none", "no")   # TILEGEN_PTXAS=off: tilegen uses no ptxas
+TIMEOUT_S = 300   # one ptxas run (the largest kernels take seconds)
 
 
 def find_ptxas() -> Optional[str]:
@@ -33,7 +34,7 @@ def find_ptxas() -> Optional[str]:
     try:
         import nvidia  # the namespace package of NVIDIA's wheels
     except ImportError:
-        return None
+        nvidia = None
     for root in getattr(nvidia, "__path__", []):
         for sub in ("cu13", "cuda_nvcc", "cu12"):
             path = os.path.join(root, sub, "bin", "ptxas")
@@ -81,13 +82,9 @@ def assemble(ptx: str, arch: str, extra=()) -> str:
     return _ptxas(ptx, arch, extra)[1]
 
 
-def assemble_cubin(ptx: str) -> tuple:
-    """(cubin bytes, ptxas -v report) of `ptx` for the target it names (.target sm_90a: sm_90a),
-    or PtxasError."""
-    m = re.search(r"^\s*\.target\s+(sm_\w+)", ptx, re.M)
-    if m is None:
-        raise PtxasError("the PTX names no .target")
-    return _ptxas(ptx, m.group(1))
+def assemble_cubin(ptx: str, arch: str) -> tuple:
+    """(cubin bytes, ptxas -v report) of `ptx` for `arch` (sm_90a, sm_86, ...), or PtxasError."""
+    return _ptxas(ptx, arch)
 
 
 def _ptxas(ptx: str, arch: str, extra=()) -> tuple:
@@ -98,7 +95,11 @@ def _ptxas(ptx: str, arch: str, extra=()) -> tuple:
         src, out = os.path.join(tmp, "kernel.ptx"), os.path.join(tmp, "k.cubin")
         with open(src, "w") as f:
             f.write(ptx)
-        p = subprocess.run([exe, f"-arch={arch}", "-v", *extra, "-o", out, src], capture_output=True, text=True)
+        try:
+            p = subprocess.run([exe, f"-arch={arch}", "-v", *extra, "-o", out, src], capture_output=True, text=True,
+                               timeout=TIMEOUT_S)
+        except (OSError, subprocess.SubprocessError) as e:
+            raise PtxasError(f"ptxas -arch={arch} did not run: {e}") from None
         if p.returncode:
             raise PtxasError(f"ptxas -arch={arch} failed:\n{p.stderr.strip()}")
         with open(out, "rb") as f:

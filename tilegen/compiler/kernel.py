@@ -16,14 +16,25 @@ from ..ir.grid import LaunchGrid
 from ..runtime.module import module_generation
 
 
-def spill_message(name: str, spilled: int) -> str:
+def assemble_with_ptxas(ptx: str, arch: str) -> tuple:
+    """The runtime's assembler (runtime.load_module): ptxas's (cubin, report), or (None, why)."""
+    try:
+        return assemble_cubin(ptx, arch)
+    except PtxasError as e:
+        return None, str(e)
+
+
+def spill_message(name: str, spilled: int, why: str, ptx: str) -> str:
     """What a user reads when the GPU's compiler spilled a kernel's registers."""
-    return (f"{name}: the GPU's compiler spilled registers to local memory ({spilled} bytes per thread), so it runs "
-            f"slowly. The driver's JIT gives every thread the registers the launch allows, not the ones "
-            f"setmaxnreg moves to the math warpgroups; " + (
-                "ptxas, found here, spilled too: choose smaller tiles" if find_ptxas() else
-                "with ptxas installed (the CUDA toolkit, `pip install nvidia-cuda-nvcc-cu12`, or Triton's copy, "
-                "found on its own) tilegen assembles such kernels itself; or choose smaller tiles"))
+    text = f"{name}: the GPU's compiler spilled registers to local memory ({spilled} bytes per thread), so it runs slowly"
+    if "setmaxnreg" in ptx:
+        text += (" (the driver's JIT gives every thread the registers the launch allows, not the ones setmaxnreg "
+                 "moves to the math warpgroups)")
+    text += f"; {why}" if why else ""
+    if find_ptxas() is None:
+        return text + (". With ptxas installed (the CUDA toolkit, `pip install nvidia-cuda-nvcc`, or Triton's copy; "
+                       "TILEGEN_PTXAS names one) tilegen assembles such kernels itself; or choose smaller tiles")
+    return text + "; choose smaller tiles"
 
 
 class Kernel:
@@ -122,9 +133,11 @@ class Kernel:
         if entry is not None and entry[0] == module_generation():
             return entry[1]
         # ptxas, where installed, assembles what the driver's JIT spills (runtime/module.py)
-        fn = runtime.load_module(self.ptx, self.name, device=device, assemble=assemble_cubin)
+        assemble = assemble_with_ptxas if find_ptxas() is not None else None
+        fn = runtime.load_module(self.ptx, self.name, device=device, assemble=assemble)
         if fn.local_bytes:
-            warnings.warn(spill_message(self.name, fn.local_bytes), PerformanceWarning, stacklevel=2)
+            warnings.warn(spill_message(self.name, fn.local_bytes, fn.spill_note, self.ptx), PerformanceWarning,
+                          stacklevel=2)
         fn.set_max_dynamic_smem(self.smem_bytes)
         self._functions[device] = (module_generation(), fn)
         return fn

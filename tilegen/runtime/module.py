@@ -31,7 +31,7 @@ from .params import check_launch_dims, pack_args
 _LOG_BYTES = 1 << 16
 
 _lock = threading.Lock()
-_modules: dict = {}     # (context, sha256) -> (CUmodule, info log)
+_modules: dict = {}     # (context, sha256) -> (CUmodule, info log, why its kernels still spill)
 _functions: dict = {}   # (context, sha256, entry) -> Function
 
 _PARAM_BYTES = {"u64": 8, "s64": 8, "b64": 8, "f64": 8, "u32": 4, "s32": 4, "b32": 4, "f32": 4}
@@ -200,33 +200,57 @@ def _load_cubin(d, cubin: bytes):
     return r[1] if int(r[0]) == 0 else None
 
 
-def _reassembled(d, ptx: str, module, spilled: int, assemble):
-    """(module, cubin, log) of `assemble`'s cubin for `ptx` where it loads and spills less than
-    `spilled` bytes per thread (the driver's module is then unloaded), else None."""
-    if not spilled or assemble is None:
-        return None
-    try:
-        cubin, report = assemble(ptx)
-    except Exception:   # no assembler here, or one that cannot: the driver's compile stays
-        return None
+def _assembly_arch(ptx: str, arch: str | None) -> str | None:
+    """What to assemble `ptx` for: its arch-specific target (sm_90a) as it names it, else this
+    device's (an sm_80 kernel on an sm_86 GPU: sm_86 code, as the driver's JIT makes)."""
+    m = re.search(r"^\s*\.target\s+(sm_\d+)([af]?)\b", ptx, re.M)
+    if m is not None and m.group(2):
+        return m.group(1) + m.group(2)
+    return arch or (m.group(1) if m else None)
+
+
+def _reassembled(d, ptx: str, arch: str | None, module, spilled: int, assemble):
+    """((module, cubin, log) or None, why not): `assemble`'s cubin of `ptx` where the driver's
+    `module` spills `spilled` bytes per thread and the assembler's loads and spills less (the
+    driver's module is then unloaded)."""
+    if not spilled:
+        return None, ""
+    if assemble is None:
+        return None, "no ptxas was at hand to assemble it"
+    target = _assembly_arch(ptx, arch)
+    if target is None:
+        return None, "the PTX names no target to assemble it for"
+    cubin, report = assemble(ptx, target)
+    if cubin is None:
+        return None, f"ptxas could not assemble it: {report.splitlines()[0] if report else 'no reason given'}"
     better = _load_cubin(d, cubin)
     if better is None:
-        return None
-    if local_bytes(d, better, ptx) >= spilled:
+        return None, f"this driver refused ptxas's {target} cubin"
+    worse = local_bytes(d, better, ptx)
+    if worse >= spilled:
         d.cuModuleUnload(better)
-        return None
+        return None, f"ptxas's cubin spills too ({worse} bytes per thread)"
     d.cuModuleUnload(module)
-    return better, cubin, f"assembled by ptxas (the driver's compile spilled {spilled} bytes per thread):\n{report}"
+    log = f"assembled by ptxas for {target} (the driver's compile spilled {spilled} bytes per thread):\n{report}"
+    return (better, cubin, log), ""
 
 
 def _load(d, ptx: str, cc, arch: str | None, assemble=None):
-    """CUmodule and info log for `ptx`: a stored cubin, else linked, stored and loaded; where
-    the loaded kernels spill, `assemble`'s cubin if it spills less (and it is stored)."""
+    """(CUmodule, info log, why its kernels still spill or ""): with the disk store a stored
+    cubin (ptxas's first, where an assembler is at hand), else linked, stored and loaded; where
+    the driver's kernels spill, `assemble`'s cubin if it loads and spills less (stored too)."""
     if cc is None or not store.enabled() or not all(hasattr(d, n) for n in _LINKER):
         module, info_log = _jit(d, ptx, arch)
-        better = _reassembled(d, ptx, module, local_bytes(d, module, ptx), assemble)
-        return (better[0], better[2]) if better is not None else (module, info_log)
+        better, why = _reassembled(d, ptx, arch, module, local_bytes(d, module, ptx), assemble)
+        return (better[0], better[2], "") if better is not None else (module, info_log, why)
     driver = int(_drv.check(d.cuDriverGetVersion(), "cuDriverGetVersion"))
+    if assemble is not None:   # a cubin ptxas made where the driver's spilled (never with TILEGEN_PTXAS=off)
+        hit = cubins.get_cubin_entry(ptx, cc, driver, maker="ptxas")
+        if hit is not None:
+            module = _load_cubin(d, hit[0])
+            if module is not None:
+                return module, hit[1], ""
+            cubins.discard_cubin(ptx, cc, driver, maker="ptxas")
     hit = cubins.get_cubin_entry(ptx, cc, driver)
     module = None
     if hit is not None:
@@ -238,12 +262,11 @@ def _load(d, ptx: str, cc, arch: str | None, assemble=None):
         cubin, info_log = _link(d, ptx, arch)
         cubins.put_cubin(ptx, cc, driver, cubin, info_log)
         module = _drv.check(d.cuModuleLoadData(cubin), "cuModuleLoadData(linked cubin)")
-    # (a stored cubin is checked too: one stored where no assembler was at hand)
-    better = _reassembled(d, ptx, module, local_bytes(d, module, ptx), assemble)
+    better, why = _reassembled(d, ptx, arch, module, local_bytes(d, module, ptx), assemble)
     if better is None:
-        return module, info_log
-    cubins.put_cubin(ptx, cc, driver, better[1], better[2])
-    return better[0], better[2]
+        return module, info_log, why
+    cubins.put_cubin(ptx, cc, driver, better[1], better[2], maker="ptxas")
+    return better[0], better[2], ""
 
 
 def precompile(ptx: str, device: int = 0) -> bool:
@@ -265,9 +288,10 @@ def precompile(ptx: str, device: int = 0) -> bool:
 
 def load_module(ptx: str, entry: str, device: int = 0, assemble=None) -> "Function":
     """JIT-load `ptx` (cached per context and PTX text) and return its kernel `entry`.
-    `assemble(ptx) -> (cubin, report)`, if given, is tried where the driver's compile spilled
-    registers (its cubin is kept where it loads and spills less). Function.local_bytes says
-    what the loaded kernel spills."""
+    `assemble(ptx, arch) -> (cubin, report)` (or (None, why) where it cannot), if given, is
+    tried where the driver's kernels spill registers (its cubin is kept where it loads and
+    spills less). Function.local_bytes says what the loaded kernel spills, Function.spill_note
+    why it was not assembled."""
     if not isinstance(ptx, str) or not ptx.strip():
         raise LaunchError("load_module needs PTX text (a non-empty str)")
     entries = ptx_entries(ptx)
@@ -291,11 +315,12 @@ def load_module(ptx: str, entry: str, device: int = 0, assemble=None) -> "Functi
                 pass
             with _drv.capture_relaxed():
                 _modules[key] = _load(d, ptx, cc, arch, assemble)  # disk cubin cache, else JIT
-        module, info_log = _modules[key]
+        module, info_log, why = _modules[key]
         handle = _drv.check(d.cuModuleGetFunction(module, entry.encode()),
                             f"cuModuleGetFunction({entry!r})")
         fn = Function(module, handle, entry, info_log, device, entry_param_bytes(ptx, entry))
         fn.local_bytes = local_bytes(d, module, ptx)
+        fn.spill_note = why if fn.local_bytes else ""
         _functions[key + (entry,)] = fn
         return fn
 
@@ -313,7 +338,7 @@ def clear_module_cache() -> None:
     d = _drv.bindings()
     with _lock:
         _generation[0] += 1
-        for module, _ in _modules.values():
+        for module, _, _ in _modules.values():
             try:
                 d.cuModuleUnload(module)
             except Exception:
@@ -346,6 +371,7 @@ class Function:
         self.entry = entry
         self.info_log = info_log      # registers / shared memory / spills, as ptxas -v prints
         self.local_bytes = 0          # local memory per thread: spilled registers (load_module)
+        self.spill_note = ""          # why a spilling kernel was not assembled by ptxas instead
         self.device = device
         self.param_bytes = list(param_bytes)
         self.max_dynamic_smem = STATIC_SMEM_MAX
