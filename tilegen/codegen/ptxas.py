@@ -1,9 +1,9 @@
 """ptxas, when present: assemble emitted PTX offline to check it and read its resources, and
-assemble the kernels the driver's JIT compiles badly (compiler/kernel.py: where the JIT
-spilled registers).
+assemble the kernels the driver's JIT spills (compiler/kernel.py hands assemble_cubin to the
+runtime).
 
 Looked up as $TILEGEN_PTXAS (a path; "off" never uses one), on PATH, in NVIDIA's CUDA wheels
-(`pip install nvidia-cuda-nvcc-cu12`), then the copy Triton ships. tilegen never needs it to
+(`pip install nvidia-cuda-nvcc`), then the copy Triton ships. tilegen never needs it to
 run kernels (the driver JIT-compiles PTX).
 """
 from __future__ import annotations

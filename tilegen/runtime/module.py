@@ -9,9 +9,9 @@ by the driver linker instead, stored (runtime/cubins.py), and later processes lo
 
 Where the loaded kernels spill registers (their local memory size), an `assemble` callable
 the caller passes (compiler/kernel.py: ptxas, when installed) gets a chance: its cubin
-replaces the driver's when it loads and spills less. (The driver's JIT gives every thread the registers the launch
-allows, while ptxas gives warpgroups that take more with setmaxnreg what they take:
-docs/perf_notes.md section 38.)
+replaces the driver's when it loads and spills less. (The driver's JIT gives every thread
+the registers the launch allows; ptxas gives warpgroups that take more with setmaxnreg what
+they take: docs/perf_notes.md section 38.)
 """
 from __future__ import annotations
 
@@ -39,7 +39,6 @@ _KIND_BYTES = {"ptr": 8, "u64": 8, "f64": 8, "u32": 4, "s32": 4, "f32": 4}
 
 
 # ---- pure helpers (no GPU) -------------------------------------------------------------
-
 
 def ptx_entries(ptx: str) -> list[str]:
     """Names of the kernels (.entry) a PTX module defines."""
@@ -180,18 +179,21 @@ def local_bytes(d, module, ptx: str) -> int:
     no arrays there, so any is registers the compiler spilled. Read from the loaded functions,
     not the compile log: where the driver reuses a compile from its own JIT cache, the log has
     no ptxas lines at all."""
-    attributes = getattr(d, "CUfunction_attribute", None)
-    if attributes is None or not hasattr(d, "cuFuncGetAttribute"):
-        return 0
     most = 0
     for entry in ptx_entries(ptx):
         r = d.cuModuleGetFunction(module, entry.encode())
-        if int(r[0]) != 0:
-            continue
-        v = d.cuFuncGetAttribute(attributes.CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES, r[1])
-        if int(v[0]) == 0:
-            most = max(most, int(v[1]))
+        if int(r[0]) == 0:
+            most = max(most, _function_local_bytes(d, r[1]))
     return most
+
+
+def _function_local_bytes(d, function) -> int:
+    """CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES of a loaded kernel (0 where the bindings cannot say)."""
+    attributes = getattr(d, "CUfunction_attribute", None)
+    if attributes is None or not hasattr(d, "cuFuncGetAttribute"):
+        return 0
+    v = d.cuFuncGetAttribute(attributes.CU_FUNC_ATTRIBUTE_LOCAL_SIZE_BYTES, function)
+    return int(v[1]) if int(v[0]) == 0 else 0
 
 
 def _load_cubin(d, cubin: bytes):
@@ -319,7 +321,7 @@ def load_module(ptx: str, entry: str, device: int = 0, assemble=None) -> "Functi
         handle = _drv.check(d.cuModuleGetFunction(module, entry.encode()),
                             f"cuModuleGetFunction({entry!r})")
         fn = Function(module, handle, entry, info_log, device, entry_param_bytes(ptx, entry))
-        fn.local_bytes = local_bytes(d, module, ptx)
+        fn.local_bytes = _function_local_bytes(d, handle)
         fn.spill_note = why if fn.local_bytes else ""
         _functions[key + (entry,)] = fn
         return fn
