@@ -350,7 +350,7 @@ def test_a_spill_the_log_does_not_show_is_still_found(fake):
 
 @pytest.mark.parametrize("local, fails, note", [
     (216, False, "ptxas's cubin spills too (216 bytes per thread)"),
-    (0, True, "ptxas could not assemble it: ptxas -arch=sm_90 failed:"),
+    (0, True, "ptxas could not assemble it: ptxas fatal   : something"),
     (None, False, "no ptxas was at hand to assemble it")])
 def test_the_drivers_cubin_stays_where_the_assembler_cannot_do_better(fake, local, fails, note):
     fake.assembled_local = local or 0
@@ -361,6 +361,54 @@ def test_the_drivers_cubin_stays_where_the_assembler_cannot_do_better(fake, loca
     assert cubins.get_cubin(SPILLS, (9, 0), 13000) == cubin_of(image)
     assert cubins.get_cubin(SPILLS, (9, 0), 13000, maker="ptxas") is None
     assert fake.unloaded == ([("module", ASSEMBLED)] if local == 216 else [])
+
+
+def test_an_assembler_that_raises_leaves_the_drivers_module_loaded(fake):
+    def broken(ptx, arch):
+        raise OSError("No space left on device")
+
+    f = mod.load_module(SPILLS, "add_one", assemble=broken)
+    assert f.module == ("module", cubin_of(SPILLS.encode() + b"\0")) and fake.unloaded == []
+    assert f.spill_note == "the assembler failed: OSError: No space left on device"
+
+
+def test_a_stored_ptxas_cubin_the_driver_refuses_is_discarded(fake, monkeypatch):
+    mod.load_module(SPILLS, "add_one", assemble=Assembler())
+    forget(monkeypatch)                                   # a later process whose driver refuses it
+    real = fake.cuModuleLoadData
+    monkeypatch.setattr(fake, "cuModuleLoadData", lambda image: (R(200), None) if image == ASSEMBLED else real(image))
+    again = Assembler()
+    f = mod.load_module(SPILLS, "add_one", assemble=again)
+    assert len(again.calls) == 1 and f.module == ("module", cubin_of(SPILLS.encode() + b"\0"))
+    assert f.spill_note == "this driver refused ptxas's sm_90 cubin"
+    assert cubins.get_cubin(SPILLS, (9, 0), 13000, maker="ptxas") is None
+
+
+def test_without_the_devices_arch_the_ptxs_own_target_is_assembled(fake, monkeypatch):
+    def no_info(device=0):
+        raise DeviceError("no attributes")
+
+    monkeypatch.setattr(drv, "device_info", no_info)
+    asm = Assembler()
+    mod.load_module(SPILLS, "add_one", assemble=asm)
+    assert [arch for _, arch in asm.calls] == ["sm_80"]
+
+
+def test_assembly_arch():
+    target = lambda t: GOOD.replace(".target sm_80", f".target {t}")   # noqa: E731
+    assert mod._assembly_arch(target("sm_90a"), "sm_90") == "sm_90a"
+    assert mod._assembly_arch(target("sm_100f"), "sm_103") == "sm_100f"
+    assert mod._assembly_arch(target("sm_80"), "sm_86") == "sm_86"
+    assert mod._assembly_arch(target("sm_80"), None) == "sm_80"
+
+
+def test_a_ptxas_cubin_under_the_drivers_key_is_relinked(fake):
+    """A first version of this code stored ptxas's cubins under the driver's key: such an entry
+    is a miss (a process told to use no ptxas must not load one)."""
+    cubins.put_cubin(SPILLS, (9, 0), 13000, ASSEMBLED, "assembled by ptxas (the driver's JIT spilled 548 bytes)")
+    f = mod.load_module(SPILLS, "add_one")
+    assert len(fake.links) == 1 and f.module == ("module", cubin_of(SPILLS.encode() + b"\0"))
+    assert cubins.get_cubin(SPILLS, (9, 0), 13000) == cubin_of(SPILLS.encode() + b"\0")
 
 
 def test_a_kernel_the_driver_compiles_without_spills_is_never_assembled(fake):

@@ -19,7 +19,7 @@ from typing import Optional
 
 
 OFF = ("0", "off", "none", "no")   # TILEGEN_PTXAS=off: tilegen uses no ptxas
-TIMEOUT_S = 300   # one ptxas run (the largest kernels take seconds)
+TIMEOUT_S = 120   # one ptxas run (the largest kernels take about a second)
 
 
 def find_ptxas() -> Optional[str]:
@@ -91,19 +91,19 @@ def _ptxas(ptx: str, arch: str, extra=()) -> tuple:
     exe = find_ptxas()
     if exe is None:
         raise PtxasError("ptxas not found (install the CUDA toolkit or `pip install nvidia-cuda-nvcc`)")
-    with tempfile.TemporaryDirectory(prefix="tilegen-") as tmp:
-        src, out = os.path.join(tmp, "kernel.ptx"), os.path.join(tmp, "k.cubin")
-        with open(src, "w") as f:
-            f.write(ptx)
-        try:
-            p = subprocess.run([exe, f"-arch={arch}", "-v", *extra, "-o", out, src], capture_output=True, text=True,
-                               timeout=TIMEOUT_S)
-        except (OSError, subprocess.SubprocessError) as e:
-            raise PtxasError(f"ptxas -arch={arch} did not run: {e}") from None
-        if p.returncode:
-            raise PtxasError(f"ptxas -arch={arch} failed:\n{p.stderr.strip()}")
-        with open(out, "rb") as f:
-            return f.read(), p.stderr
+    try:
+        with tempfile.TemporaryDirectory(prefix="tilegen-") as tmp:
+            src, out = os.path.join(tmp, "kernel.ptx"), os.path.join(tmp, "k.cubin")
+            with open(src, "w") as f:
+                f.write(ptx)
+            p = subprocess.run([exe, f"-arch={arch}", "-v", *extra, "-o", out, src], capture_output=True,
+                               text=True, errors="replace", timeout=TIMEOUT_S)
+            if p.returncode:
+                raise PtxasError(f"ptxas -arch={arch} failed:\n{p.stderr.strip()}")
+            with open(out, "rb") as f:
+                return f.read(), p.stderr
+    except (OSError, subprocess.SubprocessError) as e:   # not runnable, timed out, no room for its files
+        raise PtxasError(f"ptxas -arch={arch} did not run: {e}") from None
 
 
 def spill_stores(report: str) -> int:

@@ -222,9 +222,12 @@ def _reassembled(d, ptx: str, arch: str | None, module, spilled: int, assemble):
     target = _assembly_arch(ptx, arch)
     if target is None:
         return None, "the PTX names no target to assemble it for"
-    cubin, report = assemble(ptx, target)
+    try:
+        cubin, report = assemble(ptx, target)
+    except Exception as e:   # the caller's assembler failing must not lose the driver's loaded module
+        return None, f"the assembler failed: {type(e).__name__}: {e}"
     if cubin is None:
-        return None, f"ptxas could not assemble it: {report.splitlines()[0] if report else 'no reason given'}"
+        return None, f"ptxas could not assemble it: {_reason(report)}"
     better = _load_cubin(d, cubin)
     if better is None:
         return None, f"this driver refused ptxas's {target} cubin"
@@ -235,6 +238,13 @@ def _reassembled(d, ptx: str, arch: str | None, module, spilled: int, assemble):
     d.cuModuleUnload(module)
     log = f"assembled by ptxas for {target} (the driver's compile spilled {spilled} bytes per thread):\n{report}"
     return (better, cubin, log), ""
+
+
+def _reason(report) -> str:
+    """The line of a failed assembler's report that says why (its error, else its last line)."""
+    lines = [line.strip() for line in str(report or "").splitlines() if line.strip()]
+    errors = [line for line in lines if "error" in line.lower() or "fatal" in line.lower()]
+    return (errors or lines or ["no reason given"])[0 if errors else -1]
 
 
 def _load(d, ptx: str, cc, arch: str | None, assemble=None):
@@ -254,6 +264,9 @@ def _load(d, ptx: str, cc, arch: str | None, assemble=None):
                 return module, hit[1], ""
             cubins.discard_cubin(ptx, cc, driver, maker="ptxas")
     hit = cubins.get_cubin_entry(ptx, cc, driver)
+    if hit is not None and hit[1].startswith("assembled by ptxas"):   # (a first version stored ptxas's here)
+        cubins.discard_cubin(ptx, cc, driver)
+        hit = None
     module = None
     if hit is not None:
         cubin, info_log = hit
@@ -318,11 +331,13 @@ def load_module(ptx: str, entry: str, device: int = 0, assemble=None) -> "Functi
             with _drv.capture_relaxed():
                 _modules[key] = _load(d, ptx, cc, arch, assemble)  # disk cubin cache, else JIT
         module, info_log, why = _modules[key]
-        handle = _drv.check(d.cuModuleGetFunction(module, entry.encode()),
-                            f"cuModuleGetFunction({entry!r})")
+        with _drv.capture_relaxed():   # (a lazily loaded function may load at its first query)
+            handle = _drv.check(d.cuModuleGetFunction(module, entry.encode()),
+                                f"cuModuleGetFunction({entry!r})")
+            spilled = _function_local_bytes(d, handle)
         fn = Function(module, handle, entry, info_log, device, entry_param_bytes(ptx, entry))
-        fn.local_bytes = _function_local_bytes(d, handle)
-        fn.spill_note = why if fn.local_bytes else ""
+        fn.local_bytes = spilled
+        fn.spill_note = why if spilled else ""
         _functions[key + (entry,)] = fn
         return fn
 
