@@ -359,7 +359,8 @@ def test_the_drivers_cubin_stays_where_the_assembler_cannot_do_better(fake, loca
     assert f.module == ("module", cubin_of(image)) and f.info_log == SPILLED and f.local_bytes == 216
     assert f.spill_note == note
     assert cubins.get_cubin(SPILLS, (9, 0), 13000) == cubin_of(image)
-    assert cubins.get_cubin(SPILLS, (9, 0), 13000, maker="ptxas") is None
+    # a cubin that spills too is a lasting verdict, stored (empty, with the reason); a failure is not
+    assert cubins.get_cubin(SPILLS, (9, 0), 13000, maker="ptxas") == (b"" if local == 216 else None)
     assert fake.unloaded == ([("module", ASSEMBLED)] if local == 216 else [])
 
 
@@ -381,7 +382,7 @@ def test_a_stored_ptxas_cubin_the_driver_refuses_is_discarded(fake, monkeypatch)
     f = mod.load_module(SPILLS, "add_one", assemble=again)
     assert len(again.calls) == 1 and f.module == ("module", cubin_of(SPILLS.encode() + b"\0"))
     assert f.spill_note == "this driver refused ptxas's sm_90 cubin"
-    assert cubins.get_cubin(SPILLS, (9, 0), 13000, maker="ptxas") is None
+    assert cubins.get_cubin(SPILLS, (9, 0), 13000, maker="ptxas") == b""   # the verdict replaces the cubin
 
 
 def test_without_the_devices_arch_the_ptxs_own_target_is_assembled(fake, monkeypatch):
@@ -411,6 +412,22 @@ def test_a_ptxas_cubin_under_the_drivers_key_is_relinked(fake):
     assert cubins.get_cubin(SPILLS, (9, 0), 13000) == cubin_of(SPILLS.encode() + b"\0")
 
 
+def test_a_lasting_verdict_spares_later_processes_the_assembly_but_not_another_ptxas(fake, monkeypatch):
+    fake.assembled_local = 216                            # ptxas's cubin spills as much
+    mod.load_module(SPILLS, "add_one", assemble=Assembler())
+    forget(monkeypatch)
+    again = Assembler()
+    f = mod.load_module(SPILLS, "add_one", assemble=again)
+    assert again.calls == [] and f.spill_note == "ptxas's cubin spills too (216 bytes per thread)"
+    forget(monkeypatch)
+    other = Assembler()
+    other.identity = "another ptxas"                     # a new ptxas: its own entries, a fresh try
+    fake.assembled_local = 0
+    g = mod.load_module(SPILLS, "add_one", assemble=other)
+    assert len(other.calls) == 1 and g.module == ("module", ASSEMBLED)
+    assert cubins.get_cubin(SPILLS, (9, 0), 13000, maker="ptxas another ptxas") == ASSEMBLED
+
+
 def test_a_kernel_the_driver_compiles_without_spills_is_never_assembled(fake):
     asm = Assembler()
     f = mod.load_module(GOOD, "add_one", assemble=asm)
@@ -422,7 +439,7 @@ def test_an_assembled_cubin_the_driver_refuses_leaves_the_drivers(fake, monkeypa
     monkeypatch.setattr(fake, "cuModuleLoadData", lambda image: (R(200), None) if image == ASSEMBLED else real(image))
     f = mod.load_module(SPILLS, "add_one", assemble=Assembler())
     assert f.info_log == SPILLED and f.local_bytes == 216 and f.spill_note == "this driver refused ptxas's sm_90 cubin"
-    assert cubins.get_cubin(SPILLS, (9, 0), 13000, maker="ptxas") is None
+    assert cubins.get_cubin(SPILLS, (9, 0), 13000, maker="ptxas") == b""
 
 
 def test_without_the_store_the_jits_module_is_replaced(fake, monkeypatch):

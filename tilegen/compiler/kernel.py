@@ -3,6 +3,7 @@ geometry as data; loads its module on first use and launches it. A GEMM kernel
 (tilegen.gemm.GemmKernel) also runs on arrays: kernel(A, B)."""
 from __future__ import annotations
 
+import os
 import warnings
 from functools import cached_property
 from operator import itemgetter
@@ -16,12 +17,22 @@ from ..ir.grid import LaunchGrid
 from ..runtime.module import module_generation
 
 
-def assemble_with_ptxas(ptx: str, arch: str) -> tuple:
-    """The runtime's assembler (runtime.load_module): ptxas's (cubin, report), or (None, why)."""
-    try:
-        return assemble_cubin(ptx, arch)
-    except PtxasError as e:
-        return None, str(e)
+class PtxasAssembler:
+    """The runtime's assembler (runtime.load_module): ptxas's (cubin, report) of a PTX, or
+    (None, why). `identity` tells one ptxas from another in the cubin store's keys."""
+
+    def __init__(self, exe: str):
+        try:
+            st = os.stat(exe)
+            self.identity = f"{exe} {st.st_size} {st.st_mtime_ns}"
+        except OSError:
+            self.identity = exe
+
+    def __call__(self, ptx: str, arch: str) -> tuple:
+        try:
+            return assemble_cubin(ptx, arch)
+        except PtxasError as e:
+            return None, str(e)
 
 
 def spill_message(name: str, spilled: int, why: str, ptx: str) -> str:
@@ -133,8 +144,8 @@ class Kernel:
         if entry is not None and entry[0] == module_generation():
             return entry[1]
         # ptxas, where installed, assembles what the driver's JIT spills (runtime/module.py)
-        assemble = assemble_with_ptxas if find_ptxas() is not None else None
-        fn = runtime.load_module(self.ptx, self.name, device=device, assemble=assemble)
+        exe = find_ptxas()
+        fn = runtime.load_module(self.ptx, self.name, device=device, assemble=PtxasAssembler(exe) if exe else None)
         if fn.local_bytes:
             warnings.warn(spill_message(self.name, fn.local_bytes, fn.spill_note, self.ptx), PerformanceWarning,
                           stacklevel=2)

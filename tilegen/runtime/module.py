@@ -212,32 +212,33 @@ def _assembly_arch(ptx: str, arch: str | None) -> str | None:
 
 
 def _reassembled(d, ptx: str, arch: str | None, module, spilled: int, assemble):
-    """((module, cubin, log) or None, why not): `assemble`'s cubin of `ptx` where the driver's
-    `module` spills `spilled` bytes per thread and the assembler's loads and spills less (the
-    driver's module is then unloaded)."""
+    """((module, cubin, log) or None, why not, whether that verdict lasts): `assemble`'s cubin
+    of `ptx` where the driver's `module` spills `spilled` bytes per thread and the assembler's
+    loads and spills less (the driver's module is then unloaded). A cubin that spills too, or
+    that the driver refuses, would be so again: that verdict is worth storing."""
     if not spilled:
-        return None, ""
+        return None, "", False
     if assemble is None:
-        return None, "no ptxas was at hand to assemble it"
+        return None, "no ptxas was at hand to assemble it", False
     target = _assembly_arch(ptx, arch)
     if target is None:
-        return None, "the PTX names no target to assemble it for"
+        return None, "the PTX names no target to assemble it for", False
     try:
         cubin, report = assemble(ptx, target)
     except Exception as e:   # the caller's assembler failing must not lose the driver's loaded module
-        return None, f"the assembler failed: {type(e).__name__}: {e}"
+        return None, f"the assembler failed: {type(e).__name__}: {e}", False
     if cubin is None:
-        return None, f"ptxas could not assemble it: {_reason(report)}"
+        return None, f"ptxas could not assemble it: {_reason(report)}", False
     better = _load_cubin(d, cubin)
     if better is None:
-        return None, f"this driver refused ptxas's {target} cubin"
+        return None, f"this driver refused ptxas's {target} cubin", True
     worse = local_bytes(d, better, ptx)
     if worse >= spilled:
         d.cuModuleUnload(better)
-        return None, f"ptxas's cubin spills too ({worse} bytes per thread)"
+        return None, f"ptxas's cubin spills too ({worse} bytes per thread)", True
     d.cuModuleUnload(module)
     log = f"assembled by ptxas for {target} (the driver's compile spilled {spilled} bytes per thread):\n{report}"
-    return (better, cubin, log), ""
+    return (better, cubin, log), "", False
 
 
 def _reason(report) -> str:
@@ -249,20 +250,26 @@ def _reason(report) -> str:
 
 def _load(d, ptx: str, cc, arch: str | None, assemble=None):
     """(CUmodule, info log, why its kernels still spill or ""): with the disk store a stored
-    cubin (ptxas's first, where an assembler is at hand), else linked, stored and loaded; where
-    the driver's kernels spill, `assemble`'s cubin if it loads and spills less (stored too)."""
+    cubin (the assembler's first, where one is at hand), else linked, stored and loaded; where
+    the driver's kernels spill, `assemble`'s cubin if it loads and spills less (stored too, or
+    else the lasting verdict, so later processes do not assemble again). The assembler's
+    entries are keyed by its `identity` (which ptxas), so a new one tries afresh."""
     if cc is None or not store.enabled() or not all(hasattr(d, n) for n in _LINKER):
         module, info_log = _jit(d, ptx, arch)
-        better, why = _reassembled(d, ptx, arch, module, local_bytes(d, module, ptx), assemble)
+        better, why, _ = _reassembled(d, ptx, arch, module, local_bytes(d, module, ptx), assemble)
         return (better[0], better[2], "") if better is not None else (module, info_log, why)
     driver = int(_drv.check(d.cuDriverGetVersion(), "cuDriverGetVersion"))
-    if assemble is not None:   # a cubin ptxas made where the driver's spilled (never with TILEGEN_PTXAS=off)
-        hit = cubins.get_cubin_entry(ptx, cc, driver, maker="ptxas")
-        if hit is not None:
+    maker = f"ptxas {getattr(assemble, 'identity', '')}".strip()
+    verdict = None   # why the stored verdict says this assembler does no better
+    if assemble is not None:   # never with TILEGEN_PTXAS=off
+        hit = cubins.get_cubin_entry(ptx, cc, driver, maker=maker)
+        if hit is not None and not hit[0]:
+            verdict = hit[1]
+        elif hit is not None:
             module = _load_cubin(d, hit[0])
             if module is not None:
                 return module, hit[1], ""
-            cubins.discard_cubin(ptx, cc, driver, maker="ptxas")
+            cubins.discard_cubin(ptx, cc, driver, maker=maker)
     hit = cubins.get_cubin_entry(ptx, cc, driver)
     if hit is not None and hit[1].startswith("assembled by ptxas"):   # (a first version stored ptxas's here)
         cubins.discard_cubin(ptx, cc, driver)
@@ -277,10 +284,14 @@ def _load(d, ptx: str, cc, arch: str | None, assemble=None):
         cubin, info_log = _link(d, ptx, arch)
         cubins.put_cubin(ptx, cc, driver, cubin, info_log)
         module = _drv.check(d.cuModuleLoadData(cubin), "cuModuleLoadData(linked cubin)")
-    better, why = _reassembled(d, ptx, arch, module, local_bytes(d, module, ptx), assemble)
+    if verdict is not None:
+        return module, info_log, verdict
+    better, why, lasting = _reassembled(d, ptx, arch, module, local_bytes(d, module, ptx), assemble)
     if better is None:
+        if lasting:
+            cubins.put_cubin(ptx, cc, driver, b"", why, maker=maker)
         return module, info_log, why
-    cubins.put_cubin(ptx, cc, driver, better[1], better[2], maker="ptxas")
+    cubins.put_cubin(ptx, cc, driver, better[1], better[2], maker=maker)
     return better[0], better[2], ""
 
 
