@@ -92,3 +92,15 @@ def test_default_hopper_kernels_fit_the_registers_the_jit_gives(name):
     capped = "\n".join(line for line in ptx.split("\n") if "setmaxnreg" not in line)
     report = ptxas.assemble_cubin(capped, "sm_90a")[1]
     assert ptxas.spill_stores(report) == 0, report
+
+
+@needs_ptxas
+def test_resources_say_what_the_jit_would_spill():
+    """Kernel.resources (and `tilegen compile --emit resources`) report the spills of a
+    setmaxnreg kernel under the launch's share of registers beside ptxas's own."""
+    wide = tilegen.compile(tilegen.GemmSpec(**WIDE_FP8)).resources
+    assert wide.spill_stores == 0 and wide.jit_spill_stores > 0
+    assert "the driver's JIT ignores setmaxnreg" in str(wide)
+    assert tilegen.compile(tilegen.GemmSpec(dtype="bf16", instruction="wgmma")).resources.jit_spill_stores == 0
+    plain = tilegen.compile(tilegen.GemmSpec(dtype="f16", target="sm_80")).resources
+    assert plain.jit_spill_stores is None and "setmaxnreg" not in str(plain)

@@ -58,7 +58,9 @@ def _tritons_ptxas() -> Optional[str]:
 
 @dataclass(frozen=True)
 class Resources:
-    """What ptxas reports for one kernel."""
+    """What ptxas reports for one kernel. jit_spill_stores: for a kernel whose warpgroups take
+    registers with setmaxnreg, the spill stores where each thread gets only the launch's share,
+    as the driver's JIT allots them (docs/perf_notes.md section 38); None without setmaxnreg."""
     arch: str
     registers: int
     shared_static: int
@@ -66,11 +68,16 @@ class Resources:
     stack_frame: int
     spill_stores: int
     spill_loads: int
+    jit_spill_stores: Optional[int] = None
 
     def __str__(self) -> str:
-        return (f"{self.arch}: {self.registers} registers, {self.shared_static} B static + "
+        text = (f"{self.arch}: {self.registers} registers, {self.shared_static} B static + "
                 f"{self.shared_dynamic} B dynamic shared memory, {self.stack_frame} B stack, "
                 f"{self.spill_stores} B spill stores, {self.spill_loads} B spill loads")
+        if self.jit_spill_stores is not None:
+            text += (f"; with the launch's share of registers (the driver's JIT ignores setmaxnreg): "
+                     f"{self.jit_spill_stores} B spill stores")
+        return text
 
 
 class PtxasError(RuntimeError):
@@ -126,4 +133,13 @@ def resources(ptx: str, arch: str, dynamic_smem: int = 0) -> Resources:
         stack_frame=num(r"(\d+) bytes stack frame"),
         spill_stores=spill_stores(report),
         spill_loads=num(r"(\d+) bytes spill loads"),
+        jit_spill_stores=_without_setmaxnreg(ptx, arch),
     )
+
+
+def _without_setmaxnreg(ptx: str, arch: str) -> Optional[int]:
+    """Spill stores of `ptx` assembled without its setmaxnreg (None where it has none)."""
+    if "setmaxnreg" not in ptx:
+        return None
+    capped = "\n".join(line for line in ptx.split("\n") if "setmaxnreg" not in line)
+    return spill_stores(assemble(capped, arch))
