@@ -1,6 +1,6 @@
 """ptxas as the assembler of kernels the driver's JIT spills (codegen/ptxas.py): where it is
 found, the cubin it makes, and why it helps: ptxas gives the math warpgroups the registers
-setmaxnreg moves to them, while the driver's JIT (driver 580, run 3 of 2026-11-24) allots each
+setmaxnreg moves to them, while the driver's JIT (driver 580, run 145 of 2026-11-24) allots each
 thread what the launch allows (168 with 384 threads) and spilled the fp8 128x192 kernel."""
 import os
 import sys

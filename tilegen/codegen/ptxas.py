@@ -89,13 +89,14 @@ def assemble(ptx: str, arch: str, extra=()) -> str:
     return _ptxas(ptx, arch, extra)[1]
 
 
-def assemble_cubin(ptx: str, arch: str) -> tuple:
-    """(cubin bytes, ptxas -v report) of `ptx` for `arch` (sm_90a, sm_86, ...), or PtxasError."""
-    return _ptxas(ptx, arch)
+def assemble_cubin(ptx: str, arch: str, exe: Optional[str] = None) -> tuple:
+    """(cubin bytes, ptxas -v report) of `ptx` for `arch` (sm_90a, sm_86, ...) by `exe` (else
+    the ptxas find_ptxas finds), or PtxasError."""
+    return _ptxas(ptx, arch, exe=exe)
 
 
-def _ptxas(ptx: str, arch: str, extra=()) -> tuple:
-    exe = find_ptxas()
+def _ptxas(ptx: str, arch: str, extra=(), exe: Optional[str] = None) -> tuple:
+    exe = exe or find_ptxas()
     if exe is None:
         raise PtxasError("ptxas not found (install the CUDA toolkit or `pip install nvidia-cuda-nvcc`)")
     try:

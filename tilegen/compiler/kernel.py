@@ -22,6 +22,7 @@ class PtxasAssembler:
     (None, why). `identity` tells one ptxas from another in the cubin store's keys."""
 
     def __init__(self, exe: str):
+        self.exe = exe
         try:
             st = os.stat(exe)
             self.identity = f"{exe} {st.st_size} {st.st_mtime_ns}"
@@ -30,19 +31,19 @@ class PtxasAssembler:
 
     def __call__(self, ptx: str, arch: str) -> tuple:
         try:
-            return assemble_cubin(ptx, arch)
+            return assemble_cubin(ptx, arch, exe=self.exe)
         except PtxasError as e:
             return None, str(e)
 
 
-def spill_message(name: str, spilled: int, why: str, ptx: str) -> str:
+def spill_message(name: str, spilled: int, why: str, ptx: str, ptxas_here: bool) -> str:
     """What a user reads when the GPU's compiler spilled a kernel's registers."""
     text = f"{name}: the GPU's compiler spilled registers to local memory ({spilled} bytes per thread), so it runs slowly"
     if "setmaxnreg" in ptx:
         text += (" (the driver's JIT gives every thread the registers the launch allows, not the ones setmaxnreg "
                  "moves to the math warpgroups)")
     text += f"; {why}" if why else ""
-    if find_ptxas() is None:
+    if not ptxas_here:
         return text + (". With ptxas installed (the CUDA toolkit, `pip install nvidia-cuda-nvcc`, or Triton's copy; "
                        "TILEGEN_PTXAS names one) tilegen assembles such kernels itself; or choose smaller tiles")
     return text + "; choose smaller tiles"
@@ -147,8 +148,8 @@ class Kernel:
         exe = find_ptxas()
         fn = runtime.load_module(self.ptx, self.name, device=device, assemble=PtxasAssembler(exe) if exe else None)
         if fn.local_bytes:
-            warnings.warn(spill_message(self.name, fn.local_bytes, fn.spill_note, self.ptx), PerformanceWarning,
-                          stacklevel=2)
+            warnings.warn(spill_message(self.name, fn.local_bytes, fn.spill_note, self.ptx, exe is not None),
+                          PerformanceWarning, stacklevel=2)
         fn.set_max_dynamic_smem(self.smem_bytes)
         self._functions[device] = (module_generation(), fn)
         return fn
