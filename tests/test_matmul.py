@@ -1,4 +1,6 @@
 """tilegen.matmul: the dispatcher's choices and its results on the emulator."""
+import warnings
+
 import numpy as np
 import pytest
 
@@ -365,6 +367,77 @@ def test_fp8_on_hopper_takes_the_wgmma_kernel(monkeypatch):
     assert (c.spec.instruction, c.spec.promote, tuple(c.spec.tile)) == ("wgmma", 2, (128, 128, 128))
     assert "promoted to an f32 total every 2 k-tiles" in c.reason and c.spec.out_dtype == "bf16"
     assert mm.explain(f8(32, 4096), np.asfortranarray(f8(4096, 1000))).spec.instruction == "mma.sync"
+
+
+def test_wide_fp8_tiles_only_where_the_kernel_keeps_its_registers(monkeypatch):
+    """fp8 over 6144^2 outputs with K >= 4096: 128x192 tiles where the loaded kernel does not spill
+    (loads_without_spills, asked about the wide spec itself), else the 128x128 preset; smaller areas
+    or K never ask."""
+    import importlib
+
+    mm = importlib.import_module("tilegen.gemm.matmul")
+    monkeypatch.setattr(mm, "_target", lambda: "sm_90")
+    monkeypatch.setattr(mm, "_tuned", lambda *a, **k: None)
+    asked = []
+    fits = {"answer": True}
+
+    def loads(spec):
+        asked.append(spec)
+        return fits["answer"]
+
+    monkeypatch.setattr(mm, "loads_without_spills", loads)
+    f8 = lambda r, c: np.broadcast_to(ml_dtypes.float8_e4m3fn(0), (r, c))  # noqa: E731
+    wide = mm.explain(f8(6144, 4096), np.asfortranarray(f8(4096, 6144)))
+    assert tuple(wide.spec.tile) == (128, 192, 128) and "128x192 tiles" in wide.reason and "ptxas" in wide.reason
+    assert [tuple(s.tile) for s in asked] == [(128, 192, 128)] and asked[0] == wide.spec
+    assert wide.spec.promote == 2 and wide.spec.warp_specialized
+    asked.clear()
+    for M, N, K in ((6143, 6144, 4096), (6144, 6144, 4095), (4096, 4096, 8192), (8192, 8192, 1024)):
+        c = mm.explain(f8(M, K), np.asfortranarray(f8(K, N)))
+        assert tuple(c.spec.tile) == (128, 128, 128) and "128x192" not in c.reason, (M, N, K)
+    assert asked == []
+    fits["answer"] = False   # a kernel that would spill (no ptxas, or ptxas spills too): the preset
+    c = mm.explain(f8(8192, 8192), np.asfortranarray(f8(8192, 8192)))
+    assert tuple(c.spec.tile) == (128, 128, 128) and "128x192" not in c.reason
+    # the thresholds are in the choice key: the fast path's memo cannot hand one side's kernel to the other
+    assert mm.size_class(6144, 6144, 4096) != mm.size_class(6143, 6144, 4096)
+    assert mm.size_class(6144, 6144, 4096) != mm.size_class(6144, 6144, 4095)
+
+
+def test_loads_without_spills_needs_a_gpu_and_ptxas(monkeypatch):
+    """Without a GPU, or with no ptxas to assemble it, the wide spec is not loaded (the driver's JIT
+    is known to spill it) and the answer is no; the answer is remembered per spec."""
+    import importlib
+
+    mm = importlib.import_module("tilegen.gemm.matmul")
+    spec = tilegen.GemmSpec(dtype="e4m3", out_dtype="bf16", instruction="wgmma", b_layout="col", tile=(128, 192, 128))
+    monkeypatch.setattr(mm, "_NO_SPILLS", {})
+    monkeypatch.setattr(mm, "compile_gemm", lambda s: pytest.fail("loaded without a GPU or ptxas"))
+    monkeypatch.setattr(mm.runtime, "gpu_available", lambda: False)
+    assert mm.loads_without_spills(spec) is False
+    monkeypatch.setattr(mm, "_NO_SPILLS", {})
+    monkeypatch.setattr(mm.runtime, "gpu_available", lambda: True)
+    monkeypatch.setattr(mm, "find_ptxas", lambda: None)
+    assert mm.loads_without_spills(spec) is False
+
+    class Loaded:
+        def __init__(self, local):
+            self.local = local
+
+        def function(self, device):
+            import warnings
+            warnings.warn("spills", tilegen.PerformanceWarning)   # (the probe keeps it quiet)
+            return type("F", (), {"local_bytes": self.local})()
+
+    monkeypatch.setattr(mm, "find_ptxas", lambda: "ptxas")
+    for local, answer in ((0, True), (548, False)):
+        monkeypatch.setattr(mm, "_NO_SPILLS", {})
+        monkeypatch.setattr(mm, "compile_gemm", lambda s, local=local: Loaded(local))
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            assert mm.loads_without_spills(spec) is answer
+        monkeypatch.setattr(mm, "compile_gemm", lambda s: pytest.fail("asked twice"))
+        assert mm.loads_without_spills(spec) is answer
 
 
 def test_prepared_arguments_name_what_they_take():

@@ -329,3 +329,32 @@ def test_wide_fp8_tiles_are_assembled_by_ptxas_without_spills(torch):
     bound = fp8_wgmma_bound(K, "bf16", spec.tile.k * spec.promote)
     record("wide_fp8", shape=[M, N, K], error=err, bound=bound)
     assert err <= bound, f"{err:.3g} over {bound:.3g}"
+
+
+def test_matmul_takes_the_wide_fp8_tiles_it_can_load_without_spills(torch):
+    """tilegen.matmul over 6144^2 outputs with K = 4096: the 128x192 kernel where ptxas is here
+    (the loaded kernel keeps its registers), else 128x128; either way no PerformanceWarning and a
+    result within the fp8 bound of a float64 product."""
+    import warnings
+
+    from tilegen.codegen.ptxas import find_ptxas
+
+    gen = torch.Generator(device="cuda").manual_seed(seed("matmul wide fp8"))
+    M = N = 6144
+    K = 4096
+    A = torch.randn(M, K, generator=gen, device="cuda").to(torch.float8_e4m3fn)
+    W = torch.randn(N, K, generator=gen, device="cuda").to(torch.float8_e4m3fn)
+    C = torch.full((M, N), float("nan"), device="cuda", dtype=torch.bfloat16)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", tilegen.PerformanceWarning)
+        tilegen.matmul(A, W.t(), out=C)
+        torch.cuda.synchronize()
+    choice = tilegen.matmul.explain(A, W.t(), out=C)
+    wide = find_ptxas() is not None
+    assert tuple(choice.spec.tile) == ((128, 192, 128) if wide else (128, 128, 128)), choice.reason
+    assert tilegen.compile(choice.spec).function().local_bytes == 0
+    ref = A.double() @ W.t().double()
+    err = float(((C.double() - ref).abs().max() / (A.double().abs() @ W.t().double().abs()).max()).item())
+    bound = fp8_wgmma_bound(K, "bf16", choice.spec.tile.k * choice.spec.promote)
+    record("matmul_wide_fp8", shape=[M, N, K], tile=list(choice.spec.tile), error=err, bound=bound)
+    assert err <= bound, f"{err:.3g} over {bound:.3g}"

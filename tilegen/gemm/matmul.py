@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import os
 import time
+import warnings
 from dataclasses import dataclass
 
 import numpy as np
@@ -26,7 +27,8 @@ import numpy as np
 from .. import runtime
 from ..arch.dtypes import FP8, numpy_dtype
 from ..arch.dtypes import dtype as arch_dtype
-from ..errors import LaunchError, SpecError
+from ..codegen.ptxas import find_ptxas
+from ..errors import DeviceError, LaunchError, PerformanceWarning, SpecError
 from ..runtime import interop
 from ..runtime.interop import DEVICE, DTYPE, PTR, SHAPE, STRIDES
 from . import batch, tuned
@@ -138,6 +140,17 @@ PRETRANSPOSE_MIN = 2048
 F32_PARTS_MIN = 256
 F32_PARTS_WORK = 2 ** 30
 F32_PARTS_SMALL = dict(tile=(64, 128, 32), warps=(4, 1), stages=6, promote=4)
+# fp8 on Hopper over at least FP8_WIDE_MIN_AREA outputs and FP8_WIDE_MIN_K: 128x192x128 tiles load
+# 17% fewer bytes per product than 128x128 and leave a fuller last wave at 8192^3 (2752 blocks, 20.85
+# waves of 132 CTAs, against 4096 blocks, 31.03 waves). Each math thread then holds 2 x 96 accumulator
+# registers: it needs the 232 that setmaxnreg gives it, which ptxas honours and the driver's JIT does
+# not (it spills them: 0.50x torch._scaled_mm). So only where the loaded kernel does not spill (the
+# runtime had ptxas assemble it). H200, the ptxas cubin as kernel(A, B) (run 145, x torch._scaled_mm):
+# 8192^3 1.018 against 128x128's 0.982, 6144^3 1.019 against 0.964; behind at 4096^3 (0.925 against
+# 1.038: 5.3 waves) and 8192x8192x1024 (1.072 against 1.087).
+FP8_WIDE_TILE = (128, 192, 128)
+FP8_WIDE_MIN_AREA = 6144 * 6144
+FP8_WIDE_MIN_K = 4096
 
 
 def _skinny_rows(M: int) -> int:
@@ -203,7 +216,29 @@ def size_class(M: int, N: int, K: int) -> tuple:
     return ((M - 1).bit_length(), (N - 1).bit_length(), (K - 1).bit_length(), min(M, N) <= SMALL, is_large(M, N),
             M <= 16, M <= SKINNY_SHORT, M <= SKINNY, N >= 4 * SKINNY, N // 256 >= SKINNY_WIDE_BLOCKS, _blocks128(M, N) >= MEDIUM_BLOCKS,
             long_k(M, N, K), K <= PINGPONG_MAX_K, M >= PRETRANSPOSE_MIN, N >= PRETRANSPOSE_MIN, min(M, N) >= F32_PARTS_MIN,
-            M * N * K >= F32_PARTS_WORK, K >= F32_PARTS_MIN)
+            M * N * K >= F32_PARTS_WORK, K >= F32_PARTS_MIN, M * N >= FP8_WIDE_MIN_AREA, K >= FP8_WIDE_MIN_K)
+
+
+def loads_without_spills(spec: GemmSpec) -> bool:
+    """Whether `spec`'s kernel, loaded on device 0, keeps its registers (no local memory): the
+    runtime hands a kernel the driver's JIT spills to ptxas where one is installed. Loaded once per
+    spec and process; False without a GPU or a ptxas (the JIT alone is known to spill the specs asked
+    about here, so they are not loaded just to warn)."""
+    ok = _NO_SPILLS.get(spec)
+    if ok is None:
+        ok = False
+        if runtime.gpu_available() and find_ptxas() is not None:
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore", PerformanceWarning)   # (a spilling kernel is not chosen)
+                try:
+                    ok = compile_gemm(spec).function(0).local_bytes == 0
+                except (DeviceError, SpecError):
+                    ok = False
+        _NO_SPILLS[spec] = ok
+    return ok
+
+
+_NO_SPILLS: dict = {}
 
 
 def _allow_tf32(allow) -> bool:
@@ -313,12 +348,20 @@ def explain(A, B, *, bias=None, activation=None, residual=None, out=None, allow_
     elif preset is not None:
         fused = dtype in ("f16", "bf16") and not epilogue.is_plain and (epilogue.residual or K <= PINGPONG_MAX_K)
         spec = GemmSpec(**{**base, **preset, **(PINGPONG if fused else {}), **({"pretranspose": True} if transpose else {})})
+        wide = (dtype in FP8 and spec.warp_specialized and M * N >= FP8_WIDE_MIN_AREA and K >= FP8_WIDE_MIN_K
+                and loads_without_spills(spec.replace(tile=FP8_WIDE_TILE)))
+        if wide:
+            spec = spec.replace(tile=FP8_WIDE_TILE)
         why.append(f"large problem on {target}: the fastest {dtype} kernel measured on the H200 "
                    f"({spec.instruction}, {spec.tile.m}x{spec.tile.n} tiles"
                    + (", warp-specialized" if spec.warp_specialized else "")
                    + (f", the fp8 products promoted to an f32 total every {spec.promote} k-tiles" if spec.promote and dtype in FP8 else "")
                    + (", the epilogue through TMA stores" if spec.store == "tma" else "")
                    + f", target {spec.target})")
+        if wide:
+            why.append(f"fp8 over {M} x {N} outputs and K = {K}: 128x192 tiles (fewer bytes per product, a fuller last "
+                       f"wave), assembled by ptxas, which gives the math warpgroups the registers setmaxnreg moves to "
+                       f"them (the driver's JIT spills this kernel)")
         if spec.splits_operands:
             why.append(f"f32 on wgmma: first kernels split A and B into tf32 parts side by side along K, multiplied "
                        f"as one tf32 product over three times K and added into an f32 total every {spec.promote} k-tiles "
