@@ -33,7 +33,8 @@ def test_the_gemm_loads_its_epilogue_vectors_before_the_main_loop():
     first_wgmma = ptx.index("wgmma.mma_async")
     epilogue = ptx[ptx.index("-> sC"):ptx.rindex(".bulk_group [")]   # the TMA-store epilogue's slices
     assert "ld.global.b16" in ptx[:first_wgmma]          # the bias: fetched before the main loop ...
-    assert "ld.global" not in epilogue and "ld.shared.b16" in epilogue   # ... read from shared memory
+    assert "ld.global" not in epilogue and "ld.shared.b32" in epilogue   # ... read from shared memory,
+    assert "ld.shared.b16" not in epilogue                                 # two neighbouring columns a load
     assert "st.shared.b16" in ptx[first_wgmma:ptx.index("-> sC")]     # parked after the main loop
     assert tilegen.GemmSpec(dtype="bf16", out_dtype="bf16", **FUSED).smem_bytes() == k.smem_bytes
 
@@ -43,6 +44,28 @@ def test_the_gemm_loads_its_epilogue_vectors_before_the_main_loop():
 def test_staged_bias_on_the_emulator(kw):
     spec = tilegen.GemmSpec(**kw, **FUSED)
     assert _fused_case(spec) <= 2 ** -7
+
+
+def test_staged_row_and_column_scales_with_alpha_on_the_emulator():
+    """fp8 on wgmma with f32 row and column scales and an alpha: the TMA-store epilogue reads
+    the column scales two at a time and folds alpha into the row scale; every element matches
+    alpha * scale_a[i] * scale_b[j] * (A @ B)[i, j] of a float64 product (ragged M and N, so
+    pairs at the edge are checked too)."""
+    import ml_dtypes
+
+    rng = np.random.default_rng(7)
+    M, N, K = 130, 150, 128
+    A = rng.standard_normal((M, K)).astype(ml_dtypes.float8_e4m3fn)
+    W = rng.standard_normal((N, K)).astype(ml_dtypes.float8_e4m3fn)
+    sa = (rng.random(M) + 0.5).astype(np.float32)
+    sb = (rng.random(N) * 3 + 0.25).astype(np.float32)
+    spec = tilegen.GemmSpec(dtype="e4m3", out_dtype="f32", instruction="wgmma", b_layout="col",
+                            epilogue=tilegen.Epilogue(scale_rows=True, scale_cols=True))
+    kernel = tilegen.compile(spec)
+    assert "ld.shared.v2.f32" in kernel.ptx
+    C = kernel(A, W.T, alpha=0.75, scale_a=sa, scale_b=sb, device="sim")
+    ref = 0.75 * sa[:, None].astype(np.float64) * sb[None, :] * (A.astype(np.float64) @ W.T.astype(np.float64))
+    assert np.abs(C - ref).max() <= 2 ** -20 * np.abs(ref).max()
 
 
 def test_a_park_after_the_barrier_is_a_race(monkeypatch):

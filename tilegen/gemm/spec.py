@@ -270,7 +270,7 @@ class GemmSpec:
         set_("tile", TileShape.of(self.tile if self.tile is not None else default_tile))
         set_("warps", WarpLayout.of(self.warps if self.warps is not None else default_warps))
         if self.stages is None:
-            set_("stages", family.default_stages)
+            set_("stages", family.default_stage_count(self.dtype))
         if self.atom is None:
             key = (self.dtype, self.acc_dtype)
             if key not in DEFAULT_ATOM:

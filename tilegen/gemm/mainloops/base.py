@@ -22,6 +22,10 @@ class MainLoop:
         """(tile, warps) of a spec that gives neither."""
         raise NotImplementedError
 
+    def default_stage_count(self, dtype: str) -> int:
+        """GemmSpec.stages of a spec that gives none."""
+        return self.default_stages
+
     def default_frag_buffers(self, dtype: str) -> int:
         return 1
 

@@ -232,6 +232,19 @@ def _staged_f32(b, ctx, sv, local) -> Value:
     return _to_f32(b, b.op("ld.shared.b16", "b32", Addr(addr)), dt.name)
 
 
+def _staged_f32_pair(b, ctx, sv, local) -> tuple:
+    """Elements `local` and `local + 1` (local even) of a staged vector's shared tile, widened
+    to f32, in one load."""
+    dt = sv.vec.dtype
+    addr = b.add(b.add(ctx.smem, sv.tile.offset), b.mul(local, dt.bytes))
+    if dt.name == "f32":
+        pair = (Value("f32"), Value("f32"))
+        b.emit(Instr("ld.shared.v2.f32", (Vec(pair),), (Addr(addr),)))
+        return pair
+    both = b.op("ld.shared.b32", "b32", Addr(addr))   # the first element in the low half
+    return _to_f32(b, both, dt.name), _to_f32(b, b.shr(both, 16), dt.name)
+
+
 def _staged_element(b, ctx, sv, i):
     """(block index of this thread's i-th element of sv, predicate that it is one of the
     slice's, or None when every thread's is)."""
@@ -310,11 +323,34 @@ def lower_store_stage(b, ctx, op):
                 _load_f32(b, vec.ptr, index, vec.dtype, ok)
         return bias_cache[key]
 
+    def vector_pair(vec, c0, c1, even: bool):
+        """vec at two neighbouring columns (c1 = c0 + 1) in one shared load where vec is staged
+        and c0 even (8- or 4-byte aligned in the 16-byte aligned tile); else one load each."""
+        keys = ((vec.name, id(c0[0])), (vec.name, id(c1[0])))
+        if isinstance(vec, T.StagedVector) and even and not all(k in bias_cache for k in keys):
+            bias_cache[keys[0]], bias_cache[keys[1]] = _staged_f32_pair(b, ctx, vec, c0[2])
+
+    def scaled_by(factor, vec, at):
+        """The multiplier of the first scale vector: its element times alpha, once per row or
+        column (so an element takes one multiply per vector, alpha folded in)."""
+        key = ("alpha", vec.name, id(at[0]))
+        if key not in bias_cache:
+            bias_cache[key] = b.op("mul.f32", "f32", factor, op.alpha)
+        return bias_cache[key]
+
     def loads(r_at, c_at):
-        """The scale, bias and residual values an element needs, loaded (before any is used:
-        the loads of a chunk of atoms overlap their latency)."""
+        """The multipliers (scales, alpha folded into the first), bias and residual values an
+        element needs, loaded (before any is used: the loads of a chunk of atoms overlap their
+        latency)."""
         bias = res = None
-        scales = [vector(v, at) for v, at in ((op.row_scale, r_at), (op.col_scale, c_at)) if v is not None]
+        vectors = [(v, at) for v, at in ((op.row_scale, r_at), (op.col_scale, c_at)) if v is not None]
+        scales = [vector(v, at) for v, at in vectors]
+        if op.alpha is None:
+            pass
+        elif scales:
+            scales[0] = scaled_by(scales[0], *vectors[0])
+        else:
+            scales = [op.alpha]
         if op.bias is not None:
             bias = vector(op.bias, r_at if op.bias_axis == "row" else c_at)
         if op.residual is not None:
@@ -326,8 +362,6 @@ def lower_store_stage(b, ctx, op):
     def finish(value, scales, bias, res):
         for s in scales:
             value = b.op("mul.f32", "f32", value, s)
-        if op.alpha is not None:
-            value = b.op("mul.f32", "f32", value, op.alpha)
         if bias is not None:
             value = b.op("add.f32", "f32", value, bias)
         value = apply_activation(b, op.activation, value)
@@ -347,6 +381,10 @@ def lower_store_stage(b, ctx, op):
                     r_at = placed("r", (i, br, tuple(row_deltas)), local_row, row_deltas)
                     c0 = placed("c", (j, bc, tuple(col_deltas)), local_col, col_deltas)
                     c1 = placed("c", (j, bc + 1, tuple(col_deltas)), local_col + 1, col_deltas)
+                    even = bc % 2 == 0 and all(d % 2 == 0 for d in col_deltas)
+                    for vec in (op.col_scale, op.bias if op.bias_axis == "col" else None):
+                        if vec is not None:
+                            vector_pair(vec, c0, c1, even)
                     fetched[(i, j, r, e)] = (loads(r_at, c0), loads(r_at, c1))
         for i, j in chunk:
             b.comment(f"{frag.name} atom ({i},{j}) -> {tile.name}")
@@ -360,7 +398,8 @@ def lower_store_stage(b, ctx, op):
                 addr, disp = shared_address(b, ctx, tile, op.stage, row, col)
                 v0 = _accumulator_value(b, frag, frag.regs[(i, j)][r], e)
                 v1 = _accumulator_value(b, frag, frag.regs[(i, j)][r1], e1)
-                (s0, bias0, res0), (s1, bias1, res1) = fetched.get((i, j, r, e), (([], None, None), ([], None, None)))
+                plain = ([op.alpha] if op.alpha is not None else [], None, None)
+                (s0, bias0, res0), (s1, bias1, res1) = fetched.get((i, j, r, e), (plain, plain))
                 v0, v1 = finish(v0, s0, bias0, res0), finish(v1, s1, bias1, res1)
                 if out == "f32":
                     b.emit(Instr("st.shared.v2.f32", (), (Addr(addr, disp), Vec((v0, v1)))))
