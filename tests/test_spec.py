@@ -445,3 +445,18 @@ def test_replace_reads_the_values_alone():
     a = GemmSpec(dtype="f16")
     b = GemmSpec.from_text(a.to_text())
     assert a == b and a.replace(dtype="bf16") == b.replace(dtype="bf16") == GemmSpec(dtype="bf16")
+
+
+def test_fp8_mma_sync_takes_four_stages_only_where_they_fit():
+    """fp8 on mma.sync defaults to 128x128x64 tiles in 4 stages; a tile of one's own without
+    stages keeps 4 where they fit the target's shared memory and 3 where only those do (the
+    128x128x128 tile an older default wrote out), and an explicit 4 that does not fit is refused."""
+    default = GemmSpec(dtype="e4m3", out_dtype="bf16", b_layout="col")
+    assert (tuple(default.tile), tuple(default.warps), default.stages) == ((128, 128, 64), (2, 4), 4)
+    deep = GemmSpec(dtype="e4m3", out_dtype="bf16", b_layout="col", tile=(128, 128, 128))
+    assert deep.stages == 3 and deep.smem_bytes() <= deep.target_info.smem_per_block
+    assert default.replace(tile=(128, 128, 128)) == deep and deep.replace(tile=(128, 128, 64)) == default
+    assert GemmSpec.from_text(deep.to_text(minimal=True)) == deep
+    assert GemmSpec(dtype="e5m2", b_layout="col", tile=(128, 256, 64)).stages == 4
+    with pytest.raises(SpecError, match="4 stages needs 132096 bytes"):
+        GemmSpec(dtype="e4m3", b_layout="col", tile=(128, 128, 128), stages=4)

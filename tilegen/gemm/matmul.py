@@ -28,7 +28,7 @@ from .. import runtime
 from ..arch.dtypes import FP8, numpy_dtype
 from ..arch.dtypes import dtype as arch_dtype
 from ..codegen.ptxas import find_ptxas
-from ..errors import DeviceError, LaunchError, PerformanceWarning, SpecError
+from ..errors import LaunchError, PerformanceWarning, SpecError, TilegenError
 from ..runtime import interop
 from ..runtime.interop import DEVICE, DTYPE, PTR, SHAPE, STRIDES
 from . import batch, tuned
@@ -232,7 +232,7 @@ def loads_without_spills(spec: GemmSpec) -> bool:
                 warnings.simplefilter("ignore", PerformanceWarning)   # (a spilling kernel is not chosen)
                 try:
                     ok = compile_gemm(spec).function(0).local_bytes == 0
-                except (DeviceError, SpecError):
+                except TilegenError:   # (any refusal on the way: the 128x128 preset stays)
                     ok = False
         _NO_SPILLS[spec] = ok
     return ok

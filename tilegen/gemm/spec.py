@@ -269,6 +269,7 @@ class GemmSpec:
         default_tile, default_warps = family.default_tile_warps(self.dtype, self.b_layout)
         set_("tile", TileShape.of(self.tile if self.tile is not None else default_tile))
         set_("warps", WarpLayout.of(self.warps if self.warps is not None else default_warps))
+        deeper = self.stages is None and family.default_stage_count(self.dtype) > family.default_stages
         if self.stages is None:
             set_("stages", family.default_stage_count(self.dtype))
         if self.atom is None:
@@ -292,7 +293,15 @@ class GemmSpec:
             set_("promote", int(self.promote))
         if self.store == "auto":
             set_("store", family.default_store(self))
+        if deeper and self._pipeline_too_big():   # (a deeper default, not a chosen tile's refusal)
+            set_("stages", family.default_stages)
         self._validate()
+
+    def _pipeline_too_big(self) -> bool:
+        try:
+            return self.smem_bytes() > self.target_info.smem_per_block
+        except Exception:   # (a spec _validate refuses: it says why)
+            return False
 
     def _check_prepared(self):
         if self.batched:
