@@ -249,7 +249,8 @@ def _allow_tf32(allow) -> bool:
 
 def explain(A, B, *, bias=None, activation=None, residual=None, out=None, allow_tf32=None, scale_a=None, scale_b=None,
             **_ignored) -> Choice:
-    """The spec matmul would run for these arguments, and the reason."""
+    """The spec matmul would run for these arguments, and the reason. Runs nothing; fp8 over
+    FP8_WIDE_MIN_AREA outputs on Hopper loads the wide kernel once per process (loads_without_spills)."""
     if batch.is_stack(A, B):
         stack = batch.plan(A, B, out=out, bias=bias)
         if not stack.folded and scale_a is None and scale_b is None:
