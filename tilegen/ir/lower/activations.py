@@ -7,11 +7,10 @@ Each is written to stay accurate to a few f32 ulps (torch's reference is the yar
   x / (1 + exp(-2u)) so no tanh (tanh.approx has only 11 good bits) and no cancellation
 - gelu_erf(x) = 0.5 x (1 + erf(x / sqrt(2))), erf from Abramowitz and Stegun 7.1.26
   (absolute error under 1.5e-7) with erf(-z) = -erf(z)
-exp(y) is ex2.approx.ftz.f32(y * log2(e)): relative error about 2^-22. x / (1 + e) is x times
-rcp.approx.ftz.f32(1 + e) (the divisor is at least 1); erf's 1 / (1 + p z) is div.full.f32 (full
-range, at most 2 ulp): div.rn.f32 is a long subroutine that made a fused GELU epilogue a third
-slower than a plain one (docs/perf_notes.md section 18). All keep the IEEE cases: x = +inf gives
-+inf, x = -inf gives NaN (as numpy's -inf * 0), NaN stays NaN.
+exp(y) is ex2.approx.ftz.f32(y * log2(e)): relative error about 2^-22. Divisions are
+div.full.f32 (full range, at most 2 ulp): div.rn.f32 is a long subroutine that made a fused
+GELU epilogue a third slower than a plain one (docs/perf_notes.md section 18). Both keep the
+IEEE cases: x = +inf gives +inf, x = -inf gives NaN (as numpy's -inf * 0), NaN stays NaN.
 """
 from __future__ import annotations
 
@@ -36,11 +35,9 @@ def _exp_neg(b, x, scale: float):
 
 
 def _x_over_one_plus(b, x, e):
-    """x / (1 + e), as x * rcp.approx(1 + e): 1 + e >= 1, so the reciprocal's input is never
-    subnormal or zero (its ftz flushes only results under 2^-126, where x / (1 + e) is as good as
-    zero), and a MUFU reciprocal and a multiply cost less than div.full's range-checked sequence."""
+    """x / (1 + e)."""
     d = b.op("add.f32", "f32", e, _f(1.0))
-    return b.op("mul.f32", "f32", x, b.op("rcp.approx.ftz.f32", "f32", d))
+    return b.op("div.full.f32", "f32", x, d)
 
 
 def relu(b, x):
