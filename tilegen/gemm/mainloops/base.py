@@ -23,8 +23,8 @@ class MainLoop:
         raise NotImplementedError
 
     def default_stage_count(self, dtype: str) -> int:
-        """GemmSpec.stages of a spec that gives none (default_stages where a deeper count's
-        pipeline would not fit the target's shared memory)."""
+        """GemmSpec.stages of a spec that gives none (GemmSpec takes default_stages instead where
+        a deeper count's pipeline does not fit the target's shared memory)."""
         return self.default_stages
 
     def default_frag_buffers(self, dtype: str) -> int:

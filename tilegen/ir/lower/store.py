@@ -223,10 +223,15 @@ def _store(b, value, addr, inside, out):
 LOAD_CHUNK = 4   # atoms whose bias / residual loads are issued together, ahead of their use
 
 
+def _staged_address(b, ctx, sv, local):
+    """Shared address of element `local` of a staged vector's tile."""
+    return b.add(b.add(ctx.smem, sv.tile.offset), b.mul(local, sv.vec.dtype.bytes))
+
+
 def _staged_f32(b, ctx, sv, local) -> Value:
     """Element `local` of a staged vector's shared tile, widened to f32."""
     dt = sv.vec.dtype
-    addr = b.add(b.add(ctx.smem, sv.tile.offset), b.mul(local, dt.bytes))
+    addr = _staged_address(b, ctx, sv, local)
     if dt.name == "f32":
         return b.op("ld.shared.f32", "f32", Addr(addr))
     return _to_f32(b, b.op("ld.shared.b16", "b32", Addr(addr)), dt.name)
@@ -236,7 +241,7 @@ def _staged_f32_pair(b, ctx, sv, local) -> tuple:
     """Elements `local` and `local + 1` (local even) of a staged vector's shared tile, widened
     to f32, in one load."""
     dt = sv.vec.dtype
-    addr = b.add(b.add(ctx.smem, sv.tile.offset), b.mul(local, dt.bytes))
+    addr = _staged_address(b, ctx, sv, local)
     if dt.name == "f32":
         pair = (Value("f32"), Value("f32"))
         b.emit(Instr("ld.shared.v2.f32", (Vec(pair),), (Addr(addr),)))
@@ -313,11 +318,14 @@ def lower_store_stage(b, ctx, op):
                 where[(axis, key)] = (v, b.cmp("lt", v, op.out.cols), b.add(local, 8 * per * op.part))
         return where[(axis, key)]
 
+    def cache_key(vec, at):
+        return vec.name, id(at[0])
+
     def vector(vec, at):
         """vec[index] for the row or column `at` ((index, inside, block index)), loaded once
         per kernel region: from global memory, or a staged vector's shared tile."""
         index, ok, local = at
-        key = (vec.name, id(index))
+        key = cache_key(vec, at)
         if key not in bias_cache:
             bias_cache[key] = _staged_f32(b, ctx, vec, local) if isinstance(vec, T.StagedVector) else \
                 _load_f32(b, vec.ptr, index, vec.dtype, ok)
@@ -326,17 +334,26 @@ def lower_store_stage(b, ctx, op):
     def vector_pair(vec, c0, c1, even: bool):
         """vec at two neighbouring columns (c1 = c0 + 1) in one shared load where vec is staged
         and c0 even (8- or 4-byte aligned in the 16-byte aligned tile); else one load each."""
-        keys = ((vec.name, id(c0[0])), (vec.name, id(c1[0])))
+        keys = (cache_key(vec, c0), cache_key(vec, c1))
         if isinstance(vec, T.StagedVector) and even and not all(k in bias_cache for k in keys):
             bias_cache[keys[0]], bias_cache[keys[1]] = _staged_f32_pair(b, ctx, vec, c0[2])
 
-    def scaled_by(factor, vec, at):
-        """The multiplier of the first scale vector: its element times alpha, once per row or
-        column (so an element takes one multiply per vector, alpha folded in)."""
-        key = ("alpha", vec.name, id(at[0]))
+    def with_alpha(vec, at):
+        """vec at `at` times alpha, once per row or column (an element then takes one multiply
+        per scale vector, alpha folded into the first)."""
+        key = ("alpha", *cache_key(vec, at))
         if key not in bias_cache:
-            bias_cache[key] = b.op("mul.f32", "f32", factor, op.alpha)
+            bias_cache[key] = b.op("mul.f32", "f32", vector(vec, at), op.alpha)
         return bias_cache[key]
+
+    def multipliers(vectors):
+        """What an element is multiplied by: its scale vectors' values ((vector, at) pairs),
+        alpha folded into the first, or alpha alone."""
+        if op.alpha is None:
+            return [vector(v, at) for v, at in vectors]
+        if not vectors:
+            return [op.alpha]
+        return [with_alpha(*vectors[0])] + [vector(v, at) for v, at in vectors[1:]]
 
     def loads(r_at, c_at):
         """The multipliers (scales, alpha folded into the first), bias and residual values an
@@ -344,13 +361,7 @@ def lower_store_stage(b, ctx, op):
         latency)."""
         bias = res = None
         vectors = [(v, at) for v, at in ((op.row_scale, r_at), (op.col_scale, c_at)) if v is not None]
-        scales = [vector(v, at) for v, at in vectors]
-        if op.alpha is None:
-            pass
-        elif scales:
-            scales[0] = scaled_by(scales[0], *vectors[0])
-        else:
-            scales = [op.alpha]
+        scales = multipliers(vectors)
         if op.bias is not None:
             bias = vector(op.bias, r_at if op.bias_axis == "row" else c_at)
         if op.residual is not None:
@@ -398,7 +409,7 @@ def lower_store_stage(b, ctx, op):
                 addr, disp = shared_address(b, ctx, tile, op.stage, row, col)
                 v0 = _accumulator_value(b, frag, frag.regs[(i, j)][r], e)
                 v1 = _accumulator_value(b, frag, frag.regs[(i, j)][r1], e1)
-                plain = ([op.alpha] if op.alpha is not None else [], None, None)
+                plain = (multipliers(()), None, None)
                 (s0, bias0, res0), (s1, bias1, res1) = fetched.get((i, j, r, e), (plain, plain))
                 v0, v1 = finish(v0, s0, bias0, res0), finish(v1, s1, bias1, res1)
                 if out == "f32":
