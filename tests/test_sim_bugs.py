@@ -186,6 +186,40 @@ def test_cp_async_over_a_stage_still_read():
     assert e.value.line == line_of(ptx, "cp.async.cg.shared.global [%r4], [%rd0+0], 16;")
 
 
+def parted_async_kernel(second_waits: bool):
+    """The warps part after each issued its copy: warp 0 commits and waits in its branch, warp
+    1 in its own only if second_waits; then a barrier and each reads its partner's slot."""
+    return module("\n".join([
+        PROLOGUE, ptr("%rd0", "inp", 16), ptr("%rd2", "out", 16),
+        "    mad.lo.u32 %r4, %r1, 16, %r2;",
+        "    cp.async.cg.shared.global [%r4], [%rd0], 16;",
+        "    setp.lt.u32 %p1, %r1, 32;",
+        "    @!%p1 bra SECOND;",
+        "    cp.async.commit_group;",
+        "    cp.async.wait_group 0;",
+        "    bra.uni JOIN;",
+        "SECOND:",
+        "    add.u32 %r20, %r1, 1;" if not second_waits else "    cp.async.wait_all;",
+        "JOIN:",
+        "    bar.sync 0;", PARTNER,
+        "    mad.lo.u32 %r6, %r5, 16, %r2;",
+        "    ld.shared.v4.b32 {%r10, %r11, %r12, %r13}, [%r6];",
+        "    st.global.v4.b32 [%rd2], {%r10, %r11, %r12, %r13};"]))
+
+
+def test_cp_async_groups_are_per_thread():
+    """Warps that parted commit and wait on their own (warp roles: a consumer's wait for its
+    fetched vectors is its own): warp 0's wait does not land warp 1's copy."""
+    b = Buffers(width=16)
+    got = b.run(parted_async_kernel(second_waits=True), smem=T * 16)
+    np.testing.assert_array_equal(got.reshape(T, 4), np.roll(b.inp_data.reshape(T, 4), -32, axis=0))
+    ptx = parted_async_kernel(second_waits=False)
+    with pytest.raises(SimError) as e:
+        b.run(ptx, smem=T * 16)
+    assert e.value.kind == "pending" and e.value.tid == 0 and e.value.address == SHARED_BASE + 16 * 32
+    assert e.value.line == line_of(ptx, "ld.shared.v4.b32 {%r10, %r11, %r12, %r13}, [%r6];")
+
+
 # ---- bounds -----------------------------------------------------------------------------------
 
 def oob_read(guard):

@@ -1,7 +1,7 @@
 """Staged epilogue vectors (tilegen.staged_vector / fetch_vector / park_vector): the bias and
-the scales a TMA-store epilogue reads are loaded into registers when a block starts, parked in
-shared memory after its main loop, and read there by store_stage, so their latency hides
-behind the main loop. Checked: where the loads sit in the GEMM's PTX, results on the emulator,
+the scales a TMA-store epilogue reads are fetched when a block starts (4-byte elements by
+cp.async into shared memory, 16-bit ones into registers), parked in shared memory after its
+main loop, and read there by store_stage, so their latency hides behind the main loop. Checked: where the loads sit in the GEMM's PTX, results on the emulator,
 the protocol's barriers (planted: a park after the barrier, a missing park), the emulator's
 rule for bytes read by several warps, and the IR's hazard rule outside roles."""
 import numpy as np
@@ -147,6 +147,44 @@ def test_the_ir_hazard_rule_for_staged_vectors_outside_roles():
     _vector_kernel(True)
     with pytest.raises(IRError, match="before a barrier"):
         _vector_kernel(False)
+
+
+def _refetch_kernel(dtype: str, barrier_before_refetch: bool, park_again: bool):
+    """A staged vector read by store_stage, then fetched again (the next block's)."""
+    import tilegen.dsl as tg
+
+    @tg.kernel
+    def k():
+        tg.launch(threads=128, grid=(1, 1, 1))
+        C = tg.tensor("C", "f32", ("M", "N"))
+        scale = tg.vector("s", dtype, "N")
+        sv = tg.staged_vector(scale, 64)
+        tg.fetch_vector(sv, 0)
+        tg.park_vector(sv)
+        tg.barrier()
+        acc = tg.fragment("m16n8k16.f16.f32", "C", (1, 8))
+        tg.store_stage(tg.shared("s", "f32", 16, 64)[0], acc, 0, out=C.block(0, 0), bias=sv)
+        if barrier_before_refetch:
+            tg.barrier()
+        tg.fetch_vector(sv, 64)
+        if park_again:
+            tg.park_vector(sv)
+    return tilegen.compile(k, target="sm_90a")
+
+
+def test_a_fetch_by_cp_async_writes_the_tile_at_once():
+    """4-byte elements go into the tile by cp.async at the fetch (no register in flight at the
+    main loop's wgmma_fence), 16-bit ones through registers at the park: the IR's hazard rule
+    sees the write where it happens, so fetching the next block's f32 vector while other warps
+    may still read this one's (no barrier since) is refused, and for 16-bit only the park is."""
+    k = _refetch_kernel("f32", True, True)
+    fetched = k.ptx[:k.ptx.index("cp.async.wait_all")]
+    assert "cp.async.ca.shared.global" in fetched and "ld.global" not in fetched
+    with pytest.raises(IRError, match=r"fetch \(cp.async\) into stage 0 of .* other warps may still be reading"):
+        _refetch_kernel("f32", False, False)
+    _refetch_kernel("f16", False, False)
+    with pytest.raises(IRError, match="park into stage 0"):
+        _refetch_kernel("f16", False, True)
 
 
 def test_staged_vectors_refuse_misuse():

@@ -116,14 +116,18 @@ def test_fp8_wgmma_gemm_on_the_emulator():
         two = tilegen.compile(spec.replace(promote=1))   # every k-tile
         issues = [line for line in two.ptx.splitlines() if "wgmma.mma_async" in line]
         assert [line.rstrip(";").split(",")[-3].strip() for line in issues] == ["0", "1", "1", "1"]
-        M, N, K = 130, 260, 300 + 128 * 2   # 5 k-tiles: groups of two end with a lone one
-        A = rng.standard_normal((M, K)).astype(npdt)
-        B = np.asfortranarray(rng.standard_normal((K, N)).astype(npdt))
-        ref = 0.5 * (A.astype(np.float64) @ B.astype(np.float64))
-        scale = np.abs(A.astype(np.float64)) @ np.abs(B.astype(np.float64))
-        for kernel in (k, two):
-            C = kernel(A, B, alpha=0.5, device="sim")
-            assert np.max(np.abs(C.astype(np.float64) - ref) / (0.5 * scale.max())) <= gemm_bound("f16", K, out)
+        # 5 k-tiles (groups of two end with a lone one) on 6 blocks: each of the emulator's
+        # CTAs walks two; one k-tile on 8 blocks (three each for two CTAs); 3 k-tiles on 2
+        # blocks (CTAs of one block and of none)
+        for M, N, K in ((130, 260, 300 + 128 * 2), (130, 390, 100), (70, 200, 300)):
+            A = rng.standard_normal((M, K)).astype(npdt)
+            B = np.asfortranarray(rng.standard_normal((K, N)).astype(npdt))
+            ref = 0.5 * (A.astype(np.float64) @ B.astype(np.float64))
+            scale = np.abs(A.astype(np.float64)) @ np.abs(B.astype(np.float64))
+            for kernel in (k, two):
+                C = np.full((M, N), np.nan, dtype=np.float32 if out == "f32" else ml_dtypes.bfloat16)   # poisoned
+                kernel(A, B, out=C, alpha=0.5, device="sim")
+                assert np.max(np.abs(C.astype(np.float64) - ref) / (0.5 * scale.max())) <= gemm_bound("f16", K, out)
 
 
 @needs_ptxas

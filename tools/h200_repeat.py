@@ -36,6 +36,8 @@ def main() -> int:
              ("bf16", {"epilogue": tilegen.Epilogue(bias="col", activation="gelu_tanh")}, (1000, 1032, 4104)),
              ("e4m3", {"out_dtype": "bf16", "epilogue": tilegen.Epilogue(scale_rows=True, scale_cols=True)},
               (1000, 1032, 4112)),                                    # the staged vectors of the epilogue
+             ("e4m3", {"out_dtype": "bf16", "epilogue": tilegen.Epilogue(scale_rows=True, scale_cols=True)},
+              (4096, 4232, 1040)),       # 8-9 blocks per CTA: each next block's first k-tile under the epilogue
              ("tf32", {"out_dtype": "f32", "pretranspose": True}, (1000, 1032, 4104)),   # B copied K-major first
              ("f32", {"out_dtype": "f32"}, (1000, 1032, 4104))]                         # tf32 parts, promoted
     for dtype, extra, (M, N, K) in cases:

@@ -29,6 +29,10 @@ HOPPER = [(dict(dtype="f16", out_dtype="f16"), (133, 270, 45), 0.0, None),
           (dict(dtype="e4m3", out_dtype="bf16"), (260, 300, 300), 0.0, None),                     # fp8, promoted
           (dict(dtype="e4m3", out_dtype="bf16", epilogue=tilegen.Epilogue(bias="row", scale_rows=True,       # staged
                                                                            scale_cols=True)), (260, 300, 300), 0.0, None),
+          (dict(dtype="e4m3", out_dtype="bf16", epilogue=tilegen.Epilogue(bias="col", scale_rows=True,       # fp8 walk:
+                                                                           scale_cols=True)), (1700, 1800, 300), 0.0,
+           None),         # 210 blocks, each CTA's next block started under its epilogue
+          (dict(dtype="f32"), (1700, 1300, 101), 0.5, None),                  # f32 parts (promoted), 154 blocks
           (dict(dtype="bf16", out_dtype="bf16", stream_k=True), (300, 520, 200), 0.0, None),       # stream-K
           (dict(dtype="f16", out_dtype="f16", stream_k=True, tile=(64, 128, 64), warps=(4, 1)), (900, 1000, 130), 0.5,
            None),

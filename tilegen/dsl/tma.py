@@ -236,7 +236,8 @@ def staged_vector(vec: Vector, length: int, name: str = "") -> StagedVector:
 
 
 def fetch_vector(sv: StagedVector, origin) -> None:
-    """Start loading vec[origin .. origin + length - 1] into sv's registers (0 past its end)."""
+    """Start loading vec[origin .. origin + length - 1] (0 past its end): 4-byte elements by
+    cp.async into sv's shared tile, narrower ones into registers."""
     if not isinstance(sv, StagedVector):
         fail("fetch_vector: sv must come from tilegen.staged_vector(...)")
     _same_threads(sv, "fetch_vector")
@@ -244,7 +245,8 @@ def fetch_vector(sv: StagedVector, origin) -> None:
 
 
 def park_vector(sv: StagedVector) -> None:
-    """Write the fetched elements into sv's shared tile (a barrier must follow before reads)."""
+    """The fetched elements in sv's shared tile: written from registers, or the thread's copies
+    waited for (a barrier must follow before reads)."""
     if not isinstance(sv, StagedVector):
         fail("park_vector: sv must come from tilegen.staged_vector(...)")
     _same_threads(sv, "park_vector")

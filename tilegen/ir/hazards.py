@@ -228,6 +228,12 @@ def _reads_accumulators(n, ev, st):
                               f"it: wgmma_wait(0) first{_where(n)}")
 
 
+def _fetch_vector(n, ev, st):
+    """By cp.async (StagedVector.by_copy) the tile is written from the fetch on: as a park."""
+    if n.sv.by_copy:
+        _check_refill(n, st, (n.sv.tile.name, 0), "fetch (cp.async)")
+
+
 def _park_vector(n, ev, st):
     """A write of each thread's own elements: no other thread's read of the tile may lack a
     barrier since, and the others see the elements after the next barrier."""
@@ -367,7 +373,7 @@ RULES = {
     T.SetMaxRegisters: _no_hazard,
     # The TMA-store epilogue runs in warp roles (walked by the emulator, see the module doc)
     T.StoreStage: _store_stage,
-    T.FetchVector: _no_hazard,
+    T.FetchVector: _fetch_vector,
     T.ParkVector: _park_vector,
     T.TmaStore: _no_hazard,
     T.TmaStoreCommit: _no_hazard,

@@ -437,11 +437,15 @@ class StoreStage(TileOp):
 @dataclass(eq=False)
 class StagedVector:
     """One block's slice of a global vector on its way to a TMA-store epilogue: `length`
-    elements from the block's first row (or column), loaded into registers of the `threads`
-    threads from `first_thread` on well before the epilogue (FetchVector: thread t holds
-    elements t, t + threads, ...), written into the shared tile `tile` once the main loop is
-    done (ParkVector), and read there by StoreStage, which indexes it from the block's first
-    row or column. The loads' latency hides behind the main loop instead of the epilogue."""
+    elements from the block's first row (or column), fetched by the `threads` threads from
+    `first_thread` on well before the epilogue (FetchVector: thread t takes elements t, t +
+    threads, ...), in the shared tile `tile` once the main loop is done (ParkVector), and read
+    there by StoreStage, which indexes it from the block's first row or column. The loads'
+    latency hides behind the main loop instead of the epilogue.
+
+    4-byte elements go straight into the tile with cp.async (`by_copy`): a load into a register
+    would still be in flight at the main loop's first wgmma_fence, which waits for it.
+    Narrower ones (cp.async copies 4 bytes at least) go through registers, stored at ParkVector."""
 
     name: str
     vec: GlobalVector
@@ -452,15 +456,23 @@ class StagedVector:
     regs: list = field(default_factory=list)
 
     def __post_init__(self):
-        if not self.regs:   # 16-bit elements sit in the low half of a b32 register
-            rtype = "f32" if self.vec.dtype.bytes == 4 else "b32"
-            self.regs = [Value(rtype, self.name) for _ in range(-(-self.length // self.threads))]
+        if not self.regs and not self.by_copy:   # 16-bit elements sit in the low half of a b32 register
+            self.regs = [Value("b32", self.name) for _ in range(self.per_thread)]
+
+    @property
+    def by_copy(self) -> bool:
+        """Fetched with cp.async into the tile (4-byte elements), not through registers."""
+        return self.vec.dtype.bytes == 4
+
+    @property
+    def per_thread(self) -> int:
+        return -(-self.length // self.threads)
 
 
 @dataclass(eq=False)
 class FetchVector(TileOp):
-    """sv's registers = vec[origin + element] for this thread's elements (0 past the vector's
-    end): loads issued now, waited for only where ParkVector uses them."""
+    """vec[origin + element] for this thread's elements of sv (0 past the vector's end) into
+    its registers, or with sv.by_copy into its tile: issued now, waited for at ParkVector."""
 
     sv: StagedVector
     origin: object
@@ -468,8 +480,8 @@ class FetchVector(TileOp):
 
 @dataclass(eq=False)
 class ParkVector(TileOp):
-    """sv's tile = what FetchVector loaded, each thread writing its own elements; a barrier of
-    the same threads must come before StoreStage reads the tile."""
+    """sv's tile = what FetchVector loaded, each thread writing (or, by_copy, waiting for) its
+    own elements; a barrier of the same threads must come before StoreStage reads the tile."""
 
     sv: StagedVector
 

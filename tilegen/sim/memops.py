@@ -207,12 +207,16 @@ def build_st(ins, ctx: Context):
 # ---- cp.async ---------------------------------------------------------------------------------
 
 class AsyncBatch:
-    """The copies one cp.async instruction issued: written to shared memory at retirement."""
+    """The copies one cp.async instruction issued (a row per thread): written to shared memory
+    at retirement. `group`: each row's cp.async group among its thread's (None: uncommitted)."""
 
-    __slots__ = ("tids", "offs", "data", "line")
+    __slots__ = ("tids", "offs", "data", "line", "group")
 
-    def __init__(self, tids, offs, data, line):
-        self.tids, self.offs, self.data, self.line = tids, offs, data, line
+    def __init__(self, tids, offs, data, line, group=None):
+        self.tids, self.offs, self.data, self.line, self.group = tids, offs, data, line, group
+
+    def rows(self, pick, group=None):
+        return AsyncBatch(self.tids[pick], self.offs[pick], self.data[pick], self.line, group)
 
 
 def build_cp_async(ins, ctx: Context):
@@ -294,29 +298,41 @@ def build_cp_async(ins, ctx: Context):
 
 def _uniform(ins, ctx):
     if ins.guard is not None:
-        ctx.unsupported(ins, f"a guarded {ins.opcode} (groups are modelled per CTA)")
+        ctx.unsupported(ins, f"a guarded {ins.opcode} (a thread's groups are counted by the whole warp's "
+                             f"commits and waits)")
 
 
-def _lockstep_only(ins, ctx, run):
-    """cp.async groups are modelled per CTA: run by warps that parted, they are refused."""
-    if not ctx.masked:
-        return run
+def _running(ctx):
+    """A function giving the threads that execute the instruction: in code decoded for warps
+    that parted (ctx.masked, at decode time), the running group's; else all."""
+    if ctx.masked:
+        return lambda: ctx.active
+    every = np.ones(ctx.threads, dtype=bool)
+    return lambda: every
 
-    def refuse():
-        if not ctx.active.all():
-            ctx.unsupported(ins, f"{ins.opcode} in warps that took different branches (cp.async groups are "
-                                 f"modelled per CTA; warp-specialized kernels copy with TMA)")
-        return run()
-    return refuse
+
+def _commit_rows(ctx, running):
+    """The running threads' uncommitted copies become their next group (groups are per thread,
+    as on the GPU: warps in roles commit and wait on their own)."""
+    left = []
+    for b in ctx.uncommitted:
+        mine = running[b.tids]
+        if mine.any():
+            ctx.groups.append(b.rows(mine, ctx.commits[b.tids[mine]]))
+        if not mine.all():
+            left.append(b.rows(~mine))
+    ctx.uncommitted = left
+    ctx.commits[running] += 1
 
 
 def _commit(ins, ctx):
     _uniform(ins, ctx)
 
+    running = _running(ctx)
+
     def run():
-        ctx.groups.append(ctx.uncommitted)
-        ctx.uncommitted = []
-    return _lockstep_only(ins, ctx, run)
+        _commit_rows(ctx, running())
+    return run
 
 
 def _wait(ins, ctx):
@@ -329,16 +345,25 @@ def _wait(ins, ctx):
             ctx.unsupported(ins, f"{ins.opcode} without an immediate count")
         keep = int(ins.operands[0].value)
         commit_first = False
+
+    threads = _running(ctx)
+
     def run():
+        running = threads()
         if commit_first:
-            ctx.groups.append(ctx.uncommitted)
-            ctx.uncommitted = []
-        # Groups complete in commit order: retire the oldest until `keep` remain.
-        while len(ctx.groups) > keep:
-            for b in ctx.groups.pop(0):
-                ctx.shared.data[b.offs] = b.data
-                ctx.shadow.retire_async(b.tids, b.offs, b.line)
-    return _lockstep_only(ins, ctx, run)
+            _commit_rows(ctx, running)
+        # A running thread's groups complete in commit order: all but its newest `keep` retire
+        # (in issue order, so a later copy of the same bytes lands last).
+        left = []
+        for b in ctx.groups:
+            done = running[b.tids] & (b.group < ctx.commits[b.tids] - keep)
+            if done.any():
+                ctx.shared.data[b.offs[done]] = b.data[done]
+                ctx.shadow.retire_async(b.tids[done], b.offs[done], b.line)
+            if not done.all():
+                left.append(b.rows(~done, b.group[~done]))
+        ctx.groups = left
+    return run
 
 
 BUILDERS = {"ld": build_ld, "st": build_st, "cp.async": build_cp_async}

@@ -95,7 +95,8 @@ class Context:
         self.cta = (0, 0, 0)
         self.specials = {}
         self.uncommitted: list = []           # cp.async batches not yet in a group
-        self.groups: list = []                # committed groups, oldest first
+        self.groups: list = []                # committed batches, oldest first (AsyncBatch.group per thread)
+        self.commits = np.zeros(threads, dtype=np.int64)   # cp.async groups each thread has committed
         self.wgmma_uncommitted: dict = {}     # warpgroup -> shared byte offsets of wgmmas not yet in a group
         self.wgmma_groups: dict = {}          # warpgroup -> its committed wgmma groups, oldest first
         # .param arrays (tensor maps) have addresses in a window of their own (mov.b64 %rd, name)
@@ -135,6 +136,7 @@ class Context:
         self.shadow.reset()
         self.uncommitted = []
         self.groups = []
+        self.commits[:] = 0
         self.wgmma_uncommitted = {}
         self.wgmma_groups = {}
         self.active = None

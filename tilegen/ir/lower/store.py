@@ -259,29 +259,41 @@ def _staged_element(b, ctx, sv, i):
 
 
 def lower_fetch_vector(b, ctx, op):
-    """Each thread's elements of the block's slice into its registers (0 past the vector's end)."""
+    """Each thread's elements of the block's slice (0 past the vector's end) into its
+    registers, or with cp.async into the tile (StagedVector.by_copy)."""
     sv, vec = op.sv, op.sv.vec
-    wide = vec.dtype.name == "f32"
-    for i, reg in enumerate(sv.regs):
+    size = vec.dtype.bytes
+    base = b.add(ctx.smem, sv.tile.offset) if sv.by_copy else None
+    for i in range(sv.per_thread):
         index, mine = _staged_element(b, ctx, sv, i)
         at = b.add(op.origin, index)
+        addr = b.wide_mad(at, size, vec.ptr)
+        if sv.by_copy:   # past the end: ignore-src zero-fills, from a mapped address (the vector's own)
+            past = b.cmp("ge", at, vec.length)
+            src = b.op("selp.b64", "b64", vec.ptr, addr, past)
+            b.emit(Instr("cp.async.ca.shared.global", (), (Addr(b.add(base, b.mul(index, size))), Addr(src),
+                                                          Imm(size), past), pred=mine))
+            continue
+        reg = sv.regs[i]
         inside = b.cmp("lt", at, vec.length)
         if mine is not None:
             inside = b.pred_and(inside, mine)
-        addr = b.wide_mad(at, vec.dtype.bytes, vec.ptr)
-        b.emit(Instr("mov.f32" if wide else "mov.b32", (reg,), (Imm(0.0, "f32") if wide else Imm(0),)))
-        b.emit(Instr("ld.global.f32" if wide else "ld.global.b16", (reg,), (Addr(addr),), pred=inside))
+        b.emit(Instr("mov.b32", (reg,), (Imm(0),)))
+        b.emit(Instr("ld.global.b16", (reg,), (Addr(addr),), pred=inside))
 
 
 def lower_park_vector(b, ctx, op):
-    """Each thread's fetched elements into the staged vector's shared tile."""
+    """Each thread's fetched elements into the staged vector's shared tile (by_copy: the
+    thread's copies waited for)."""
     sv = op.sv
-    dt = sv.vec.dtype
+    if sv.by_copy:
+        b.emit(Instr("cp.async.wait_all"))
+        return
     base = b.add(ctx.smem, sv.tile.offset)
     for i, reg in enumerate(sv.regs):
         index, mine = _staged_element(b, ctx, sv, i)
-        addr = b.add(base, b.mul(index, dt.bytes))
-        b.emit(Instr("st.shared.f32" if dt.name == "f32" else "st.shared.b16", (), (Addr(addr), reg), pred=mine))
+        addr = b.add(base, b.mul(index, sv.vec.dtype.bytes))
+        b.emit(Instr("st.shared.b16", (), (Addr(addr), reg), pred=mine))
 
 
 def lower_store_stage(b, ctx, op):
