@@ -209,6 +209,8 @@ def test_run_a_batched_spec_on_a_stack(capsys, small_tg):
     assert "2 x 24x40x48" in _run_lines(capsys.readouterr().out)["what"]
     assert main(["run", str(small_tg), "--batch", "3", "--device", "sim"]) == 2
     assert "needs a batched spec" in capsys.readouterr().err
+    assert main(argv + ["--batch", "0"]) == 2           # not the default of 2
+    assert "--batch 0: a size from 1" in capsys.readouterr().err
 
 
 def test_run_without_a_gpu_uses_the_emulator_and_says_so(capsys, small_tg, no_gpu):
@@ -270,6 +272,32 @@ def test_run_checks_the_fused_epilogue(capsys):
     got = _run_lines(capsys.readouterr().out)
     assert got["error"].endswith(": ok")
     assert "gelu_tanh(A @ B + bias (per col)) + residual" in got["what"] and "(seed 3)" in got["what"]
+
+
+def test_run_checks_scale_vectors(capsys, monkeypatch):
+    """Row and column scales (fp8 and 16-bit specs): run makes them and checks against them
+    (planted: the kernel called without the scales' effect on one element -> WRONG)."""
+    argv = ["run", "--dtype", "e4m3", "--out-dtype", "f32", "--epilogue", "scale_rows=true scale_cols=true bias=col",
+            "--m", "40", "--n", "36", "--k", "64", "--device", "sim"]
+    assert main(argv) == 0
+    got = _run_lines(capsys.readouterr().out)
+    assert got["error"].endswith(": ok")
+    assert "A @ B * scale_a (per row) * scale_b (per column) + bias (per col)" in got["what"]
+    assert main(["run", "--dtype", "f16", "--tile", "32x32x32", "--warps", "1x1", "--epilogue", "scale_rows=true",
+                 "--m", "40", "--n", "24", "--k", "32", "--device", "sim"]) == 0
+    assert _run_lines(capsys.readouterr().out)["error"].endswith(": ok")
+    from tilegen import GemmKernel
+
+    real = GemmKernel.__call__
+
+    def unscaled_row(self, A, B, **kw):
+        C = real(self, A, B, **kw)
+        C[3] /= kw["scale_a"][3]   # row 3 as if scale_a were 1 there
+        return C
+
+    monkeypatch.setattr(GemmKernel, "__call__", unscaled_row)
+    assert main(argv) == 1
+    assert _run_lines(capsys.readouterr().out)["error"].endswith(": WRONG")
 
 
 def test_run_seed_changes_the_inputs(capsys, small_tg):

@@ -267,3 +267,21 @@ def test_residual_must_share_the_output_layout():
     with pytest.raises(tilegen.DSLError) as e:
         tilegen.compile(k)
     assert "residual is col-major, the output row-major" in str(e.value)
+
+
+@pytest.mark.parametrize("declare", [lambda: tg.tensor("my tensor", "f32", ("M", "K")),
+                                     lambda: tg.tensor("1A", "f32", ("M", "K")),
+                                     lambda: tg.tensor("A", "f32", ("M", "K k")),
+                                     lambda: tg.tensor("A", "f32", ("M", "")),
+                                     lambda: tg.vector("b\u00e4", "f32", "N"),
+                                     lambda: tg.scalar("my alpha")])
+def test_names_that_are_no_identifiers_are_refused(declare):
+    """Names become PTX parameter names: a space, a leading digit or a non-ASCII letter would
+    give PTX that ptxas cannot parse, so the declaration is refused at its line."""
+    @tg.kernel
+    def k():
+        tg.launch(threads=32, grid=(1, 1, 1))
+        declare()
+
+    with pytest.raises(tilegen.DSLError, match="a name must be an ASCII identifier"):
+        tilegen.compile(k)

@@ -1,4 +1,5 @@
 """tilegen.matmul: the dispatcher's choices and its results on the emulator."""
+import re
 import warnings
 
 import numpy as np
@@ -354,6 +355,32 @@ def test_fp8_front_door_on_the_emulator():
         tilegen.matmul(A, W.T, out_dtype="int8", device="sim")
     with pytest.raises(tilegen.LaunchError, match="pass W.T"):
         tilegen.matmul(A, np.ascontiguousarray(W.T), device="sim")
+    # K-major by their strides: a K-sliced W.T, a reversed one, one column, K = 1
+    a, w = A[:16, :48], W[:24, :48]
+    for x, y in ((a[:, :32], w[:, :32].T), (a, w[::-1].T), (a, w[:1].T), (a[:, :1], w[:, :1].T)):
+        got = tilegen.matmul(x, y, out_dtype=np.float32, device="sim")   # (a numpy scalar type names the dtype)
+        want = x.astype(np.float64) @ y.astype(np.float64)
+        assert got.dtype == np.float32 and np.max(np.abs(got - want)) <= 1e-5 * max(1.0, np.max(np.abs(want)))
+
+
+def test_numbers_and_arrays_that_are_not_real_are_refused():
+    """alpha, beta and scales must be real numbers, bias and residual real arrays: complex or
+    string values are refused instead of losing their imaginary part or being parsed."""
+    A, B = np.ones((4, 8), np.float16), np.ones((8, 6), np.float16)
+    for kw, says in ((dict(alpha=np.complex64(1 + 1j)), "alpha must be a real number"),
+                     (dict(alpha="3"), "alpha must be a real number"),
+                     (dict(alpha=10 ** 400), "within float64's range"),
+                     (dict(bias=np.full(6, 1 + 5j, np.complex64)), "bias has dtype complex64"),
+                     (dict(bias=np.array(["1e3"] * 6)), "bias has dtype <U3"),
+                     (dict(residual=np.full((4, 6), 2j)), "residual has dtype complex128")):
+        with pytest.raises(tilegen.LaunchError, match=re.escape(says)):
+            tilegen.matmul(A, B, device="sim", **kw)
+    k = tilegen.compile(tilegen.GemmSpec(dtype="f16", tile=(32, 32, 32), warps=(1, 1)))
+    with pytest.raises(tilegen.LaunchError, match="beta must be a real number"):
+        k(A, B, out=np.zeros((4, 6), np.float32), beta=np.complex128(0.5 + 1j), device="sim")
+    A8 = np.ones((16, 32)).astype(ml_dtypes.float8_e4m3fn)
+    with pytest.raises(tilegen.LaunchError, match="scale_a must be a real number"):
+        tilegen.matmul(A8, A8.T, scale_a=np.complex64(1), device="sim")
 
 
 def test_fp8_on_hopper_takes_the_wgmma_kernel(monkeypatch):

@@ -214,7 +214,7 @@ def test_what_the_review_of_stacks_found(monkeypatch):
         k(A, B, bias=np.ones(2, np.float32), residual=res, device="sim")
     with pytest.raises(tilegen.LaunchError, match="residual has shape \\(1, 3, 5\\)"):
         k(A, B, bias=bias, residual=res[:1], device="sim")
-    with pytest.raises(tilegen.LaunchError, match="alpha and beta"):
+    with pytest.raises(tilegen.LaunchError, match="alpha must be a real number"):
         k(A, B, bias=bias, residual=res, alpha="x", device="sim")
     monkeypatch.setattr(call, "GRID_Y", 2)
     A5, B5 = _rand((5, 20, 24), 6), _rand((5, 24, 17), 7)

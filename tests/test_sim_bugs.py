@@ -207,13 +207,31 @@ def parted_async_kernel(second_waits: bool):
         "    st.global.v4.b32 [%rd2], {%r10, %r11, %r12, %r13};"]))
 
 
-def test_cp_async_groups_are_per_thread():
-    """Warps that parted commit and wait on their own (warp roles: a consumer's wait for its
-    fetched vectors is its own): warp 0's wait does not land warp 1's copy."""
+def guarded_async_kernel(second_waits: bool):
+    """As parted_async_kernel, with predicated commits and waits instead of branches."""
+    return module("\n".join([
+        PROLOGUE, ptr("%rd0", "inp", 16), ptr("%rd2", "out", 16),
+        "    mad.lo.u32 %r4, %r1, 16, %r2;",
+        "    cp.async.cg.shared.global [%r4], [%rd0], 16;",
+        "    setp.lt.u32 %p1, %r1, 32;",
+        "    @%p1 cp.async.commit_group;",
+        "    @%p1 cp.async.wait_group 0;",
+        "    @!%p1 cp.async.wait_all;" if second_waits else "",
+        "    bar.sync 0;", PARTNER,
+        "    mad.lo.u32 %r6, %r5, 16, %r2;",
+        "    ld.shared.v4.b32 {%r10, %r11, %r12, %r13}, [%r6];",
+        "    st.global.v4.b32 [%rd2], {%r10, %r11, %r12, %r13};"]))
+
+
+@pytest.mark.parametrize("kernel", [parted_async_kernel, guarded_async_kernel], ids=["branches", "guards"])
+def test_cp_async_groups_are_per_thread(kernel):
+    """Warps that parted (or whose commits and waits are guarded) commit and wait on their own
+    (warp roles: a consumer's wait for its fetched vectors is its own): warp 0's wait does not
+    land warp 1's copy."""
     b = Buffers(width=16)
-    got = b.run(parted_async_kernel(second_waits=True), smem=T * 16)
+    got = b.run(kernel(second_waits=True), smem=T * 16)
     np.testing.assert_array_equal(got.reshape(T, 4), np.roll(b.inp_data.reshape(T, 4), -32, axis=0))
-    ptx = parted_async_kernel(second_waits=False)
+    ptx = kernel(second_waits=False)
     with pytest.raises(SimError) as e:
         b.run(ptx, smem=T * 16)
     assert e.value.kind == "pending" and e.value.tid == 0 and e.value.address == SHARED_BASE + 16 * 32

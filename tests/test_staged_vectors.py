@@ -12,6 +12,7 @@ from tilegen.arch.dtypes import numpy_dtype
 from tilegen.errors import IRError
 from tilegen.sim.errors import SimError
 from tilegen.sim.race import SharedShadow
+from ptxas_util import assert_assembles, needs_ptxas
 
 FUSED = dict(instruction="wgmma", epilogue=tilegen.Epilogue(bias="col", activation="relu"))
 
@@ -149,8 +150,10 @@ def test_the_ir_hazard_rule_for_staged_vectors_outside_roles():
         _vector_kernel(False)
 
 
-def _refetch_kernel(dtype: str, barrier_before_refetch: bool, park_again: bool):
-    """A staged vector read by store_stage, then fetched again (the next block's)."""
+def _refetch_kernel(dtype: str, barrier_before_refetch: bool, park_again: bool, read_in_flight: bool = False,
+                    target: str = "sm_90a"):
+    """A staged vector read by store_stage, then fetched again (the next block's); with
+    read_in_flight, read again (after a barrier) before that fetch is parked."""
     import tilegen.dsl as tg
 
     @tg.kernel
@@ -163,13 +166,17 @@ def _refetch_kernel(dtype: str, barrier_before_refetch: bool, park_again: bool):
         tg.park_vector(sv)
         tg.barrier()
         acc = tg.fragment("m16n8k16.f16.f32", "C", (1, 8))
-        tg.store_stage(tg.shared("s", "f32", 16, 64)[0], acc, 0, out=C.block(0, 0), bias=sv)
+        stage = tg.shared("s", "f32", 16, 64)[0]
+        tg.store_stage(stage, acc, 0, out=C.block(0, 0), bias=sv)
         if barrier_before_refetch:
             tg.barrier()
         tg.fetch_vector(sv, 64)
+        if read_in_flight:
+            tg.barrier()
+            tg.store_stage(stage, acc, 0, out=C.block(0, 0), bias=sv)
         if park_again:
             tg.park_vector(sv)
-    return tilegen.compile(k, target="sm_90a")
+    return tilegen.compile(k, target=target)
 
 
 def test_a_fetch_by_cp_async_writes_the_tile_at_once():
@@ -185,6 +192,21 @@ def test_a_fetch_by_cp_async_writes_the_tile_at_once():
     _refetch_kernel("f16", False, False)
     with pytest.raises(IRError, match="park into stage 0"):
         _refetch_kernel("f16", False, True)
+    # the copies are in flight until the park (cp.async.wait_all): a read before it, or an
+    # end without it, is refused as for copy_async
+    with pytest.raises(IRError, match="while a cp.async into it may still be in flight"):
+        _refetch_kernel("f32", True, True, read_in_flight=True)
+    with pytest.raises(IRError, match="the kernel ends with cp.async copies in flight"):
+        _refetch_kernel("f32", True, False)
+
+
+@needs_ptxas
+def test_a_fetch_by_cp_async_assembles_for_sm_80():
+    """The zero-fill past the vector's end is a src-size operand (PTX 7.0), not the ignore-src
+    predicate (PTX 7.5), so an sm_80 kernel (PTX 7.0) with an f32 staged vector assembles."""
+    k = _refetch_kernel("f32", True, True, target="sm_80")
+    assert ".version 7.0" in k.ptx and "cp.async.ca.shared.global" in k.ptx
+    assert_assembles(k.ptx, "sm_80")
 
 
 def test_staged_vectors_refuse_misuse():

@@ -370,6 +370,9 @@ def test_file_errors_name_the_file(tmp_path):
     ("gemm {\n  stages { a = 1 }\n}", r"^line 2: stages='\{ \.\.\. \}' is invalid"),
     ("gemm {\n  tile = 128 x 128\n}", r"^line 2: tile=\(128, 128\) is invalid"),
     ("gemm {\n  stages = four\n}", r"^line 2: stages='four' is invalid"),
+    # digit strings longer than any size are no int (Python refuses to convert > 4300 digits)
+    ("gemm {\n  stages = " + "9" * 5000 + "\n}", r"^line 2: stages=inf is invalid; allowed: 2\.\.6"),
+    ("gemm {\n  tile = 128x" + "9" * 5000 + "x64\n}", r"^line 2: tile='128x9999.* is invalid"),
     ("gemmm {\n}", r"^line 1: kind='gemmm' is invalid.*allowed: gemm"),
     # derived from several fields: the error's field decides the line
     ("gemm {\n  dtype = e4m3\n  a_layout = col\n}", r"^line 3: a_layout/b_layout="),

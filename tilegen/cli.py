@@ -285,7 +285,7 @@ def _run(args) -> int:
     if args.batch is not None and not spec.batched:
         raise UsageError(f"--batch {args.batch}: a stack of products needs a batched spec (batched = true, or "
                          f"--batched true)")
-    count = (args.batch or 2) if spec.batched else None   # a batched spec multiplies stacks of `count`
+    count = (2 if args.batch is None else args.batch) if spec.batched else None   # stacks of `count` products
     if count is not None:
         _size("--batch", count)
     lead = (count,) if count is not None else ()
@@ -304,6 +304,10 @@ def _run(args) -> int:
         extra["bias"] = rng.standard_normal(N if epi.bias == "col" else M).astype(out_dt)
     if epi.residual:
         extra["residual"] = rng.standard_normal(lead + (M, N)).astype(out_dt)
+    if epi.scale_rows:   # f32 scales of A's rows and B's columns, applied to the product
+        extra["scale_a"] = rng.uniform(0.5, 2.0, M).astype(np.float32)
+    if epi.scale_cols:
+        extra["scale_b"] = rng.uniform(0.5, 2.0, N).astype(np.float32)
 
     done = _reference_ticker(M * (count or 1), N, K)
     try:
@@ -312,6 +316,11 @@ def _run(args) -> int:
         scale = np.matmul(np.abs(A64), np.abs(B64))
     finally:
         done.set()
+    for name, axis in (("scale_a", 0), ("scale_b", 1)):
+        if name in extra:
+            v = extra[name].astype(np.float64)
+            v = v[:, None] if axis == 0 else v[None, :]
+            ref, scale = ref * v, scale * v
     if "bias" in extra:
         b = extra["bias"].astype(np.float64)
         ref = ref + (b[None, :] if epi.bias == "col" else b[:, None])
@@ -363,7 +372,9 @@ def _run(args) -> int:
 
 
 def _formula(epi) -> str:
-    x = "A @ B" + (f" + bias (per {epi.bias})" if epi.bias else "")
+    scales = "".join(f" * {name}" for name, on in (("scale_a (per row)", epi.scale_rows),
+                                                     ("scale_b (per column)", epi.scale_cols)) if on)
+    x = "A @ B" + scales + (f" + bias (per {epi.bias})" if epi.bias else "")
     text = f"{epi.activation}({x})" if epi.activation != "none" else x
     return text + (" + residual" if epi.residual else "")
 

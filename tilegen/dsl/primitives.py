@@ -34,7 +34,15 @@ def declare_param(name: str, ptype: str, pointer: bool = False) -> Value:
     return param.global_value if pointer else reg
 
 
+def _identifier(name, what: str) -> None:
+    """Names become PTX parameter names: ASCII identifiers only."""
+    if not (isinstance(name, str) and name.isidentifier() and name.isascii()):
+        fail(f"{what} {name!r}: a name must be an ASCII identifier (letters, digits and _, not starting with a "
+             f"digit), as it names a kernel parameter")
+
+
 def _symbol(name: str) -> Int:
+    _identifier(name, "size name")
     tr = current()
     if name not in tr.kernel.symbols:
         declare_param(name, "u32")
@@ -45,6 +53,7 @@ def _symbol(name: str) -> Int:
 def tensor(name: str, dtype: str, shape: tuple, layout: str = "row") -> Tensor:
     """Declare a matrix parameter: `shape` names its logical (rows, cols) size symbols,
     e.g. ("M", "K"); symbols shared between tensors are one parameter."""
+    _identifier(name, "tensor")
     tr = current()
     try:
         dt = _dtype(dtype)
@@ -65,6 +74,7 @@ def tensor(name: str, dtype: str, shape: tuple, layout: str = "row") -> Tensor:
 
 def vector(name: str, dtype: str, size: str):
     """Declare a 1-D array parameter of `size` (a size symbol, e.g. "N") elements: bias vectors."""
+    _identifier(name, "vector")
     try:
         dt = _dtype(dtype)
     except ValueError as e:
@@ -86,6 +96,7 @@ def size(name: str) -> Int:
 
 def scalar(name: str, type: str = "f32"):
     """Declare a scalar parameter: "f32" gives a Float, "u32" an Int."""
+    _identifier(name, "scalar")
     if type == "f32":
         return Float(declare_param(name, "f32"))
     if type == "u32":

@@ -202,8 +202,10 @@ def _tma_layout_ok(what: str, tile):
 
 
 class StagedVector:
-    """One block's slice of a vector, fetched early into registers and parked in shared
-    memory for store_stage (staged_vector)."""
+    """One block's slice of a vector, fetched early (4-byte elements by cp.async into shared
+    memory, 16-bit ones into registers) and parked in shared memory for store_stage
+    (staged_vector). A 4-byte fetch writes the tile at once: after the barrier that follows
+    the last read of the previous slice."""
 
     def __init__(self, ir: T.StagedVector, vector: Vector):
         self.ir = ir

@@ -111,7 +111,30 @@ def _shapes(A, B, out):
     return M, N, K
 
 
+def real_number(x, what: str) -> float:
+    """x as a float where it is a real number (a Python or numpy real, a 0-d real array, a
+    one-element GPU tensor); strings, complex numbers and numbers beyond f64 are refused."""
+    kind = getattr(getattr(x, "dtype", None), "kind", None)
+    if isinstance(x, (str, bytes, complex, np.complexfloating)) or kind in ("c", "U", "S", "O"):
+        raise LaunchError(f"{what} must be a real number, got {x!r}")
+    try:
+        return float(x)
+    except (TypeError, ValueError, OverflowError):
+        raise LaunchError(f"{what} must be a real number (within float64's range), got {x!r}") from None
+
+
+def check_real_arrays(**arrays):
+    """Bias, residual and scale arrays hold real numbers: complex, string and object arrays
+    are refused (numpy would drop the imaginary part, or parse the strings)."""
+    for name, x in arrays.items():
+        kind = getattr(getattr(x, "dtype", None), "kind", None)
+        if kind in ("c", "U", "S", "O", "M", "m"):
+            raise LaunchError(f"{name} has dtype {x.dtype}; it must hold real numbers (float16, bfloat16 or float32 "
+                              f"as the kernel takes them)")
+
+
 def check_epilogue(spec, bias, residual, scales=NO_SCALES):
+    check_real_arrays(bias=bias, residual=residual, scale_a=scales[0], scale_b=scales[1])
     epi = spec.epilogue
     for vec, on, name, size in ((scales[0], epi.scale_rows, "scale_a", "M"), (scales[1], epi.scale_cols, "scale_b", "N")):
         if (vec is None) == on:
@@ -131,10 +154,7 @@ def run_gemm(kernel, A, B, *, out=None, alpha=1.0, beta=0.0, bias=None, residual
              repitch=False, scales=NO_SCALES):
     """The general path (the fast one, FastCall, is tried first by GemmKernel.__call__)."""
     spec = kernel.spec
-    try:
-        alpha, beta = float(alpha), float(beta)
-    except (TypeError, ValueError):
-        raise LaunchError(f"alpha and beta must be real numbers, got {alpha!r}, {beta!r}") from None
+    alpha, beta = real_number(alpha, "alpha"), real_number(beta, "beta")
     check_epilogue(spec, bias, residual, scales)
     if device not in (None, "gpu", "cuda", "sim") and not isinstance(device, int):
         raise LaunchError(f"device={device!r}; allowed: None, 'gpu', 'sim' or a GPU index")
@@ -663,7 +683,7 @@ def run_batched(kernel, A, B, out, count: int, *, alpha=1.0, beta=0.0, bias=None
     matrices and pitches are 16-byte aligned, else None is returned (the caller multiplies
     matrix by matrix, re-pitching them)."""
     spec = kernel.spec
-    alpha, beta = float(alpha), float(beta)
+    alpha, beta = real_number(alpha, "alpha"), real_number(beta, "beta")
     M, K = int(A.shape[1]), int(A.shape[2])
     N = int(B.shape[2])
     sizes = {"M": M, "N": N, "K": K, "BATCH": count}

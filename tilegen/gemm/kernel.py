@@ -8,7 +8,7 @@ import numpy as np
 from .. import compiler, runtime
 from ..compiler import Kernel
 from ..errors import LaunchError
-from .call import (NO_SCALES, BatchedCall, FastCall, check_epilogue, check_stream_k_range, refuse_tall, run_batched,
+from .call import (NO_SCALES, BatchedCall, FastCall, check_epilogue, check_stream_k_range, real_number, refuse_tall, run_batched,
                    run_gemm, workspace_shape)
 from .template import trace_gemm, trace_split_k_sum, trace_stream_k_fixup
 from .prepare import preparations
@@ -162,10 +162,7 @@ class GemmKernel(Kernel):
         if bias is not None and tuple(getattr(bias, "shape", ())) != (length,):
             raise LaunchError(f"bias has shape {tuple(getattr(bias, 'shape', ()))}; a bias per "
                               f"{self.spec.epilogue.bias} has {length} elements")
-        try:
-            alpha, beta = float(alpha), float(beta)
-        except (TypeError, ValueError):
-            raise LaunchError(f"alpha and beta must be real numbers, got {alpha!r}, {beta!r}") from None
+        alpha, beta = real_number(alpha, "alpha"), real_number(beta, "beta")
         host = all(x is None or isinstance(x, np.ndarray) for x in (A, B, out, bias, residual))
         if device not in (None, "gpu", "cuda", "sim") and not isinstance(device, int):
             raise LaunchError(f"device={device!r}; allowed: None, 'gpu', 'sim' or a GPU index")

@@ -32,7 +32,7 @@ from ..errors import LaunchError, PerformanceWarning, SpecError, TilegenError
 from ..runtime import interop
 from ..runtime.interop import DEVICE, DTYPE, PTR, SHAPE, STRIDES
 from . import batch, tuned
-from .call import NO_SCALES, refuse_long_emulation, run_batched, tall_problem
+from .call import NO_SCALES, check_real_arrays, real_number, refuse_long_emulation, run_batched, tall_problem
 from .kernel import compile_gemm
 from .spec import Epilogue, GemmSpec
 
@@ -199,6 +199,13 @@ def _layout(x) -> str:
     return runtime.detect_layout(x) or "row"
 
 
+def _k_major(x: np.ndarray, k_axis: int) -> bool:
+    """Whether a host matrix is K-major: its K axis has unit stride (or 0: broadcast), or a
+    size-1 axis leaves nothing to order (sliced and reversed views count by their strides,
+    not their flags)."""
+    return x.shape[k_axis] == 1 or x.shape[1 - k_axis] == 1 or x.strides[k_axis] in (0, x.itemsize)
+
+
 def _target() -> str:
     if not runtime.gpu_available():
         return "sm_80"
@@ -276,6 +283,7 @@ def explain(A, B, *, bias=None, activation=None, residual=None, out=None, allow_
     if a_name not in _DTYPES:
         raise LaunchError(f"matmul takes float16, bfloat16, float32, float8_e4m3fn or float8_e5m2 arrays, not {a_name}")
     why = []
+    host = isinstance(A, np.ndarray) and isinstance(B, np.ndarray)
     dtype = _DTYPES[a_name]
     if dtype == "f32":
         if _allow_tf32(allow_tf32):
@@ -289,7 +297,7 @@ def explain(A, B, *, bias=None, activation=None, residual=None, out=None, allow_
         if out_dtype in FP8:
             raise LaunchError(f"an fp8 product goes out as bfloat16, float16 or float32, not {_dtype_name(out)}: "
                               f"pass out_dtype= or an out of one of those")
-        if (_layout(A), _layout(B)) != ("row", "col"):
+        if not (_k_major(A, 1) and _k_major(B, 0)) if host else (_layout(A), _layout(B)) != ("row", "col"):
             raise LaunchError("fp8 operands must both be K-major, as torch._scaled_mm takes them: A row-major "
                               "(M x K, K contiguous) and B the transpose of a row-major N x K matrix (pass W.T); "
                               f"got A {_layout(A)}-major and B {_layout(B)}-major")
@@ -307,7 +315,8 @@ def explain(A, B, *, bias=None, activation=None, residual=None, out=None, allow_
     epilogue = Epilogue(bias=bias_axis, activation=activation or "none", residual=residual is not None,
                         scale_rows=_vector_scale(scale_a, M, "scale_a") is not None,
                         scale_cols=_vector_scale(scale_b, N, "scale_b") is not None)
-    a_layout, b_layout = _layout(A), _layout(B)
+    # fp8 host arrays (K-major views of any strides) are copied into the layouts the kernel reads
+    a_layout, b_layout = ("row", "col") if dtype in FP8 and host else (_layout(A), _layout(B))
     target = _target()
     if dtype in FP8 and int(target[3:5]) < 89:
         if runtime.gpu_available():
@@ -462,6 +471,7 @@ def _as_out_dtype(x, spec, name: str):
     """Host epilogue operands are converted to the output dtype; GPU ones must match."""
     if x is None or not isinstance(x, np.ndarray):
         return x
+    check_real_arrays(**{name: x})
     want = numpy_dtype(spec.out_dtype)
     return x if x.dtype == want else x.astype(want)
 
@@ -860,16 +870,18 @@ def _scale(x, name: str) -> float:
     if x is None:
         return 1.0
     if isinstance(x, (int, float, np.number)) and not isinstance(x, bool):
-        return float(x)
+        return real_number(x, name)
     n = x.numel() if hasattr(x, "numel") else getattr(x, "size", None)
     if n == 1 and not isinstance(x, bool):
-        return float(x.reshape(-1)[0]) if hasattr(x, "reshape") else float(x)
+        return real_number(x.reshape(-1)[0] if hasattr(x, "reshape") else x, name)
     what = f"an array of {n} elements" if isinstance(n, int) else type(x).__name__
     raise LaunchError(f"{name} must be a number, a one-element array (a per-tensor scale) or a 1-D f32 vector "
                       f"(per row of A / per column of B), not {what}")
 
 
 def _out_dtype_name(dt) -> str:
+    if isinstance(dt, type) and issubclass(dt, np.generic):   # np.float32, ml_dtypes.bfloat16 (scalar types)
+        dt = np.dtype(dt)
     name = str(dt).replace("torch.", "")
     name = getattr(dt, "name", name) if isinstance(dt, np.dtype) else name
     if name not in _OUT_NAMES:

@@ -276,7 +276,7 @@ class GemmSpec:
             key = (self.dtype, self.acc_dtype)
             if key not in DEFAULT_ATOM:
                 legal = sorted({a.acc_type.name for a in atoms_for(self.dtype)})
-                raise SpecError("acc_dtype", self.acc_dtype, ", ".join(legal),
+                raise SpecError("acc_dtype", self.acc_dtype, ", ".join(legal) or "f32",
                                 f"no mma atom takes {self.dtype} operands with that accumulator")
             set_("atom", DEFAULT_ATOM[key])
         if self.swizzle == "auto":
@@ -618,7 +618,7 @@ class GemmSpec:
             raise SpecError("promote", self.promote, f"0..{MAX_PROMOTE} (k-tiles per promotion; 0: never)")
         if self.promote and not (self.instruction == "wgmma" and self.dtype in FP8 + ("tf32",) and self.warp_specialized
                                  and self.register_operand is None):
-            raise SpecError("promote", self.promote, "False for this kernel",
+            raise SpecError("promote", self.promote, "0 (or False) for this kernel",
                             "promotion is built for fp8 and K-major tf32 on the warp-specialized wgmma kernel")
         if self.cluster not in CLUSTERS:
             raise SpecError("cluster", self.cluster, ", ".join(map(str, CLUSTERS)))

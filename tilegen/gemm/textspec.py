@@ -52,8 +52,8 @@ MAX_DEPTH = 16           # nested { } and [ ], likewise
 WINDOW = 60              # characters of the faulty line an error quotes
 _NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.]*\Z")
 _NUMBER = re.compile(r"[+-]?[0-9](?:[eE][+-][0-9]|[A-Za-z0-9_.])*\Z")
-_INT = re.compile(r"[+-]?[0-9]+\Z")
-_DIMS = re.compile(r"[0-9]+(?:x[0-9]+)+\Z")
+_INT = re.compile(r"[+-]?[0-9]{1,30}\Z")        # (longer digit strings are no size: left to the spec's check)
+_DIMS = re.compile(r"[0-9]{1,30}(?:x[0-9]{1,30})+\Z")
 _KEYWORDS = ("x",)  # the dimension separator: never a bare value
 
 

@@ -168,13 +168,18 @@ def _commit(n, ev, st):
     st.uncommitted = []
 
 
-def _wait(n, ev, st):
-    st.groups, done = _retire(st.groups, n.pending)
+def _wait(n, ev, st, pending=None):
+    st.groups, done = _retire(st.groups, n.pending if pending is None else pending)
     for g in done:
         for key in g:
             st.unpublished.add(key)
             st.written.add(key)
             st.unfenced.add(key)
+
+
+def _retire_all(st):
+    """cp.async.wait_all: every copy of the thread lands (for it alone, until a barrier)."""
+    _wait(None, None, st, pending=0)
 
 
 def _barrier(n, ev, st):
@@ -229,14 +234,22 @@ def _reads_accumulators(n, ev, st):
 
 
 def _fetch_vector(n, ev, st):
-    """By cp.async (StagedVector.by_copy) the tile is written from the fetch on: as a park."""
+    """By cp.async (StagedVector.by_copy) the tile is written from the fetch on, as by
+    copy_async: its copies are in flight until the park waits for them."""
     if n.sv.by_copy:
-        _check_refill(n, st, (n.sv.tile.name, 0), "fetch (cp.async)")
+        key = (n.sv.tile.name, 0)
+        _check_refill(n, st, key, "fetch (cp.async)")
+        st.uncommitted.append(key)
 
 
 def _park_vector(n, ev, st):
-    """A write of each thread's own elements: no other thread's read of the tile may lack a
-    barrier since, and the others see the elements after the next barrier."""
+    """A write of each thread's own elements (by_copy: cp.async.wait_all, which waits for
+    every copy of the thread): no other thread's read of the tile may lack a barrier since,
+    and the others see the elements after the next barrier."""
+    if n.sv.by_copy:
+        _commit(n, ev, st)
+        _retire_all(st)
+        return
     key = (n.sv.tile.name, 0)
     _check_refill(n, st, key, "park")
     st.written.add(key)

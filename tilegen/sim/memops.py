@@ -296,17 +296,12 @@ def build_cp_async(ins, ctx: Context):
     return run
 
 
-def _uniform(ins, ctx):
-    if ins.guard is not None:
-        ctx.unsupported(ins, f"a guarded {ins.opcode} (a thread's groups are counted by the whole warp's "
-                             f"commits and waits)")
-
-
-def _running(ctx):
-    """A function giving the threads that execute the instruction: in code decoded for warps
-    that parted (ctx.masked, at decode time), the running group's; else all."""
-    if ctx.masked:
-        return lambda: ctx.active
+def _running(ins, ctx):
+    """A function giving the threads that execute the instruction: its guard's, and in code
+    decoded for warps that parted (ctx.masked, at decode time) the running group's; else all."""
+    guard = ctx.guard(ins)
+    if guard is not None:
+        return guard
     every = np.ones(ctx.threads, dtype=bool)
     return lambda: every
 
@@ -326,9 +321,7 @@ def _commit_rows(ctx, running):
 
 
 def _commit(ins, ctx):
-    _uniform(ins, ctx)
-
-    running = _running(ctx)
+    running = _running(ins, ctx)
 
     def run():
         _commit_rows(ctx, running())
@@ -336,7 +329,6 @@ def _commit(ins, ctx):
 
 
 def _wait(ins, ctx):
-    _uniform(ins, ctx)
     if ins.opcode == "cp.async.wait_all":
         keep = 0
         commit_first = True
@@ -346,7 +338,7 @@ def _wait(ins, ctx):
         keep = int(ins.operands[0].value)
         commit_first = False
 
-    threads = _running(ctx)
+    threads = _running(ins, ctx)
 
     def run():
         running = threads()

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from ...errors import IRError
 from .. import tile as T
-from ..instr import Instr
+from ..instr import Comment, Instr
 from ..values import Addr, Imm, Value, Vec
 from .activations import apply_activation
 from .fragment import split_origin
@@ -268,11 +268,12 @@ def lower_fetch_vector(b, ctx, op):
         index, mine = _staged_element(b, ctx, sv, i)
         at = b.add(op.origin, index)
         addr = b.wide_mad(at, size, vec.ptr)
-        if sv.by_copy:   # past the end: ignore-src zero-fills, from a mapped address (the vector's own)
+        if sv.by_copy:   # past the end: src-size 0 zero-fills, from a mapped address (the vector's own)
             past = b.cmp("ge", at, vec.length)
             src = b.op("selp.b64", "b64", vec.ptr, addr, past)
+            src_size = b.selp(0, size, past)   # (PTX 7.0; the ignore-src predicate needs 7.5)
             b.emit(Instr("cp.async.ca.shared.global", (), (Addr(b.add(base, b.mul(index, size))), Addr(src),
-                                                          Imm(size), past), pred=mine))
+                                                          Imm(size), src_size), pred=mine))
             continue
         reg = sv.regs[i]
         inside = b.cmp("lt", at, vec.length)
@@ -286,8 +287,10 @@ def lower_park_vector(b, ctx, op):
     """Each thread's fetched elements into the staged vector's shared tile (by_copy: the
     thread's copies waited for)."""
     sv = op.sv
-    if sv.by_copy:
-        b.emit(Instr("cp.async.wait_all"))
+    if sv.by_copy:   # (one wait for several vectors parked in a row)
+        last = next((n for n in reversed(b.region) if not isinstance(n, Comment)), None)
+        if not (isinstance(last, Instr) and last.opcode == "cp.async.wait_all"):
+            b.emit(Instr("cp.async.wait_all"))
         return
     base = b.add(ctx.smem, sv.tile.offset)
     for i, reg in enumerate(sv.regs):
