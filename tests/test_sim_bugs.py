@@ -186,41 +186,33 @@ def test_cp_async_over_a_stage_still_read():
     assert e.value.line == line_of(ptx, "cp.async.cg.shared.global [%r4], [%rd0+0], 16;")
 
 
-def parted_async_kernel(second_waits: bool):
-    """The warps part after each issued its copy: warp 0 commits and waits in its branch, warp
-    1 in its own only if second_waits; then a barrier and each reads its partner's slot."""
+def _copy_then_read_partner(waits):
+    """Each thread copies 16 bytes with cp.async into slot tid; `waits` (lines) commit and wait;
+    then a barrier and each reads its partner's slot."""
     return module("\n".join([
         PROLOGUE, ptr("%rd0", "inp", 16), ptr("%rd2", "out", 16),
         "    mad.lo.u32 %r4, %r1, 16, %r2;",
         "    cp.async.cg.shared.global [%r4], [%rd0], 16;",
-        "    setp.lt.u32 %p1, %r1, 32;",
-        "    @!%p1 bra SECOND;",
-        "    cp.async.commit_group;",
-        "    cp.async.wait_group 0;",
-        "    bra.uni JOIN;",
-        "SECOND:",
-        "    add.u32 %r20, %r1, 1;" if not second_waits else "    cp.async.wait_all;",
-        "JOIN:",
+        "    setp.lt.u32 %p1, %r1, 32;", *waits,
         "    bar.sync 0;", PARTNER,
         "    mad.lo.u32 %r6, %r5, 16, %r2;",
         "    ld.shared.v4.b32 {%r10, %r11, %r12, %r13}, [%r6];",
         "    st.global.v4.b32 [%rd2], {%r10, %r11, %r12, %r13};"]))
+
+
+def parted_async_kernel(second_waits: bool):
+    """The warps part after each issued its copy: warp 0 commits and waits in its branch, warp
+    1 in its own only if second_waits."""
+    return _copy_then_read_partner(["    @!%p1 bra SECOND;", "    cp.async.commit_group;", "    cp.async.wait_group 0;",
+                                    "    bra.uni JOIN;", "SECOND:",
+                                    "    cp.async.wait_all;" if second_waits else "    add.u32 %r20, %r1, 1;",
+                                    "JOIN:"])
 
 
 def guarded_async_kernel(second_waits: bool):
     """As parted_async_kernel, with predicated commits and waits instead of branches."""
-    return module("\n".join([
-        PROLOGUE, ptr("%rd0", "inp", 16), ptr("%rd2", "out", 16),
-        "    mad.lo.u32 %r4, %r1, 16, %r2;",
-        "    cp.async.cg.shared.global [%r4], [%rd0], 16;",
-        "    setp.lt.u32 %p1, %r1, 32;",
-        "    @%p1 cp.async.commit_group;",
-        "    @%p1 cp.async.wait_group 0;",
-        "    @!%p1 cp.async.wait_all;" if second_waits else "",
-        "    bar.sync 0;", PARTNER,
-        "    mad.lo.u32 %r6, %r5, 16, %r2;",
-        "    ld.shared.v4.b32 {%r10, %r11, %r12, %r13}, [%r6];",
-        "    st.global.v4.b32 [%rd2], {%r10, %r11, %r12, %r13};"]))
+    return _copy_then_read_partner(["    @%p1 cp.async.commit_group;", "    @%p1 cp.async.wait_group 0;",
+                                    "    @!%p1 cp.async.wait_all;" if second_waits else ""])
 
 
 @pytest.mark.parametrize("kernel", [parted_async_kernel, guarded_async_kernel], ids=["branches", "guards"])
