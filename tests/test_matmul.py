@@ -364,20 +364,30 @@ def test_fp8_front_door_on_the_emulator():
 
 
 def test_numbers_and_arrays_that_are_not_real_are_refused():
-    """alpha, beta and scales must be real numbers, bias and residual real arrays: complex or
-    string values are refused instead of losing their imaginary part or being parsed."""
+    """alpha, beta and scales must be real numbers, bias and residual arrays of real numbers:
+    complex or string values are refused instead of losing their imaginary part or being
+    parsed, lists instead of being taken for GPU arrays; allow_tf32 and device are checked."""
     A, B = np.ones((4, 8), np.float16), np.ones((8, 6), np.float16)
     for kw, says in ((dict(alpha=np.complex64(1 + 1j)), "alpha must be a real number"),
                      (dict(alpha="3"), "alpha must be a real number"),
                      (dict(alpha=10 ** 400), "within float64's range"),
                      (dict(bias=np.full(6, 1 + 5j, np.complex64)), "bias has dtype complex64"),
                      (dict(bias=np.array(["1e3"] * 6)), "bias has dtype <U3"),
-                     (dict(residual=np.full((4, 6), 2j)), "residual has dtype complex128")):
+                     (dict(residual=np.full((4, 6), 2j)), "residual has dtype complex128"),
+                     (dict(residual=np.ones((4, 6)).tolist()), "residual must be an array (numpy, torch or CuPy), "
+                                                               "not a list"),
+                     (dict(bias=[1.0] * 6), "bias must be an array")):
         with pytest.raises(tilegen.LaunchError, match=re.escape(says)):
             tilegen.matmul(A, B, device="sim", **kw)
+    with pytest.raises(tilegen.LaunchError, match="device=True; allowed"):
+        tilegen.matmul(A, B, device=True)
     k = tilegen.compile(tilegen.GemmSpec(dtype="f16", tile=(32, 32, 32), warps=(1, 1)))
+    with pytest.raises(tilegen.LaunchError, match="a per-tensor scale goes into alpha"):
+        k(A, B, scale_a=2.0, device="sim")     # a kernel's scales are vectors
     with pytest.raises(tilegen.LaunchError, match="beta must be a real number"):
         k(A, B, out=np.zeros((4, 6), np.float32), beta=np.complex128(0.5 + 1j), device="sim")
+    with pytest.raises(tilegen.LaunchError, match="allow_tf32='no'; allowed: True, False or None"):
+        tilegen.matmul(A.astype(np.float32), B.astype(np.float32), allow_tf32="no", device="sim")
     A8 = np.ones((16, 32)).astype(ml_dtypes.float8_e4m3fn)
     with pytest.raises(tilegen.LaunchError, match="scale_a must be a real number"):
         tilegen.matmul(A8, A8.T, scale_a=np.complex64(1), device="sim")

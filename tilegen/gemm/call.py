@@ -124,9 +124,12 @@ def real_number(x, what: str) -> float:
 
 
 def check_real_arrays(**arrays):
-    """Bias, residual and scale arrays hold real numbers: complex, string and object arrays
-    are refused (numpy would drop the imaginary part, or parse the strings)."""
+    """Bias, residual and scale arrays are arrays (numpy, torch, CuPy: not lists) of real
+    numbers: complex, string and object arrays are refused (numpy would drop the imaginary
+    part, or parse the strings)."""
     for name, x in arrays.items():
+        if x is not None and not hasattr(x, "shape"):
+            raise LaunchError(f"{name} must be an array (numpy, torch or CuPy), not a {type(x).__name__}")
         kind = getattr(getattr(x, "dtype", None), "kind", None)
         if kind in ("c", "U", "S", "O", "M", "m"):
             raise LaunchError(f"{name} has dtype {x.dtype}; it must hold real numbers (float16, bfloat16 or float32 "
@@ -134,8 +137,13 @@ def check_real_arrays(**arrays):
 
 
 def check_epilogue(spec, bias, residual, scales=NO_SCALES):
-    check_real_arrays(bias=bias, residual=residual, scale_a=scales[0], scale_b=scales[1])
     epi = spec.epilogue
+    for vec, name, size in ((scales[0], "scale_a", "M"), (scales[1], "scale_b", "N")):
+        if vec is not None and len(getattr(vec, "shape", ())) != 1:
+            raise LaunchError(f"{name}={vec!r}: a kernel takes {name} as a vector of {size} f32 values (its spec "
+                              f"with Epilogue(scale_{'rows' if name == 'scale_a' else 'cols'}=True)); a per-tensor "
+                              f"scale goes into alpha (alpha=scale_a * scale_b), or through tilegen.matmul")
+    check_real_arrays(bias=bias, residual=residual, scale_a=scales[0], scale_b=scales[1])
     for vec, on, name, size in ((scales[0], epi.scale_rows, "scale_a", "M"), (scales[1], epi.scale_cols, "scale_b", "N")):
         if (vec is None) == on:
             raise LaunchError(f"this kernel scales by a vector {name} of length {size}: pass {name}=" if on else
@@ -156,7 +164,7 @@ def run_gemm(kernel, A, B, *, out=None, alpha=1.0, beta=0.0, bias=None, residual
     spec = kernel.spec
     alpha, beta = real_number(alpha, "alpha"), real_number(beta, "beta")
     check_epilogue(spec, bias, residual, scales)
-    if device not in (None, "gpu", "cuda", "sim") and not isinstance(device, int):
+    if device not in (None, "gpu", "cuda", "sim") and not (isinstance(device, int) and not isinstance(device, bool)):
         raise LaunchError(f"device={device!r}; allowed: None, 'gpu', 'sim' or a GPU index")
     host = all(x is None or _is_host(x) for x in (A, B, out, bias, residual))
     if device == "sim":

@@ -164,7 +164,7 @@ class GemmKernel(Kernel):
                               f"{self.spec.epilogue.bias} has {length} elements")
         alpha, beta = real_number(alpha, "alpha"), real_number(beta, "beta")
         host = all(x is None or isinstance(x, np.ndarray) for x in (A, B, out, bias, residual))
-        if device not in (None, "gpu", "cuda", "sim") and not isinstance(device, int):
+        if device not in (None, "gpu", "cuda", "sim") and not (isinstance(device, int) and not isinstance(device, bool)):
             raise LaunchError(f"device={device!r}; allowed: None, 'gpu', 'sim' or a GPU index")
         if device is not None and not host:
             raise LaunchError(f"device={device!r} places numpy arrays; GPU arrays run where they are: leave it out")

@@ -250,6 +250,9 @@ _NO_SPILLS: dict = {}
 
 def _allow_tf32(allow) -> bool:
     if allow is not None:
+        if not isinstance(allow, (bool, np.bool_)):
+            raise LaunchError(f"allow_tf32={allow!r}; allowed: True, False or None (TILEGEN_ALLOW_TF32=1 in the "
+                              f"environment allows it)")
         return bool(allow)
     return os.environ.get("TILEGEN_ALLOW_TF32", "") == "1"
 
@@ -267,6 +270,7 @@ def explain(A, B, *, bias=None, activation=None, residual=None, out=None, allow_
         args = batch.first_product(stack, A, B, out=out, residual=residual, scale_a=scale_a, scale_b=scale_b)
         choice = explain(bias=bias, activation=activation, allow_tf32=allow_tf32, **args)
         return Choice(choice.spec, f"{stack.why}; {choice.reason}")
+    check_real_arrays(bias=bias, residual=residual)
     M, K = _shape(A, "A")
     K2, N = _shape(B, "B")
     if K != K2:
