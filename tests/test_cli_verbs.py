@@ -176,6 +176,8 @@ def test_bad_option_value_exits_2(capsys):
 def test_missing_spec_file_exits_2(capsys, tmp_path):
     assert main(["compile", str(tmp_path / "none.tg")]) == 2
     assert "no such spec file" in capsys.readouterr().err
+    assert main(["compile", "/dev/null"]) == 2          # a device is read (as a pipe would be): empty
+    assert "/dev/null, line 1, column 1: syntax error: found the end of the text" in capsys.readouterr().err
 
 
 # -- run -------------------------------------------------------------------------------------

@@ -379,6 +379,11 @@ def test_numbers_and_arrays_that_are_not_real_are_refused():
                      (dict(bias=[1.0] * 6), "bias must be an array")):
         with pytest.raises(tilegen.LaunchError, match=re.escape(says)):
             tilegen.matmul(A, B, device="sim", **kw)
+    with pytest.raises(tilegen.LaunchError, match="out has dtype >f2; matmul writes float16, bfloat16 or float32"):
+        tilegen.matmul(A, B, out=np.zeros((4, 6), ">f2"), device="sim")
+    overlapping = np.lib.stride_tricks.as_strided(np.zeros(6, np.float32), (4, 6), (0, 4))
+    with pytest.raises(tilegen.LaunchError, match="its elements overlap"):
+        tilegen.matmul(A, B, out=overlapping, device="sim")
     with pytest.raises(tilegen.LaunchError, match="device=True; allowed"):
         tilegen.matmul(A, B, device=True)
     k = tilegen.compile(tilegen.GemmSpec(dtype="f16", tile=(32, 32, 32), warps=(1, 1)))

@@ -115,12 +115,13 @@ def spec_from_args(args):
         path = Path(args.spec)
         if path.is_dir():
             raise UsageError(f"{args.spec} is a directory; give a .tg file (or '-' for standard input)")
-        if not path.is_file():
+        if not path.exists():
             raise UsageError(f"no such spec file: {args.spec}")
-        if path.stat().st_size > MAX_SPEC_BYTES:
+        if path.is_file() and path.stat().st_size > MAX_SPEC_BYTES:
             raise UsageError(f"{args.spec} has {path.stat().st_size} bytes; a spec file has at most {MAX_SPEC_BYTES}")
-        try:
-            text, source = path.read_text(), str(path)
+        try:   # (a pipe or a device, e.g. <(...), is read as far as the parser takes)
+            with path.open() as f:
+                text, source = f.read(MAX_SPEC_BYTES + 1), str(path)
         except (OSError, UnicodeDecodeError) as e:
             raise UsageError(f"cannot read {args.spec}: {e}") from None
     return parse_spec_text(text, overrides=overrides, source=source)

@@ -85,6 +85,16 @@ def _check_host(x, name: str, want: np.dtype, dtype_name: str, ndim: int = 2):
         raise LaunchError(f"{name} has dtype {x.dtype}; this kernel takes {want} ({dtype_name})")
 
 
+def _check_writable(out: np.ndarray) -> None:
+    """out can take the result: writable, and no two of its elements in one place (a
+    broadcast, stride-0 axis would have every row written over the last)."""
+    if not out.flags.writeable:
+        raise LaunchError("out is read-only")
+    if any(stride == 0 and size > 1 for stride, size in zip(out.strides, out.shape)):
+        raise LaunchError(f"out has strides {out.strides} for shape {out.shape}: its elements overlap (an axis of "
+                          f"stride 0); pass an array whose elements are distinct")
+
+
 def _pitched(stored: np.ndarray) -> tuple[np.ndarray, int]:
     """A copy of `stored` with each row padded to a multiple of 16 bytes; returns (copy, ld)."""
     buf, ld = _pitched_stack(stored[None])
@@ -634,8 +644,7 @@ def _run_host(kernel, A, B, out, alpha, beta, bias, residual, memory, scales=NO_
     _check_host(B, "B", numpy_dtype(spec.b_dtype), spec.b_dtype)
     if out is not None:
         _check_host(out, "out", out_dt, spec.out_dtype)
-        if not out.flags.writeable:
-            raise LaunchError("out is read-only")
+        _check_writable(out)
     M, N, K = _shapes(A, B, out)
     if beta != 0.0 and out is None:
         raise LaunchError("beta != 0 reads C from out=; pass out")
@@ -861,8 +870,7 @@ def _run_batched_host(kernel, A, B, out, count, sizes, alpha, beta, bias, residu
             raise LaunchError("beta != 0 reads C from out=; pass out")
         out = np.empty((count, M, N), dtype=out_dt)
     _check_host(out, "out", out_dt, spec.out_dtype, ndim=3)
-    if not out.flags.writeable:
-        raise LaunchError("out is read-only")
+    _check_writable(out)
     if residual is not None:
         _check_host(residual, "residual", out_dt, spec.out_dtype, ndim=3)
         if residual.shape != (count, M, N):

@@ -295,7 +295,10 @@ def explain(A, B, *, bias=None, activation=None, residual=None, out=None, allow_
             why.append("f32 inputs with tf32 allowed: one tf32 product (10-bit mantissas)")
         else:
             why.append("f32 inputs, tf32 not allowed: 3xTF32 (three tf32 products, f32 accuracy)")
-    out_dtype = _DTYPES.get(_dtype_name(out), "f32") if out is not None else (
+    if out is not None and _dtype_name(out) not in _DTYPES:
+        raise LaunchError(f"out has dtype {_dtype_name(out)}; matmul writes float16, bfloat16 or float32 (in the "
+                          f"machine's byte order)")
+    out_dtype = _DTYPES[_dtype_name(out)] if out is not None else (
         "f32" if dtype in ("f32", "tf32") else FP8_OUT if dtype in FP8 else dtype)
     if dtype in FP8:
         if out_dtype in FP8:
