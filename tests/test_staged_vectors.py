@@ -76,11 +76,11 @@ def test_a_park_after_the_barrier_is_a_race(monkeypatch):
 
     real_park, real_store = loops.tg.park_vector, loops.tg.store_stage
     held = []
-    monkeypatch.setattr(loops.tg, "park_vector", held.append)
+    monkeypatch.setattr(loops.tg, "park_vector", lambda sv, buffer=0: held.append((sv, buffer)))
 
     def late_park(*a, **kw):
-        for sv in held:
-            real_park(sv)
+        for sv, buffer in held:
+            real_park(sv, buffer=buffer)
         return real_store(*a, **kw)
     monkeypatch.setattr(loops.tg, "store_stage", late_park)
     spec = tilegen.GemmSpec(dtype="bf16", out_dtype="bf16", group_m=5, **FUSED)   # (not in the disk cache)
@@ -92,7 +92,7 @@ def test_a_park_after_the_barrier_is_a_race(monkeypatch):
 def test_a_missing_park_gives_wrong_results(monkeypatch):
     from tilegen.gemm.mainloops import wgmma as loops
 
-    monkeypatch.setattr(loops.tg, "park_vector", lambda sv: None)
+    monkeypatch.setattr(loops.tg, "park_vector", lambda sv, buffer=0: None)
     spec = tilegen.GemmSpec(dtype="bf16", out_dtype="bf16", group_m=6, **FUSED)
     assert _fused_case(spec) > 4 * 2 ** -7     # the bias read as zeros: far outside the bound above
 
@@ -255,3 +255,20 @@ def test_a_retired_async_read_keeps_its_warps_among_the_readers(first):
         s.release(t, ("bar", 0, 1, 0))
     s.acquire(np.array([64]), ("bar", 0, 1, 0))
     assert s.write(np.array([64]), np.zeros((1, 1), dtype=np.int64), line=30).kind == "war"
+
+
+def test_16_bit_vectors_are_double_buffered_and_read_before_the_slice_barrier():
+    """A bf16 bias is staged a block ahead in two buffers, so store_stage reads it before the
+    barrier that protects its staging buffer (the loads overlap the wait); f32 vectors (fp8's
+    scales) keep one buffer, read after the barrier that publishes them (runs 159, 165, 166)."""
+    def loads_before_barrier(spec):
+        ptx = tilegen.compile(spec).ptx
+        head = ptx[:ptx.index("-> sC")]   # up to the first slice's first store
+        last_load = max(head.rfind(op) for op in ("ld.shared.b32", "ld.shared.v2.f32", "ld.shared.f32"))
+        return last_load < head.rindex("bar.sync")
+
+    bias = tilegen.GemmSpec(dtype="bf16", out_dtype="bf16", **FUSED)
+    scales = tilegen.GemmSpec(dtype="e4m3", out_dtype="bf16", instruction="wgmma", b_layout="col",
+                              epilogue=tilegen.Epilogue(scale_rows=True, scale_cols=True))
+    assert bias.mainloop.store_staging(bias)[2] == 2 and loads_before_barrier(bias)
+    assert scales.mainloop.store_staging(scales)[2] == 1 and not loads_before_barrier(scales)

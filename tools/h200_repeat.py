@@ -34,6 +34,7 @@ def main() -> int:
              ("e4m3", {"out_dtype": "bf16", "stream_k": True}, (4096, 4232, 4112)),
              ("bf16", {"pingpong": True, "tile": (64, 256, 64), "warps": (4, 1)}, (1000, 1032, 4104)),
              ("bf16", {"epilogue": tilegen.Epilogue(bias="col", activation="gelu_tanh")}, (1000, 1032, 4104)),
+             ("bf16", {"epilogue": tilegen.Epilogue(bias="col", activation="gelu_tanh")}, (4096, 4232, 1040)),  # walks
              ("e4m3", {"out_dtype": "bf16", "epilogue": tilegen.Epilogue(scale_rows=True, scale_cols=True)},
               (1000, 1032, 4112)),                                    # the staged vectors of the epilogue
              ("e4m3", {"out_dtype": "bf16", "epilogue": tilegen.Epilogue(scale_rows=True, scale_cols=True)},

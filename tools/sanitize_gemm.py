@@ -33,6 +33,8 @@ HOPPER = [(dict(dtype="f16", out_dtype="f16"), (133, 270, 45), 0.0, None),
                                                                            scale_cols=True)), (1700, 1800, 300), 0.0,
            None),         # 210 blocks, each CTA's next block started under its epilogue
           (dict(dtype="f32"), (1700, 1300, 101), 0.5, None),                  # f32 parts (promoted), 154 blocks
+          (dict(dtype="bf16", out_dtype="bf16", epilogue=tilegen.Epilogue("col", "gelu_tanh")), (2000, 3000, 70), 0.0,
+           None),         # 192 blocks: the bias double-buffered, each next block's parked under this one's
           (dict(dtype="bf16", out_dtype="bf16", stream_k=True), (300, 520, 200), 0.0, None),       # stream-K
           (dict(dtype="f16", out_dtype="f16", stream_k=True, tile=(64, 128, 64), warps=(4, 1)), (900, 1000, 130), 0.5,
            None),

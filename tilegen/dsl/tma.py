@@ -213,7 +213,7 @@ class StagedVector:
         self.size = vector.size
 
 
-def staged_vector(vec: Vector, length: int, name: str = "") -> StagedVector:
+def staged_vector(vec: Vector, length: int, name: str = "", buffers: int = 1) -> StagedVector:
     """Room for `length` elements of `vec` (a block's rows or columns) on their way to a
     TMA-store epilogue, spread over the threads of the current role (or the CTA):
 
@@ -223,36 +223,49 @@ def staged_vector(vec: Vector, length: int, name: str = "") -> StagedVector:
         tilegen.park_vector(sb)           # into shared memory
         tilegen.barrier()
         tilegen.store_stage(..., bias=sb) # read from shared memory
+
+    buffers=2 keeps two blocks' slices (fetch_vector / park_vector / store_stage name the
+    buffer): the next block's can be parked, and published by a barrier the epilogue has
+    anyway, while this block's is read.
     """
     tr = current()
     if not isinstance(vec, Vector):
         fail("staged_vector: vec must be a tilegen.vector(...)")
     if not isinstance(length, int) or length < 1:
         fail(f"staged_vector: length={length!r}; allowed: a positive int (the block's rows or columns)")
+    if buffers not in (1, 2):
+        fail(f"staged_vector: buffers={buffers!r}; allowed: 1 or 2")
     first, threads = getattr(tr, "role_threads", None) or (0, tr.kernel.threads)
     name = name or f"s{vec.ir.name}{len(tr.kernel.shared)}"
     layout_cols = -(-length * vec.ir.dtype.bytes // 16) * 16 // vec.ir.dtype.bytes   # rows of whole 16 bytes
-    tile = T.SharedTile(name, vec.ir.dtype, SmemLayout(1, layout_cols, vec.ir.dtype.bytes, "none"), 1, align=16)
+    tile = T.SharedTile(name, vec.ir.dtype, SmemLayout(1, layout_cols, vec.ir.dtype.bytes, "none"), buffers,
+                        align=16)
     tr.kernel.shared.append(tile)
-    return StagedVector(T.StagedVector(name, vec.ir, length, tile, first, threads), vec)
+    return StagedVector(T.StagedVector(name, vec.ir, length, tile, first, threads, buffers=buffers), vec)
 
 
-def fetch_vector(sv: StagedVector, origin) -> None:
-    """Start loading vec[origin .. origin + length - 1] (0 past its end): 4-byte elements by
-    cp.async into sv's shared tile, narrower ones into registers."""
+def fetch_vector(sv: StagedVector, origin, buffer=0) -> None:
+    """Start loading vec[origin .. origin + length - 1] (0 past its end) for sv's `buffer`:
+    4-byte elements by cp.async into sv's shared tile, narrower ones into registers."""
     if not isinstance(sv, StagedVector):
         fail("fetch_vector: sv must come from tilegen.staged_vector(...)")
     _same_threads(sv, "fetch_vector")
-    tile_op(T.FetchVector(sv.ir, raw(wrap(origin))))
+    tile_op(T.FetchVector(sv.ir, raw(wrap(origin)), _buffer(sv, buffer, "fetch_vector")))
 
 
-def park_vector(sv: StagedVector) -> None:
-    """The fetched elements in sv's shared tile: written from registers, or the thread's copies
-    waited for (a barrier must follow before reads)."""
+def park_vector(sv: StagedVector, buffer=0) -> None:
+    """The fetched elements in sv's shared tile (its `buffer`): written from registers, or the
+    thread's copies waited for (a barrier must follow before reads)."""
     if not isinstance(sv, StagedVector):
         fail("park_vector: sv must come from tilegen.staged_vector(...)")
     _same_threads(sv, "park_vector")
-    tile_op(T.ParkVector(sv.ir))
+    tile_op(T.ParkVector(sv.ir, _buffer(sv, buffer, "park_vector")))
+
+
+def _buffer(sv: StagedVector, buffer, what: str):
+    if isinstance(buffer, int) and not 0 <= buffer < sv.ir.buffers:
+        fail(f"{what}: buffer={buffer} of {sv.ir.name}, which has {sv.ir.buffers}")
+    return raw(wrap(buffer))
 
 
 def _same_threads(sv: StagedVector, what: str) -> None:
@@ -265,13 +278,18 @@ def _same_threads(sv: StagedVector, what: str) -> None:
 
 def store_stage(dst: Stage, acc: Fragment, row, part: int = 0, parts: int = 1, alpha: Float = None, *,
                 out: Block = None, bias=None, activation: str = "none", residual=None, row_scale=None,
-                col_scale=None):
+                col_scale=None, vector_buffer=0, sync: bool = False):
     """Write the accumulator's rows row.. (this warp's), converted to dst's dtype, into the
     stage: its columns split in `parts` equal slices, slice `part` (dst holds one slice: its
     columns are the slice's). On the way: act(alpha * acc + bias) + residual, where `out` is
     the block of the output the slice will be stored to (it places the bias, a vector along
     its rows or columns, and the residual, a tensor of its shape). The stage then goes out
-    with tma_store (after fence_proxy_async and a barrier of the threads that wrote it)."""
+    with tma_store (after fence_proxy_async and a barrier of the threads that wrote it).
+
+    Staged vectors are read from their `vector_buffer`. sync=True puts the barrier that must
+    come before writing the stage (its previous store has read it) inside the op, after the
+    staged vectors are read: their loads overlap the wait (they must then have been published
+    by an earlier barrier)."""
     if not isinstance(dst, Stage) or not isinstance(acc, Fragment) or acc.operand != "C":
         fail("store_stage(tile[stage], accumulator fragment, row, part=0, parts=1)")
     tile = dst.tile
@@ -314,13 +332,22 @@ def store_stage(dst: Stage, acc: Fragment, row, part: int = 0, parts: int = 1, a
     rs, cs = scale_vectors(out.tensor.ir.shape_names, *unstaged, "store_stage") if out is not None else (None, None)
     rs, cs = (v.ir if isinstance(v, StagedVector) else ir for v, ir in ((row_scale, rs), (col_scale, cs)))
     check_stage(dst)
+    staged = [v for v in (bias, row_scale, col_scale) if isinstance(v, StagedVector)]
+    for v in staged:
+        _buffer(v, vector_buffer, "store_stage")
+    if not isinstance(sync, bool):
+        fail(f"store_stage: sync={sync!r}; allowed: True or False")
+    tr = current()
+    role = getattr(tr, "role_barrier", None)
     tile_op(T.StoreStage(tile.ir, raw(dst.index), acc.ir, raw(wrap(row)), part, parts,
                          alpha.raw if alpha is not None else None,
                          out=out.tensor.ir if out is not None else None,
                          out_row0=raw(wrap(out.row)) if out is not None else 0,
                          out_col0=raw(wrap(out.col)) if out is not None else 0,
                          bias=bias.ir if bias is not None else None, bias_axis=axis, activation=act,
-                         residual=residual.ir if residual is not None else None, row_scale=rs, col_scale=cs))
+                         residual=residual.ir if residual is not None else None, row_scale=rs, col_scale=cs,
+                         vector_buffer=raw(wrap(vector_buffer)) if staged else 0,
+                         sync=(T.Barrier(*role) if role is not None else T.Barrier()) if sync else None))
 
 
 def tma_store(dst: Block, src: Stage):

@@ -475,8 +475,9 @@ class GemmSpec:
         if self.store == "tma":
             family = self.mainloop
             # slices of C on their way out, through buffers of each consumer's own
-            total += family.STAGING_BUFFERS * self.consumers * family.store_staging(self)[1].stage_bytes
-            total += family.staged_vector_bytes(self)   # the epilogue's vectors, staged per block
+            _, layout, vector_buffers = family.store_staging(self)
+            total += family.STAGING_BUFFERS * self.consumers * layout.stage_bytes
+            total += family.staged_vector_bytes(self, vector_buffers)   # the epilogue's vectors, staged per block
         return total + 1024  # dynamic shared memory is rounded up to a 1024-byte boundary
 
     def replace(self, **changes) -> "GemmSpec":

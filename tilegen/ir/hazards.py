@@ -233,11 +233,16 @@ def _reads_accumulators(n, ev, st):
                               f"it: wgmma_wait(0) first{_where(n)}")
 
 
+def _vector_key(ev, n, sv, field: str = "buffer"):
+    """(tile, buffer) of a staged vector an op touches."""
+    return (sv.tile.name, _stage(ev, n, sv.tile, field))
+
+
 def _fetch_vector(n, ev, st):
     """By cp.async (StagedVector.by_copy) the tile is written from the fetch on, as by
     copy_async: its copies are in flight until the park waits for them."""
     if n.sv.by_copy:
-        key = (n.sv.tile.name, 0)
+        key = _vector_key(ev, n, n.sv)
         _check_refill(n, st, key, "fetch (cp.async)")
         st.uncommitted.append(key)
 
@@ -250,19 +255,22 @@ def _park_vector(n, ev, st):
         _commit(n, ev, st)
         _retire_all(st)
         return
-    key = (n.sv.tile.name, 0)
+    key = _vector_key(ev, n, n.sv)
     _check_refill(n, st, key, "park")
     st.written.add(key)
     st.unpublished.add(key)
 
 
 def _store_stage(n, ev, st):
+    """Reads the accumulator and its staged vectors; with `sync`, a barrier follows the reads."""
     _reads_accumulators(n, ev, st)
     for sv in (n.bias, n.row_scale, n.col_scale):
         if isinstance(sv, T.StagedVector):
-            key = (sv.tile.name, 0)
+            key = _vector_key(ev, n, sv, "vector_buffer")
             _check_read(st, key, n)
             st.read_since_barrier.setdefault(key, n)
+    if n.sync is not None:
+        _barrier(n.sync, ev, st)
 
 
 def _load_fragment(n, ev, st):

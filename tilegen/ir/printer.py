@@ -150,12 +150,14 @@ TEXT = {
                                        f"{n.col0}..{n.col0 + n.dst.atom.k})"),
     T.MBarrierArrive: _arrive,
     T.StoreStage: lambda n, t: (f"{n.dst.name}[{t.val(n.stage)}] = {n.frag.name}[{t.val(n.row0)}.., part {n.part}/{n.parts}]"
-                                + (f" * {t.val(n.alpha)}" if n.alpha is not None else "")),
+                                + (f" * {t.val(n.alpha)}" if n.alpha is not None else "")
+                                + (f" (vectors [{t.val(n.vector_buffer)}])" if n.vector_buffer != 0 else "")
+                                + (" (barrier before the stores)" if n.sync is not None else "")),
     T.TmaStore: lambda n, t: f"tma store {n.src.name}[{t.val(n.stage)}] -> {n.tmap.tensor.name}[{t.val(n.row0)}, {t.val(n.col0)}]",
     T.TmaStoreCommit: lambda n, t: "tma store commit",
-    T.FetchVector: lambda n, t: (f"fetch {n.sv.name} = {n.sv.vec.name}[{t.val(n.origin)}..+{n.sv.length}] "
-                                 f"(threads {n.sv.first_thread}..+{n.sv.threads})"),
-    T.ParkVector: lambda n, t: f"park {n.sv.name} -> {n.sv.tile.name}",
+    T.FetchVector: lambda n, t: (f"fetch {n.sv.name}[{t.val(n.buffer)}] = {n.sv.vec.name}[{t.val(n.origin)}..+"
+                                 f"{n.sv.length}] (threads {n.sv.first_thread}..+{n.sv.threads})"),
+    T.ParkVector: lambda n, t: f"park {n.sv.name}[{t.val(n.buffer)}] -> {n.sv.tile.name}",
     T.TmaStoreWait: lambda n, t: f"tma store wait.read {n.pending}",
     T.SetMaxRegisters: lambda n, t: f"setmaxnreg {'inc' if n.increase else 'dec'} {n.count}",
     T.MBarrierWait: lambda n, t: f"wait {n.bar.name}[{t.val(n.stage)}] parity {t.val(n.parity)}",

@@ -432,6 +432,11 @@ class StoreStage(TileOp):
     residual: Optional[GlobalTensor] = None
     row_scale: Optional[GlobalVector] = None
     col_scale: Optional[GlobalVector] = None
+    vector_buffer: object = 0   # which buffer of the staged vectors (StagedVector.buffers) it reads
+    # A barrier inside the op: the staged vectors are read first, then `sync` (protecting dst
+    # from its previous readers), then the values computed and stored, so the loads' latency
+    # overlaps the wait. The staged vectors must be published before the op.
+    sync: Optional[Barrier] = None
 
 
 @dataclass(eq=False)
@@ -441,7 +446,9 @@ class StagedVector:
     `first_thread` on well before the epilogue (FetchVector: thread t takes elements t, t +
     threads, ...), in the shared tile `tile` once the main loop is done (ParkVector), and read
     there by StoreStage, which indexes it from the block's first row or column. The loads'
-    latency hides behind the main loop instead of the epilogue.
+    latency hides behind the main loop instead of the epilogue. With `buffers` = 2 the tile
+    holds two blocks' slices: one block's can be fetched and parked while the previous one's
+    is read.
 
     4-byte elements go straight into the tile with cp.async (`by_copy`): a load into a register
     would still be in flight at the main loop's first wgmma_fence, which waits for it.
@@ -454,6 +461,7 @@ class StagedVector:
     first_thread: int
     threads: int
     regs: list = field(default_factory=list)
+    buffers: int = 1
 
     def __post_init__(self):
         if not self.regs and not self.by_copy:   # 16-bit elements sit in the low half of a b32 register
@@ -476,6 +484,7 @@ class FetchVector(TileOp):
 
     sv: StagedVector
     origin: object
+    buffer: object = 0
 
 
 @dataclass(eq=False)
@@ -484,6 +493,7 @@ class ParkVector(TileOp):
     own elements; a barrier of the same threads must come before StoreStage reads the tile."""
 
     sv: StagedVector
+    buffer: object = 0
 
 
 # -- fragment arithmetic: softmax and attention (lowered by ir/lower/elementwise.py) ---------

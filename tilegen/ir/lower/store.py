@@ -223,25 +223,32 @@ def _store(b, value, addr, inside, out):
 LOAD_CHUNK = 4   # atoms whose bias / residual loads are issued together, ahead of their use
 
 
-def _staged_address(b, ctx, sv, local):
-    """Shared address of element `local` of a staged vector's tile."""
-    return b.add(b.add(ctx.smem, sv.tile.offset), b.mul(local, sv.vec.dtype.bytes))
+def _staged_base(b, ctx, sv, buffer):
+    """Shared address of buffer `buffer` (an int or a value) of a staged vector's tile."""
+    if isinstance(buffer, int):
+        return b.add(ctx.smem, sv.tile.offset + buffer * sv.tile.layout.bytes)
+    return b.add(b.add(ctx.smem, sv.tile.offset), b.mul(buffer, sv.tile.layout.bytes))
 
 
-def _staged_f32(b, ctx, sv, local) -> Value:
-    """Element `local` of a staged vector's shared tile, widened to f32."""
+def _staged_address(b, ctx, sv, local, buffer):
+    """Shared address of element `local` of a staged vector's buffer."""
+    return b.add(_staged_base(b, ctx, sv, buffer), b.mul(local, sv.vec.dtype.bytes))
+
+
+def _staged_f32(b, ctx, sv, local, buffer) -> Value:
+    """Element `local` of a staged vector's buffer, widened to f32."""
     dt = sv.vec.dtype
-    addr = _staged_address(b, ctx, sv, local)
+    addr = _staged_address(b, ctx, sv, local, buffer)
     if dt.name == "f32":
         return b.op("ld.shared.f32", "f32", Addr(addr))
     return _to_f32(b, b.op("ld.shared.b16", "b32", Addr(addr)), dt.name)
 
 
-def _staged_f32_pair(b, ctx, sv, local) -> tuple:
-    """Elements `local` and `local + 1` (local even) of a staged vector's shared tile, widened
+def _staged_f32_pair(b, ctx, sv, local, buffer) -> tuple:
+    """Elements `local` and `local + 1` (local even) of a staged vector's buffer, widened
     to f32, in one load."""
     dt = sv.vec.dtype
-    addr = _staged_address(b, ctx, sv, local)
+    addr = _staged_address(b, ctx, sv, local, buffer)
     if dt.name == "f32":
         pair = (Value("f32"), Value("f32"))
         b.emit(Instr("ld.shared.v2.f32", (Vec(pair),), (Addr(addr),)))
@@ -263,7 +270,7 @@ def lower_fetch_vector(b, ctx, op):
     registers, or with cp.async into the tile (StagedVector.by_copy)."""
     sv, vec = op.sv, op.sv.vec
     size = vec.dtype.bytes
-    base = b.add(ctx.smem, sv.tile.offset) if sv.by_copy else None
+    base = _staged_base(b, ctx, sv, op.buffer) if sv.by_copy else None
     for i in range(sv.per_thread):
         index, mine = _staged_element(b, ctx, sv, i)
         at = b.add(op.origin, index)
@@ -292,7 +299,7 @@ def lower_park_vector(b, ctx, op):
         if not (isinstance(last, Instr) and last.opcode == "cp.async.wait_all"):
             b.emit(Instr("cp.async.wait_all"))
         return
-    base = b.add(ctx.smem, sv.tile.offset)
+    base = _staged_base(b, ctx, sv, op.buffer)
     for i, reg in enumerate(sv.regs):
         index, mine = _staged_element(b, ctx, sv, i)
         addr = b.add(base, b.mul(index, sv.vec.dtype.bytes))
@@ -342,7 +349,7 @@ def lower_store_stage(b, ctx, op):
         index, ok, local = at
         key = cache_key(vec, at)
         if key not in bias_cache:
-            bias_cache[key] = _staged_f32(b, ctx, vec, local) if isinstance(vec, T.StagedVector) else \
+            bias_cache[key] = _staged_f32(b, ctx, vec, local, op.vector_buffer) if isinstance(vec, T.StagedVector) else \
                 _load_f32(b, vec.ptr, index, vec.dtype, ok)
         return bias_cache[key]
 
@@ -351,7 +358,7 @@ def lower_store_stage(b, ctx, op):
         and c0 even (8- or 4-byte aligned in the 16-byte aligned tile); else one load each."""
         keys = (cache_key(vec, c0), cache_key(vec, c1))
         if isinstance(vec, T.StagedVector) and even and not all(k in bias_cache for k in keys):
-            bias_cache[keys[0]], bias_cache[keys[1]] = _staged_f32_pair(b, ctx, vec, c0[2])
+            bias_cache[keys[0]], bias_cache[keys[1]] = _staged_f32_pair(b, ctx, vec, c0[2], op.vector_buffer)
 
     def with_alpha(vec, at):
         """vec at `at` times alpha, once per row or column (an element then takes one multiply
@@ -395,19 +402,40 @@ def lower_store_stage(b, ctx, op):
             value = b.op("add.f32", "f32", value, res)
         return value
 
+    def where_of(i, j, r, br, bc, deltas):
+        """(row, first column, second column) placements of an element pair."""
+        row_deltas, col_deltas = [d[0] for d in deltas], [d[1] for d in deltas]
+        local_row, local_col = row_ct + 16 * i + br, 8 * (j - op.part * per) + bc
+        r_at = placed("r", (i, br, tuple(row_deltas)), local_row, row_deltas)
+        c0 = placed("c", (j, bc, tuple(col_deltas)), local_col, col_deltas)
+        c1 = placed("c", (j, bc + 1, tuple(col_deltas)), local_col + 1, col_deltas)
+        return r_at, c0, c1, bc % 2 == 0 and all(d % 2 == 0 for d in col_deltas)
+
     atoms = [(i, j) for i in range(tm) for j in range(op.part * per, (op.part + 1) * per)]
+    if op.sync is not None:
+        # the staged vectors (published before the op) into registers, then the barrier that
+        # protects the stage: their loads' latency overlaps its wait; the arithmetic and the
+        # stores follow, interleaved as without sync
+        if fused:
+            for i, j in atoms:
+                for (r, e, ((br, bc), deltas)), _ in pairs:
+                    r_at, c0, c1, even = where_of(i, j, r, br, bc, deltas)
+                    for vec in (op.col_scale, op.bias if op.bias_axis == "col" else None):
+                        if isinstance(vec, T.StagedVector):
+                            vector_pair(vec, c0, c1, even)
+                    for vec in (op.row_scale, op.bias if op.bias_axis == "row" else None):
+                        if isinstance(vec, T.StagedVector):
+                            vector(vec, r_at)
+        sync = op.sync
+        b.comment("the staged vectors are read: wait for the stage's previous readers")
+        b.emit(Instr("bar.sync", (), (sync.ident, sync.threads) if sync.threads else (0,)))
     for start in range(0, len(atoms), LOAD_CHUNK):
         chunk = atoms[start:start + LOAD_CHUNK]
         fetched = {}
         if fused:   # every load of the chunk first
             for i, j in chunk:
                 for (r, e, ((br, bc), deltas)), _ in pairs:
-                    row_deltas, col_deltas = [d[0] for d in deltas], [d[1] for d in deltas]
-                    local_row, local_col = row_ct + 16 * i + br, 8 * (j - op.part * per) + bc
-                    r_at = placed("r", (i, br, tuple(row_deltas)), local_row, row_deltas)
-                    c0 = placed("c", (j, bc, tuple(col_deltas)), local_col, col_deltas)
-                    c1 = placed("c", (j, bc + 1, tuple(col_deltas)), local_col + 1, col_deltas)
-                    even = bc % 2 == 0 and all(d % 2 == 0 for d in col_deltas)
+                    r_at, c0, c1, even = where_of(i, j, r, br, bc, deltas)
                     for vec in (op.col_scale, op.bias if op.bias_axis == "col" else None):
                         if vec is not None:
                             vector_pair(vec, c0, c1, even)
