@@ -146,6 +146,11 @@ def check_real_arrays(**arrays):
                               f"as the kernel takes them)")
 
 
+def check_device(device) -> None:
+    if device not in (None, "gpu", "cuda", "sim") and not (isinstance(device, int) and not isinstance(device, bool)):
+        raise LaunchError(f"device={device!r}; allowed: None, 'gpu', 'sim' or a GPU index")
+
+
 def check_epilogue(spec, bias, residual, scales=NO_SCALES):
     epi = spec.epilogue
     for vec, name, size in ((scales[0], "scale_a", "M"), (scales[1], "scale_b", "N")):
@@ -174,8 +179,7 @@ def run_gemm(kernel, A, B, *, out=None, alpha=1.0, beta=0.0, bias=None, residual
     spec = kernel.spec
     alpha, beta = real_number(alpha, "alpha"), real_number(beta, "beta")
     check_epilogue(spec, bias, residual, scales)
-    if device not in (None, "gpu", "cuda", "sim") and not (isinstance(device, int) and not isinstance(device, bool)):
-        raise LaunchError(f"device={device!r}; allowed: None, 'gpu', 'sim' or a GPU index")
+    check_device(device)
     host = all(x is None or _is_host(x) for x in (A, B, out, bias, residual))
     if device == "sim":
         if not host:

@@ -8,8 +8,8 @@ import numpy as np
 from .. import compiler, runtime
 from ..compiler import Kernel
 from ..errors import LaunchError
-from .call import (NO_SCALES, BatchedCall, FastCall, check_epilogue, check_stream_k_range, real_number, refuse_tall, run_batched,
-                   run_gemm, workspace_shape)
+from .call import (NO_SCALES, BatchedCall, FastCall, check_device, check_epilogue, check_stream_k_range, real_number,
+                   refuse_tall, run_batched, run_gemm, workspace_shape)
 from .template import trace_gemm, trace_split_k_sum, trace_stream_k_fixup
 from .prepare import preparations
 
@@ -164,8 +164,7 @@ class GemmKernel(Kernel):
                               f"{self.spec.epilogue.bias} has {length} elements")
         alpha, beta = real_number(alpha, "alpha"), real_number(beta, "beta")
         host = all(x is None or isinstance(x, np.ndarray) for x in (A, B, out, bias, residual))
-        if device not in (None, "gpu", "cuda", "sim") and not (isinstance(device, int) and not isinstance(device, bool)):
-            raise LaunchError(f"device={device!r}; allowed: None, 'gpu', 'sim' or a GPU index")
+        check_device(device)
         if device is not None and not host:
             raise LaunchError(f"device={device!r} places numpy arrays; GPU arrays run where they are: leave it out")
         refuse_tall(self.spec, shapes[0][1], shapes[1][2], shapes[0][2], shapes[0][0], shapes[1][0], count)

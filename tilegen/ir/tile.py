@@ -450,9 +450,9 @@ class StagedVector:
     holds two blocks' slices: one block's can be fetched and parked while the previous one's
     is read.
 
-    4-byte elements go straight into the tile with cp.async (`by_copy`): a load into a register
-    would still be in flight at the main loop's first wgmma_fence, which waits for it.
-    Narrower ones (cp.async copies 4 bytes at least) go through registers, stored at ParkVector."""
+    4-byte elements go straight into the tile with cp.async (`by_copy`), so no register load is
+    in flight across the main loop's wgmma_fence (measured within noise of the register path);
+    narrower ones (cp.async copies 4 bytes at least) go through registers, stored at ParkVector."""
 
     name: str
     vec: GlobalVector

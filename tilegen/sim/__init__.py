@@ -28,9 +28,9 @@ Limits:
   of Hopper's instructions only wgmma (f16/bf16 from shared memory, run at issue; sim/wgmma.py)
   and fence.proxy.async, no TMA, mbarrier or clusters; no warp-level sync
   (bar.warp.sync), so any exchange through shared memory needs a bar.sync;
-- cp.async groups are modelled per thread (commit/wait must not be guarded: the whole warp
-  commits and waits); the source is read when the copy is issued, the destination written
-  when its group retires;
+- cp.async groups are modelled per thread (each thread's commits and waits count its own
+  copies, guarded or in warps that parted); the source is read when the copy is issued, the
+  destination written when its group retires;
 - races are tracked in shared memory only (per byte: last writer, last reader or
   "several", pending copies); CTAs run one after another, so races between CTAs in global
   memory are not seen; registers and shared memory start as zeros (no uninitialised-read

@@ -624,12 +624,11 @@ class WarpSpecializedPipeline(TmaPipeline):
             # ... as every math thread knows after the barrier: store_stage's own (sync), after
             # it read the staged vectors so that their loads overlap the wait, where they were
             # published before
-            sync = published
-            if not sync:
+            if not published:
                 tg.barrier()
             tg.store_stage(sC[buf], acc, self.wm, part=p, parts=parts, alpha=alpha, out=C.block(m0, n0 + p * cols),
                            bias=bias, activation=self.spec.epilogue.activation, residual=R,
-                           row_scale=scales[0], col_scale=scales[1], vector_buffer=vector_buffer, sync=sync)
+                           row_scale=scales[0], col_scale=scales[1], vector_buffer=vector_buffer, sync=published)
             tg.fence_proxy_async()                   # visible to TMA's reads (the async proxy)
             tg.barrier()                             # ... from every math thread
             tg.tma_store(C.block(m0, n0 + p * cols), sC[buf])

@@ -6,6 +6,7 @@ from .. import tile as T
 from ..builder import Builder
 from ..instr import Comment, If, Instr, Loop, Role
 from ..values import Addr, Imm, Sym
+from .barrier import lower_barrier
 from .context import LowerContext
 from .copy import lower_copy
 from .fragment import lower_fill, lower_load_fragment, lower_mma, lower_split
@@ -26,13 +27,6 @@ def _wait(b, ctx, op):
     b.emit(Instr("cp.async.wait_group", (), (op.pending,)))
 
 
-def _barrier(b, ctx, op):
-    if op.threads:   # a warp role's own barrier
-        b.emit(Instr("bar.sync", (), (op.ident, op.threads)))
-    else:
-        b.emit(Instr("bar.sync", (), (0,)))
-
-
 def _set_max_registers(b, ctx, op):
     ctx.kernel.features.add("setmaxnreg")
     b.emit(Instr(f"setmaxnreg.{'inc' if op.increase else 'dec'}.sync.aligned.u32", (), (Imm(op.count),),
@@ -43,7 +37,7 @@ LOWERINGS = {
     T.CopyAsync: lower_copy,
     T.CommitGroup: _commit,
     T.WaitGroup: _wait,
-    T.Barrier: _barrier,
+    T.Barrier: lower_barrier,
     T.FillFragment: lower_fill,
     T.LoadFragment: lower_load_fragment,
     T.Mma: lower_mma,

@@ -9,6 +9,7 @@ from .. import tile as T
 from ..instr import Comment, Instr
 from ..values import Addr, Imm, Value, Vec
 from .activations import apply_activation
+from .barrier import lower_barrier
 from .fragment import split_origin
 from .lanes import fit_bit_linear
 from .smem import shared_address
@@ -426,9 +427,8 @@ def lower_store_stage(b, ctx, op):
                     for vec in (op.row_scale, op.bias if op.bias_axis == "row" else None):
                         if isinstance(vec, T.StagedVector):
                             vector(vec, r_at)
-        sync = op.sync
         b.comment("the staged vectors are read: wait for the stage's previous readers")
-        b.emit(Instr("bar.sync", (), (sync.ident, sync.threads) if sync.threads else (0,)))
+        lower_barrier(b, ctx, op.sync)
     for start in range(0, len(atoms), LOAD_CHUNK):
         chunk = atoms[start:start + LOAD_CHUNK]
         fetched = {}
