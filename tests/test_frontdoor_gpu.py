@@ -455,12 +455,14 @@ def test_a_stack_run_matrix_by_matrix_from_the_probes(monkeypatch):
         assert float(torch.linalg.norm(got.double() - ref) / torch.linalg.norm(ref)) <= _bound(torch.bfloat16, 128)
 
 
-def test_a_stack_whose_matrices_lie_apart_falls_back_from_the_tall_kernel():
-    """A's matrices with gaps between them (a slice of a taller stack): the tall-stack kernel refuses
-    them at the launch, the cp.async batched kernel runs instead, and is remembered for the next call."""
+def test_a_stack_whose_matrices_lie_apart_runs_on_the_tma_kernel():
+    """A's matrices with gaps between them (a slice of a taller stack) on the warp-specialized
+    kernel (template.TmaStack: a 3-D map takes any 16-byte stride), twice (the second call from
+    the probes); an empty stack."""
     gen = torch.Generator(device="cuda").manual_seed(81)
     A = torch.randn(3, 256, 64, device="cuda", dtype=torch.bfloat16, generator=gen)[:, :128]
     B = torch.randn(3, 64, 192, device="cuda", dtype=torch.bfloat16, generator=gen)
+    assert tilegen.matmul.explain(A, B).spec.persistent
     for _ in range(2):
         C = tilegen.matmul(A, B)
         torch.cuda.synchronize()
@@ -468,3 +470,33 @@ def test_a_stack_whose_matrices_lie_apart_falls_back_from_the_tall_kernel():
         assert float(torch.linalg.norm(C.double() - ref) / torch.linalg.norm(ref)) <= _bound(torch.bfloat16, 64)
     empty = tilegen.matmul(A[:0], B[:0])
     assert empty.shape == (0, 128, 192)
+
+
+@pytest.mark.parametrize("count, M, N, K, nb", [(6, 77, 200, 70, 6), (3, 1, 130, 64, 3), (5, 300, 96, 129, 1),
+                                                (2, 1000, 1000, 1000, 2)])
+def test_ragged_stacks_run_on_the_tma_stack_kernel(count, M, N, K, nb):
+    """Stacks whose M, N and K are not multiples of any tile, B broadcast or not, on the
+    warp-specialized kernel through 3-D tensor maps (template.TmaStack): beta = 0 with a NaN-
+    poisoned out (the TMA-store epilogue writes each block into its own matrix only), and with
+    bias + GELU(tanh) + residual, against float64."""
+    gen = torch.Generator(device="cuda").manual_seed(count * 1000 + M)
+    dt = torch.bfloat16
+    A = torch.randn(count, M, K, device="cuda", dtype=dt, generator=gen)
+    B = torch.randn(nb, K, N, device="cuda", dtype=dt, generator=gen)
+    if nb == 1:
+        B = B.expand(count, K, N)
+    choice = tilegen.matmul.explain(A, B)
+    assert choice.spec.batched and choice.spec.persistent and "3-D tensor map" in choice.reason, choice
+    ref = A.double() @ B.double()
+    for _ in range(2):   # (the second call from the probes)
+        out = torch.full((count, M, N), float("nan"), device="cuda", dtype=dt)
+        assert tilegen.matmul(A, B, out=out) is out
+        torch.cuda.synchronize()
+        assert not out.isnan().any()
+        assert float(torch.linalg.norm(out.double() - ref) / torch.linalg.norm(ref)) <= _bound(dt, K)
+    bias = torch.randn(N, device="cuda", dtype=dt, generator=gen)
+    res = torch.randn(count, M, N, device="cuda", dtype=dt, generator=gen)
+    Y = tilegen.matmul(A, B, bias=bias, activation="gelu_tanh", residual=res)
+    torch.cuda.synchronize()
+    want = torch.nn.functional.gelu(ref + bias.double(), approximate="tanh") + res.double()
+    assert float(torch.linalg.norm(Y.double() - want) / torch.linalg.norm(want)) <= 2 * _bound(dt, K)

@@ -100,11 +100,14 @@ def test_batched_specs_assemble(kw):
 
 
 @needs_ptxas
-@pytest.mark.parametrize("b_layout", ["row", "col"])
-def test_tall_stack_specs_assemble(b_layout):
-    """A batched spec on the warp-specialized TMA kernel (template.TallStack): 2-D tensor maps over
-    the tall matrices (MB, KB / NB rows), one persistent walk over every block of the stack."""
-    k = tilegen.compile(tilegen.GemmSpec(dtype="bf16", instruction="wgmma", batched=True, copy="tma", b_layout=b_layout))
+@pytest.mark.parametrize("a_layout, b_layout", [("row", "row"), ("row", "col"), ("col", "row")])
+def test_tma_stack_specs_assemble(a_layout, b_layout):
+    """A batched spec on the warp-specialized TMA kernel (template.TmaStack): a 3-D tensor map of
+    each stack (cp.async.bulk.tensor.3d, the stack's count and stride in each map), one
+    persistent walk over every block of every matrix."""
+    k = tilegen.compile(tilegen.GemmSpec(dtype="bf16", instruction="wgmma", batched=True, copy="tma",
+                                         a_layout=a_layout, b_layout=b_layout))
     assert_assembles(k.ptx, k.spec.target)
-    assert {"MB", "BATCH", "KB" if b_layout == "row" else "NB"} <= {n for n, _ in k.params}
-    assert "cp.async.bulk.tensor.2d" in k.ptx and "%ctaid.y" not in k.ptx
+    assert {m.tensor: (m.rank, m.batch_stride, m.batches) for m in k.tensor_maps} == {
+        t: (3, f"{t}_batch_stride", "BATCH") for t in "ABC"}
+    assert "cp.async.bulk.tensor.3d" in k.ptx and "cp.async.bulk.tensor.2d" not in k.ptx and "%ctaid.y" not in k.ptx

@@ -154,11 +154,11 @@ def test_the_fast_paths_fold_reads_strides_as_reshape_does():
             assert p[1] == view.shape and (view.shape[0] == 1 or p[2] == tuple(s // 4 for s in view.strides))
 
 
-def test_stacks_on_hopper_take_the_warp_specialized_kernel_where_they_read_as_tall_matrices(monkeypatch):
-    """On sm_90 a 16-bit stack whose matrices read as tall ones (M a multiple of the tile's rows, K of
-    its depth when B is row-major, no operand broadcast) takes the warp-specialized TMA kernel
-    with the largest STACK_TILES tile that still gives each SM a CTA; other stacks the cp.async
-    kernel, one grid row per matrix."""
+def test_stacks_on_hopper_take_the_warp_specialized_kernel(monkeypatch):
+    """On sm_90 a 16-bit stack takes the warp-specialized TMA kernel (template.TmaStack) with the
+    largest STACK_TILES tile that still gives each SM a CTA, whatever its M and K and whether an
+    operand is one matrix for all; a bias per row takes the cp.async kernel, one grid row per
+    matrix."""
     import importlib
 
     mm = importlib.import_module("tilegen.gemm.matmul")
@@ -168,15 +168,17 @@ def test_stacks_on_hopper_take_the_warp_specialized_kernel_where_they_read_as_ta
     def stack(count, M, K, N, na=None):
         return np.zeros((na or count, M, K), np.float16), np.zeros((count, K, N), np.float16)
 
-    for (count, M, K, N), tile in [((16, 1024, 1024, 1024), (128, 256, 64)), ((64, 256, 128, 256), (128, 128, 64)),
-                                   ((64, 128, 64, 128), (64, 128, 64)), ((4, 4096, 4096, 4096), (128, 256, 64))]:
-        choice = mm.explain(*stack(count, M, K, N))
+    for args, tile in [((16, 1024, 1024, 1024), (128, 256, 64)), ((64, 256, 128, 256), (128, 128, 64)),
+                                   ((64, 128, 64, 128), (64, 128, 64)), ((4, 4096, 4096, 4096), (128, 256, 64)),
+                                   ((8, 100, 64, 128), (64, 128, 64)), ((8, 128, 100, 128), (64, 128, 64)),
+                                   ((8, 128, 64, 128, 1), (64, 128, 64))]:   # M, K with B row-major, one A
+        choice = mm.explain(*stack(*args))
         spec = choice.spec
         assert spec.batched and spec.persistent and spec.copy == "tma" and tuple(spec.tile) == tile, choice
-        assert "tall matrix" in choice.reason
-    for args in [(8, 100, 64, 128), (8, 128, 100, 128), (8, 128, 64, 128, 1)]:   # M, K with B row-major, one A
-        spec = mm.explain(*stack(*args)).spec
-        assert spec.batched and not spec.persistent and spec.copy == "cp.async", args
+        assert "3-D tensor map" in choice.reason
+    A, B = stack(8, 100, 64, 128)
+    spec = mm.explain(A, B, bias=np.zeros(100, np.float16)).spec   # (per row: M elements)
+    assert spec.batched and not spec.persistent and spec.copy == "cp.async" and spec.epilogue.bias == "row", spec
 
 
 def test_a_batched_kernel_called_on_stacks():
@@ -190,8 +192,8 @@ def test_a_batched_kernel_called_on_stacks():
         k(A[0], B, device="sim")
     with pytest.raises(tilegen.LaunchError, match="each must hold 1 or 3"):
         k(A, _rand((2, 30, 25), 22), device="sim")
-    with pytest.raises(tilegen.SpecError, match="batched"):
-        tilegen.GemmSpec(dtype="bf16", instruction="wgmma", batched=True, copy="tma", a_layout="col")
+    with pytest.raises(tilegen.SpecError, match="bias per row"):
+        tilegen.GemmSpec(dtype="bf16", instruction="wgmma", batched=True, copy="tma", epilogue=tilegen.Epilogue(bias="row"))
 
 
 def test_what_the_review_of_stacks_found(monkeypatch):
@@ -222,40 +224,70 @@ def test_what_the_review_of_stacks_found(monkeypatch):
            A5, B5, bias=np.ones(17), dtype="f32")
 
 
-@pytest.mark.parametrize("b_layout, K", [("col", 40), ("row", 64)])
-def test_the_warp_specialized_kernel_reads_a_stack_as_tall_matrices(b_layout, K):
-    """A batched spec with TMA copies (template.TallStack) on the emulator: three 64-row products
-    with a ragged N (and K, B column-major), bias per column, residual, alpha and beta; a stack it
-    cannot read as tall matrices is refused with the reason."""
+@pytest.mark.parametrize("a_layout, b_layout, M, K", [("row", "col", 50, 40), ("row", "row", 100, 72),
+                                                    ("col", "row", 64, 64)])
+def test_the_warp_specialized_kernel_runs_any_stack(a_layout, b_layout, M, K):
+    """A batched spec with TMA copies (template.TmaStack) on the emulator: three products whose
+    M, N and K are not multiples of the tile (blocks stop at each matrix's edge: a 50-row matrix
+    in 64-row tiles, a K of 40 or 72 in 64-deep k-tiles), bias per column, residual, alpha and
+    beta; then B broadcast (one matrix for the stack) and A's matrices strided apart (a view
+    with gaps between them)."""
     spec = tilegen.GemmSpec(dtype="bf16", out_dtype="f32", instruction="wgmma", batched=True, copy="tma",
-                            b_layout=b_layout, tile=(64, 128, 64), warps=(4, 1), stages=4,
+                            a_layout=a_layout, b_layout=b_layout, tile=(64, 128, 64), warps=(4, 1), stages=4,
                             epilogue=tilegen.Epilogue(bias="col", residual=True))
     k = tilegen.compile(spec)
-    assert spec.persistent and {m.rows for m in k.tensor_maps} >= {"MB"}
+    assert spec.persistent and {m.rank for m in k.tensor_maps} == {3}
     bf = ml_dtypes.bfloat16
-    A = _rand((3, 64, K), 30, bf)
-    B = _rand((3, 40, K), 31, bf).swapaxes(1, 2) if b_layout == "col" else _rand((3, K, 40), 31, bf)
-    bias, res = np.linspace(-1, 1, 40).astype(np.float32), _rand((3, 64, 40), 32, np.float32)
-    out = _rand((3, 64, 40), 33, np.float32)
-    before = out.astype(np.float64)
-    C = k(A, B, out=out, bias=bias, residual=res, alpha=0.5, beta=-1.0, device="sim")
+
+    def stack(count, rows, cols, seed, row_major):
+        return _rand((count, rows, cols), seed, bf) if row_major else _rand((count, cols, rows), seed, bf).swapaxes(1, 2)
+
+    A = stack(3, M, K, 30, a_layout == "row")
+    B = stack(3, K, 40, 31, b_layout == "row")
+    bias, res = np.linspace(-1, 1, 40).astype(np.float32), _rand((3, M, 40), 32, np.float32)
+
+    def check(A, B):
+        out = _rand((3, M, 40), 33, np.float32)
+        before = out.astype(np.float64)
+        C = k(A, B, out=out, bias=bias, residual=res, alpha=0.5, beta=-1.0, device="sim")
+        A64, B64 = A.astype(np.float64), B.astype(np.float64)
+        ref = 0.5 * np.matmul(A64, B64) - before + bias + res
+        scale = 0.5 * np.matmul(np.abs(A64), np.abs(B64)) + np.abs(before) + np.abs(bias) + np.abs(res)
+        assert C is out and np.all(np.abs(out - ref) <= gemm_bound("bf16", K, "f32") * scale)
+
+    check(A, B)
+    check(A, B[1:2])                                   # B broadcast: stride 0, read at matrix 0
+    if a_layout == "row":                              # A's matrices 8 rows apart more than they need
+        gapped = stack(3, M + 8, K, 34, True)
+        gapped[:, :M] = A
+        check(gapped[:, :M], B)
+
+
+def test_tma_stacks_with_beta_zero_store_through_shared_memory():
+    """beta = 0 takes the TMA-store epilogue: each slice of C goes out through a 3-D map of C's
+    stack, so a block of a 50-row matrix writes its own 50 rows only (the rows after it belong
+    to the next matrix: poisoned here, and checked)."""
+    spec = tilegen.GemmSpec(dtype="f16", out_dtype="f16", instruction="wgmma", batched=True, copy="tma",
+                            tile=(64, 128, 64), warps=(4, 1), stages=4)
+    k = tilegen.compile(spec)
+    assert k.spec.store == "tma"
+    A, B = _rand((3, 50, 72), 35), _rand((3, 72, 136), 36)
+    out = np.full((3, 50, 136), np.nan, F16)
+    C = k(A, B, out=out, device="sim")
     A64, B64 = A.astype(np.float64), B.astype(np.float64)
-    ref = 0.5 * np.matmul(A64, B64) - before + bias + res
-    scale = 0.5 * np.matmul(np.abs(A64), np.abs(B64)) + np.abs(before) + np.abs(bias) + np.abs(res)
-    assert C is out and np.all(np.abs(out - ref) <= gemm_bound("bf16", K, "f32") * scale)
-    with pytest.raises(tilegen.LaunchError, match="not a multiple of tile.m"):
-        k(A[:, :60], B, bias=bias, residual=res[:, :60], device="sim")
+    assert C is out and np.all(np.abs(out - np.matmul(A64, B64)) <= gemm_bound("f16", 72, "f16")
+                               * np.matmul(np.abs(A64), np.abs(B64)) + 2.0 ** -14)
 
 
 @pytest.mark.parametrize("dtype, K", [("tf32", 40), ("e4m3", 200)])
-def test_tall_stacks_of_tf32_and_fp8(dtype, K):
-    """The tall-stack kernel with 4-byte and fp8 operands (both K-major; fp8 promoted), ragged N and K;
-    tf32 with B row-major (C^T = B^T A^T) is refused."""
+def test_tma_stacks_of_tf32_and_fp8(dtype, K):
+    """The TMA stack kernel with 4-byte and fp8 operands (both K-major; fp8 promoted), ragged M, N
+    and K; tf32 with B row-major (C^T = B^T A^T) is refused."""
     from tilegen.arch.dtypes import numpy_dtype
 
     spec = tilegen.GemmSpec(dtype=dtype, out_dtype="f32", instruction="wgmma", batched=True, copy="tma", b_layout="col",
                             tile=(64, 128, 32 if dtype == "tf32" else 128), warps=(4, 1), stages=4)
-    A = _rand((3, 64, K), 40, numpy_dtype(dtype))
+    A = _rand((3, 56, K), 40, numpy_dtype(dtype))
     B = _rand((3, 40, K), 41, numpy_dtype(dtype)).swapaxes(1, 2)
     C = tilegen.compile(spec)(A, B, device="sim")
     A64, B64 = A.astype(np.float64), B.astype(np.float64)
@@ -266,8 +298,8 @@ def test_tall_stacks_of_tf32_and_fp8(dtype, K):
         tilegen.GemmSpec(dtype="tf32", instruction="wgmma", batched=True, copy="tma", b_layout="row")
 
 
-def test_tall_stacks_refuse_an_empty_k(monkeypatch):
-    """K = 0 is not a tall stack (TMA describes no empty matrix): matmul takes the cp.async batched
+def test_tma_stacks_refuse_an_empty_k(monkeypatch):
+    """K = 0 is not a TMA stack (TMA describes no empty matrix): matmul takes the cp.async batched
     kernel, whose result is the epilogue of a zero product, as numpy's."""
     import importlib
 

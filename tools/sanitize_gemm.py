@@ -3,7 +3,7 @@ wrong result. Usage: compute-sanitizer --tool memcheck python3 tools/sanitize_ge
 (--hopper: the sm_90a wgmma kernels instead: the warp-specialized TMA kernel with its TMA-store
 epilogue, its beta and unaligned-output paths, and the one-CTA-per-block TMA kernel; --stacks:
 batched kernels on ragged stacks, one A for every B, column-major matrices, bias and residual, and the
-warp-specialized TMA kernel on stacks read as tall matrices)."""
+warp-specialized TMA kernel on stacks through 3-D tensor maps)."""
 import sys
 
 import numpy as np
@@ -93,10 +93,12 @@ STACKS = [(dict(dtype="f16", out_dtype="f16", tile=(64, 64, 32)), (3, 1), (70, 4
            (200, 300, 70), ("col", "col")),
           (dict(dtype="f16", out_dtype="f32", instruction="wgmma", tile=(64, 128, 64), warps=(4, 1),
                 epilogue=tilegen.Epilogue("row", "gelu_tanh", True)), (1, 5), (130, 90, 130), ("row", "col")),
-          # the warp-specialized TMA kernel reading each stack as one tall matrix (template.TallStack)
+          # the warp-specialized TMA kernel, each stack through a 3-D tensor map (template.TmaStack):
+          # ragged M, N and K, a broadcast B, A column-major
           (dict(dtype="bf16", out_dtype="bf16", instruction="wgmma", copy="tma"), (4, 4), (256, 300, 70), ("row", "col")),
+          (dict(dtype="bf16", out_dtype="bf16", instruction="wgmma", copy="tma"), (4, 1), (200, 300, 70), ("row", "col")),
           (dict(dtype="f16", out_dtype="f16", instruction="wgmma", copy="tma", tile=(64, 128, 64), warps=(4, 1),
-                epilogue=tilegen.Epilogue("col", "gelu_tanh", True)), (3, 3), (128, 200, 128), ("row", "row"))]
+                epilogue=tilegen.Epilogue("col", "gelu_tanh", True)), (3, 3), (100, 200, 72), ("col", "row"))]
 
 
 def stacks() -> int:

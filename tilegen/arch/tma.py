@@ -7,6 +7,11 @@ its dimensions innermost first: globalDim = (cols, rows), globalStrides = (ld * 
 boxDim = (box_cols, box_rows). The box is written to shared memory row by row (box_cols
 contiguous), with the swizzle applied to the shared address; elements outside the matrix
 arrive as zeros, and the transaction count is always the whole box.
+
+A stack of matrices (`count` of them, `stride` elements apart) is a 3-D map: globalDim =
+(cols, rows, count), globalStrides = (ld * esize, stride * esize), boxDim = (box_cols,
+box_rows, 1), so a box stops at its own matrix's edges. A stride of 0 (every index reads
+matrix 0) is a map of one matrix, which kernels read at index 0.
 """
 from __future__ import annotations
 
@@ -47,6 +52,12 @@ class TensorMapDecl:
     box_rows: int
     box_cols: int
     swizzle: str
+    batch_stride: str = ""   # a stack's map (3-D): the parameters of its stride and its count
+    batches: str = ""
+
+    @property
+    def rank(self) -> int:
+        return 3 if self.batch_stride else 2
 
     def to_data(self) -> dict:
         return asdict(self)
@@ -55,10 +66,23 @@ class TensorMapDecl:
     def from_data(cls, data: dict) -> "TensorMapDecl":
         return cls(**data)
 
+    @property
+    def names(self) -> tuple:
+        """The arguments a map is built from, by name: (pointer, stored rows, stored cols, ld),
+        and for a stack (stride, count)."""
+        return (self.ptr, self.rows, self.cols, self.ld) + ((self.batch_stride, self.batches) if self.rank == 3 else ())
+
     def operand(self, args: dict) -> tuple:
-        """(pointer, stored rows, stored cols, ld) of this launch's arguments."""
+        """The values of `names` in this launch's arguments."""
         ptr = args[self.ptr]
-        return int(ptr.ptr if hasattr(ptr, "ptr") else ptr), int(args[self.rows]), int(args[self.cols]), int(args[self.ld])
+        return (int(ptr.ptr if hasattr(ptr, "ptr") else ptr),) + tuple(int(args[n]) for n in self.names[1:])
+
+    def stack(self, rows: int, cols: int, ld: int, stride: int, count: int) -> tuple:
+        """(matrices, bytes between them) of a stack's third dimension: one matrix where the
+        stride is 0 (a broadcast; its bytes then any legal value) or there is one."""
+        if stride == 0 or count <= 1:
+            return 1, max(rows, 1) * self.pitch(rows, cols, ld)
+        return count, stride * self.esize
 
     def pitch(self, rows: int, cols: int, ld: int) -> int:
         """The row pitch in bytes the map gets: one row's pitch is never used, so a single-row
@@ -67,8 +91,16 @@ class TensorMapDecl:
             return -(-max(cols, 1) * self.esize // STRIDE_ALIGN) * STRIDE_ALIGN
         return ld * self.esize
 
-    def problem(self, ptr: int, rows: int, cols: int, ld: int) -> Optional[str]:
-        """Why TMA cannot describe this matrix, or None."""
+    def problem(self, ptr: int, rows: int, cols: int, ld: int, stride: int = 0, count: int = 1) -> Optional[str]:
+        """Why TMA cannot describe this matrix (or stack of them), or None."""
+        if self.rank == 3:
+            matrices, apart = self.stack(rows, cols, ld, stride, count)
+            if apart % STRIDE_ALIGN:
+                return f"its matrices are {apart} bytes apart, not a multiple of {STRIDE_ALIGN}"
+            if not 0 < apart < STRIDE_LIMIT:
+                return f"its matrices are {apart} bytes apart, outside 1..2^40 - 1"
+            if not 0 < matrices <= DIM_LIMIT:
+                return f"its {matrices} matrices are outside 1..2^32"
         pitch = self.pitch(rows, cols, ld)
         if ptr % ADDRESS_ALIGN:
             return f"its address {ptr:#x} is not a multiple of {ADDRESS_ALIGN} bytes"

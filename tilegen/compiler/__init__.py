@@ -51,8 +51,9 @@ def tensor_map_decl(kernel, tmap) -> TensorMapDecl:
     t = tmap.tensor
     name_of = {id(p.value): p.name for p in kernel.params}
     name_of.update({id(p.global_value): p.name for p in kernel.params if p.global_value is not None})
+    stack = () if tmap.batch is None else (name_of[id(tmap.batch.stride)], tmap.batch.count)
     return TensorMapDecl(tmap.name, t.name, t.dtype.name, t.dtype.bytes, name_of[id(t.ptr)], name_of[id(t.rows)],
-                         name_of[id(t.cols)], name_of[id(t.ld)], tmap.box_rows, tmap.box_cols, tmap.swizzle)
+                         name_of[id(t.cols)], name_of[id(t.ld)], tmap.box_rows, tmap.box_cols, tmap.swizzle, *stack)
 
 
 def compile_spec(spec, trace, kernel_class=Kernel) -> Kernel:

@@ -21,7 +21,7 @@ from ..ir import tile as T
 from ..ir.layout import SmemLayout
 from ..ir.values import Value
 from .objects import Block, Fragment, Stage, Tensor, Vector
-from .primitives import check_stage, scale_vectors, tile_op
+from .primitives import check_stage, scale_vectors, size, tile_op
 from .scalars import Float, Int, raw, wrap
 from .trace import current, fail
 
@@ -122,18 +122,23 @@ def mbarrier_wait(bar: BarrierStage, parity):
 
 def _tensor_map(tensor, layout, box_rows: int = None) -> T.TensorMap:
     """The kernel's tensor map of `tensor` with the box of one panel of `layout` (or
-    `box_rows` of its rows), made once."""
+    `box_rows` of its rows), made once; for a matrix of a stack, the stack's 3-D map."""
     tr = current()
+    batch = tensor.batch
+    if batch is not None:
+        tensor = batch.stack
+        size(batch.count)   # (the map's extent: a parameter from now on)
     box_rows = box_rows or layout.rows
     box_cols = layout.panel_bytes // layout.esize if layout.swizzle else layout.cols
     swizzle = layout.mode if layout.swizzle else "none"
     for m in tr.kernel.tensor_maps:
-        if m.tensor.name == tensor.name and (m.box_rows, m.box_cols, m.swizzle) == (box_rows, box_cols, swizzle):
+        if m.tensor.name == tensor.name and (m.box_rows, m.box_cols, m.swizzle, m.batch is None) == (
+                box_rows, box_cols, swizzle, batch is None):
             return m
     count = sum(m.tensor.name == tensor.name for m in tr.kernel.tensor_maps)
     name = f"{tensor.name}_tmap" + (str(count) if count else "")
     param = T.Param(name, "tensormap", Value("b64", name))
-    tmap = T.TensorMap(name, tensor, box_rows, box_cols, swizzle, param)
+    tmap = T.TensorMap(name, tensor, box_rows, box_cols, swizzle, param, batch)
     tr.kernel.params.append(param)
     tr.kernel.tensor_maps.append(tmap)
     return tmap
@@ -185,7 +190,7 @@ def tma_load(dst: Stage, src: Block, bar: BarrierStage, *, multicast: int = None
     r0, c0 = tensor.ir.stored(src.row, src.col)
     tmap = _tensor_map(tensor.ir, layout, box_rows)
     tile_op(T.TmaLoad(tile.ir, raw(dst.index), tmap, raw(wrap(r0)), raw(wrap(c0)), bar.bar.ir, raw(bar.index),
-                      multicast, part, parts))
+                      multicast, part, parts, _matrix(tensor)))
 
 
 def _tma_layout_ok(what: str, tile):
@@ -367,7 +372,12 @@ def tma_store(dst: Block, src: Stage):
     check_stage(src)
     r0, c0 = tensor.ir.stored(dst.row, dst.col)
     tmap = _tensor_map(tensor.ir, layout)
-    tile_op(T.TmaStore(tile.ir, raw(src.index), tmap, raw(wrap(r0)), raw(wrap(c0))))
+    tile_op(T.TmaStore(tile.ir, raw(src.index), tmap, raw(wrap(r0)), raw(wrap(c0)), _matrix(tensor)))
+
+
+def _matrix(tensor):
+    """The stack coordinate of a matrix of a stack (dsl/batched.py), else 0."""
+    return tensor.ir.batch.coord if tensor.ir.batch is not None else 0
 
 
 def tma_store_commit():

@@ -432,17 +432,18 @@ class FastCall:
 
 
 def _map_layout(kernel, names: tuple) -> tuple:
-    """For each of a kernel's tensor maps: (declaration, its map cache, the positions in `names`
-    of its pointer, rows, columns and leading dimension), so that a launch from positional
-    values builds (or finds) the map without hashing the declaration."""
-    return tuple((m, map_cache(m), *(names.index(x) for x in (m.ptr, m.rows, m.cols, m.ld))) for m in kernel.tensor_maps)
+    """For each of a kernel's tensor maps: (declaration, its map cache, a getter of its key
+    (pointer, rows, columns, leading dimension[, stack stride, count]) from positional values
+    in the order of `names`), so that a launch builds (or finds) the map without hashing the
+    declaration."""
+    return tuple((m, map_cache(m), itemgetter(*(names.index(x) for x in m.names))) for m in kernel.tensor_maps)
 
 
 def _tensor_maps(layout: tuple, values: tuple) -> tuple:
     """The tensor maps (bytes) of a launch from its positional values (_map_layout)."""
     maps = []
-    for m, cache, p, r, c, ld in layout:
-        key = (values[p], values[r], values[c], values[ld])
+    for m, cache, key_of in layout:
+        key = key_of(values)
         raw = cache.get(key)
         maps.append(raw if raw is not None else tensor_map_bytes(m, *key))
     return tuple(maps)
@@ -723,37 +724,34 @@ def run_batched(kernel, A, B, out, count: int, *, alpha=1.0, beta=0.0, bias=None
 
 
 _BATCHED = ("M", "N", "K", "BATCH", "A_ptr", "A_ld", "A_batch_stride", "B_ptr", "B_ld", "B_batch_stride",
-            "C_ptr", "C_ld", "C_batch_stride", "alpha", "beta", "bias_ptr", "R_ptr", "R_ld", "R_batch_stride",
-            "MB", "KB", "NB")   # (the tall matrices of a stack on the warp-specialized kernel: template.TallStack)
+            "C_ptr", "C_ld", "C_batch_stride", "alpha", "beta", "bias_ptr", "R_ptr", "R_ld", "R_batch_stride")
 
 
-TALL_LIMIT = 2 ** 31   # rows of a tall matrix: TMA's coordinates are signed 32-bit
+COORD_LIMIT = 2 ** 31   # TMA's coordinates are signed 32-bit
+# (the stack row that names a block, template.TmaStack: matrix * M + row, a 32-bit product)
+STACK_ROWS_LIMIT = 2 ** 32
 
 
-def tall_problem(spec, M: int, N: int, K: int, na: int, nb: int, count: int):
-    """Why a stack cannot run on a batched spec's warp-specialized kernel (template.TallStack: the
-    stack read as one tall matrix), or None; every other batched spec takes any stack."""
+def stack_problem(spec, M: int, N: int, K: int, count: int):
+    """Why a stack cannot run on a batched spec's warp-specialized kernel (template.TmaStack: its
+    operands through 3-D tensor maps), or None; every other batched spec takes any stack."""
     if not (spec.batched and spec.persistent):
         return None
     if min(M, N, K) == 0:
         return "a dimension is empty (TMA describes no empty matrix)"
-    if count * max(M, N, K) >= TALL_LIMIT:
-        return f"the tall matrices would have {count} x {max(M, N, K)} rows, over TMA's signed 32-bit coordinates"
-    if na != count or nb != count:
-        return "one operand is a single matrix for the whole stack"
-    if M % spec.tile.m:
-        return f"M = {M} is not a multiple of tile.m = {spec.tile.m} (a block of C would reach into the next matrix)"
-    if spec.b_layout == "row" and K % spec.tile.k:
-        return f"K = {K} is not a multiple of tile.k = {spec.tile.k} with B row-major"
+    if max(M, N, K, count) >= COORD_LIMIT:
+        return f"a dimension of {max(M, N, K, count)} is over TMA's signed 32-bit coordinates"
+    if count * M >= STACK_ROWS_LIMIT:
+        return f"its {count} x {M} rows are over the kernel's 32-bit stack rows"
     return None
 
 
-def refuse_tall(spec, M: int, N: int, K: int, na: int, nb: int, count: int) -> None:
-    """LaunchError when a tall-stack kernel cannot take this stack (tall_problem says why)."""
-    why = tall_problem(spec, M, N, K, na, nb, count)
+def refuse_stack(spec, M: int, N: int, K: int, count: int) -> None:
+    """LaunchError when a TMA stack kernel cannot take this stack (stack_problem says why)."""
+    why = stack_problem(spec, M, N, K, count)
     if why is not None:
-        raise LaunchError(f"this batched kernel reads each stack as one tall matrix, which this stack does not "
-                          f"allow: {why}; use a batched spec with copy='cp.async' (tilegen.matmul picks one)")
+        raise LaunchError(f"this batched kernel reads stacks through TMA, which this stack does not allow: {why}; "
+                          f"use a batched spec with copy='cp.async' (tilegen.matmul picks one)")
 
 
 class BatchedCall:
@@ -768,7 +766,7 @@ class BatchedCall:
         self.rows = (spec.a_layout == "row", spec.b_layout == "row")
         self.bias = spec.epilogue.bias   # None, "col" (N values) or "row" (M)
         self.residual = spec.epilogue.residual
-        self.tall = spec.persistent
+        self.tma = spec.persistent   # (template.TmaStack: the whole stack in one launch, any strides)
         self.maps = _map_layout(kernel, _BATCHED)
         names = _BATCHED + tuple(m.param for m in kernel.tensor_maps)
         self.pick = itemgetter(*(names.index(n) for n, _ in kernel.params))
@@ -811,15 +809,12 @@ class BatchedCall:
             bias_ptr = pv[PTR]
         launcher = self.kernel.launcher(dev)
         stream = lib.stream(dev)
-        if self.tall:   # one tall matrix per operand: only where that is exact (tall_problem)
+        if self.tma:   # every matrix through 3-D tensor maps (stack_problem)
             if count == 0:
                 return out
-            if tall_problem(self.kernel.spec, M, N, K, pa[SHAPE][0], pb[SHAPE][0], count) is not None or \
-                    (count > 1 and (a[2] != M * a[1] or b[2] != (K if self.rows[1] else N) * b[1]
-                                    or c[2] != M * c[1] or (pr is not None and r[2] != M * r[1]))):
+            if stack_problem(self.kernel.spec, M, N, K, count) is not None:
                 return None
-            values = (M, N, K, count, *a[:2], 0, *b[:2], 0, *c[:2], 0, float(alpha), float(beta), bias_ptr, *r[:2],
-                      0, count * M, count * K, count * N)
+            values = (M, N, K, count, *a[:3], *b[:3], *c[:3], float(alpha), float(beta), bias_ptr, *r)
             launcher(self.grid(M, N, K, count, launcher.sm_count), self.pick(values + _tensor_maps(self.maps, values)),
                      stream)
             return out
@@ -886,7 +881,7 @@ def _run_batched_host(kernel, A, B, out, count, sizes, alpha, beta, bias, residu
             raise LaunchError(f"bias has {bias.shape[0]} elements; a bias per {spec.epilogue.bias} needs {length}")
     if M == 0 or N == 0 or count == 0:
         return out
-    refuse_tall(spec, M, N, K, A.shape[0], B.shape[0], count)
+    refuse_stack(spec, M, N, K, count)
     if device == "sim":
         memory = _SimMemory(explicit=True)
     elif device is None and not runtime.gpu_available():
@@ -910,8 +905,8 @@ def _run_batched_host(kernel, A, B, out, count, sizes, alpha, beta, bias, residu
         if bias is not None:
             args["bias_ptr"] = memory.put(np.ascontiguousarray(bias))
         esize = {"A": numpy_dtype(spec.dtype).itemsize, "B": numpy_dtype(spec.b_dtype).itemsize}
-        if spec.persistent:   # the tall matrices (template.TallStack): the pitched stacks lie one after another
-            memory.launch(kernel, {**args, "BATCH": count, "MB": count * M, "KB": count * K, "NB": count * N}, sizes)
+        if spec.persistent:   # every matrix in one launch (template.TmaStack)
+            memory.launch(kernel, {**args, "BATCH": count}, sizes)
         for start, n in _chunks(count) if not spec.persistent else ():   # (grid.y: up to GRID_Y matrices a launch)
             moved = {f"{t}_ptr": args[f"{t}_ptr"] + start * args[f"{t}_batch_stride"] * esize.get(t, out_dt.itemsize)
                      for t in "ABCR" if f"{t}_ptr" in args}

@@ -9,7 +9,7 @@ from .. import compiler, runtime
 from ..compiler import Kernel
 from ..errors import LaunchError
 from .call import (NO_SCALES, BatchedCall, FastCall, check_device, check_epilogue, check_stream_k_range, real_number,
-                   refuse_tall, run_batched, run_gemm, workspace_shape)
+                   refuse_stack, run_batched, run_gemm, workspace_shape)
 from .template import trace_gemm, trace_split_k_sum, trace_stream_k_fixup
 from .prepare import preparations
 
@@ -167,7 +167,7 @@ class GemmKernel(Kernel):
         check_device(device)
         if device is not None and not host:
             raise LaunchError(f"device={device!r} places numpy arrays; GPU arrays run where they are: leave it out")
-        refuse_tall(self.spec, shapes[0][1], shapes[1][2], shapes[0][2], shapes[0][0], shapes[1][0], count)
+        refuse_stack(self.spec, shapes[0][1], shapes[1][2], shapes[0][2], count)
         c = run_batched(self, A, B, out, count, alpha=alpha, beta=beta, bias=bias, residual=residual, device=device)
         if c is None:
             raise LaunchError("these GPU arrays do not fit this batched kernel: each operand's matrices must be laid "

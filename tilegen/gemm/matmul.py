@@ -32,7 +32,7 @@ from ..errors import LaunchError, PerformanceWarning, SpecError, TilegenError
 from ..runtime import interop
 from ..runtime.interop import DEVICE, DTYPE, PTR, SHAPE, STRIDES
 from . import batch, tuned
-from .call import NO_SCALES, check_real_arrays, real_number, refuse_long_emulation, run_batched, tall_problem
+from .call import NO_SCALES, check_real_arrays, real_number, refuse_long_emulation, run_batched, stack_problem
 from .kernel import compile_gemm
 from .spec import Epilogue, GemmSpec
 
@@ -687,10 +687,10 @@ def matmul(A, B, *, bias=None, activation=None, residual=None, alpha=1.0, beta=0
 
 
 # Stacks whose products are not folded into one (gemm/batch.py) run as one launch of a batched
-# kernel. On Hopper, 16-bit stacks that read as tall matrices (template.TallStack: M a multiple of
-# the tile's rows, K of its depth with B row-major, no operand broadcast) take the warp-specialized
-# TMA kernel walking every block of the stack, with the first of STACK_TILES that gives every SM a
-# CTA (else the last, which gives the most): measured on the H200 (run 140, bf16, x torch.matmul)
+# kernel. On Hopper, 16-bit stacks take the warp-specialized TMA kernel walking every block of
+# every matrix (template.TmaStack: 3-D tensor maps, so any M, N, K, broadcast operands and
+# strided stacks), with the first of STACK_TILES that gives every SM a CTA (else the last, which
+# gives the most): measured on the H200 with stacks of whole tiles (run 140, bf16, x torch.matmul)
 # 0.93 / 0.78 / 0.92 / 0.99 / 0.95 / 1.03 / 0.95 / 1.00 at 64 x 128^2 x 64, 64 x 256^2 x 128,
 # 32 x 512^2 x 64, 16 x 1024^3, 8 x 2048^3, 4 x 4096^3, 32 x 1024^2 x 128, 96 x 512^3. Other stacks
 # take the cp.async batched kernel (one grid row per matrix; 0.4-0.6x between 256 and 2048, run
@@ -705,21 +705,20 @@ def _batched_spec(spec, stack, na: int, nb: int):
     """The batched twin of the spec matmul picks for one product of a stack (na and nb: A's and B's
     matrices, 1 or all), or None where the stack should run matrix by matrix (operands prepared by
     first kernels, fp8 promotion, or products that hide their launches behind a faster kernel).
-    16-bit stacks that read as tall matrices take the warp-specialized TMA kernel (TallStack)."""
+    16-bit stacks take the warp-specialized TMA kernel (TmaStack)."""
     if spec.prepared_operands:
         return None
-    if spec.warp_specialized and spec.dtype in ("f16", "bf16") and spec.a_layout == "row" and spec.epilogue.bias != "row":
+    if spec.warp_specialized and spec.dtype in ("f16", "bf16") and spec.epilogue.bias != "row":
         sms = runtime.device_info().sm_count if runtime.gpu_available() else 132
-        fits = [t for t in STACK_TILES if stack.M % t["tile"][0] == 0
-                and (spec.b_layout == "col" or stack.K % t["tile"][2] == 0)]
-        filling = [t for t in fits if stack.matrices * -(-stack.M // t["tile"][0]) * -(-stack.N // t["tile"][1]) >= sms]
-        for tiles in (filling or fits[-1:]):
+        filling = [t for t in STACK_TILES
+                   if stack.matrices * -(-stack.M // t["tile"][0]) * -(-stack.N // t["tile"][1]) >= sms]
+        for tiles in (filling or STACK_TILES[-1:]):
             try:
                 twin = spec.replace(batched=True, copy="tma", persistent=True, cluster=(1, 1), stream_k=False,
                                     pingpong=False, split_k=1, store="auto", **tiles)
             except SpecError:
                 continue
-            if tall_problem(twin, stack.M, stack.N, stack.K, na, nb, stack.matrices) is None:
+            if stack_problem(twin, stack.M, stack.N, stack.K, stack.matrices) is None:
                 return twin
     reset = dict(batched=True, persistent=None, copy="auto", store="auto", cluster=(1, 1), split_k=1, stream_k=False,
                  pingpong=False, promote=None)
@@ -757,7 +756,7 @@ def _batched_choice(stack, flat, bias, activation, allow_tf32, first=None):
     spec = _batched_spec(first.spec, stack, int(flat.A.shape[0]), int(flat.B.shape[0]))
     if spec is None:
         return None
-    how = ("the warp-specialized TMA kernel walking every block of the stack, each operand read as one tall matrix"
+    how = ("the warp-specialized TMA kernel walking every block of every matrix, each stack through a 3-D tensor map"
            if spec.persistent else "a grid row per matrix, cp.async copies")
     return Choice(spec, f"a stack of {stack.matrices} products of {stack.M} x {stack.N} x {stack.K}: one launch of a "
                         f"batched kernel ({spec.instruction}, {spec.tile.m}x{spec.tile.n} tiles, {how}); {first.reason}")
@@ -808,8 +807,8 @@ def _stacked(A, B, *, out, residual, scale_a=None, scale_b=None, **options):
             c = run_batched(kernel, a3, b3, flat.out, stack.matrices, alpha=options.get("alpha", 1.0),
                             beta=options.get("beta", 0.0), bias=_as_out_dtype(bias, spec, "bias"),
                             residual=_as_out_dtype(flat.residual, spec, "residual"), device=options.get("device"))
-            if c is None and spec.persistent:   # (matrices not one right after another: the cp.async kernel,
-                # remembered for these arrays from now on)
+            if c is None and spec.persistent:   # (a stack TMA cannot describe, call.stack_problem: the cp.async
+                # kernel, remembered for these arrays from now on)
                 try:
                     twin = compile_gemm(spec.replace(persistent=None, copy="auto", store="auto"))
                 except SpecError:

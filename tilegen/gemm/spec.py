@@ -191,8 +191,9 @@ class GemmSpec:
     |            | operand's matrices `<name>_batch_stride`        |                          |
     |            | elements apart (0: one matrix for all), cp.async|                          |
     |            | copies; with copy="tma" the warp-specialized    |                          |
-    |            | kernel reading each stack as one tall matrix    |                          |
-    |            | (template.TallStack)                            |                          |
+    |            | kernel walking every block of every matrix,     |                          |
+    |            | each stack through a 3-D tensor map             |                          |
+    |            | (template.TmaStack)                             |                          |
 
     `instruction` names the main-loop family (tilegen/gemm/mainloops/): its defaults, its
     rules and its pipeline; the wgmma family's rules are in WgmmaLoop's docstring.
@@ -596,15 +597,15 @@ class GemmSpec:
             raise SpecError("batched", self.batched, "False with scales per row or column",
                             "a stack's scales would differ per matrix: scale alpha, or multiply matrix by matrix")
         by_offset = not self.persistent and self.copy == "cp.async" and self.store == "direct"
-        tall = (self.warp_specialized and self.a_layout == "row" and self.epilogue.bias != "row"
-                and not self.swaps_operands)   # (C^T = B^T A^T would walk B's rows, not A's)
-        if self.batched and (not (by_offset or tall) or self.split_k > 1 or self.stream_k or self.pingpong
+        by_tma = (self.warp_specialized and self.epilogue.bias != "row"
+                  and not self.swaps_operands)   # (C^T = B^T A^T would walk B's rows, not A's)
+        if self.batched and (not (by_offset or by_tma) or self.split_k > 1 or self.stream_k or self.pingpong
                              or self.cluster != (1, 1)):
             raise SpecError("batched", self.batched, "False for this kernel",
                             "a stack of products runs one CTA per block and matrix, copying with cp.async and "
                             "storing directly (copy='cp.async', persistent=False), or on the warp-specialized TMA "
-                            "kernel with A row-major and no bias per row (the stack read as one tall matrix: "
-                            "template.TallStack); split_k=1, no cluster, stream-K or ping-pong")
+                            "kernel without a bias per row (3-D tensor maps of the stacks: template.TmaStack); "
+                            "split_k=1, no cluster, stream-K or ping-pong")
         if not isinstance(self.pingpong, bool):
             raise SpecError("pingpong", self.pingpong, "True or False")
         if self.pingpong:

@@ -116,37 +116,43 @@ class StreamK:
         return (2 * cta + block % 2) * self.spec.tile.m
 
 
-class TallStack:
-    """A stack of products on the warp-specialized TMA kernel (spec.batched with copy="tma"): each
-    operand's BATCH matrices, one right after another in memory, read as one tall matrix, so 2-D
-    tensor maps describe them: A and C have BATCH * M rows ("MB"), B BATCH * K rows ("KB") when
-    row-major or BATCH * N ("NB") when column-major. Block j of the walk is block j % per of
-    matrix j // per, moved down by that matrix's rows; B's blocks move to the matrix the block's
-    row is in. The host takes a stack only where this is exact (call.BatchedCall): M a multiple of
-    tile.m (no block of C straddles two matrices), K of tile.k with B row-major (no k-tile reads
-    the next matrix's rows), every stack's matrices exactly one matrix apart, none broadcast."""
+class TmaStack:
+    """A stack of products on the warp-specialized TMA kernel (spec.batched with copy="tma"):
+    each operand a stack of matrices (tg.batched_tensor) whose TMA copies go through one 3-D map
+    of the stack, so every box stops at its own matrix's edges (any M, N, K), a broadcast
+    operand (stride 0) is read at matrix 0, and matrices may lie anywhere 16-byte strides
+    reach. The persistent walk covers every block of every matrix: block j is block j % per of
+    matrix j // per. A block is named by its first row among the stack's rows (matrix * M +
+    row, one number through the pipeline); `place` finds the matrix and its row again."""
 
     def __init__(self, spec, out_dtype, residual: bool):
         self.spec = spec
-        self.A = tg.tensor("A", spec.dtype, ("MB", "K"))
-        self.B = tg.tensor("B", spec.b_dtype, ("KB", "N") if spec.b_layout == "row" else ("K", "NB"), layout=spec.b_layout)
-        self.C = tg.tensor("C", out_dtype, ("MB", "N"))
-        self.R = tg.tensor("R", out_dtype, ("MB", "N")) if residual else None
-        self.M, self.N, self.K = tg.size("M"), tg.size("N"), self.A.shape[1]
+        self.A = tg.batched_tensor("A", spec.dtype, ("M", "K"), layout=spec.a_layout)
+        self.B = tg.batched_tensor("B", spec.b_dtype, ("K", "N"), layout=spec.b_layout)
+        self.C = tg.batched_tensor("C", out_dtype, ("M", "N"))
+        self.R = tg.batched_tensor("R", out_dtype, ("M", "N")) if residual else None
+        self.M, self.N = tg.size("M"), tg.size("N")
         self.per = tg.cdiv(self.M, spec.tile.m) * tg.cdiv(self.N, spec.tile.n)   # blocks per matrix
         self.blocks = self.per * tg.size("BATCH")
 
     def origin(self, j):
-        """(row of the tall C, column) of block j of the walk."""
+        """(first stack row, column) of block j of the walk."""
         m0, n0 = block_origin(self.spec, j % self.per, self.M, self.N)
         return (j // self.per) * self.M + m0, n0
 
+    def place(self, stack, row):
+        """(the matrix of `stack` that a block at stack row `row` is in, the block's row in it)."""
+        b = row // self.M
+        return stack.batch(b), row - b * self.M
+
+    def a_block(self, m0, k0):
+        """A's block for k-tile k0 of the block at stack row m0 (pipeline.a_block)."""
+        A, m = self.place(self.A, m0)
+        return A.block(m, k0)
+
     def b_block(self, m0, k0, n0):
-        """B's block for k-tile k0 of the block of C at tall row m0 (pipeline.b_block)."""
-        b = m0 // self.M
-        if self.spec.b_layout == "row":
-            return self.B.block(b * self.K + k0, n0)
-        return self.B.block(k0, b * self.N + n0)
+        """B's block for k-tile k0 of the block at stack row m0 (pipeline.b_block)."""
+        return self.B.batch(m0 // self.M).block(k0, n0)
 
 
 def launch_grid(spec):
@@ -159,7 +165,7 @@ def launch_grid(spec):
     ctas = blocks * (cm * cn) if cm * cn > 1 else blocks
     if spec.stream_k:   # every SM, as long as each can have a k-tile
         return (tg.minimum(blocks * tg.cdiv("K", spec.tile.k), tg.SM_COUNT), 1, 1)
-    if spec.batched and spec.persistent:   # a stack read as one tall matrix (TallStack)
+    if spec.batched and spec.persistent:   # every block of every matrix of a stack (TmaStack)
         return (tg.minimum(blocks * "BATCH", tg.SM_COUNT), 1, 1)
     if spec.batched:     # a row of blocks per matrix of the stack
         return (blocks, "BATCH", 1)
@@ -185,8 +191,8 @@ def gemm(spec):
     epi = spec.epilogue
     # a stack of products (spec.batched): each matrix `<name>_batch_stride` elements after the
     # one before; grid row y multiplies matrix y of each
-    # (on the warp-specialized kernel, a stack read as one tall matrix: TallStack)
-    stack = TallStack(spec, spec.out_dtype, epi.residual) if spec.batched and spec.persistent else None
+    # (on the warp-specialized kernel, stacks through 3-D tensor maps: TmaStack)
+    stack = TmaStack(spec, spec.out_dtype, epi.residual) if spec.batched and spec.persistent else None
     matrix = tg.batched_tensor if spec.batched else tg.tensor
     C = alpha = beta = bias = R = None
     scales = (None, None)
@@ -237,6 +243,10 @@ def gemm(spec):
     pipe = spec.mainloop.pipeline(spec, A, B, sA, sB, warp, wm, wn)
 
     def store(acc, m0, n0):
+        if stack is not None:   # (m0: a stack row; the warp's rows are offsets in its matrix)
+            (c, m0), r = stack.place(C, m0), stack.place(R, m0)[0] if R is not None else None
+            store_block(spec, c, acc, m0 + wm, n0 + wn, alpha, beta, bias, r, scales)
+            return
         store_block(spec, C, acc, m0 + wm, n0 + wn, alpha, beta, bias, R, scales)
 
     if spec.split_k > 1:
@@ -275,7 +285,7 @@ def gemm(spec):
                          for b, kt0, n, off in sk.pieces(pid)])
         return
     if stack is not None:       # each block of the walk in its matrix of the stack
-        pipe.b_block = stack.b_block
+        pipe.a_block, pipe.b_block, pipe.place = stack.a_block, stack.b_block, stack.place
         pipe.run(tg.cdiv(stack.blocks - pid, ctas), lambda i: stack.origin(pid + i * ctas), store, C, alpha, beta,
                  bias, R, scales)
         return
@@ -386,5 +396,5 @@ def trace_stream_k_fixup(spec):
     return stream_k_fixup.trace(spec=spec, target=spec.target, name=gemm_kernel_name(spec) + "_fixup")
 
 
-__all__ = ["gemm", "TallStack", "trace_gemm", "trace_split_k_sum", "trace_stream_k_fixup", "split_k_sum", "stream_k_fixup",
+__all__ = ["gemm", "TmaStack", "trace_gemm", "trace_split_k_sum", "trace_stream_k_fixup", "split_k_sum", "stream_k_fixup",
            "gemm_kernel_name", "launch_grid", "block_origin", "split_rows", "KSlice", "StreamK"]

@@ -118,10 +118,15 @@ def _arrive(n, t):
             + (f", expecting {n.expect_bytes} B)" if n.expect_bytes else ")"))
 
 
+def _matrix(n, t) -> str:
+    """A stack's map: which matrix."""
+    return f" matrix {t.val(n.matrix)}" if n.tmap.batch is not None else ""
+
+
 def _tma_load(n, t):
     share = f" part {t.val(n.part)}/{n.parts} of the panels," if n.parts > 1 else ""
     cast = f" multicast to CTAs {t.val(n.multicast)}," if n.multicast is not None else ""
-    return (f"{n.dst.name}[{t.val(n.stage)}] <- tma {n.tmap.name} at stored ({t.val(n.row0)}, {t.val(n.col0)}),"
+    return (f"{n.dst.name}[{t.val(n.stage)}] <- tma {n.tmap.name}{_matrix(n, t)} at stored ({t.val(n.row0)}, {t.val(n.col0)}),"
             f"{share}{cast} completes on {n.bar.name}[{t.val(n.bar_stage)}]")
 
 
@@ -153,7 +158,8 @@ TEXT = {
                                 + (f" * {t.val(n.alpha)}" if n.alpha is not None else "")
                                 + (f" (vectors [{t.val(n.vector_buffer)}])" if n.vector_buffer != 0 else "")
                                 + (" (barrier before the stores)" if n.sync is not None else "")),
-    T.TmaStore: lambda n, t: f"tma store {n.src.name}[{t.val(n.stage)}] -> {n.tmap.tensor.name}[{t.val(n.row0)}, {t.val(n.col0)}]",
+    T.TmaStore: lambda n, t: (f"tma store {n.src.name}[{t.val(n.stage)}] -> {n.tmap.tensor.name}"
+                              f"{_matrix(n, t)}[{t.val(n.row0)}, {t.val(n.col0)}]"),
     T.TmaStoreCommit: lambda n, t: "tma store commit",
     T.FetchVector: lambda n, t: (f"fetch {n.sv.name}[{t.val(n.buffer)}] = {n.sv.vec.name}[{t.val(n.origin)}..+"
                                  f"{n.sv.length}] (threads {n.sv.first_thread}..+{n.sv.threads})"),

@@ -38,9 +38,23 @@ class GlobalTensor:
     ld: Value         # b32, elements
     logical: str = "row"
     shape_names: tuple = ()  # the logical (rows, cols) size symbols, e.g. ("M", "K")
+    batch: Optional["TensorBatch"] = None   # a matrix of a stack (dsl/batched.py): which one
 
     def stored(self, r, c):
         return (r, c) if self.logical == "row" else (c, r)
+
+
+@dataclass(eq=False)
+class TensorBatch:
+    """What makes a tensor one matrix of a stack: the stack's first matrix (whose pointer its
+    tensor maps take), the stack's stride (elements between matrices) and count, and this
+    matrix's TMA coordinate (its index, 0 where the stride is 0: every index reads matrix 0).
+    TMA reaches it through a 3-D map (cols, rows, matrices), so boxes stop at its edges."""
+
+    stack: "GlobalTensor"
+    stride: Value     # b32 parameter, elements
+    count: str        # the size symbol of the matrices (a parameter once a tensor map needs it)
+    coord: Value      # b32
 
 
 @dataclass(eq=False)
@@ -129,6 +143,7 @@ class TensorMap:
     box_cols: int
     swizzle: str
     param: Optional[Param] = None
+    batch: Optional[TensorBatch] = None   # a stack's map: 3-D, boxes of one matrix (TensorBatch)
 
     BYTES = 128
     ALIGN = 64
@@ -296,6 +311,7 @@ class TmaStore(TileOp):
     tmap: TensorMap
     row0: object
     col0: object
+    matrix: object = 0   # the matrix of a stack's map (TensorBatch.coord)
 
 
 @dataclass(eq=False)
@@ -373,6 +389,7 @@ class TmaLoad(TileOp):
     multicast: object = None   # a mask of cluster ranks (Value or int): the boxes land in each of them
     part: object = 0           # this CTA copies part `part` of `parts` equal shares of the stage's panels
     parts: int = 1
+    matrix: object = 0         # the matrix of a stack's map (TensorBatch.coord)
 
 
 @dataclass(eq=False)

@@ -1,13 +1,14 @@
-"""TMA on the emulator: loads (cp.async.bulk.tensor.2d ... .mbarrier::complete_tx::bytes),
-stores (cp.async.bulk.tensor.2d.global.shared::cta ... .bulk_group with commit_group and
-wait_group.read), and the emulator's own tensor maps.
+"""TMA on the emulator: loads (cp.async.bulk.tensor.2d/3d ... .mbarrier::complete_tx::bytes),
+stores (cp.async.bulk.tensor.2d/3d.global.shared::cta ... .bulk_group with commit_group and
+wait_group.read), and the emulator's own tensor maps (2-D matrices, 3-D stacks of them).
 
 A real CUtensorMap is opaque (the driver encodes it), so on the emulator the launch passes a
 tensor map of the emulator's own format instead (`encode_tensor_map`, the same fields as
 cuTensorMapEncodeTiled takes); run_kernel builds them from the kernel's declarations.
 
 The copy reads its box when issued: box_rows rows of box_cols elements from (c1, c0)
-(innermost coordinate first, signed), elements outside the matrix as zeros; it writes shared
+(innermost coordinate first, signed) of matrix c2 of a stack, elements outside the matrix
+(or the stack) as zeros; it writes shared
 memory row by row with the map's swizzle applied to the shared address (ptx.md 6.5) when it
 lands, and completes box bytes on its mbarrier (sim/mbarrier.py). The destination must be
 128-byte aligned, and 1024-byte aligned with the 128B swizzle (the pattern wgmma expects).
@@ -33,27 +34,26 @@ from .program import Imm, Mem, TensorRef
 from .state import Context, per_thread
 
 MAGIC = b"TGTM"
-_FORMAT = struct.Struct("<4sIQQQQIIII")   # magic, version, ptr, rows, cols, pitch, box rows, box cols, esize, swizzle
+# magic, version, ptr, rows, cols, pitch, box rows, box cols, esize, swizzle, matrices, bytes between them
+_FORMAT = struct.Struct("<4sIQQQQIIIIIQ")
 _SWIZZLE_BITS = {0: 0, 1: 1, 2: 2, 3: 3}
 _SPAN = {1: 32, 2: 64, 3: 128}
-OPCODES = {
-    "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes",
-    "cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes",
-}
+RANKS = (2, 3)
+OPCODES = {f"cp.async.bulk.tensor.{r}d.shared::cluster.global{tile}.mbarrier::complete_tx::bytes"
+           for r in RANKS for tile in (".tile", "")}
 MULTICAST = ".multicast::cluster"   # + a 16-bit CTA mask operand: the box lands in every CTA of the mask
-STORE_OPCODES = {
-    "cp.async.bulk.tensor.2d.global.shared::cta.tile.bulk_group",
-    "cp.async.bulk.tensor.2d.global.shared::cta.bulk_group",
-}
+STORE_OPCODES = {f"cp.async.bulk.tensor.{r}d.global.shared::cta{tile}.bulk_group" for r in RANKS for tile in (".tile", "")}
 
 
-def encode_tensor_map(decl: A.TensorMapDecl, ptr: int, rows: int, cols: int, ld: int) -> bytes:
-    """The emulator's 128-byte tensor map of this matrix (the fields cuTensorMapEncodeTiled takes)."""
-    why = decl.problem(ptr, rows, cols, ld)
+def encode_tensor_map(decl: A.TensorMapDecl, ptr: int, rows: int, cols: int, ld: int, *stack: int) -> bytes:
+    """The emulator's 128-byte tensor map of this matrix, or of a stack of them (`stack` =
+    (stride, count)): the fields cuTensorMapEncodeTiled takes."""
+    why = decl.problem(ptr, rows, cols, ld, *stack)
     if why is not None:
         raise SimError(f"{decl.tensor} cannot go through TMA: {why}")
+    matrices, apart = decl.stack(rows, cols, ld, *stack) if decl.rank == 3 else (1, 0)
     raw = _FORMAT.pack(MAGIC, 1, ptr, rows, cols, decl.pitch(rows, cols, ld), decl.box_rows, decl.box_cols, decl.esize,
-                       A.SWIZZLE_CODE[decl.swizzle])
+                       A.SWIZZLE_CODE[decl.swizzle], matrices, apart)
     return raw.ljust(A.TENSOR_MAP_BYTES, b"\0")
 
 
@@ -70,11 +70,11 @@ def fill_tensor_maps(decls, args: dict) -> dict:
 
 def _decode_map(ins, ctx, name: str):
     raw = bytes(ctx.params[name][:_FORMAT.size])
-    magic, version, ptr, rows, cols, pitch, box_rows, box_cols, esize, swz = _FORMAT.unpack(raw)
+    magic, version, ptr, rows, cols, pitch, box_rows, box_cols, esize, swz, matrices, apart = _FORMAT.unpack(raw)
     if magic != MAGIC or version != 1:
         ctx.fail(ins, f"parameter {name} does not hold an emulator tensor map (a map encoded by the CUDA driver is "
                       f"opaque to the emulator: let run_kernel build it)", kind="tma")
-    return ptr, rows, cols, pitch, box_rows, box_cols, esize, swz
+    return ptr, rows, cols, pitch, box_rows, box_cols, esize, swz, matrices, apart
 
 
 def build_bulk(ins, ctx: Context):
@@ -89,10 +89,11 @@ def build_bulk(ins, ctx: Context):
         ctx.unsupported(ins, f"the instruction {ins.opcode} (of the bulk copies, only 2-D TMA loads completing on "
                              f"an mbarrier)")
     ops = ins.operands
+    rank = _rank(ins)
     if len(ops) != 3 + multicast or not isinstance(ops[0], Mem) or not isinstance(ops[1], TensorRef) \
-            or not isinstance(ops[2], Mem) or len(ops[1].coords) != 2:
-        ctx.unsupported(ins, f"{ins.opcode} with these operands ([dst], [tensor map, {{c0, c1}}], [mbarrier]"
-                             f"{', ctaMask' if multicast else ''})")
+            or not isinstance(ops[2], Mem) or len(ops[1].coords) != rank:
+        ctx.unsupported(ins, f"{ins.opcode} with these operands ([dst], [tensor map, {{{_coord_names(rank)}}}], "
+                             f"[mbarrier]{', ctaMask' if multicast else ''})")
     dst = ctx.address(ins, ops[0])
     bar = ctx.address(ins, ops[2])
     desc = ctx.reader(ins, ops[1].desc, np.uint64)
@@ -108,9 +109,17 @@ def build_bulk(ins, ctx: Context):
         k_all = per_thread(mask(), n) if multicast else None
         for t in tids.tolist():
             ranks = _mask_ranks(ins, ctx, t, int(k_all[t])) if multicast else (ctx.rank,)
-            _issue(ins, ctx, t, int(d_all[t]), int(b_all[t]), int(m_all[t]), int(c_all[0][t]), int(c_all[1][t]),
-                   ranks)
+            _issue(ins, ctx, t, int(d_all[t]), int(b_all[t]), int(m_all[t]), tuple(int(c[t]) for c in c_all), ranks)
     return run
+
+
+def _rank(ins) -> int:
+    """The dimensions of a bulk tensor copy's coordinates (its .2d / .3d)."""
+    return int(ins.opcode.split(".")[4][0])
+
+
+def _coord_names(rank: int) -> str:
+    return ", ".join(f"c{i}" for i in range(rank))
 
 
 def _mask_ranks(ins, ctx, tid, mask: int) -> tuple:
@@ -124,21 +133,27 @@ def _mask_ranks(ins, ctx, tid, mask: int) -> tuple:
 
 
 def _map_of(ins, ctx, tid, desc):
-    """(parameter name, the map's fields, bytes per box row) of a tensor-map operand."""
+    """(parameter name, the map's fields, bytes per box row) of a tensor-map operand, whose
+    rank must be the instruction's."""
     name = ctx.param_at.get(desc)
     if name is None:
         ctx.fail(ins, f"the tensor-map operand {desc:#x} is not the address of a kernel parameter "
                       f"(mov.b64 + cvta.param of a .param .b8 [128])", kind="tma", tid=tid)
     fields = _decode_map(ins, ctx, name)
-    box_cols, esize, swz = fields[5:]
+    box_cols, esize, swz, _, apart = fields[5:]
+    if (3 if apart else 2) != _rank(ins):
+        ctx.fail(ins, f"a {_rank(ins)}-D TMA copy through {name}, a {3 if apart else 2}-D tensor map", kind="tma",
+                 tid=tid)
     row_bytes = box_cols * esize
     if swz and row_bytes != _SPAN[swz]:
         ctx.unsupported(ins, f"a swizzled box whose rows ({row_bytes} bytes) are not the swizzle span")
     return name, fields, row_bytes
 
 
-def _issue(ins, ctx, tid, dst, bar_addr, desc, c0, c1, ranks):
-    name, (ptr, rows, cols, pitch, box_rows, box_cols, esize, swz), row_bytes = _map_of(ins, ctx, tid, desc)
+def _issue(ins, ctx, tid, dst, bar_addr, desc, coords, ranks):
+    name, (ptr, rows, cols, pitch, box_rows, box_cols, esize, swz, matrices, apart), row_bytes = \
+        _map_of(ins, ctx, tid, desc)
+    c0, c1, ptr, rows = _in_stack(coords, ptr, rows, matrices, apart)
     offs = _box_offsets(ins, ctx, tid, dst, box_rows, row_bytes, swz, "the TMA destination")
     try:
         bar_off = int(ctx.shared.offsets(np.array([bar_addr], dtype=np.uint64), 8)[0])
@@ -152,7 +167,7 @@ def _issue(ins, ctx, tid, dst, bar_addr, desc, c0, c1, ranks):
             ctx.fail(ins, f"a TMA multicast completes on {name_of(d, bar_off)} of CTA rank {d.rank} before that CTA "
                           f"initialised it (a cluster barrier after mbarrier.init orders the two)", kind="mbarrier",
                      tid=tid)
-    # the box, read now: rows c1.., columns c0.., zeros outside the matrix
+    # the box, read now: rows c1.., columns c0.., zeros outside the matrix (and the stack)
     box = np.zeros((box_rows, row_bytes), dtype=np.uint8)
     r_lo, r_hi = max(c1, 0), min(c1 + box_rows, rows)
     k_lo, k_hi = max(c0, 0), min(c0 + box_cols, cols)
@@ -190,8 +205,9 @@ def _box_offsets(ins, ctx, tid, addr, box_rows, row_bytes, swz, what: str):
 
 def _build_store(ins, ctx):
     ops = ins.operands
-    if len(ops) != 2 or not isinstance(ops[0], TensorRef) or not isinstance(ops[1], Mem) or len(ops[0].coords) != 2:
-        ctx.unsupported(ins, f"{ins.opcode} with these operands ([tensor map, {{c0, c1}}], [src])")
+    if len(ops) != 2 or not isinstance(ops[0], TensorRef) or not isinstance(ops[1], Mem) \
+            or len(ops[0].coords) != _rank(ins):
+        ctx.unsupported(ins, f"{ins.opcode} with these operands ([tensor map, {{{_coord_names(_rank(ins))}}}], [src])")
     src = ctx.address(ins, ops[1])
     desc = ctx.reader(ins, ops[0].desc, np.uint64)
     coords = [ctx.reader(ins, c, np.uint32) for c in ops[0].coords]
@@ -203,12 +219,25 @@ def _build_store(ins, ctx):
         s_all, m_all = per_thread(src(), n), per_thread(desc(), n)
         c_all = [per_thread(c(), n).view(np.int32) for c in coords]
         for t in tids.tolist():
-            _store(ins, ctx, t, int(s_all[t]), int(m_all[t]), int(c_all[0][t]), int(c_all[1][t]))
+            _store(ins, ctx, t, int(s_all[t]), int(m_all[t]), tuple(int(c[t]) for c in c_all))
     return run
 
 
-def _store(ins, ctx, tid, src, desc, c0, c1):
-    name, (ptr, rows, cols, pitch, box_rows, box_cols, esize, swz), row_bytes = _map_of(ins, ctx, tid, desc)
+def _in_stack(coords, ptr, rows, matrices, apart):
+    """(c0, c1, the matrix's pointer, its rows) of a box at `coords`: a matrix index outside
+    the stack leaves no row inside."""
+    c0, c1 = coords[:2]
+    if len(coords) == 3:
+        if not 0 <= coords[2] < matrices:
+            return c0, c1, ptr, 0
+        ptr += coords[2] * apart
+    return c0, c1, ptr, rows
+
+
+def _store(ins, ctx, tid, src, desc, coords):
+    name, (ptr, rows, cols, pitch, box_rows, box_cols, esize, swz, matrices, apart), row_bytes = \
+        _map_of(ins, ctx, tid, desc)
+    c0, c1, ptr, rows = _in_stack(coords, ptr, rows, matrices, apart)
     offs = _box_offsets(ins, ctx, tid, src, box_rows, row_bytes, swz, "the TMA store's source")
     v = ctx.shadow.issue_bulk_read(tid, offs, ins.line)
     if v:

@@ -394,13 +394,23 @@ class TmaPipeline(WgmmaPipeline):
         """k-tile t into `stage`: announce its bytes, start its copies (one thread)."""
         BK, sA, sB, full = self.spec.tile.k, self.sA, self.sB, self.full
         tg.arrive(full[stage], expect_bytes=sA.stage_bytes + sB.stage_bytes, single=True)
-        tg.tma_load(sA[stage], self.A.block(m0, t * BK), full[stage])
+        tg.tma_load(sA[stage], self.a_block(m0, t * BK), full[stage])
         tg.tma_load(sB[stage], self.b_block(m0, t * BK, n0), full[stage])
 
+    # The blocks of the operands and of C for the block of C at (m0, n0); a stack of products
+    # (template.TmaStack) replaces these with its own, m0 then naming a row of the stack.
+    def a_block(self, m0, k0):
+        """A's block for k-tile k0."""
+        return self.A.block(m0, k0)
+
     def b_block(self, m0, k0, n0):
-        """B's block for k-tile k0 of the block of C at (m0, n0): B.block(k0, n0); a stack of
-        products (template.TallStack) moves it to the matrix of the stack that row m0 is in."""
+        """B's block for k-tile k0."""
         return self.B.block(k0, n0)
+
+    @staticmethod
+    def place(tensor, m0):
+        """(the matrix of `tensor` the block is in, the block's first row in it)."""
+        return tensor, m0
 
     def prologue(self, m0, n0):
         for t in range(self.S - 1):   # k-tiles 0 .. S-2 (those that exist)
@@ -470,7 +480,7 @@ class WarpSpecializedPipeline(TmaPipeline):
         BK, sA, sB, full = self.spec.tile.k, self.sA, self.sB, self.full
         tg.arrive(full[stage], expect_bytes=sA.stage_bytes + sB.stage_bytes, single=True)
         both = dict(multicast=0b11, part=self.rank, parts=2)
-        tg.tma_load(sA[stage], self.A.block(m0, t * BK), full[stage], **(both if self.shared == "A" else {}))
+        tg.tma_load(sA[stage], self.a_block(m0, t * BK), full[stage], **(both if self.shared == "A" else {}))
         tg.tma_load(sB[stage], self.b_block(m0, t * BK, n0), full[stage], **(both if self.shared == "B" else {}))
 
     def release(self, stage):
@@ -564,7 +574,8 @@ class WarpSpecializedPipeline(TmaPipeline):
                             tg.park_vector(sv)
                     with tg.if_(tg.is_zero(beta)):   # C is not read: out through shared memory
                         sbias, sscales = self.staged_epilogue(vectors, bias, scales)
-                        self.store_through_shared(acc, C, buffers, parts, m0, n0, alpha, sbias, R, sscales,
+                        (c, m), r = self.place(C, m0), self.place(R, m0)[0] if R is not None else None
+                        self.store_through_shared(acc, c, buffers, parts, m, n0, alpha, sbias, r, sscales,
                                                   vector_buffer=j & 1 if double else 0, published=not vectors or double)
                     with tg.else_():
                         store(acc, m0, n0)

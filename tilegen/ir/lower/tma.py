@@ -13,8 +13,17 @@ from ..values import Addr, Imm, TensorAddr
 from .mbarrier import barrier_address, first_thread
 from .smem import cached_stage_base
 
-TMA_LOAD = "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
-TMA_STORE = "cp.async.bulk.tensor.2d.global.shared::cta.tile.bulk_group"
+TMA_LOAD = "cp.async.bulk.tensor.{rank}d.shared::cluster.global.tile.mbarrier::complete_tx::bytes"
+TMA_STORE = "cp.async.bulk.tensor.{rank}d.global.shared::cta.tile.bulk_group"
+
+
+def _coords(op, col, row) -> tuple:
+    """A box's coordinates, innermost first: (column, row), and a stack's matrix (3-D maps)."""
+    return (col, row) if op.tmap.batch is None else (col, row, op.matrix)
+
+
+def _rank(op) -> int:
+    return 2 if op.tmap.batch is None else 3
 
 
 def panels(layout) -> int:
@@ -30,10 +39,10 @@ def lower_tma_load(b, ctx, op):
     base = cached_stage_base(b, ctx, op.dst, op.stage)
     bar = Addr(barrier_address(b, ctx, op.bar, op.bar_stage))
     first = first_thread(ctx)
-    opcode, extra = TMA_LOAD, ()
+    opcode, extra = TMA_LOAD.format(rank=_rank(op)), ()
     if op.multicast is not None:
         ctx.kernel.features.add("cluster")
-        opcode, extra = TMA_LOAD + ".multicast::cluster", (Imm(op.multicast),)
+        opcode, extra = opcode + ".multicast::cluster", (Imm(op.multicast),)
     panel_bytes = layout.rows * (layout.panel_bytes if layout.swizzle else layout.row_bytes)
     if panels(layout) % op.parts == 0:   # this CTA's share of the panels, whole
         share = panels(layout) // op.parts
@@ -48,7 +57,7 @@ def lower_tma_load(b, ctx, op):
         which = f"panel {p}" if isinstance(p, int) else f"panel {j} of this CTA's {len(boxes)}"
         if not isinstance(r, int) or r:
             which += ", this CTA's share of its rows"
-        b.emit(Instr(opcode, (), (dst, TensorAddr(tmap.param.value, (col, b.add(op.row0, r))), bar) + extra,
+        b.emit(Instr(opcode, (), (dst, TensorAddr(tmap.param.value, _coords(op, col, b.add(op.row0, r))), bar) + extra,
                      pred=first, comment=f"{tmap.tensor.name} -> {op.dst.name}, {which}"
                      if panels(layout) > 1 or op.parts > 1 else ""))
 
@@ -61,7 +70,8 @@ def lower_tma_store(b, ctx, op):
     for p in range(panels(layout)):
         src = Addr(b.add(base, p * layout.rows * layout.panel_bytes) if p else base)
         col = b.add(op.col0, p * tmap.box_cols)
-        b.emit(Instr(TMA_STORE, (), (TensorAddr(tmap.param.value, (col, op.row0)), src), pred=first,
+        b.emit(Instr(TMA_STORE.format(rank=_rank(op)), (), (TensorAddr(tmap.param.value, _coords(op, col, op.row0)), src),
+                     pred=first,
                      comment=f"{op.src.name} -> {tmap.tensor.name}, panel {p}" if panels(layout) > 1 else ""))
 
 
