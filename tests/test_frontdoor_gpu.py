@@ -472,7 +472,7 @@ def test_a_stack_whose_matrices_lie_apart_runs_on_the_tma_kernel():
     assert empty.shape == (0, 128, 192)
 
 
-@pytest.mark.parametrize("count, M, N, K, nb", [(6, 77, 200, 70, 6), (3, 1, 130, 64, 3), (5, 300, 96, 129, 1),
+@pytest.mark.parametrize("count, M, N, K, nb", [(6, 77, 200, 70, 6), (3, 130, 130, 64, 3), (5, 300, 96, 129, 1),
                                                 (2, 1000, 1000, 1000, 2)])
 def test_ragged_stacks_run_on_the_tma_stack_kernel(count, M, N, K, nb):
     """Stacks whose M, N and K are not multiples of any tile, B broadcast or not, on the
