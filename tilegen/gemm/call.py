@@ -780,25 +780,31 @@ class BatchedCall:
             return None
         dev = pa[DEVICE]
         ta, tb, tc = self.types
-        a, b = _stack_place(pa, self.rows[0], ta, dev), _stack_place(pb, self.rows[1], tb, dev)
-        if a is None or b is None or a[3][1] != b[3][0] or pa[SHAPE][0] not in (1, count) \
+        # Stacks whose rows or matrices are not 16-byte aligned go through aligned copies (the
+        # copies are enqueued only once everything fits; C's goes back into out after the launch).
+        keep = []
+        a, b = (_aligned_stack(lib, p, row, t, dev, keep) for p, row, t in ((pa, self.rows[0], ta), (pb, self.rows[1], tb)))
+        if a is None or b is None or a[0][3][1] != b[0][3][0] or pa[SHAPE][0] not in (1, count) \
                 or pb[SHAPE][0] not in (1, count):
             return None
+        (a, a_in), (b, b_in) = a, b
         (M, K), N = a[3], b[3][1]
-        if out is None:
+        made = out is None
+        if made:
             if beta:
                 return None
             out = lib.empty((count, M, N), tc.storage, dev)
             pc = lib.probe(out)
-        c = _stack_place(pc, True, tc, dev, output=True)
+        c = _aligned_stack(lib, pc, True, tc, dev, keep, output=True)
         if c is None or pc[SHAPE] != (count, M, N):
             return None
-        r = (0, 0, 0)
+        c, c_back = c
+        r, r_in = (0, 0, 0), None
         if pr is not None:
-            placed = _stack_place(pr, True, tc, dev)
+            placed = _aligned_stack(lib, pr, True, tc, dev, keep)
             if placed is None or pr[SHAPE] != (count, M, N):
                 return None
-            r = placed[:3]
+            r, r_in = placed[0][:3], placed[1]
         bias_ptr = 0
         if bias is not None:
             pv = interop.library(bias) is lib and lib.probe(bias)
@@ -809,24 +815,29 @@ class BatchedCall:
             bias_ptr = pv[PTR]
         launcher = self.kernel.launcher(dev)
         stream = lib.stream(dev)
+        if count == 0:
+            return out
+        if self.tma and stack_problem(self.kernel.spec, M, N, K, count) is not None:
+            return None
+        for copy in (a_in, b_in, r_in, None if made or not beta else c_back[1::-1] + c_back[2:]):
+            if copy is not None:
+                _copy_stack(*copy, stream)
         if self.tma:   # every matrix through 3-D tensor maps (stack_problem)
-            if count == 0:
-                return out
-            if stack_problem(self.kernel.spec, M, N, K, count) is not None:
-                return None
             values = (M, N, K, count, *a[:3], *b[:3], *c[:3], float(alpha), float(beta), bias_ptr, *r)
             launcher(self.grid(M, N, K, count, launcher.sm_count), self.pick(values + _tensor_maps(self.maps, values)),
                      stream)
-            return out
-        sizes = (ta.bytes, tb.bytes, tc.bytes, tc.bytes)
-        for start, n in _chunks(count):   # (grid.y takes up to GRID_Y matrices at a time)
-            grid = self.grid(M, N, K, n, launcher.sm_count)
-            if 0 in grid:
-                break
-            (pa_, pb_, pc_, pr_) = (p[0] + start * p[2] * e for p, e in zip((a, b, c, r), sizes))
-            values = (M, N, K, n, pa_, *a[1:3], pb_, *b[1:3], pc_, *c[1:3], float(alpha), float(beta), bias_ptr,
-                      pr_, *r[1:3], 0, 0, 0)
-            launcher(grid, self.pick(values), stream)
+        else:
+            sizes = (ta.bytes, tb.bytes, tc.bytes, tc.bytes)
+            for start, n in _chunks(count):   # (grid.y takes up to GRID_Y matrices at a time)
+                grid = self.grid(M, N, K, n, launcher.sm_count)
+                if 0 in grid:
+                    break
+                (pa_, pb_, pc_, pr_) = (p[0] + start * p[2] * e for p, e in zip((a, b, c, r), sizes))
+                values = (M, N, K, n, pa_, *a[1:3], pb_, *b[1:3], pc_, *c[1:3], float(alpha), float(beta), bias_ptr,
+                          pr_, *r[1:3])
+                launcher(grid, self.pick(values), stream)
+        if c_back is not None:
+            _copy_stack(*c_back, stream)
         return out
 
 
@@ -838,10 +849,11 @@ def _chunks(count: int):
     return [(start, min(GRID_Y, count - start)) for start in range(0, count, GRID_Y)]
 
 
-def _stack_place(p, row: bool, dt, device, output: bool = False):
+def _stack_place(p, row: bool, dt, device, output: bool = False, aligned: bool = True):
     """(ptr, ld, batch stride, (rows, cols)) of a probed stack (n, rows, cols) of arch dtype `dt`
     in the layout asked for, or None when it is not one, is on another device, is not 16-byte
-    aligned for cp.async, or (an output) has matrices that overlap."""
+    aligned for cp.async and TMA (with aligned=False that is allowed: see _aligned_stack), or
+    (an output) has matrices that overlap."""
     if not p or p[DEVICE] != device or len(p[SHAPE]) != 3 or p[DTYPE] != dt.storage:
         return None
     ptr, (n, r, c), (sb, s0, s1) = p[PTR], p[SHAPE], p[STRIDES]
@@ -850,12 +862,48 @@ def _stack_place(p, row: bool, dt, device, output: bool = False):
         return None
     ld, esize = m[2], dt.bytes
     stride = sb if n > 1 else 0
-    if (ptr % ALIGN or (ld * esize) % ALIGN or (stride * esize) % ALIGN or stride < 0
-            or stride * esize >= MAX_STRIDE_BYTES):
+    if stride < 0 or (aligned and (ptr % ALIGN or (ld * esize) % ALIGN or (stride * esize) % ALIGN
+                                   or stride * esize >= MAX_STRIDE_BYTES)):
         return None
     if output and n > 1 and stride < (r if row else c) * ld:
         return None
     return ptr, ld, stride, (r, c)
+
+
+def _aligned_stack(lib, p, row: bool, dt, device, keep: list, output: bool = False):
+    """A probed stack placed as _stack_place places it, in place where its matrices and rows are
+    16-byte aligned, else in a new aligned array (kept in `keep` until the launch is enqueued):
+    (place, None) or (place, the copy between the two for _copy_stack: into the new array before
+    the launch, or for an output back after it), or None when the stack is not one."""
+    place = _stack_place(p, row, dt, device, output)
+    if place is not None:
+        return place, None
+    place = _stack_place(p, row, dt, device, output, aligned=False)
+    if place is None:
+        return None
+    ptr, ld, stride, (r, c) = place
+    n, esize = p[SHAPE][0], dt.bytes
+    rows, cols = (r, c) if row else (c, r)
+    new_ld = _aligned_ld(cols, esize)
+    if n > 1 and rows * new_ld * esize >= MAX_STRIDE_BYTES:
+        return None
+    buf = lib.empty((max(n * rows * new_ld, 1),), dt.storage, device)
+    keep.append(buf)
+    new = (lib.probe(buf)[PTR], new_ld, rows * new_ld if n > 1 else 0)
+    old = (ptr, ld, stride)
+    return (*new, (r, c)), ((old, new) if output else (new, old)) + (n, rows, cols, esize)
+
+
+def _copy_stack(dst, src, n: int, rows: int, cols: int, esize: int, stream) -> None:
+    """Copy n matrices of rows x cols elements from the stack src to the stack dst, each given as
+    (pointer, ld, stride) in elements: one 2-D copy where both stacks' rows are evenly spaced
+    (each matrix right after the one before), else one per matrix."""
+    (dp, dld, ds), (sp, sld, ss) = dst, src
+    if n == 1 or (ds == rows * dld and ss == rows * sld):
+        copy_2d(dp, dld * esize, sp, sld * esize, cols * esize, n * rows, stream)
+        return
+    for i in range(n):
+        copy_2d(dp + i * ds * esize, dld * esize, sp + i * ss * esize, sld * esize, cols * esize, rows, stream)
 
 
 def _run_batched_host(kernel, A, B, out, count, sizes, alpha, beta, bias, residual, device):
