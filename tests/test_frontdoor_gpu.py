@@ -473,7 +473,7 @@ def test_a_stack_whose_matrices_lie_apart_runs_on_the_tma_kernel():
 
 
 @pytest.mark.parametrize("count, M, N, K, nb", [(6, 77, 200, 70, 6), (3, 130, 130, 64, 3), (5, 300, 96, 129, 1),
-                                                (2, 1000, 1000, 1000, 2), (64, 77, 77, 64, 64), (4, 100, 40, 37, 1)])
+                                                (2, 1000, 1000, 1000, 2), (64, 77, 77, 64, 64), (4, 100, 136, 37, 4)])
 def test_ragged_stacks_run_on_the_tma_stack_kernel(count, M, N, K, nb):
     """Stacks whose M, N and K are not multiples of any tile, B broadcast or not, on the
     warp-specialized kernel through 3-D tensor maps (template.TmaStack): beta = 0 with a NaN-

@@ -1,6 +1,6 @@
 """Bit-identical results over repeated launches: the default Hopper GEMM (warp-specialized,
-TMA-store epilogue), and its 2-CTA cluster, split-K, stream-K fp8 and pretransposed tf32 forms, launched N times on the same
-inputs; every result must equal the first bit for bit. Writes JSON to DIR/repeat.json.
+TMA-store epilogue), and its 2-CTA cluster, split-K, stream-K fp8 and pretransposed tf32 forms, and stacks on
+the TMA stack kernel through tilegen.matmul, launched N times on the same inputs; every result must equal the first bit for bit. Writes JSON to DIR/repeat.json.
 
     python3 tools/h200_repeat.py DIR [--launches 500]
 """
@@ -66,6 +66,22 @@ def main() -> int:
             k(A, B, out=C, **kw)
             differ += int(not torch.equal(C.view(torch.int16), first.view(torch.int16)))
         row = {"kernel": k.name, "shape": [M, N, K], "launches": a.launches, "launches_differing": differ}
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+    # stacks through tilegen.matmul on the TMA stack kernel (3-D tensor maps): ragged matrices with
+    # a broadcast B, and rows of 77 elements (aligned copies in, C's copy back)
+    for count, (M, N, K), nb in ((6, (300, 1000, 1000), 1), (64, (77, 77, 64), 64)):
+        A = torch.randn(count, M, K, device="cuda", dtype=torch.bfloat16)
+        B = torch.randn(nb, K, N, device="cuda", dtype=torch.bfloat16).expand(count, K, N)
+        first = tilegen.matmul(A, B).clone()
+        C = torch.empty_like(first)
+        differ = 0
+        for _ in range(a.launches - 1):
+            C.fill_(float("nan"))
+            tilegen.matmul(A, B, out=C)
+            differ += int(not torch.equal(C.view(torch.int16), first.view(torch.int16)))
+        row = {"kernel": tilegen.compile(tilegen.matmul.explain(A, B).spec).name, "stack": [count, M, N, K, nb],
+               "launches": a.launches, "launches_differing": differ}
         rows.append(row)
         print(json.dumps(row), flush=True)
     with open(os.path.join(a.out, "repeat.json"), "w") as f:

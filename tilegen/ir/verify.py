@@ -86,7 +86,7 @@ def _check_tile_op(kernel, op, defined):
     """What every tile op must meet (its operands defined, its fragments whole), then its
     own rules (CHECKS)."""
     where = f" ({op.loc})" if op.loc else ""
-    for name in ("stage", "row0", "col0", "alpha", "beta"):
+    for name in ("stage", "row0", "col0", "matrix", "alpha", "beta"):
         v = getattr(op, name, None)
         if isinstance(v, Value) and v not in defined:
             raise IRError(f"{type(op).__name__}.{name} used before it is defined{where}")

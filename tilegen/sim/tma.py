@@ -35,7 +35,7 @@ from .state import Context, per_thread
 
 MAGIC = b"TGTM"
 # magic, version, ptr, rows, cols, pitch, box rows, box cols, esize, swizzle, matrices, bytes between them
-_FORMAT = struct.Struct("<4sIQQQQIIIIIQ")
+_FORMAT = struct.Struct("<4sIQQQQIIIIQQ")
 _SWIZZLE_BITS = {0: 0, 1: 1, 2: 2, 3: 3}
 _SPAN = {1: 32, 2: 64, 3: 128}
 RANKS = (2, 3)

@@ -87,7 +87,7 @@ class WgmmaLoop(MainLoop):
         wgmma reads 32-bit operands K-major only, and TMA does not transpose), or A and B
         row-major in the warp-specialized kernel (C^T = B^T A^T: A^T is K-major, and B goes
         through registers, consume_registers)."""
-        if spec.batched and spec.copy != "tma":   # (a stack through TMA: template.TallStack's conditions)
+        if spec.batched and spec.copy != "tma":   # (a stack through TMA: template.TmaStack)
             return False
         if spec.dtype in self.TMA_DTYPES:
             return True
