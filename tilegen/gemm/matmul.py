@@ -692,10 +692,13 @@ def matmul(A, B, *, bias=None, activation=None, residual=None, alpha=1.0, beta=0
 # strided stacks), with the first of STACK_TILES that gives every SM a CTA (else the last, which
 # gives the most): measured on the H200 with stacks of whole tiles (run 140, bf16, x torch.matmul)
 # 0.93 / 0.78 / 0.92 / 0.99 / 0.95 / 1.03 / 0.95 / 1.00 at 64 x 128^2 x 64, 64 x 256^2 x 128,
-# 32 x 512^2 x 64, 16 x 1024^3, 8 x 2048^3, 4 x 4096^3, 32 x 1024^2 x 128, 96 x 512^3. Other stacks
-# take the cp.async batched kernel (one grid row per matrix; 0.4-0.6x between 256 and 2048, run
-# 134), unless each product holds at least STACK_LOOP_WORK multiply-adds and the 2-D kernel of one
-# is a persistent TMA kernel: then matrix by matrix (run 133: 8 x 2048^3 0.78 against 0.72 batched).
+# 32 x 512^2 x 64, 16 x 1024^3, 8 x 2048^3, 4 x 4096^3, 32 x 1024^2 x 128, 96 x 512^3; and on the
+# stacks 2-D maps could not take (runs 172-173): 16 x 1000^3 0.81 (0.59 on the cp.async kernel),
+# A's matrices apart 0.97 (0.64), a broadcast A 0.92-0.94 (0.58). Other stacks (a bias per row,
+# products of few rows) take the cp.async batched kernel (one grid row per matrix; 0.4-0.6x
+# between 256 and 2048, run 134), unless each product holds at least STACK_LOOP_WORK multiply-adds
+# and the 2-D kernel of one is a persistent TMA kernel: then matrix by matrix (run 133: 8 x 2048^3
+# 0.78 against 0.72 batched).
 STACK_LOOP_WORK = 2 ** 33
 STACK_TILES = (dict(tile=(128, 256, 64), warps=(8, 1), stages=4), dict(tile=(128, 128, 64), warps=(8, 1), stages=4),
                dict(tile=(64, 128, 64), warps=(4, 1), stages=6))
