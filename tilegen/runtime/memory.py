@@ -6,7 +6,6 @@ on the device is the layout on the host.
 """
 from __future__ import annotations
 
-import ctypes
 import os
 import sys
 
@@ -230,46 +229,12 @@ def synchronize(device: int = 0) -> None:
     _drv.check(d.cuCtxSynchronize(), "cuCtxSynchronize")
 
 
-class _Memcpy2D(ctypes.Structure):
-    """CUDA_MEMCPY2D as cuda.h lays it out (128 bytes on 64-bit hosts), for cuMemcpy2DAsync
-    through ctypes: the bindings' struct costs many microseconds of attribute setting per call."""
-    _fields_ = [(f"{side}{name}", kind) for side in ("src", "dst") for name, kind in (
-        ("XInBytes", ctypes.c_size_t), ("Y", ctypes.c_size_t), ("MemoryType", ctypes.c_int),
-        ("Host", ctypes.c_void_p), ("Device", ctypes.c_uint64), ("Array", ctypes.c_void_p),
-        ("Pitch", ctypes.c_size_t))] + [("WidthInBytes", ctypes.c_size_t), ("Height", ctypes.c_size_t)]
-
-
-MEMORYTYPE_DEVICE = 2   # CU_MEMORYTYPE_DEVICE
-_copy_fn = []           # [cuMemcpy2DAsync_v2 through ctypes, or None], found once
-
-
-def _ctypes_copy():
-    if not _copy_fn:
-        fn = None
-        if ctypes.sizeof(_Memcpy2D) == 128:
-            try:
-                fn = ctypes.CDLL("libcuda.so.1").cuMemcpy2DAsync_v2
-                fn.argtypes, fn.restype = [ctypes.c_void_p, ctypes.c_void_p], ctypes.c_int
-            except (OSError, AttributeError):
-                fn = None
-        _copy_fn.append(fn)
-    return _copy_fn[0]
-
-
 def copy_2d(dst: int, dst_pitch: int, src: int, src_pitch: int, width_bytes: int, height: int,
             stream=None) -> None:
     """Copy `height` rows of `width_bytes` between two device buffers with their own pitches
     (cuMemcpy2DAsync), e.g. to re-pitch an operand whose rows are not 16-byte aligned."""
     if width_bytes <= 0 or height <= 0:
         return
-    fn = _ctypes_copy()
-    if fn is not None:
-        p = _Memcpy2D(srcMemoryType=MEMORYTYPE_DEVICE, srcDevice=int(src), srcPitch=int(src_pitch),
-                      dstMemoryType=MEMORYTYPE_DEVICE, dstDevice=int(dst), dstPitch=int(dst_pitch),
-                      WidthInBytes=int(width_bytes), Height=int(height))
-        if fn(ctypes.addressof(p), int(stream or 0)) == 0:
-            return
-        # (an error: the bindings' call below fails the same way and says how)
     d = _drv.bindings()
     p = d.CUDA_MEMCPY2D()
     p.srcMemoryType = d.CUmemorytype.CU_MEMORYTYPE_DEVICE
