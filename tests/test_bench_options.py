@@ -175,3 +175,46 @@ def test_spec_overrides_take_the_hopper_knobs():
     assert got == {"cluster": (2, 1), "split_k": 2, "promote": 4}
     spec = O.make_spec("e4m3", "row", "col", "sm_90", {"instruction": "wgmma", "promote": 4})
     assert (spec.target, spec.promote, spec.out_dtype) == ("sm_90a", 4, "bf16")
+
+
+# ---- --stacks ------------------------------------------------------------------------------
+
+def test_stacks_parse_and_label():
+    from tilegen.bench import stacks
+
+    assert stacks.parse_stack("32x200x200x64") == (32, 200, 200, 64, "")
+    assert stacks.parse_stack(" 8X1000x4096x1024/A ") == (8, 1000, 4096, 1024, "a")
+    assert stacks.stack_label((8, 1000, 4096, 1024, "a")) == "8x1000x4096x1024/a"
+    for text in stacks.DEFAULT_STACKS:
+        assert stacks.stack_label(stacks.parse_stack(text)) == text
+    for bad in ("3x4x5", "3x4x5x6/c", "0x4x5x6", "3x4x5x6x7", "axbxcxd"):
+        with pytest.raises(O.OptionError, match="stack"):
+            stacks.parse_stack(bad)
+
+
+def test_stacks_on_the_command_line():
+    args = cli.parse_args(["--stacks"])
+    from tilegen.bench import stacks
+
+    assert args.stack_list == [stacks.parse_stack(s) for s in stacks.DEFAULT_STACKS]
+    assert cli.parse_args(["--stacks", "4x64x64x64", "4x64x64x64"]).stack_list == [(4, 64, 64, 64, "")]
+    assert cli.parse_args([]).stack_list is None
+    with pytest.raises(cli.UsageError, match="stack '4x64'"):
+        cli.parse_args(["--stacks", "4x64"])
+    with pytest.raises(cli.UsageError, match="--stacks"):
+        cli.parse_args(["--stacks", "--load", "x.json"])
+
+
+def test_stacks_table_and_a_failed_row(tmp_path, capsys):
+    from tilegen.bench import report, stacks
+
+    row = {"stack": "96x77x77x64", "dtype": "bf16", "tilegen_tflops": 3.7, "torch_tflops": 5.9, "vs_torch": 0.63,
+           "rel_err": 1.7e-3, "how": "a stack of 96 products"}
+    text = stacks.format_stacks([row, {"dtype": "f16", "error": "RuntimeError: boom"}])
+    assert "96x77x77x64" in text and "0.63x" in text and "a stack of 96 products" in text and "boom" in text
+    path = tmp_path / "s.json"
+    report.save({"format": report.FORMAT, "rows": [], "stacks": [row]}, str(path))
+    assert cli.main(["--load", str(path)]) == 0
+    assert "96x77x77x64" in capsys.readouterr().out
+    report.save({"format": report.FORMAT, "rows": [], "stacks": [row, {"dtype": "f16", "error": "boom"}]}, str(path))
+    assert cli.main(["--load", str(path)]) == 1

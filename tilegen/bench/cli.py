@@ -12,7 +12,7 @@ import time
 
 from .. import runtime
 from ..frontend import compile as tg_compile
-from . import backends, compile_speed, env, peak, report, timing
+from . import backends, compile_speed, env, peak, report, stacks, timing
 from . import options as O
 from .gemm import GemmBench
 from .host import format_host, host_costs
@@ -41,7 +41,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--peak", action="store_true", help="measure the mma.sync peak with a tilegen kernel")
     g.add_argument("--compile-speed", action="store_true",
                    help="time spec -> PTX and compile -> launched kernel")
-    g.add_argument("--no-gemm", action="store_true", help="skip the GEMM rows (with --peak / --compile-speed / --host)")
+    g.add_argument("--no-gemm", action="store_true",
+                   help="skip the GEMM rows (with --peak / --compile-speed / --host / --stacks)")
     g.add_argument("--no-cublas", action="store_true", help="do not run cuBLAS")
     g.add_argument("--no-triton", action="store_true", help="do not run Triton")
     g.add_argument("--no-front-door", action="store_true",
@@ -50,6 +51,10 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--host", action="store_true",
                    help="host microseconds per call of torch.matmul, a prepared launch, kernel(...) and "
                         "tilegen.matmul (torch tensors; the first --sizes entry's M)")
+    g.add_argument("--stacks", nargs="*", default=None, metavar="BxMxNxK",
+                   help="stacks of products through tilegen.matmul against torch.matmul as called, f16/bf16 of "
+                        "--dtype (default bf16): BATCHxMxNxK, /a or /b when A or B is one matrix for the stack "
+                        f"(no value: {' '.join(stacks.DEFAULT_STACKS)})")
     g.add_argument("--backend", default="auto", choices=["auto", "torch", "cupy", "cuda-python"],
                    help="where GPU arrays come from (default: torch, else cupy, else cuda-python)")
     t = p.add_argument_group("timing")
@@ -85,6 +90,8 @@ def parse_args(argv):
         args.layouts = [O.parse_layout(x) for x in args.layout]
         args.size_list = list(dict.fromkeys(O.parse_size(s) for s in args.sizes))
         args.overrides = O.parse_spec_overrides(args.spec)
+        args.stack_list = None if args.stacks is None else list(dict.fromkeys(
+            stacks.parse_stack(x) for x in (args.stacks or stacks.DEFAULT_STACKS)))
     except O.OptionError as e:
         raise UsageError(str(e)) from None
     args.dtype = list(dict.fromkeys(args.dtype))
@@ -100,9 +107,10 @@ def parse_args(argv):
         raise UsageError("--reps must be >= 1")
     if args.warmup is not None and args.warmup < 0:
         raise UsageError("--warmup must be >= 0")
-    if args.load and (args.peak or args.compile_speed or args.host or args.save and args.save == args.load):
-        raise UsageError("--load reads saved results; it cannot be combined with --peak, --compile-speed, --host "
-                         "or a --save to the same file")
+    if args.load and (args.peak or args.compile_speed or args.host or args.stacks is not None
+                      or args.save and args.save == args.load):
+        raise UsageError("--load reads saved results; it cannot be combined with --peak, --compile-speed, --host, "
+                         "--stacks or a --save to the same file")
     return args
 
 
@@ -160,7 +168,13 @@ def finish(args, result: dict, baseline, log) -> int:
     for host in result.get("host_costs") or ():
         print(format_host(host) if "error" not in host else f"host costs {host['dtype']}: {host['error']}")
         print()
-    if result.get("rows") or not (result.get("peak") or result.get("compile_speed") or result.get("host_costs")):
+    if result.get("stacks"):
+        print(stacks.format_stacks(result["stacks"]))
+        print()
+        if any("error" in r for r in result["stacks"]):
+            status = EXIT_FAIL
+    if result.get("rows") or not (result.get("peak") or result.get("compile_speed") or result.get("host_costs")
+                                  or result.get("stacks")):
         print(report.format_table(result))
     if any(report.is_wrong(r) for r in result.get("rows", [])):
         status = EXIT_FAIL
@@ -229,6 +243,8 @@ def measure(args, log) -> dict:
             except Exception as e:  # noqa: BLE001  (torch missing, ...)
                 result["host_costs"].append({"dtype": dt, "error": f"{type(e).__name__}: {e}"})
                 log(f"host costs {dt} failed: {e}")
+    if args.stack_list is not None:
+        result["stacks"] = _stack_rows(args, log)
     peaks, source = _peak_reference(measured_peak, info.name)
     result["peak_source"] = source
     result["rows"] = []
@@ -241,6 +257,25 @@ def measure(args, log) -> dict:
         _gemm_rows(args, log, target, peaks, checkpoint)
     result["elapsed_s"] = round(time.perf_counter() - t_start, 1)
     return result
+
+
+def _stack_rows(args, log) -> list:
+    """tilegen bench --stacks: the stacks' rows for each 16-bit dtype asked for (bf16 when none is)."""
+    dtypes = [d for d in args.dtype if d in ("f16", "bf16")] or ["bf16"]
+    try:
+        import torch
+    except ImportError:
+        return [{"error": "--stacks needs torch (the baseline is torch.matmul)"}]
+    opts = timing.TimingOptions(args.warmup_ms, args.rep_ms, args.warmup, args.reps)
+    backend = backends.TorchBackend()
+    rows = []
+    for dt in dtypes:
+        try:
+            rows += stacks.stack_rows(torch, backend, dt, args.stack_list, opts, log)
+        except Exception as e:  # noqa: BLE001  (a row that fails says why; the others still run)
+            rows.append({"dtype": dt, "error": f"{type(e).__name__}: {e}"})
+            log(f"stacks {dt} failed: {e}")
+    return rows
 
 
 def _peak_reference(measured, gpu_name: str):
