@@ -6,6 +6,7 @@ sets to exceed L2; each row says which way tilegen.matmul ran the stack (explain
 against float64."""
 from __future__ import annotations
 
+from ..gemm import matmul
 from .env import device_target, l2_bytes
 from .options import MAX_DIM, OptionError
 from .timing import EventPool, time_calls, make_delay
@@ -43,8 +44,6 @@ def _sets(nbytes: int, l2: int) -> int:
 def stack_rows(torch, backend, dtype: str, stacks, opts, log) -> list:
     """One row per stack: TFLOP/s of tilegen.matmul and torch.matmul as called, their ratio, the
     way tilegen ran it, and the relative error of its result (matrix 0) against float64."""
-    from ..gemm import matmul
-
     tdt = {"f16": torch.float16, "bf16": torch.bfloat16}[dtype]
     events = EventPool(backend.stream)
     delay = make_delay(backend, device_target(torch.cuda.get_device_capability()), events, log)

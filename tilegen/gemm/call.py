@@ -767,6 +767,7 @@ class BatchedCall:
         self.bias = spec.epilogue.bias   # None, "col" (N values) or "row" (M)
         self.residual = spec.epilogue.residual
         self.tma = spec.persistent   # (template.TmaStack: the whole stack in one launch, any strides)
+        self.direct_c = spec.store != "tma"   # C written by direct stores, which take any pitch
         self.maps = _map_layout(kernel, _BATCHED)
         names = _BATCHED + tuple(m.param for m in kernel.tensor_maps)
         self.pick = itemgetter(*(names.index(n) for n, _ in kernel.params))
@@ -774,14 +775,14 @@ class BatchedCall:
 
     def run(self, lib, pa, pb, out, pc, count: int, bias, pr, alpha, beta):
         """out (made when None; then beta must be 0), or None when the arrays do not fit: another
-        layout or device, rows or matrices not 16-byte aligned, an epilogue operand missing."""
+        layout or device, an epilogue operand missing, a stack TMA cannot describe."""
         if (bias is None) != (self.bias is None) or (pr is None) == self.residual or type(alpha) not in _NUMBERS \
                 or type(beta) not in _NUMBERS:
             return None
         dev = pa[DEVICE]
         ta, tb, tc = self.types
-        # Stacks whose rows or matrices are not 16-byte aligned go through aligned copies (the
-        # copies are enqueued only once everything fits; C's goes back into out after the launch).
+        # Operands whose rows or matrices are not 16-byte aligned go through aligned copies (enqueued
+        # only once everything fits).
         keep = []
         a, b = (_aligned_stack(lib, p, row, t, dev, keep) for p, row, t in ((pa, self.rows[0], ta), (pb, self.rows[1], tb)))
         if a is None or b is None or a[0][3][1] != b[0][3][0] or pa[SHAPE][0] not in (1, count) \
@@ -789,16 +790,19 @@ class BatchedCall:
             return None
         (a, a_in), (b, b_in) = a, b
         (M, K), N = a[3], b[3][1]
-        made = out is None
-        if made:
+        if out is None:
             if beta:
                 return None
             out = lib.empty((count, M, N), tc.storage, dev)
             pc = lib.probe(out)
-        c = _aligned_stack(lib, pc, True, tc, dev, keep, output=True)
+        # C in place: direct stores take any pitch; TMA stores need 16-byte aligned rows and matrices, and
+        # where C has none the kernel's twin that stores directly runs instead
+        c = _stack_place(pc, True, tc, dev, output=True, aligned=not self.direct_c)
+        if c is None and not self.direct_c and _stack_place(pc, True, tc, dev, output=True, aligned=False):
+            return self.kernel.direct_store_kernel().batched_call.run(lib, pa, pb, out, pc, count, bias, pr, alpha,
+                                                                       beta)
         if c is None or pc[SHAPE] != (count, M, N):
             return None
-        c, c_back = c
         r, r_in = (0, 0, 0), None
         if pr is not None:
             placed = _aligned_stack(lib, pr, True, tc, dev, keep)
@@ -819,7 +823,7 @@ class BatchedCall:
             return out
         if self.tma and stack_problem(self.kernel.spec, M, N, K, count) is not None:
             return None
-        for copy in (a_in, b_in, r_in, None if made or not beta else c_back[1::-1] + c_back[2:]):
+        for copy in (a_in, b_in, r_in):
             if copy is not None:
                 _copy_stack(*copy, stream)
         if self.tma:   # every matrix through 3-D tensor maps (stack_problem)
@@ -836,8 +840,6 @@ class BatchedCall:
                 values = (M, N, K, n, pa_, *a[1:3], pb_, *b[1:3], pc_, *c[1:3], float(alpha), float(beta), bias_ptr,
                           pr_, *r[1:3])
                 launcher(grid, self.pick(values), stream)
-        if c_back is not None:
-            _copy_stack(*c_back, stream)
         return out
 
 
@@ -862,23 +864,23 @@ def _stack_place(p, row: bool, dt, device, output: bool = False, aligned: bool =
         return None
     ld, esize = m[2], dt.bytes
     stride = sb if n > 1 else 0
-    if stride < 0 or (aligned and (ptr % ALIGN or (ld * esize) % ALIGN or (stride * esize) % ALIGN
-                                   or stride * esize >= MAX_STRIDE_BYTES)):
+    if stride < 0 or stride * esize >= MAX_STRIDE_BYTES or (
+            aligned and (ptr % ALIGN or (ld * esize) % ALIGN or (stride * esize) % ALIGN)):
         return None
     if output and n > 1 and stride < (r if row else c) * ld:
         return None
     return ptr, ld, stride, (r, c)
 
 
-def _aligned_stack(lib, p, row: bool, dt, device, keep: list, output: bool = False):
-    """A probed stack placed as _stack_place places it, in place where its matrices and rows are
-    16-byte aligned, else in a new aligned array (kept in `keep` until the launch is enqueued):
-    (place, None) or (place, the copy between the two for _copy_stack: into the new array before
-    the launch, or for an output back after it), or None when the stack is not one."""
-    place = _stack_place(p, row, dt, device, output)
+def _aligned_stack(lib, p, row: bool, dt, device, keep: list):
+    """An operand's probed stack placed as _stack_place places it, in place where its matrices and
+    rows are 16-byte aligned, else in a new aligned array (kept in `keep` until the launch is
+    enqueued): (place, None) or (place, the copy into the new array for _copy_stack, to enqueue
+    before the launch), or None when the stack is not one."""
+    place = _stack_place(p, row, dt, device)
     if place is not None:
         return place, None
-    place = _stack_place(p, row, dt, device, output, aligned=False)
+    place = _stack_place(p, row, dt, device, aligned=False)
     if place is None:
         return None
     ptr, ld, stride, (r, c) = place
@@ -890,8 +892,7 @@ def _aligned_stack(lib, p, row: bool, dt, device, keep: list, output: bool = Fal
     buf = lib.empty((max(n * rows * new_ld, 1),), dt.storage, device)
     keep.append(buf)
     new = (lib.probe(buf)[PTR], new_ld, rows * new_ld if n > 1 else 0)
-    old = (ptr, ld, stride)
-    return (*new, (r, c)), ((old, new) if output else (new, old)) + (n, rows, cols, esize)
+    return (*new, (r, c)), (new, (ptr, ld, stride), n, rows, cols, esize)
 
 
 def _copy_stack(dst, src, n: int, rows: int, cols: int, esize: int, stream) -> None:
