@@ -501,3 +501,32 @@ def test_ragged_stacks_run_on_the_tma_stack_kernel(count, M, N, K, nb):
     torch.cuda.synchronize()
     want = torch.nn.functional.gelu(ref + bias.double(), approximate="tanh") + res.double()
     assert float(torch.linalg.norm(Y.double() - want) / torch.linalg.norm(want)) <= 2 * _bound(dt, K)
+
+
+def test_a_stack_called_again_on_the_same_arrays():
+    """The batched call's remembered launch (BatchedCall._last): the same arrays again read their
+    new contents; another alpha, another B and an out made by the call are launches of their own."""
+    gen = torch.Generator(device="cuda").manual_seed(91)
+    dt = torch.bfloat16
+    A = torch.randn(8, 300, 128, device="cuda", dtype=dt, generator=gen)
+    B = torch.randn(8, 128, 200, device="cuda", dtype=dt, generator=gen)
+    out = torch.full((8, 300, 200), float("nan"), device="cuda", dtype=dt)
+    assert tilegen.matmul.explain(A, B, out=out).spec.persistent
+
+    def check(C, scale=1.0, b=None):
+        torch.cuda.synchronize()
+        ref = scale * (A.double() @ (B if b is None else b).double())
+        assert float(torch.linalg.norm(C.double() - ref) / torch.linalg.norm(ref)) <= _bound(dt, 128)
+
+    for _ in range(2):
+        assert tilegen.matmul(A, B, out=out) is out
+        check(out)
+        A.copy_(torch.randn(A.shape, device="cuda", dtype=dt, generator=gen))
+    tilegen.matmul(A, B, out=out)
+    check(out)
+    tilegen.matmul(A, B, out=out, alpha=0.5)
+    check(out, 0.5)
+    B2 = torch.randn(B.shape, device="cuda", dtype=dt, generator=gen)
+    tilegen.matmul(A, B2, out=out)
+    check(out, b=B2)
+    check(tilegen.matmul(A, B))

@@ -772,10 +772,21 @@ class BatchedCall:
         names = _BATCHED + tuple(m.param for m in kernel.tensor_maps)
         self.pick = itemgetter(*(names.index(n) for n, _ in kernel.params))
         self.grid = kernel.launch_grid.evaluator(("M", "N", "K", "BATCH"))
+        # The last one-launch call without copies or epilogue vectors: its arrays' probes, count and
+        # scalars, with its launcher, grid and arguments. A loop over the same arrays launches them again.
+        self._last = None
 
     def run(self, lib, pa, pb, out, pc, count: int, bias, pr, alpha, beta):
         """out (made when None; then beta must be 0), or None when the arrays do not fit: another
         layout or device, an epilogue operand missing, a stack TMA cannot describe."""
+        last = self._last
+        if last is not None and pc is not None and bias is None and pr is None \
+                and (pa, pb, pc, count, alpha, beta) == last[0] \
+                and (alpha or copysign(1.0, alpha) == copysign(1.0, last[0][4])):   # (-0.0 signs C's zeros)
+            launcher = self.kernel.launcher(pa[DEVICE])
+            if launcher is last[1]:
+                launcher(last[2], last[3], lib.stream(pa[DEVICE]))
+                return out
         if (bias is None) != (self.bias is None) or (pr is None) == self.residual or type(alpha) not in _NUMBERS \
                 or type(beta) not in _NUMBERS:
             return None
@@ -828,8 +839,10 @@ class BatchedCall:
                 _copy_stack(*copy, stream)
         if self.tma:   # every matrix through 3-D tensor maps (stack_problem)
             values = (M, N, K, count, *a[:3], *b[:3], *c[:3], float(alpha), float(beta), bias_ptr, *r)
-            launcher(self.grid(M, N, K, count, launcher.sm_count), self.pick(values + _tensor_maps(self.maps, values)),
-                     stream)
+            grid, args = self.grid(M, N, K, count, launcher.sm_count), self.pick(values + _tensor_maps(self.maps, values))
+            launcher(grid, args, stream)
+            if not keep and bias is None and pr is None:   # (arrays of its own: nothing copied)
+                self._last = ((pa, pb, pc, count, alpha, beta), launcher, grid, args)
         else:
             sizes = (ta.bytes, tb.bytes, tc.bytes, tc.bytes)
             for start, n in _chunks(count):   # (grid.y takes up to GRID_Y matrices at a time)
