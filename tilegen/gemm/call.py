@@ -776,6 +776,18 @@ class BatchedCall:
         # scalars, with its launcher, grid and arguments. A loop over the same arrays launches them again.
         self._last = None
 
+    @staticmethod
+    def _c_unaligned(pc, pa, pb, tc, dev) -> bool:
+        """Whether C (out's probe; or, with no out, the C this call would make) is a stack whose rows
+        or matrices are not 16-byte aligned (otherwise fit for a TMA store)."""
+        if pc is None:
+            if len(pa[SHAPE]) != 3 or len(pb[SHAPE]) != 3:
+                return False
+            M, N = pa[SHAPE][1], pb[SHAPE][2]
+            return bool((N * tc.bytes) % ALIGN or (M * N * tc.bytes) % ALIGN)
+        return _stack_place(pc, True, tc, dev, output=True) is None and \
+            _stack_place(pc, True, tc, dev, output=True, aligned=False) is not None
+
     def run(self, lib, pa, pb, out, pc, count: int, bias, pr, alpha, beta):
         """out (made when None; then beta must be 0), or None when the arrays do not fit: another
         layout or device, an epilogue operand missing, a stack TMA cannot describe."""
@@ -792,6 +804,10 @@ class BatchedCall:
             return None
         dev = pa[DEVICE]
         ta, tb, tc = self.types
+        if not self.direct_c and self._c_unaligned(pc, pa, pb, tc, dev):
+            # C's rows or matrices cannot take TMA stores: the kernel's twin that stores directly (any pitch, C in place)
+            return self.kernel.direct_store_kernel().batched_call.run(lib, pa, pb, out, pc, count, bias, pr, alpha,
+                                                                       beta)
         # Operands whose rows or matrices are not 16-byte aligned go through aligned copies (enqueued
         # only once everything fits).
         keep = []
@@ -806,12 +822,8 @@ class BatchedCall:
                 return None
             out = lib.empty((count, M, N), tc.storage, dev)
             pc = lib.probe(out)
-        # C in place: direct stores take any pitch; TMA stores need 16-byte aligned rows and matrices, and
-        # where C has none the kernel's twin that stores directly runs instead
+        # C in place: direct stores take any pitch, TMA stores 16-byte aligned rows and matrices (_c_unaligned)
         c = _stack_place(pc, True, tc, dev, output=True, aligned=not self.direct_c)
-        if c is None and not self.direct_c and _stack_place(pc, True, tc, dev, output=True, aligned=False):
-            return self.kernel.direct_store_kernel().batched_call.run(lib, pa, pb, out, pc, count, bias, pr, alpha,
-                                                                       beta)
         if c is None or pc[SHAPE] != (count, M, N):
             return None
         r, r_in = (0, 0, 0), None
