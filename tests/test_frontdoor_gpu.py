@@ -503,15 +503,18 @@ def test_ragged_stacks_run_on_the_tma_stack_kernel(count, M, N, K, nb):
     assert float(torch.linalg.norm(Y.double() - want) / torch.linalg.norm(want)) <= 2 * _bound(dt, K)
 
 
-def test_a_stack_called_again_on_the_same_arrays():
-    """The batched call's remembered launch (BatchedCall._last): the same arrays again read their
-    new contents; another alpha, another B and an out made by the call are launches of their own."""
+@pytest.mark.parametrize("M, persistent", [(300, True), (16, False)])
+def test_a_stack_called_again_on_the_same_arrays(M, persistent):
+    """The batched call's remembered launch (BatchedCall._last), on the TMA stack kernel and on the
+    cp.async one (a grid row per matrix): the same arrays again read their new contents; another
+    alpha, another B and an out made by the call are launches of their own."""
     gen = torch.Generator(device="cuda").manual_seed(91)
     dt = torch.bfloat16
-    A = torch.randn(8, 300, 128, device="cuda", dtype=dt, generator=gen)
+    A = torch.randn(8, M, 128, device="cuda", dtype=dt, generator=gen)
     B = torch.randn(8, 128, 200, device="cuda", dtype=dt, generator=gen)
-    out = torch.full((8, 300, 200), float("nan"), device="cuda", dtype=dt)
-    assert tilegen.matmul.explain(A, B, out=out).spec.persistent
+    out = torch.full((8, M, 200), float("nan"), device="cuda", dtype=dt)
+    spec = tilegen.matmul.explain(A, B, out=out).spec
+    assert spec.batched and spec.persistent == persistent, spec
 
     def check(C, scale=1.0, b=None):
         torch.cuda.synchronize()

@@ -772,7 +772,7 @@ class BatchedCall:
         names = _BATCHED + tuple(m.param for m in kernel.tensor_maps)
         self.pick = itemgetter(*(names.index(n) for n, _ in kernel.params))
         self.grid = kernel.launch_grid.evaluator(("M", "N", "K", "BATCH"))
-        # The last one-launch call without copies or epilogue vectors: its arrays' probes, count and
+        # The last call of one launch without copies or epilogue vectors: its arrays' probes, count and
         # scalars, with its launcher, grid and arguments. A loop over the same arrays launches them again.
         self._last = None
 
@@ -864,7 +864,10 @@ class BatchedCall:
                 (pa_, pb_, pc_, pr_) = (p[0] + start * p[2] * e for p, e in zip((a, b, c, r), sizes))
                 values = (M, N, K, n, pa_, *a[1:3], pb_, *b[1:3], pc_, *c[1:3], float(alpha), float(beta), bias_ptr,
                           pr_, *r[1:3])
-                launcher(grid, self.pick(values), stream)
+                args = self.pick(values)
+                launcher(grid, args, stream)
+                if n == count and not keep and bias is None and pr is None:   # (one launch, nothing copied)
+                    self._last = ((pa, pb, pc, count, alpha, beta), launcher, grid, args)
         return out
 
 
