@@ -52,8 +52,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="host microseconds per call of torch.matmul, a prepared launch, kernel(...) and "
                         "tilegen.matmul (torch tensors; the first --sizes entry's M)")
     g.add_argument("--stacks", nargs="*", default=None, metavar="BxMxNxK",
-                   help="stacks of products through tilegen.matmul against torch.matmul as called, f16/bf16 of "
-                        "--dtype (default bf16): BATCHxMxNxK, /a or /b when A or B is one matrix for the stack "
+                   help="stacks of products through tilegen.matmul against torch.matmul (the GPU time of each "
+                        "call's work), f16/bf16 of --dtype (default bf16): BATCHxMxNxK, /a or /b when A or B is "
+                        "one matrix for the stack "
                         f"(no value: {' '.join(stacks.DEFAULT_STACKS)})")
     g.add_argument("--backend", default="auto", choices=["auto", "torch", "cupy", "cuda-python"],
                    help="where GPU arrays come from (default: torch, else cupy, else cuda-python)")

@@ -1,9 +1,10 @@
-"""Stacks of products through tilegen.matmul against torch.matmul, as users call them
-(`tilegen bench --stacks`): C = A @ B on (BATCH, M, K) and (BATCH, K, N) arrays (one operand a
-single matrix for the whole stack with a "/a" or "/b" suffix), both timed with their host cost
-(tilegen.matmul(A, B, out=C) against torch.matmul(A, B, out=C)), the operands rotated over enough
-sets to exceed L2; each row says which way tilegen.matmul ran the stack (explain) and its error
-against float64."""
+"""Stacks of products through tilegen.matmul against torch.matmul (`tilegen bench --stacks`):
+C = A @ B on (BATCH, M, K) and (BATCH, K, N) arrays (one operand a single matrix for the whole
+stack with a "/a" or "/b" suffix), tilegen.matmul(A, B, out=C) against torch.matmul(A, B, out=C),
+each call's GPU time between its own events (all the work the call enqueues: its copies and
+launches; the host's time is hidden by the delay kernel, timing.py; `tilegen bench --host` and
+tools/h200_stacks.py time the host), the operands rotated over enough sets to exceed L2; each row
+says which way tilegen.matmul ran the stack (explain) and its error against float64."""
 from __future__ import annotations
 
 from ..gemm import matmul
@@ -91,7 +92,7 @@ def stack_rows(torch, backend, dtype: str, stacks, opts, log) -> list:
 
 
 def format_stacks(rows) -> str:
-    lines = ["stacks through tilegen.matmul and torch.matmul, as called (host time included)",
+    lines = ["stacks through tilegen.matmul and torch.matmul: GPU time of each call's work (its copies included)",
              f"{'dtype':5s}  {'stack (BxMxNxK)':22s}  {'tilegen TFLOP/s':>15s}  {'torch TFLOP/s':>13s}  {'vs torch':>8s}  "
              f"{'rel err':>8s}  how"]
     for r in rows:
