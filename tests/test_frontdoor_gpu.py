@@ -473,7 +473,8 @@ def test_a_stack_whose_matrices_lie_apart_runs_on_the_tma_kernel():
 
 
 @pytest.mark.parametrize("count, M, N, K, nb", [(6, 77, 200, 70, 6), (3, 130, 130, 64, 3), (5, 300, 96, 129, 1),
-                                                (2, 1000, 1000, 1000, 2), (64, 77, 77, 64, 64), (4, 100, 136, 37, 4)])
+                                                (2, 1000, 1000, 1000, 2), (64, 77, 77, 64, 64), (4, 100, 136, 37, 4),
+                                                (32, 1, 4096, 128, 32), (32, 16, 128, 4096, 32)])
 def test_ragged_stacks_run_on_the_tma_stack_kernel(count, M, N, K, nb):
     """Stacks whose M, N and K are not multiples of any tile, B broadcast or not, on the
     warp-specialized kernel through 3-D tensor maps (template.TmaStack): beta = 0 with a NaN-
@@ -503,18 +504,24 @@ def test_ragged_stacks_run_on_the_tma_stack_kernel(count, M, N, K, nb):
     assert float(torch.linalg.norm(Y.double() - want) / torch.linalg.norm(want)) <= 2 * _bound(dt, K)
 
 
-@pytest.mark.parametrize("M, persistent", [(300, True), (16, False)])
+@pytest.mark.parametrize("M, persistent", [(300, True), (16, True), (16, False)])
 def test_a_stack_called_again_on_the_same_arrays(M, persistent):
-    """The batched call's remembered launch (BatchedCall._last), on the TMA stack kernel and on the
-    cp.async one (a grid row per matrix): the same arrays again read their new contents; another
-    alpha, another B and an out made by the call are launches of their own."""
+    """The batched call's remembered launch (BatchedCall._last), on the TMA stack kernel (through
+    tilegen.matmul) and on the cp.async one (a grid row per matrix, called as a kernel): the same
+    arrays again read their new contents; another alpha, another B and an out made by the call are
+    launches of their own."""
     gen = torch.Generator(device="cuda").manual_seed(91)
     dt = torch.bfloat16
     A = torch.randn(8, M, 128, device="cuda", dtype=dt, generator=gen)
     B = torch.randn(8, 128, 200, device="cuda", dtype=dt, generator=gen)
     out = torch.full((8, M, 200), float("nan"), device="cuda", dtype=dt)
-    spec = tilegen.matmul.explain(A, B, out=out).spec
-    assert spec.batched and spec.persistent == persistent, spec
+    if persistent:
+        spec = tilegen.matmul.explain(A, B, out=out).spec
+        assert spec.batched and spec.persistent, spec
+        matmul = tilegen.matmul
+    else:
+        matmul = tilegen.compile(tilegen.GemmSpec(dtype="bf16", out_dtype="bf16", batched=True, tile=(64, 64, 32)))
+        assert not matmul.spec.persistent
 
     def check(C, scale=1.0, b=None):
         torch.cuda.synchronize()
@@ -522,14 +529,14 @@ def test_a_stack_called_again_on_the_same_arrays(M, persistent):
         assert float(torch.linalg.norm(C.double() - ref) / torch.linalg.norm(ref)) <= _bound(dt, 128)
 
     for _ in range(2):
-        assert tilegen.matmul(A, B, out=out) is out
+        assert matmul(A, B, out=out) is out
         check(out)
         A.copy_(torch.randn(A.shape, device="cuda", dtype=dt, generator=gen))
-    tilegen.matmul(A, B, out=out)
+    matmul(A, B, out=out)
     check(out)
-    tilegen.matmul(A, B, out=out, alpha=0.5)
+    matmul(A, B, out=out, alpha=0.5)
     check(out, 0.5)
     B2 = torch.randn(B.shape, device="cuda", dtype=dt, generator=gen)
-    tilegen.matmul(A, B2, out=out)
+    matmul(A, B2, out=out)
     check(out, b=B2)
-    check(tilegen.matmul(A, B))
+    check(matmul(A, B))

@@ -171,7 +171,10 @@ def test_stacks_on_hopper_take_the_warp_specialized_kernel(monkeypatch):
     for args, tile in [((16, 1024, 1024, 1024), (128, 256, 64)), ((64, 256, 128, 256), (128, 128, 64)),
                                    ((64, 128, 64, 128), (64, 128, 64)), ((4, 4096, 4096, 4096), (128, 256, 64)),
                                    ((8, 100, 64, 128), (64, 128, 64)), ((8, 128, 100, 128), (64, 128, 64)),
-                                   ((8, 128, 64, 128, 1), (64, 128, 64))]:   # M, K with B row-major, one A
+                                   ((8, 128, 64, 128, 1), (64, 128, 64)),    # M, K with B row-major, one A
+                                   ((32, 1, 128, 4096), (64, 128, 64)), ((32, 16, 4096, 128), (64, 128, 64)),
+                                   ((8, 128, 128, 4096), (128, 128, 64))]:   # few rows, short K: products alone
+                                                                             # take mma.sync or a non-persistent kernel
         choice = mm.explain(*stack(*args))
         spec = choice.spec
         assert spec.batched and spec.persistent and spec.copy == "tma" and tuple(spec.tile) == tile, choice

@@ -698,7 +698,10 @@ def matmul(A, B, *, bias=None, activation=None, residual=None, alpha=1.0, beta=0
 # products of few rows) take the cp.async batched kernel (one grid row per matrix; 0.4-0.6x
 # between 256 and 2048, run 134), unless each product holds at least STACK_LOOP_WORK multiply-adds
 # and the 2-D kernel of one is a persistent TMA kernel: then matrix by matrix (run 133: 8 x 2048^3
-# 0.78 against 0.72 batched).
+# 0.78 against 0.72 batched). Stacks whose products alone would take another kernel (few rows, short K) take
+# it too: on an H100 (run 191, GPU time x torch.matmul) decode-like 32 x (1 x 128 @ 128 x 4096) 0.54 -> 0.96,
+# 32 x (1 x 4096 @ 4096 x 128) 0.58 -> 0.82, 32 x (16 x 128 @ 128 x 4096) 0.55 -> 0.98, 64 x (1 x 64 @ 64 x 2048)
+# 0.43 -> 0.91, 8 x (128 x 128 @ 128 x 4096) 0.67 -> 1.00, with the 64-row tile where M is at most 64.
 STACK_LOOP_WORK = 2 ** 33
 STACK_TILES = (dict(tile=(128, 256, 64), warps=(8, 1), stages=4), dict(tile=(128, 128, 64), warps=(8, 1), stages=4),
                dict(tile=(64, 128, 64), warps=(4, 1), stages=6))
@@ -708,17 +711,22 @@ def _batched_spec(spec, stack, na: int, nb: int):
     """The batched twin of the spec matmul picks for one product of a stack (na and nb: A's and B's
     matrices, 1 or all), or None where the stack should run matrix by matrix (operands prepared by
     first kernels, fp8 promotion, or products that hide their launches behind a faster kernel).
-    16-bit stacks take the warp-specialized TMA kernel (TmaStack)."""
+    16-bit stacks on Hopper take the warp-specialized TMA kernel (TmaStack), whatever kernel the
+    product alone would take."""
     if spec.prepared_operands:
         return None
-    if spec.warp_specialized and spec.dtype in ("f16", "bf16") and spec.epilogue.bias != "row":
+    if spec.target_info.sm >= 90 and spec.dtype in ("f16", "bf16") and spec.epilogue.bias != "row":
         sms = runtime.device_info().sm_count if runtime.gpu_available() else 132
-        filling = [t for t in STACK_TILES
-                   if stack.matrices * -(-stack.M // t["tile"][0]) * -(-stack.N // t["tile"][1]) >= sms]
+        if stack.M <= STACK_TILES[-1]["tile"][0]:   # (a few rows per product: the 64-row tile wastes least)
+            filling = STACK_TILES[-1:]
+        else:
+            filling = [t for t in STACK_TILES
+                       if stack.matrices * -(-stack.M // t["tile"][0]) * -(-stack.N // t["tile"][1]) >= sms]
         for tiles in (filling or STACK_TILES[-1:]):
             try:
                 twin = spec.replace(batched=True, copy="tma", persistent=True, cluster=(1, 1), stream_k=False,
-                                    pingpong=False, split_k=1, store="auto", **tiles)
+                                    pingpong=False, split_k=1, store="auto", instruction="wgmma", target="sm_90a",
+                                    atom=None, frag_buffers=None, promote=None, **tiles)
             except SpecError:
                 continue
             if stack_problem(twin, stack.M, stack.N, stack.K, stack.matrices) is None:
