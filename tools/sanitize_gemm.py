@@ -97,6 +97,9 @@ STACKS = [(dict(dtype="f16", out_dtype="f16", tile=(64, 64, 32)), (3, 1), (70, 4
           # ragged M, N and K, a broadcast B, A column-major
           (dict(dtype="bf16", out_dtype="bf16", instruction="wgmma", copy="tma"), (4, 4), (256, 300, 70), ("row", "col")),
           (dict(dtype="bf16", out_dtype="bf16", instruction="wgmma", copy="tma"), (4, 1), (200, 300, 70), ("row", "col")),
+          # one-row products (decode-like), 64-row tiles
+          (dict(dtype="bf16", out_dtype="bf16", instruction="wgmma", copy="tma", tile=(64, 128, 64), warps=(4, 1)),
+           (8, 8), (1, 300, 64), ("row", "row")),
           # its twin that stores C directly (a C whose rows TMA cannot take)
           (dict(dtype="bf16", out_dtype="bf16", instruction="wgmma", copy="tma", store="direct", tile=(64, 128, 64),
                 warps=(4, 1)), (6, 6), (77, 77, 64), ("row", "col")),
