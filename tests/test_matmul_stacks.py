@@ -313,3 +313,44 @@ def test_tma_stacks_refuse_an_empty_k(monkeypatch):
     assert not mm.explain(A, B).spec.persistent
     C = tilegen.matmul(A, B, bias=np.ones(128, F16), device="sim")
     assert C.shape == (2, 128, 128) and np.all(C == 1)
+
+
+def test_unaligned_stacks_are_copied_once_per_distinct_matrix(monkeypatch):
+    """BatchedCall's aligned copies (call._aligned_stack) from probes, with a stand-in array library:
+    a stack of 77-element rows gets rows of 80 and one 2-D copy of all its rows; an operand expanded
+    from one matrix (stride 0) one matrix and one copy, read at stride 0; a column-major stack its
+    stored rows (its columns) re-pitched; an aligned stack stays in place."""
+    import tilegen.gemm.call as call
+    from tilegen.arch.dtypes import dtype
+
+    copies = []
+    monkeypatch.setattr(call, "copy_2d", lambda *a: copies.append(a))
+
+    class Lib:
+        made = []
+
+        def empty(self, shape, dt, dev):
+            self.made.append(shape)
+            return 0x7000_0000 + 0x100_0000 * len(self.made)
+
+        def probe(self, buf):
+            return (buf, None, None, None, 0)
+
+    f16, lib = dtype("f16"), Lib()
+
+    def place(probe, row=True):
+        keep = []
+        placed = call._aligned_stack(lib, probe, row, f16, 0, keep)
+        if placed[1] is not None:
+            call._copy_stack(*placed[1], 7)
+        return placed, keep
+
+    (p, copy), keep = place((0x1000, (64, 77, 77), (77 * 77, 77, 1), "float16", 0))
+    assert p[1:3] == (80, 77 * 80) and lib.made[-1] == (64 * 77 * 80,) and len(copies) == 1
+    assert copies[-1][1:] == (160, 0x1000, 154, 154, 64 * 77, 7)
+    (p, copy), keep = place((0x1000, (64, 77, 77), (0, 77, 1), "float16", 0))   # expanded from one matrix
+    assert p[1:3] == (80, 0) and lib.made[-1] == (77 * 80,) and len(copies) == 2 and copies[-1][5] == 77
+    (p, copy), keep = place((0x2002, (4, 37, 21), (777, 1, 37), "float16", 0), row=False)   # (K, N) column-major
+    assert p[1:] == (40, 21 * 40, (37, 21)) and copies[-1][1:] == (80, 0x2002, 74, 74, 4 * 21, 7)
+    (p, copy), keep = place((0x3000, (4, 64, 80), (64 * 80, 80, 1), "float16", 0))
+    assert copy is None and not keep and p == (0x3000, 80, 64 * 80, (64, 80))

@@ -792,8 +792,8 @@ class BatchedCall:
         """out (made when None; then beta must be 0), or None when the arrays do not fit: another
         layout or device, an epilogue operand missing, a stack TMA cannot describe."""
         last = self._last
-        if last is not None and pc is not None and bias is None and pr is None \
-                and (pa, pb, pc, count, alpha, beta) == last[0] \
+        if last is not None and pc is not None and bias is None and pr is None and type(alpha) in _NUMBERS \
+                and type(beta) in _NUMBERS and (pa, pb, pc, count, alpha, beta) == last[0] \
                 and (alpha or copysign(1.0, alpha) == copysign(1.0, last[0][4])):   # (-0.0 signs C's zeros)
             launcher = self.kernel.launcher(pa[DEVICE])
             if launcher is last[1]:
@@ -912,7 +912,8 @@ def _aligned_stack(lib, p, row: bool, dt, device, keep: list):
     if place is None:
         return None
     ptr, ld, stride, (r, c) = place
-    n, esize = p[SHAPE][0], dt.bytes
+    esize = dt.bytes
+    n = p[SHAPE][0] if stride else 1   # (a matrix for every index, stride 0: one copy serves them all)
     rows, cols = (r, c) if row else (c, r)
     new_ld = _aligned_ld(cols, esize)
     if n > 1 and rows * new_ld * esize >= MAX_STRIDE_BYTES:

@@ -694,8 +694,8 @@ def matmul(A, B, *, bias=None, activation=None, residual=None, alpha=1.0, beta=0
 # 0.93 / 0.78 / 0.92 / 0.99 / 0.95 / 1.03 / 0.95 / 1.00 at 64 x 128^2 x 64, 64 x 256^2 x 128,
 # 32 x 512^2 x 64, 16 x 1024^3, 8 x 2048^3, 4 x 4096^3, 32 x 1024^2 x 128, 96 x 512^3; and on the
 # stacks 2-D maps could not take (runs 172-173): 16 x 1000^3 0.81 (0.59 on the cp.async kernel),
-# A's matrices apart 0.97 (0.64), a broadcast A 0.92-0.94 (0.58). Other stacks (a bias per row,
-# products of few rows) take the cp.async batched kernel (one grid row per matrix; 0.4-0.6x
+# A's matrices apart 0.97 (0.64), a broadcast A 0.92-0.94 (0.58). Other stacks (a bias per row, other
+# dtypes or GPUs) take the cp.async batched kernel (one grid row per matrix; 0.4-0.6x
 # between 256 and 2048, run 134), unless each product holds at least STACK_LOOP_WORK multiply-adds
 # and the 2-D kernel of one is a persistent TMA kernel: then matrix by matrix (run 133: 8 x 2048^3
 # 0.78 against 0.72 batched). Stacks whose products alone would take another kernel (few rows, short K) take
@@ -726,7 +726,8 @@ def _batched_spec(spec, stack, na: int, nb: int):
             try:
                 twin = spec.replace(batched=True, copy="tma", persistent=True, cluster=(1, 1), stream_k=False,
                                     pingpong=False, split_k=1, store="auto", instruction="wgmma", target="sm_90a",
-                                    atom=None, frag_buffers=None, promote=None, **tiles)
+                                    atom=None, frag_buffers=None, promote=None, swizzle="128B", acc_dtype="f32",
+                                    **tiles)
             except SpecError:
                 continue
             if stack_problem(twin, stack.M, stack.N, stack.K, stack.matrices) is None:
@@ -767,10 +768,19 @@ def _batched_choice(stack, flat, bias, activation, allow_tf32, first=None):
     spec = _batched_spec(first.spec, stack, int(flat.A.shape[0]), int(flat.B.shape[0]))
     if spec is None:
         return None
-    how = ("the warp-specialized TMA kernel walking every block of every matrix, each stack through a 3-D tensor map"
-           if spec.persistent else "a grid row per matrix, cp.async copies")
+    if spec.persistent:   # (whatever kernel one product alone would take: its reasons are not this kernel's)
+        how = "the warp-specialized TMA kernel walking every block of every matrix, each stack through a 3-D tensor map"
+        sms = runtime.device_info().sm_count if runtime.gpu_available() else 132
+        blocks = stack.matrices * -(-stack.M // spec.tile.m) * -(-stack.N // spec.tile.n)
+        tiles = ("few rows per product: 64-row tiles" if stack.M <= STACK_TILES[-1]["tile"][0] else
+                 f"the largest tile that gives each of {sms} SMs a block" if blocks >= sms else
+                 f"the tile that gives the most blocks ({blocks} for {sms} SMs)")
+        why = (f"16-bit stacks on Hopper take it{'; ' + tiles if tiles else ''}; layouts {spec.a_layout}/"
+               f"{spec.b_layout} as the arrays are stored, target {spec.target}")
+    else:
+        how, why = "a grid row per matrix, cp.async copies", first.reason
     return Choice(spec, f"a stack of {stack.matrices} products of {stack.M} x {stack.N} x {stack.K}: one launch of a "
-                        f"batched kernel ({spec.instruction}, {spec.tile.m}x{spec.tile.n} tiles, {how}); {first.reason}")
+                        f"batched kernel ({spec.instruction}, {spec.tile.m}x{spec.tile.n} tiles, {how}); {why}")
 
 
 def _described(x):
