@@ -228,3 +228,33 @@ def specs_and_shapes(draw):
 def test_property_random_specs_and_shapes(case, seed):
     kw, (M, N, K) = case
     check(kernel_for(**kw), M, N, K, seed=seed)
+
+
+def test_run_kernel_checks_each_argument_as_the_gpu_launch_does():
+    """tilegen.sim.run_kernel with a negative pitch, a pitch past 32 bits, a float for an int, a
+    bool, a string for alpha or an alpha past float32's range: a SimError naming the parameter,
+    its type and what is allowed (the GPU's launch refuses the same, runtime/params.py), before
+    anything runs; the same arguments with the pitch fixed run."""
+    from tilegen.sim import GlobalMemory, SimError, run_kernel
+
+    k = small(dtype="f16", out_dtype="f32")
+    mem = GlobalMemory()
+
+    def put(x):
+        address = mem.alloc(x.nbytes)
+        mem.write(address, x)
+        return address
+
+    A = np.ones((32, 32), np.float16)
+    args = {"M": 32, "N": 32, "K": 32, "A_ptr": put(A), "A_ld": 32, "B_ptr": put(A), "B_ld": 32,
+            "C_ptr": put(np.full((32, 32), np.nan, np.float32)), "C_ld": 32, "alpha": 1.0, "beta": 0.0}
+    sizes = {"M": 32, "N": 32, "K": 32}
+    for name, bad, message in (("C_ld", -1, r"C_ld \(.u32\): -1 is out of range 0..4294967295"),
+                               ("C_ld", 2 ** 32, "out of range"), ("M", 32.0, r"32.0 \(float\) is not an integer"),
+                               ("K", True, "is not an integer"), ("alpha", "2", "is not a real number"),
+                               ("alpha", 1e39, "overflows float32")):
+        with pytest.raises(SimError, match=message):
+            run_kernel(k, {**args, name: bad}, sizes, mem)
+    run_kernel(k, args, sizes, mem)
+    C = mem.read(args["C_ptr"], 32 * 32 * 4, np.float32).reshape(32, 32)
+    assert np.all(C == 32.0)

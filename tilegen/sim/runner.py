@@ -9,6 +9,8 @@ shows it). The dynamic array gets the full size the launch asks for.
 from __future__ import annotations
 
 import itertools
+import math
+import numbers
 import threading
 from dataclasses import dataclass
 from typing import Optional
@@ -51,9 +53,21 @@ def _pack_param(name, type_, nbytes, value) -> np.ndarray:
     if nbytes != dt.itemsize:
         raise SimError(f"parameter {name} is an array of {nbytes} bytes: pass bytes")
     if dt.kind == "f":
+        if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
+            raise SimError(f"parameter {name} (.{type_}): {value!r} ({type(value).__name__}) is not a real number")
+        if math.isfinite(float(value)) and abs(float(value)) > float(np.finfo(dt).max):
+            raise SimError(f"parameter {name} (.{type_}): {float(value)!r} overflows {dt.name} (largest "
+                           f"{float(np.finfo(dt).max):.7g})")
         return np.array([value], dtype=dt).view(np.uint8)
-    v = int(value)
-    return np.array([v & ((1 << (8 * dt.itemsize)) - 1)], dtype=np.dtype(f"u{dt.itemsize}")).view(np.uint8)
+    if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral):
+        raise SimError(f"parameter {name} (.{type_}): {value!r} ({type(value).__name__}) is not an integer")
+    v, bits = int(value), 8 * dt.itemsize
+    # as the GPU's launch packs them (runtime/params.py): unsigned from 0, signed both ways; a bit type either
+    lo = -(1 << (bits - 1)) if type_[0] in "sb" else 0
+    hi = (1 << (bits - 1)) - 1 if type_[0] == "s" else (1 << bits) - 1
+    if not lo <= v <= hi:
+        raise SimError(f"parameter {name} (.{type_}): {v} is out of range {lo}..{hi}")
+    return np.array([v & ((1 << bits) - 1)], dtype=np.dtype(f"u{dt.itemsize}")).view(np.uint8)
 
 
 def _params(entry, args: dict) -> dict:
