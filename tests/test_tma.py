@@ -326,3 +326,50 @@ def test_tma_kernels_on_the_gpu(pipeline, one_stage, M, N, K):
         synchronize()
         C = bufs[2].copy_to_host(np.empty((M, ldc), np.float32))[:, :N]
         assert np.abs(C - ref).max() <= _bound(K) * max(1.0, np.abs(ref).max()), kernel.name
+
+
+# ---- stacks through 3-D tensor maps (dsl/batched.py) ----------------------------------------------
+
+@tg.kernel
+def stack_copy():
+    """Each CTA copies one 64 x 64 block of matrix z of a stack through shared memory with TMA:
+    A.batch(z) in, C.batch(z) out, each through its stack's 3-D tensor map."""
+    tg.launch(threads=128, grid=(tg.cdiv("N", 64), tg.cdiv("M", 64), "BATCH"))
+    A = tg.batched_tensor("A", "f16", ("M", "N"))
+    C = tg.batched_tensor("C", "f16", ("M", "N"))
+    s = tg.shared("s", "f16", 64, 64)
+    full = tg.mbarrier("full")
+    z = tg.program_id("z")
+    m0, n0 = tg.program_id("y") * 64, tg.program_id("x") * 64
+    tg.arrive(full[0], expect_bytes=s.stage_bytes, single=True)
+    tg.tma_load(s[0], A.batch(z).block(m0, n0), full[0])
+    tg.mbarrier_wait(full[0], 0)
+    tg.tma_store(C.batch(z).block(m0, n0), s[0])
+    tg.tma_store_commit()
+    tg.tma_store_wait(0)
+
+
+@pytest.mark.parametrize("broadcast", [False, True])
+def test_a_stack_copied_through_3d_tensor_maps(broadcast):
+    """Three 50 x 72 matrices (ragged in both 64-wide tiles), C's 8 rows apart more than they
+    need: each C matrix is its A matrix (or, A's stride 0, matrix 0 for all), the gap rows keep
+    their NaN (a box past a matrix's edge writes nothing there), and the PTX copies in 3-D."""
+    from tilegen.sim import GlobalMemory, run_kernel
+
+    k = tilegen.compile(stack_copy, target="sm_90a")
+    assert "cp.async.bulk.tensor.3d" in k.ptx and {m.rank for m in k.tensor_maps} == {3}
+    count, M, N, ld, gap = 3, 50, 72, 80, 8
+    rng = np.random.default_rng(5)
+    A = rng.standard_normal((count, M, ld)).astype(np.float16)
+    C = np.full((count, M + gap, ld), np.nan, np.float16)
+    mem = GlobalMemory()
+    a_ptr, c_ptr = mem.alloc(A.nbytes), mem.alloc(C.nbytes)
+    mem.write(a_ptr, A)
+    mem.write(c_ptr, C)
+    run_kernel(k, {"M": M, "N": N, "BATCH": count, "A_ptr": a_ptr, "A_ld": ld, "A_batch_stride": 0 if broadcast
+                   else M * ld, "C_ptr": c_ptr, "C_ld": ld, "C_batch_stride": (M + gap) * ld},
+               {"M": M, "N": N, "BATCH": count}, mem)
+    got = mem.read(c_ptr, C.nbytes, np.float16).reshape(C.shape)
+    for z in range(count):
+        assert np.array_equal(got[z, :M, :N], A[0 if broadcast else z, :, :N])
+    assert np.isnan(got[:, M:, :]).all() and np.isnan(got[:, :, N:]).all()
