@@ -258,3 +258,18 @@ def test_run_kernel_checks_each_argument_as_the_gpu_launch_does():
     run_kernel(k, args, sizes, mem)
     C = mem.read(args["C_ptr"], 32 * 32 * 4, np.float32).reshape(32, 32)
     assert np.all(C == 32.0)
+
+
+def test_operands_too_large_to_copy_are_refused_with_their_size(monkeypatch):
+    """A broadcast view (np.broadcast_to) is tiny, its dense copy for the launch need not be: when the
+    copies cannot be allocated, a LaunchError gives the product and the bytes, not a MemoryError."""
+    import tilegen.gemm.call as call
+
+    def no_memory(stored):
+        raise MemoryError("cannot allocate")
+
+    monkeypatch.setattr(call, "_pitched_stack", no_memory)
+    A = np.broadcast_to(np.ones((1, 1), np.float16), (64, 4096))
+    B = np.broadcast_to(np.ones((1, 1), np.float16), (4096, 64))
+    with pytest.raises(LaunchError, match=r"64x64x4096 product's operands, copied into dense rows .*\(\d+ bytes"):
+        small(dtype="f16", out_dtype="f32")(A, B, device="sim")

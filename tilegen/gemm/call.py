@@ -659,9 +659,15 @@ def _run_host(kernel, A, B, out, alpha, beta, bias, residual, memory, scales=NO_
         return out
     if K == 0 and kernel.tensor_maps:
         raise empty_k_error(kernel)
-    a_stored, lda = _pitched(A if spec.a_layout == "row" else A.T)
-    b_stored, ldb = _pitched(B if spec.b_layout == "row" else B.T)
-    c_host, ldc = _pitched(out)   # rows 16-byte aligned: a TMA store's tensor map takes them
+    try:
+        a_stored, lda = _pitched(A if spec.a_layout == "row" else A.T)
+        b_stored, ldb = _pitched(B if spec.b_layout == "row" else B.T)
+        c_host, ldc = _pitched(out)   # rows 16-byte aligned: a TMA store's tensor map takes them
+    except MemoryError:   # (a broadcast view's dense copy can be far larger than the view)
+        memory.close()
+        sizes = sum((x.shape[0] * x.shape[1] * x.itemsize) for x in (A, B, out))
+        raise LaunchError(f"the {M}x{N}x{K} product's operands, copied into dense rows for the launch ({sizes} bytes "
+                          f"for A, B and C), do not fit in this machine's memory") from None
     try:
         args = {"M": M, "N": N, "K": K, "A_ptr": memory.put(a_stored), "A_ld": lda,
                 "B_ptr": memory.put(b_stored), "B_ld": ldb, "C_ptr": memory.put(c_host), "C_ld": ldc,
