@@ -1,13 +1,24 @@
-"""Test-wide setup: the disk cache lives in a fresh directory per run, so tests never read
+"""Test-wide setup: the packages the tests import are there (else one message, not an import
+error per test file); the disk cache lives in a fresh directory per run, so tests never read
 kernels another run (or an older tilegen) left behind, and never fill the user's cache."""
+import importlib.util
 import os
 import shutil
 import tempfile
 
 import pytest
 
+# tilegen's runtime needs (pyproject.toml's dependencies, less cuda-python: without it the GPU
+# tests skip) and the test extra's hypothesis
+NEEDED = ("numpy", "lark", "ml_dtypes", "hypothesis")
+
 
 def pytest_configure(config):
+    missing = [m for m in NEEDED if importlib.util.find_spec(m) is None]
+    if missing:
+        pytest.exit(f"tilegen's tests need {', '.join(missing)}, not installed for this Python: install the project "
+                    f"with its test extra (python3 -m pip install -e '.[test]'), or run the tests from the environment "
+                    f"that has it", returncode=4)
     if "TILEGEN_TEST_KEEP_CACHE" not in os.environ:
         path = tempfile.mkdtemp(prefix="tilegen-test-cache-")
         os.environ["TILEGEN_CACHE_DIR"] = path
