@@ -783,14 +783,11 @@ class BatchedCall:
         self._last = None
 
     @staticmethod
-    def _c_unaligned(pc, pa, pb, tc, dev) -> bool:
+    def _c_unaligned(pc, pb, tc, dev) -> bool:
         """Whether C (out's probe; or, with no out, the C this call would make) is a stack whose rows
         or matrices are not 16-byte aligned (otherwise fit for a TMA store)."""
-        if pc is None:
-            if len(pa[SHAPE]) != 3 or len(pb[SHAPE]) != 3:
-                return False
-            M, N = pa[SHAPE][1], pb[SHAPE][2]
-            return bool((N * tc.bytes) % ALIGN or (M * N * tc.bytes) % ALIGN)
+        if pc is None:   # (a new stack's matrices are whole numbers of its rows apart)
+            return len(pb[SHAPE]) == 3 and bool((pb[SHAPE][2] * tc.bytes) % ALIGN)
         return _stack_place(pc, True, tc, dev, output=True) is None and \
             _stack_place(pc, True, tc, dev, output=True, aligned=False) is not None
 
@@ -810,7 +807,7 @@ class BatchedCall:
             return None
         dev = pa[DEVICE]
         ta, tb, tc = self.types
-        if not self.direct_c and self._c_unaligned(pc, pa, pb, tc, dev):
+        if not self.direct_c and self._c_unaligned(pc, pb, tc, dev):
             # C's rows or matrices cannot take TMA stores: the kernel's twin that stores directly (any pitch, C in place)
             return self.kernel.direct_store_kernel().batched_call.run(lib, pa, pb, out, pc, count, bias, pr, alpha,
                                                                        beta)
@@ -855,12 +852,11 @@ class BatchedCall:
         for copy in (a_in, b_in, r_in):
             if copy is not None:
                 _copy_stack(*copy, stream)
+        launches = []
         if self.tma:   # every matrix through 3-D tensor maps (stack_problem)
             values = (M, N, K, count, *a[:3], *b[:3], *c[:3], float(alpha), float(beta), bias_ptr, *r)
-            grid, args = self.grid(M, N, K, count, launcher.sm_count), self.pick(values + _tensor_maps(self.maps, values))
-            launcher(grid, args, stream)
-            if not keep and bias is None and pr is None:   # (arrays of its own: nothing copied)
-                self._last = ((pa, pb, pc, count, alpha, beta), launcher, grid, args)
+            launches.append((self.grid(M, N, K, count, launcher.sm_count),
+                             self.pick(values + _tensor_maps(self.maps, values))))
         else:
             sizes = (ta.bytes, tb.bytes, tc.bytes, tc.bytes)
             for start, n in _chunks(count):   # (grid.y takes up to GRID_Y matrices at a time)
@@ -870,10 +866,11 @@ class BatchedCall:
                 (pa_, pb_, pc_, pr_) = (p[0] + start * p[2] * e for p, e in zip((a, b, c, r), sizes))
                 values = (M, N, K, n, pa_, *a[1:3], pb_, *b[1:3], pc_, *c[1:3], float(alpha), float(beta), bias_ptr,
                           pr_, *r[1:3])
-                args = self.pick(values)
-                launcher(grid, args, stream)
-                if n == count and not keep and bias is None and pr is None:   # (one launch, nothing copied)
-                    self._last = ((pa, pb, pc, count, alpha, beta), launcher, grid, args)
+                launches.append((grid, self.pick(values)))
+        for grid, args in launches:
+            launcher(grid, args, stream)
+        if len(launches) == 1 and not keep and bias is None and pr is None:   # (one launch, nothing copied)
+            self._last = ((pa, pb, pc, count, alpha, beta), launcher, *launches[0])
         return out
 
 

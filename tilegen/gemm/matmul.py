@@ -707,16 +707,21 @@ STACK_TILES = (dict(tile=(128, 256, 64), warps=(8, 1), stages=4), dict(tile=(128
                dict(tile=(64, 128, 64), warps=(4, 1), stages=6))
 
 
-def _batched_spec(spec, stack, na: int, nb: int):
-    """The batched twin of the spec matmul picks for one product of a stack (na and nb: A's and B's
-    matrices, 1 or all), or None where the stack should run matrix by matrix (operands prepared by
+def _sm_count() -> int:
+    """The GPU's multiprocessors (an H200's without one: the count the stack tiles were chosen for)."""
+    return runtime.device_info().sm_count if runtime.gpu_available() else 132
+
+
+def _batched_spec(spec, stack):
+    """The batched twin of the spec matmul picks for one product of a stack, or None where the
+    stack should run matrix by matrix (operands prepared by
     first kernels, fp8 promotion, or products that hide their launches behind a faster kernel).
     16-bit stacks on Hopper take the warp-specialized TMA kernel (TmaStack), whatever kernel the
     product alone would take."""
     if spec.prepared_operands:
         return None
     if spec.target_info.sm >= 90 and spec.dtype in ("f16", "bf16") and spec.epilogue.bias != "row":
-        sms = runtime.device_info().sm_count if runtime.gpu_available() else 132
+        sms = _sm_count()
         if stack.M <= STACK_TILES[-1]["tile"][0]:   # (a few rows per product: the 64-row tile wastes least)
             filling = STACK_TILES[-1:]
         else:
@@ -735,7 +740,7 @@ def _batched_spec(spec, stack, na: int, nb: int):
     reset = dict(batched=True, persistent=None, copy="auto", store="auto", cluster=(1, 1), split_k=1, stream_k=False,
                  pingpong=False, promote=None)
     if spec.instruction == "wgmma" and spec.dtype in ("f16", "bf16"):
-        sms = runtime.device_info().sm_count if runtime.gpu_available() else 132
+        sms = _sm_count()
         for tiles in STACK_TILES:
             t = tiles["tile"]
             if stack.matrices * -(-stack.M // t[0]) * -(-stack.N // t[1]) >= sms:
@@ -765,12 +770,12 @@ def _batched_choice(stack, flat, bias, activation, allow_tf32, first=None):
     if flat is None or stack.matrices == 0:
         return None
     first = first or _first_product(flat, bias, activation, allow_tf32)
-    spec = _batched_spec(first.spec, stack, int(flat.A.shape[0]), int(flat.B.shape[0]))
+    spec = _batched_spec(first.spec, stack)
     if spec is None:
         return None
     if spec.persistent:   # (whatever kernel one product alone would take: its reasons are not this kernel's)
         how = "the warp-specialized TMA kernel walking every block of every matrix, each stack through a 3-D tensor map"
-        sms = runtime.device_info().sm_count if runtime.gpu_available() else 132
+        sms = _sm_count()
         blocks = stack.matrices * -(-stack.M // spec.tile.m) * -(-stack.N // spec.tile.n)
         tiles = ("few rows per product: 64-row tiles" if stack.M <= STACK_TILES[-1]["tile"][0] else
                  f"the largest tile that gives each of {sms} SMs a block" if blocks >= sms else
