@@ -21,13 +21,11 @@ from ..frontend import compile as tg_compile
 from ..gemm import GemmSpec, matmul
 from .backends import TorchBackend
 from .env import device_target, environment, l2_bytes
+from .gemm import rotation_sets
 from .timing import EventPool, TimingOptions, make_delay, time_calls
 
 SIZES = [(4096, 4096, 4096), (8192, 11008, 4096), (4096, 16384, 4096)]
-
-
-def _sets(nbytes: int, l2: int) -> int:
-    return max(2, min(8, -(-4 * l2 // max(nbytes, 1))))
+SETS = 8   # buffer sets at most (rotation_sets: together four times the L2)
 
 
 def fused_rows(torch, dtype: str, sizes, opts, log) -> list:
@@ -38,7 +36,7 @@ def fused_rows(torch, dtype: str, sizes, opts, log) -> list:
     delay = make_delay(backend, device_target(torch.cuda.get_device_capability()), events, log)
     rows = []
     for M, N, K in sizes:
-        n_sets = _sets((M * K + K * N + M * N) * 2, l2_bytes(0))
+        n_sets = rotation_sets((M * K + K * N + M * N) * 2, l2_bytes(0), max_sets=SETS)
         sets = [(torch.randn(M, K, device="cuda").to(tdt), torch.randn(K, N, device="cuda").to(tdt),
                  torch.randn(N, device="cuda").to(tdt), torch.empty(M, N, device="cuda", dtype=tdt))
                 for _ in range(n_sets)]
@@ -100,7 +98,7 @@ def f32_rows(torch, sizes, opts, log) -> list:
     kernel = tg_compile(GemmSpec(dtype="f32", target=target))
     rows = []
     for M, N, K in sizes:
-        n_sets = _sets((M * K + K * N + M * N) * 4, l2_bytes(0))
+        n_sets = rotation_sets((M * K + K * N + M * N) * 4, l2_bytes(0), max_sets=SETS)
         sets = [(torch.randn(M, K, device="cuda"), torch.randn(K, N, device="cuda"), torch.empty(M, N, device="cuda"))
                 for _ in range(n_sets)]
         stream = torch.cuda.current_stream().cuda_stream

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from ..gemm import matmul
 from .env import device_target, l2_bytes
+from .gemm import rotation_sets
 from .options import MAX_DIM, OptionError
 from .timing import EventPool, time_calls, make_delay
 
@@ -16,6 +17,7 @@ from .timing import EventPool, time_calls, make_delay
 # ragged and broadcast stacks, and stacks of whole tiles.
 DEFAULT_STACKS = ("32x200x200x64", "32x200x64x200", "96x77x77x64", "16x1000x1000x1000", "8x1000x4096x1024/a",
                   "8x2048x2048x2048", "64x128x128x64")
+SETS = 8   # buffer sets at most (rotation_sets: together four times the L2)
 
 
 def parse_stack(text: str) -> tuple:
@@ -38,10 +40,6 @@ def stack_label(stack: tuple) -> str:
     return f"{b}x{m}x{n}x{k}" + (f"/{one}" if one else "")
 
 
-def _sets(nbytes: int, l2: int) -> int:
-    return max(2, min(8, -(-4 * l2 // max(nbytes, 1))))
-
-
 def stack_rows(torch, backend, dtype: str, stacks, opts, log) -> list:
     """One row per stack: TFLOP/s of tilegen.matmul and torch.matmul as called, their ratio, the
     way tilegen ran it, and the relative error of its result (matrix 0) against float64."""
@@ -52,7 +50,7 @@ def stack_rows(torch, backend, dtype: str, stacks, opts, log) -> list:
     for stack in stacks:
         b, M, N, K, one = stack
         na, nb = (1 if one == "a" else b), (1 if one == "b" else b)
-        n_sets = _sets((na * M * K + nb * K * N + b * M * N) * 2, l2_bytes(0))
+        n_sets = rotation_sets((na * M * K + nb * K * N + b * M * N) * 2, l2_bytes(0), max_sets=SETS)
 
         def operand(n, rows_, cols):
             x = torch.randn(n, rows_, cols, device="cuda").to(tdt)
