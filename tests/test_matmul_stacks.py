@@ -266,6 +266,69 @@ def test_the_warp_specialized_kernel_runs_any_stack(a_layout, b_layout, M, K):
         check(gapped[:, :M], B)
 
 
+@pytest.mark.parametrize("a_layout, b_layout, K", [("row", "row", 300), ("col", "row", 100), ("row", "col", 64)])
+def test_split_k_stacks(a_layout, b_layout, K):
+    """split_k on the TMA stack kernel: each row of persistent CTAs walks every block of the stack
+    over its slice of K, its f32 partial sums into a workspace matrix per slice and product
+    (poisoned by the emulator's launch), and split_k_sum adds them in slice order into C with the
+    epilogue (bias per column, residual, alpha, beta). K of 300 in slices of 128 (the last 44
+    deep), 100 (the third slice empty) and 64 (two empty): an empty slice is walked by no CTA and
+    skipped by the sum. Ragged M and N; then B broadcast and A's matrices strided apart."""
+    spec = tilegen.GemmSpec(dtype="bf16", out_dtype="bf16", instruction="wgmma", batched=True, copy="tma",
+                            a_layout=a_layout, b_layout=b_layout, tile=(64, 128, 64), warps=(4, 1), stages=4,
+                            split_k=3, epilogue=tilegen.Epilogue(bias="col", residual=True))
+    k = tilegen.compile(spec)
+    assert spec.persistent and spec.store == "direct" and k.second_kernel() is not None
+    bf = ml_dtypes.bfloat16
+
+    def stack(count, rows, cols, seed, row_major):
+        return _rand((count, rows, cols), seed, bf) if row_major else _rand((count, cols, rows), seed, bf).swapaxes(1, 2)
+
+    M, N = 70, 136
+    A, B = stack(3, M, K, 50, a_layout == "row"), stack(3, K, N, 51, b_layout == "row")
+    bias, res = np.linspace(-1, 1, N).astype(bf), _rand((3, M, N), 52, bf)
+
+    def check(A, B):
+        out = _rand((3, M, N), 53, bf)
+        before = out.astype(np.float64)
+        C = k(A, B, out=out, bias=bias, residual=res, alpha=0.5, beta=-1.0, device="sim")
+        A64, B64, b64, r64 = (x.astype(np.float64) for x in (A, B, bias, res))
+        ref = 0.5 * np.matmul(A64, B64) - before + b64 + r64
+        scale = 0.5 * np.matmul(np.abs(A64), np.abs(B64)) + np.abs(before) + np.abs(b64) + np.abs(r64)
+        assert C is out and np.all(np.abs(out.astype(np.float64) - ref) <= gemm_bound("bf16", K, "bf16") * scale)
+
+    check(A, B)
+    check(A, B[1:2])                                   # B broadcast: stride 0, read at matrix 0
+    if a_layout == "row":                              # A's matrices 8 rows apart more than they need
+        gapped = stack(3, M + 8, K, 54, True)
+        gapped[:, :M] = A
+        check(gapped[:, :M], B)
+
+
+def test_decode_stacks_split_k_on_hopper(monkeypatch):
+    """matmul on Hopper splits K for stacks whose blocks leave most SMs idle and whose K is long
+    (decode-time attention's scores @ values: a few rows per head, K of 4096): as many slices as fill
+    the SMs, each at least STACK_SLICE_K_TILES k-tiles; explain says so. Stacks with blocks for
+    every SM, or short K, are not split."""
+    import importlib
+
+    mm = importlib.import_module("tilegen.gemm.matmul")
+    monkeypatch.setattr(mm, "_target", lambda: "sm_90")
+    monkeypatch.setattr(mm, "_tuned", lambda *a, **k: None)
+    monkeypatch.setattr(mm, "_sm_count", lambda: 132)
+    for (count, M, N, K), split in [((32, 1, 128, 4096), 4), ((32, 16, 128, 4096), 4), ((8, 128, 128, 4096), 8),
+                                    ((64, 1, 64, 2048), 2), ((2, 16, 128, 2400), 4), ((32, 16, 128, 500), 1),
+                                    ((32, 16, 4096, 128), 1), ((8, 1000, 128, 4096), 1)]:
+        A, B = np.zeros((count, M, K), F16), np.zeros((count, K, N), F16)
+        choice = mm.explain(A, B)
+        assert choice.spec.batched and choice.spec.persistent and choice.spec.split_k == split, (count, M, N, K, choice)
+        assert (f"K split in {split} slices" in choice.reason) == (split > 1), choice.reason
+    monkeypatch.setattr(mm, "_target", lambda: "sm_90")
+    A, B = _rand((3, 5, 1100), 60), _rand((3, 1100, 72), 61)     # 3 blocks, 18 k-tiles: 2 slices, on the emulator
+    assert mm.explain(A, B).spec.split_k == 2
+    _check(tilegen.matmul(A, B, device="sim"), A, B)
+
+
 def test_tma_stacks_with_beta_zero_store_through_shared_memory():
     """beta = 0 takes the TMA-store epilogue: each slice of C goes out through a 3-D map of C's
     stack, so a block of a 50-row matrix writes its own 50 rows only (the rows after it belong

@@ -3,7 +3,7 @@ wrong result. Usage: compute-sanitizer --tool memcheck python3 tools/sanitize_ge
 (--hopper: the sm_90a wgmma kernels instead: the warp-specialized TMA kernel with its TMA-store
 epilogue, its beta and unaligned-output paths, and the one-CTA-per-block TMA kernel; --stacks:
 batched kernels on ragged stacks, one A for every B, column-major matrices, bias and residual, and the
-warp-specialized TMA kernel on stacks through 3-D tensor maps)."""
+warp-specialized TMA kernel on stacks through 3-D tensor maps, K split or not)."""
 import sys
 
 import numpy as np
@@ -104,7 +104,12 @@ STACKS = [(dict(dtype="f16", out_dtype="f16", tile=(64, 64, 32)), (3, 1), (70, 4
           (dict(dtype="bf16", out_dtype="bf16", instruction="wgmma", copy="tma", store="direct", tile=(64, 128, 64),
                 warps=(4, 1)), (6, 6), (77, 77, 64), ("row", "col")),
           (dict(dtype="f16", out_dtype="f16", instruction="wgmma", copy="tma", tile=(64, 128, 64), warps=(4, 1),
-                epilogue=tilegen.Epilogue("col", "gelu_tanh", True)), (3, 3), (100, 200, 72), ("col", "row"))]
+                epilogue=tilegen.Epilogue("col", "gelu_tanh", True)), (3, 3), (100, 200, 72), ("col", "row")),
+          # split-K on the TMA stack kernel: partial sums per slice and matrix, then the sum kernel
+          # (K of 1100 in slices of 384: the last 332 deep), bias, GELU and residual in the second
+          (dict(dtype="bf16", out_dtype="bf16", instruction="wgmma", copy="tma", tile=(64, 128, 64), warps=(4, 1),
+                split_k=3, epilogue=tilegen.Epilogue("col", "gelu_tanh", True)), (5, 1), (16, 136, 1100),
+           ("row", "row"))]
 
 
 def stacks() -> int:

@@ -62,13 +62,22 @@ def check_stream_k_range(spec, M: int, N: int, K: int, ctas: int) -> None:
                               f"(blocks x k-tiles x CTAs must stay under 2^32): use a spec without stream_k")
 
 
-def workspace_shape(spec, M: int, N: int, ctas: int) -> tuple:
+def workspace_shape(spec, M: int, N: int, ctas: int, count: int = 1) -> tuple:
     """(rows, cols) of the f32 workspace of a two-kernel spec. Split-K: each slice's partials
-    on M rounded up to whole blocks (template.split_rows), slice after slice. Stream-K: two
-    block-sized slots per CTA of the first kernel's grid (`ctas`; template.StreamK)."""
+    on M rounded up to whole blocks (template.split_rows), slice after slice; on a stack of
+    `count` products, an M x N matrix per slice and product. Stream-K: two block-sized slots
+    per CTA of the first kernel's grid (`ctas`; template.StreamK)."""
     if spec.stream_k:
         return 2 * ctas * spec.tile.m, spec.tile.n
+    if spec.batched:
+        return spec.split_k * count * M, N
     return spec.split_k * -(-M // spec.tile.m) * spec.tile.m, N
+
+
+def workspace_arguments(spec, rows: int, cols: int, ptr: int, M: int, N: int) -> dict:
+    """The workspace's kernel arguments (a stack's: its matrices M x N elements apart)."""
+    return {"WM": rows, "WN": cols, "W_ptr": ptr, "W_ld": max(cols, 1),
+            **({"W_batch_stride": M * N} if spec.batched else {})}
 
 
 def _is_host(x) -> bool:
@@ -604,9 +613,9 @@ class _SimMemory:
         second = kernel.second_kernel() if hasattr(kernel, "second_kernel") else None
         if second is not None:   # partial sums (split-K's slices, stream-K's pieces), then C
             check_stream_k_range(kernel.spec, sizes["M"], sizes["N"], sizes["K"], x)
-            rows, cols = workspace_shape(kernel.spec, sizes["M"], sizes["N"], x)
-            w = {"WM": rows, "WN": cols, "W_ptr": self.put(np.full(max(rows * cols, 1), np.nan, np.float32)),
-                 "W_ld": max(cols, 1)}   # (poisoned: a slot read before it is written shows)
+            rows, cols = workspace_shape(kernel.spec, sizes["M"], sizes["N"], x, args.get("BATCH", 1))
+            w = workspace_arguments(kernel.spec, rows, cols, self.put(np.full(max(rows * cols, 1), np.nan, np.float32)),
+                                    sizes["M"], sizes["N"])   # (poisoned: a slot read before it is written shows)
             args, sizes = {**args, **w}, {**sizes, "WM": rows, "WN": cols}
             run = lambda: (run_kernel(kernel, args, sizes, self.memory),  # noqa: E731
                            run_kernel(second, args, sizes, self.memory))
@@ -731,6 +740,7 @@ def run_batched(kernel, A, B, out, count: int, *, alpha=1.0, beta=0.0, bias=None
 
 _BATCHED = ("M", "N", "K", "BATCH", "A_ptr", "A_ld", "A_batch_stride", "B_ptr", "B_ld", "B_batch_stride",
             "C_ptr", "C_ld", "C_batch_stride", "alpha", "beta", "bias_ptr", "R_ptr", "R_ld", "R_batch_stride")
+_WORKSPACE = ("W_ptr", "W_ld", "W_batch_stride")   # (split-K stacks: their workspace_arguments)
 
 
 COORD_LIMIT = 2 ** 31   # TMA's coordinates are signed 32-bit
@@ -774,10 +784,16 @@ class BatchedCall:
         self.residual = spec.epilogue.residual
         self.tma = spec.persistent   # (template.TmaStack: the whole stack in one launch, any strides)
         self.direct_c = spec.store != "tma"   # C written by direct stores, which take any pitch
-        self.maps = _map_layout(kernel, _BATCHED)
-        names = _BATCHED + tuple(m.param for m in kernel.tensor_maps)
+        # split-K (TMA stacks): the slices' partial sums into a workspace, then its second kernel
+        self.sum = kernel.second_kernel() if spec.split_k > 1 else None
+        values = _BATCHED + (_WORKSPACE if self.sum is not None else ())
+        self.maps = _map_layout(kernel, values)
+        names = values + tuple(m.param for m in kernel.tensor_maps)
         self.pick = itemgetter(*(names.index(n) for n, _ in kernel.params))
         self.grid = kernel.launch_grid.evaluator(("M", "N", "K", "BATCH"))
+        if self.sum is not None:
+            self.sum_pick = itemgetter(*(values.index(n) for n, _ in self.sum.params))
+            self.sum_grid = self.sum.launch_grid.evaluator(("M", "N", "K", "BATCH"))
         # The last call of one launch without copies or epilogue vectors: its arrays' probes, count and
         # scalars, with its launcher, grid and arguments. A loop over the same arrays launches them again.
         self._last = None
@@ -855,6 +871,9 @@ class BatchedCall:
         launches = []
         if self.tma:   # every matrix through 3-D tensor maps (stack_problem)
             values = (M, N, K, count, *a[:3], *b[:3], *c[:3], float(alpha), float(beta), bias_ptr, *r)
+            if self.sum is not None:
+                self._run_split(launcher, stream, values, dev)
+                return out
             launches.append((self.grid(M, N, K, count, launcher.sm_count),
                              self.pick(values + _tensor_maps(self.maps, values))))
         else:
@@ -872,6 +891,23 @@ class BatchedCall:
         if len(launches) == 1 and not keep and bias is None and pr is None:   # (one launch, nothing copied)
             self._last = ((pa, pb, pc, count, alpha, beta), launcher, *launches[0])
         return out
+
+
+    def _run_split(self, launcher, stream, values: tuple, dev: int) -> None:
+        """Split-K on a stack: the slices' f32 partial sums into a workspace taken from the
+        stream-ordered allocator (template.gemm), then split_k_sum adds them into C with the
+        epilogue; the workspace is given back after both are enqueued."""
+        M, N, K, count = values[:4]
+        rows, cols = workspace_shape(self.kernel.spec, M, N, 0, count)
+        work = runtime.StreamBuffer(max(rows * cols * 4, 4), stream, dev)
+        try:
+            values += (work.ptr, N, M * N)
+            launcher(self.grid(M, N, K, count, launcher.sm_count), self.pick(values + _tensor_maps(self.maps, values)),
+                     stream)
+            total = self.sum.launcher(dev)
+            total(self.sum_grid(M, N, K, count, total.sm_count), self.sum_pick(values), stream)
+        finally:
+            work.free()
 
 
 GRID_Y = 65535   # matrices per launch of a batched kernel (its grid's y extent)

@@ -9,7 +9,7 @@ from .. import compiler, runtime
 from ..compiler import Kernel
 from ..errors import LaunchError
 from .call import (NO_SCALES, BatchedCall, FastCall, check_device, check_epilogue, check_stream_k_range, real_number,
-                   refuse_stack, run_batched, run_gemm, workspace_shape)
+                   refuse_stack, run_batched, run_gemm, workspace_arguments, workspace_shape)
 from .template import trace_gemm, trace_split_k_sum, trace_stream_k_fixup
 from .prepare import preparations
 
@@ -90,11 +90,11 @@ class GemmKernel(Kernel):
         M, N = int(sizes["M"]), int(sizes["N"])
         ctas = self.grid(sizes, self.launcher(device).sm_count)[0]
         check_stream_k_range(self.spec, M, N, int(sizes["K"]), ctas)
-        rows, cols = workspace_shape(self.spec, M, N, ctas)
+        rows, cols = workspace_shape(self.spec, M, N, ctas, int(args.get("BATCH", 1)))
         handle = int(runtime.stream_handle(stream))
         work = runtime.StreamBuffer(max(rows * cols * 4, 4), handle, device)
         try:
-            w = {"WM": rows, "WN": cols, "W_ptr": work.ptr, "W_ld": max(cols, 1)}
+            w = workspace_arguments(self.spec, rows, cols, work.ptr, M, N)
             sizes = {**sizes, "WM": rows, "WN": cols}
             super().launch({**args, **w}, sizes, stream=handle, device=device)
             second.launch({**args, **w}, sizes, stream=handle, device=device)

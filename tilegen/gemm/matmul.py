@@ -34,7 +34,7 @@ from ..runtime.interop import DEVICE, DTYPE, PTR, SHAPE, STRIDES
 from . import batch, tuned
 from .call import NO_SCALES, check_real_arrays, real_number, refuse_long_emulation, run_batched, stack_problem
 from .kernel import compile_gemm
-from .spec import Epilogue, GemmSpec
+from .spec import MAX_SPLIT_K, Epilogue, GemmSpec
 
 _DTYPES = {"float16": "f16", "bfloat16": "bf16", "float32": "f32", "float8_e4m3fn": "e4m3", "float8_e5m2": "e5m2"}
 _OUT_NAMES = {"bf16": "bf16", "bfloat16": "bf16", "f16": "f16", "float16": "f16", "half": "f16", "f32": "f32",
@@ -707,6 +707,18 @@ STACK_TILES = (dict(tile=(128, 256, 64), warps=(8, 1), stages=4), dict(tile=(128
                dict(tile=(64, 128, 64), warps=(4, 1), stages=6))
 
 
+STACK_SLICE_K_TILES = 8   # split-K on a stack: each slice at least this many k-tiles long
+
+
+def stack_split(spec, stack, sms: int) -> int:
+    """Slices of K for a stack on the TMA stack kernel: 1, or where its blocks leave most SMs idle
+    and K is long, as many as fill the SMs with slices of STACK_SLICE_K_TILES k-tiles or more
+    (decode-time attention's P @ V: a few rows of each head's scores times its 4096 x 128 values)."""
+    blocks = stack.matrices * -(-stack.M // spec.tile.m) * -(-stack.N // spec.tile.n)
+    k_tiles = -(-stack.K // spec.tile.k)
+    return max(1, min(sms // max(blocks, 1), k_tiles // STACK_SLICE_K_TILES, MAX_SPLIT_K))
+
+
 def _sm_count() -> int:
     """The GPU's multiprocessors (an H200's without one: the count the stack tiles were chosen for)."""
     return runtime.device_info().sm_count if runtime.gpu_available() else 132
@@ -736,7 +748,8 @@ def _batched_spec(spec, stack):
             except SpecError:
                 continue
             if stack_problem(twin, stack.M, stack.N, stack.K, stack.matrices) is None:
-                return twin
+                split = stack_split(twin, stack, sms)
+                return twin.replace(split_k=split) if split > 1 else twin
     reset = dict(batched=True, persistent=None, copy="auto", store="auto", cluster=(1, 1), split_k=1, stream_k=False,
                  pingpong=False, promote=None)
     if spec.instruction == "wgmma" and spec.dtype in ("f16", "bf16"):
@@ -780,6 +793,10 @@ def _batched_choice(stack, flat, bias, activation, allow_tf32, first=None):
         tiles = ("few rows per product: 64-row tiles" if stack.M <= STACK_TILES[-1]["tile"][0] else
                  f"the largest tile that gives each of {sms} SMs a block" if blocks >= sms else
                  f"the tile that gives the most blocks ({blocks} for {sms} SMs)")
+        if spec.split_k > 1:
+            how += f", K in {spec.split_k} slices added by a second kernel"
+            tiles += (f"; {blocks} blocks for {sms} SMs and {-(-stack.K // spec.tile.k)} k-tiles: K split in "
+                      f"{spec.split_k} slices of {STACK_SLICE_K_TILES} k-tiles or more")
         why = (f"16-bit stacks on Hopper take it{'; ' + tiles if tiles else ''}; layouts {spec.a_layout}/"
                f"{spec.b_layout} as the arrays are stored, target {spec.target}")
     else:

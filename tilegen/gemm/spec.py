@@ -160,7 +160,8 @@ class GemmSpec:
     | split_k    | 1..16: K in that many slices, one CTA each per  | 1                        |
     |            | block, their f32 partial sums added in order by |                          |
     |            | a second kernel that applies the epilogue       |                          |
-    |            | (persistent=False)                              |                          |
+    |            | (persistent=False; a stack on the warp-special- |                          |
+    |            | ized kernel: a row of persistent CTAs a slice)  |                          |
     | stream_k   | warp-specialized wgmma: the blocks past the     | False                    |
     |            | last whole wave of CTAs are shared out by       |                          |
     |            | k-tiles evenly across as many CTAs as keep      |                          |
@@ -577,9 +578,10 @@ class GemmSpec:
                             + " or ".join(family.stores))
         if isinstance(self.split_k, bool) or not isinstance(self.split_k, int) or not 1 <= self.split_k <= MAX_SPLIT_K:
             raise SpecError("split_k", self.split_k, f"an int in 1..{MAX_SPLIT_K}")
-        if self.split_k > 1 and self.persistent:
+        if self.split_k > 1 and self.persistent and not self.batched:
             raise SpecError("split_k", self.split_k, "1 for a persistent kernel",
-                            "split-K runs one CTA per block and slice of K: give persistent=False")
+                            "split-K runs one CTA per block and slice of K: give persistent=False (a stack on "
+                            "the warp-specialized kernel walks its blocks slice by slice)")
         if not isinstance(self.stream_k, bool):
             raise SpecError("stream_k", self.stream_k, "True or False")
         if self.stream_k:
@@ -599,13 +601,13 @@ class GemmSpec:
         by_offset = not self.persistent and self.copy == "cp.async" and self.store == "direct"
         by_tma = (self.warp_specialized and self.epilogue.bias != "row"
                   and not self.swaps_operands)   # (C^T = B^T A^T would walk B's rows, not A's)
-        if self.batched and (not (by_offset or by_tma) or self.split_k > 1 or self.stream_k or self.pingpong
-                             or self.cluster != (1, 1)):
+        if self.batched and (not (by_offset or by_tma) or (self.split_k > 1 and not by_tma) or self.stream_k
+                             or self.pingpong or self.cluster != (1, 1)):
             raise SpecError("batched", self.batched, "False for this kernel",
                             "a stack of products runs one CTA per block and matrix, copying with cp.async and "
                             "storing directly (copy='cp.async', persistent=False), or on the warp-specialized TMA "
-                            "kernel without a bias per row (3-D tensor maps of the stacks: template.TmaStack); "
-                            "split_k=1, no cluster, stream-K or ping-pong")
+                            "kernel without a bias per row (3-D tensor maps of the stacks: template.TmaStack, "
+                            "which alone takes split_k > 1); no cluster, stream-K or ping-pong")
         if not isinstance(self.pingpong, bool):
             raise SpecError("pingpong", self.pingpong, "True or False")
         if self.pingpong:

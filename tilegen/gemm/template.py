@@ -58,6 +58,12 @@ class KSlice:
         return getattr(self.tensor, name)
 
 
+def slice_length(spec, K):
+    """Columns of K in each split-K slice: whole k-tiles, as even as they go (the last slice
+    the shortest; with fewer k-tiles than slices, the last ones empty)."""
+    return tg.cdiv(tg.cdiv(K, spec.tile.k), spec.split_k) * spec.tile.k
+
+
 def split_rows(spec, M):
     """Rows of one slice's partial sums in the workspace: M rounded up to whole blocks, so no
     block of one slice reaches into the next."""
@@ -129,8 +135,10 @@ class TmaStack:
         self.spec = spec
         self.A = tg.batched_tensor("A", spec.dtype, ("M", "K"), layout=spec.a_layout)
         self.B = tg.batched_tensor("B", spec.b_dtype, ("K", "N"), layout=spec.b_layout)
-        self.C = tg.batched_tensor("C", out_dtype, ("M", "N"))
-        self.R = tg.batched_tensor("R", out_dtype, ("M", "N")) if residual else None
+        # (split-K: C and the epilogue are the second kernel's, split_k_sum)
+        self.C = tg.batched_tensor("C", out_dtype, ("M", "N")) if spec.split_k == 1 else None
+        self.R = tg.batched_tensor("R", out_dtype, ("M", "N")) if residual and spec.split_k == 1 else None
+        self.k0 = 0   # the first column of K this CTA's blocks read (split-K: its slice's)
         self.M, self.N = tg.size("M"), tg.size("N")
         self.per = tg.cdiv(self.M, spec.tile.m) * tg.cdiv(self.N, spec.tile.n)   # blocks per matrix
         self.blocks = self.per * tg.size("BATCH")
@@ -148,11 +156,11 @@ class TmaStack:
     def a_block(self, m0, k0):
         """A's block for k-tile k0 of the block at stack row m0 (pipeline.a_block)."""
         A, m = self.place(self.A, m0)
-        return A.block(m, k0)
+        return A.block(m, self.k0 + k0)
 
     def b_block(self, m0, k0, n0):
         """B's block for k-tile k0 of the block at stack row m0 (pipeline.b_block)."""
-        return self.B.batch(m0 // self.M).block(k0, n0)
+        return self.B.batch(m0 // self.M).block(self.k0 + k0, n0)
 
 
 def launch_grid(spec):
@@ -165,8 +173,8 @@ def launch_grid(spec):
     ctas = blocks * (cm * cn) if cm * cn > 1 else blocks
     if spec.stream_k:   # every SM, as long as each can have a k-tile
         return (tg.minimum(blocks * tg.cdiv("K", spec.tile.k), tg.SM_COUNT), 1, 1)
-    if spec.batched and spec.persistent:   # every block of every matrix of a stack (TmaStack)
-        return (tg.minimum(blocks * "BATCH", tg.SM_COUNT), 1, 1)
+    if spec.batched and spec.persistent:   # every block of every matrix of a stack (TmaStack), a row per K slice
+        return (tg.minimum(blocks * "BATCH", tg.cdiv(tg.SM_COUNT, spec.split_k)), spec.split_k, 1)
     if spec.batched:     # a row of blocks per matrix of the stack
         return (blocks, "BATCH", 1)
     return (tg.minimum(ctas, tg.SM_COUNT) if spec.persistent else blocks, spec.split_k, 1)
@@ -222,11 +230,15 @@ def gemm(spec):
     if spec.split_k > 1:     # this CTA's slice of K; its partial sums go to the workspace W
         split = tg.program_id("y")
         K = A.shape[1]
-        per_slice = tg.cdiv(tg.cdiv(K, spec.tile.k), spec.split_k) * spec.tile.k
+        per_slice = slice_length(spec, K)
         k0 = tg.minimum(split * per_slice, K)
         k_len = tg.minimum(K - k0, per_slice)
         A, B = KSlice(A, "A", k0, k_len), KSlice(B, "B", k0, k_len)
-        W = tg.tensor("W", "f32", ("WM", "N"))
+        if stack is None:
+            W = tg.tensor("W", "f32", ("WM", "N"))
+        else:   # slice s of matrix b: matrix s * BATCH + b of an M x N stack (count: what a map would span)
+            W = tg.batched_tensor("W", "f32", ("M", "N"))
+            stack.k0 = k0
     # Stages keep the tensors' memory order unless the family transposes an operand while
     # copying it (spec.stage_layout); layouts are the spec's swizzle, or padded rows for
     # 32-bit operands read with single loads (gemm/layouts.py).
@@ -249,6 +261,16 @@ def gemm(spec):
             return
         store_block(spec, C, acc, m0 + wm, n0 + wn, alpha, beta, bias, R, scales)
 
+    if spec.split_k > 1 and stack is not None:   # the walk of the stack's blocks over this CTA's slice
+        def store_partial(acc, row, n0):
+            b = row // stack.M
+            tg.store(W.batch(split * tg.size("BATCH") + b).block(row - b * stack.M + wm, n0 + wn), acc)
+        pipe.a_block, pipe.b_block, pipe.place = stack.a_block, stack.b_block, stack.place
+        ctas = tg.num_programs()
+        # (an empty slice, K shorter than the slices: nothing walked, and split_k_sum skips it)
+        walk = tg.cdiv(stack.blocks - pid, ctas) * tg.minimum(k_len, 1)
+        pipe.run(walk, lambda i: stack.origin(pid + i * ctas), store_partial, None, None, None)
+        return
     if spec.split_k > 1:
         pipe.prologue(m0, n0)
         acc = pipe.k_loop(m0, n0)
@@ -309,25 +331,42 @@ def split_k_sum(spec):
     """The second kernel of split-K: C = act(alpha * (W_0 + W_1 + ...) + beta * C + bias) +
     residual, the slices' partial sums added in slice order (so every run adds them alike)."""
     BM, BN = REDUCE_TILE
-    tg.launch(threads=32 * REDUCE_WARPS[0] * REDUCE_WARPS[1], grid=(tg.cdiv("M", BM) * tg.cdiv("N", BN), 1, 1))
+    per = tg.cdiv("M", BM) * tg.cdiv("N", BN)   # blocks of one C (in a stack: of each matrix)
+    tg.launch(threads=32 * REDUCE_WARPS[0] * REDUCE_WARPS[1], grid=(per * "BATCH" if spec.batched else per, 1, 1))
     epi = spec.epilogue
-    W = tg.tensor("W", "f32", ("WM", "N"))
-    C = tg.tensor("C", spec.out_dtype, ("M", "N"))
+    matrix = tg.batched_tensor if spec.batched else tg.tensor
+    C = matrix("C", spec.out_dtype, ("M", "N"))
     alpha, beta = tg.scalar("alpha"), tg.scalar("beta")
     bias = tg.vector("bias", spec.out_dtype, "N" if epi.bias == "col" else "M") if epi.bias else None
-    R = tg.tensor("R", spec.out_dtype, ("M", "N")) if epi.residual else None
+    R = matrix("R", spec.out_dtype, ("M", "N")) if epi.residual else None
     scales = scale_vectors(epi)
-    M, N = C.shape
-    blocks_n = tg.cdiv(N, BN)
     pid = tg.program_id()
+    if spec.batched:   # a stack (template.gemm's TmaStack walk): slice s of matrix b is W's matrix s * BATCH + b
+        W = tg.batched_tensor("W", "f32", ("M", "N"))
+        K, count = tg.size("K"), tg.size("BATCH")
+        M, N = tg.size("M"), tg.size("N")
+        blocks = tg.cdiv(M, BM) * tg.cdiv(N, BN)
+        b, pid = pid // blocks, pid % blocks
+        C, R = C.batch(b), R.batch(b) if R is not None else None
+        per_slice = slice_length(spec, K)
+        partial = lambda s, row, col: W.batch(s * count + b).block(row, col)   # noqa: E731
+    else:
+        W = tg.tensor("W", "f32", ("WM", "N"))
+        M, N = C.shape
+        rows = split_rows(spec, M)
+        partial = lambda s, row, col: W.block(s * rows + row, col)   # noqa: E731
+    blocks_n = tg.cdiv(N, BN)
     m0, n0 = (pid // blocks_n) * BM, (pid % blocks_n) * BN
     warp = tg.warp_id()
     wm, wn = (warp % REDUCE_WARPS[0]) * (BM // REDUCE_WARPS[0]), (warp // REDUCE_WARPS[0]) * (BN // REDUCE_WARPS[1])
     atom = "m16n8k16.f16.f32"
     acc = tg.fragment(atom, "C", (BM // REDUCE_WARPS[0] // 16, BN // REDUCE_WARPS[1] // 8), name="sum")
-    rows = split_rows(spec, M)
     for s in range(spec.split_k):
-        tg.accumulate(acc, W.block(s * rows + m0 + wm, n0 + wn))
+        if spec.batched and s:   # (a stack's first kernel walks no empty slice: K shorter than the slices)
+            with tg.if_(tg.lt(s * per_slice, K)):
+                tg.accumulate(acc, partial(s, m0 + wm, n0 + wn))
+        else:
+            tg.accumulate(acc, partial(s, m0 + wm, n0 + wn))
     tg.store(C.block(m0 + wm, n0 + wn), acc, alpha=alpha, beta=beta, bias=bias, activation=epi.activation,
              residual=R.block(m0 + wm, n0 + wn) if R is not None else None, row_scale=scales[0], col_scale=scales[1])
 
@@ -397,4 +436,4 @@ def trace_stream_k_fixup(spec):
 
 
 __all__ = ["gemm", "TmaStack", "trace_gemm", "trace_split_k_sum", "trace_stream_k_fixup", "split_k_sum", "stream_k_fixup",
-           "gemm_kernel_name", "launch_grid", "block_origin", "split_rows", "KSlice", "StreamK"]
+           "gemm_kernel_name", "launch_grid", "block_origin", "slice_length", "split_rows", "KSlice", "StreamK"]

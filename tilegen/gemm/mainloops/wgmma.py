@@ -101,7 +101,7 @@ class WgmmaLoop(MainLoop):
         square sizes and 1.15-1.25x at short K (docs/perf_notes.md section 18). tf32 with A and
         B row-major takes it only when asked (copy="tma"): with B through registers it ran 2%
         behind the cp.async kernel (docs/perf_notes.md section 31)."""
-        return (self.tma_copies(spec) and spec.copy in ("auto", "tma") and spec.split_k == 1
+        return (self.tma_copies(spec) and spec.copy in ("auto", "tma") and (spec.split_k == 1 or spec.batched)
                 and (spec.copy == "tma" or not self.swaps_operands(spec)))
 
     def default_store(self, spec) -> str:
@@ -113,6 +113,8 @@ class WgmmaLoop(MainLoop):
         """Why a spec cannot store with TMA, or None."""
         if not spec.warp_specialized:
             return "only the warp-specialized kernels (persistent, copy=tma) store with TMA"
+        if spec.split_k > 1:
+            return "split-K's first kernel stores f32 partial sums (its second kernel writes C)"
         if spec.warps.n != 1:
             return "TMA stores need warps (n, 1): each warp's accumulator spans the block's columns"
         if self.store_staging(spec) is None:
