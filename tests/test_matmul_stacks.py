@@ -306,24 +306,25 @@ def test_split_k_stacks(a_layout, b_layout, K):
 
 
 def test_decode_stacks_split_k_on_hopper(monkeypatch):
-    """matmul on Hopper splits K for stacks whose blocks leave most SMs idle and whose K is long
-    (decode-time attention's scores @ values: a few rows per head, K of 4096): as many slices as fill
-    the SMs, each at least STACK_SLICE_K_TILES k-tiles; explain says so. Stacks with blocks for
-    every SM, or short K, are not split."""
+    """matmul on Hopper splits K for stacks whose blocks leave SMs idle and whose K is long
+    (long-context decoding's scores @ values: a few rows per head, K of 16K and more): slices of at
+    least STACK_SLICE_K_TILES k-tiles, at most STACK_MAX_SLICES, no more CTAs than SMs; explain says
+    so. Stacks with blocks for every SM, or K of 4096, are not split."""
     import importlib
 
     mm = importlib.import_module("tilegen.gemm.matmul")
     monkeypatch.setattr(mm, "_target", lambda: "sm_90")
     monkeypatch.setattr(mm, "_tuned", lambda *a, **k: None)
     monkeypatch.setattr(mm, "_sm_count", lambda: 132)
-    for (count, M, N, K), split in [((32, 1, 128, 4096), 4), ((32, 16, 128, 4096), 4), ((8, 128, 128, 4096), 8),
-                                    ((64, 1, 64, 2048), 2), ((2, 16, 128, 2400), 4), ((32, 16, 128, 500), 1),
-                                    ((32, 16, 4096, 128), 1), ((8, 1000, 128, 4096), 1)]:
+    for (count, M, N, K), split in [((32, 1, 128, 16384), 4), ((32, 16, 128, 16384), 4), ((8, 128, 128, 65536), 8),
+                                    ((4, 64, 128, 65536), 8), ((64, 1, 64, 16384), 2), ((2, 16, 128, 12800), 3),
+                                    ((32, 16, 128, 4096), 1), ((32, 16, 4096, 16384), 1), ((8, 1000, 128, 16384), 1)]:
         A, B = np.zeros((count, M, K), F16), np.zeros((count, K, N), F16)
         choice = mm.explain(A, B)
         assert choice.spec.batched and choice.spec.persistent and choice.spec.split_k == split, (count, M, N, K, choice)
         assert (f"K split in {split} slices" in choice.reason) == (split > 1), choice.reason
     monkeypatch.setattr(mm, "_target", lambda: "sm_90")
+    monkeypatch.setattr(mm, "STACK_SLICE_K_TILES", 8)
     A, B = _rand((3, 5, 1100), 60), _rand((3, 1100, 72), 61)     # 3 blocks, 18 k-tiles: 2 slices, on the emulator
     assert mm.explain(A, B).spec.split_k == 2
     _check(tilegen.matmul(A, B, device="sim"), A, B)

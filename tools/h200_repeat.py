@@ -71,7 +71,7 @@ def main() -> int:
     # stacks through tilegen.matmul on the TMA stack kernel (3-D tensor maps): ragged matrices with
     # a broadcast B, rows of 77 elements (aligned copies in, C's copy back), and a decode-like stack
     # whose K is split (its slices' partial sums added in order by a second kernel)
-    for count, (M, N, K), nb in ((6, (300, 1000, 1000), 1), (64, (77, 77, 64), 64), (32, (16, 128, 4096), 32)):
+    for count, (M, N, K), nb in ((6, (300, 1000, 1000), 1), (64, (77, 77, 64), 64), (8, (16, 128, 16384), 8)):
         A = torch.randn(count, M, K, device="cuda", dtype=torch.bfloat16)
         B = torch.randn(nb, K, N, device="cuda", dtype=torch.bfloat16).expand(count, K, N)
         first = tilegen.matmul(A, B).clone()

@@ -795,7 +795,8 @@ class BatchedCall:
             self.sum_pick = itemgetter(*(values.index(n) for n, _ in self.sum.params))
             self.sum_grid = self.sum.launch_grid.evaluator(("M", "N", "K", "BATCH"))
         # The last call of one launch without copies or epilogue vectors: its arrays' probes, count and
-        # scalars, with its launcher, grid and arguments. A loop over the same arrays launches them again.
+        # scalars, with its launcher, grid and arguments (split-K: None and its values, for _run_split).
+        # A loop over the same arrays launches them again.
         self._last = None
 
     @staticmethod
@@ -816,7 +817,10 @@ class BatchedCall:
                 and (alpha or copysign(1.0, alpha) == copysign(1.0, last[0][4])):   # (-0.0 signs C's zeros)
             launcher = self.kernel.launcher(pa[DEVICE])
             if launcher is last[1]:
-                launcher(last[2], last[3], lib.stream(pa[DEVICE]))
+                if self.sum is not None:   # (split-K: the values of both launches; a new workspace each call)
+                    self._run_split(lib, launcher, lib.stream(pa[DEVICE]), last[3], pa[DEVICE])
+                else:
+                    launcher(last[2], last[3], lib.stream(pa[DEVICE]))
                 return out
         if (bias is None) != (self.bias is None) or (pr is None) == self.residual or type(alpha) not in _NUMBERS \
                 or type(beta) not in _NUMBERS:
@@ -872,7 +876,9 @@ class BatchedCall:
         if self.tma:   # every matrix through 3-D tensor maps (stack_problem)
             values = (M, N, K, count, *a[:3], *b[:3], *c[:3], float(alpha), float(beta), bias_ptr, *r)
             if self.sum is not None:
-                self._run_split(launcher, stream, values, dev)
+                self._run_split(lib, launcher, stream, values, dev)
+                if not keep and bias is None and pr is None:
+                    self._last = ((pa, pb, pc, count, alpha, beta), launcher, None, values)
                 return out
             launches.append((self.grid(M, N, K, count, launcher.sm_count),
                              self.pick(values + _tensor_maps(self.maps, values))))
@@ -893,21 +899,18 @@ class BatchedCall:
         return out
 
 
-    def _run_split(self, launcher, stream, values: tuple, dev: int) -> None:
-        """Split-K on a stack: the slices' f32 partial sums into a workspace taken from the
-        stream-ordered allocator (template.gemm), then split_k_sum adds them into C with the
-        epilogue; the workspace is given back after both are enqueued."""
+    def _run_split(self, lib, launcher, stream, values: tuple, dev: int) -> None:
+        """Split-K on a stack: the slices' f32 partial sums into a workspace from the library's
+        stream-ordered allocator (template.gemm; a matrix per slice and product), then
+        split_k_sum adds them into C with the epilogue, both on `stream`."""
         M, N, K, count = values[:4]
         rows, cols = workspace_shape(self.kernel.spec, M, N, 0, count)
-        work = runtime.StreamBuffer(max(rows * cols * 4, 4), stream, dev)
-        try:
-            values += (work.ptr, N, M * N)
-            launcher(self.grid(M, N, K, count, launcher.sm_count), self.pick(values + _tensor_maps(self.maps, values)),
-                     stream)
-            total = self.sum.launcher(dev)
-            total(self.sum_grid(M, N, K, count, total.sm_count), self.sum_pick(values), stream)
-        finally:
-            work.free()
+        work = lib.empty((max(rows * cols, 1),), "float32", dev)
+        values += (lib.probe(work)[PTR], N, M * N)
+        launcher(self.grid(M, N, K, count, launcher.sm_count), self.pick(values + _tensor_maps(self.maps, values)),
+                 stream)
+        total = self.sum.launcher(dev)
+        total(self.sum_grid(M, N, K, count, total.sm_count), self.sum_pick(values), stream)
 
 
 GRID_Y = 65535   # matrices per launch of a batched kernel (its grid's y extent)

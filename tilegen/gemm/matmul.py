@@ -34,7 +34,7 @@ from ..runtime.interop import DEVICE, DTYPE, PTR, SHAPE, STRIDES
 from . import batch, tuned
 from .call import NO_SCALES, check_real_arrays, real_number, refuse_long_emulation, run_batched, stack_problem
 from .kernel import compile_gemm
-from .spec import MAX_SPLIT_K, Epilogue, GemmSpec
+from .spec import Epilogue, GemmSpec
 
 _DTYPES = {"float16": "f16", "bfloat16": "bf16", "float32": "f32", "float8_e4m3fn": "e4m3", "float8_e5m2": "e5m2"}
 _OUT_NAMES = {"bf16": "bf16", "bfloat16": "bf16", "f16": "f16", "float16": "f16", "half": "f16", "f32": "f32",
@@ -707,16 +707,26 @@ STACK_TILES = (dict(tile=(128, 256, 64), warps=(8, 1), stages=4), dict(tile=(128
                dict(tile=(64, 128, 64), warps=(4, 1), stages=6))
 
 
-STACK_SLICE_K_TILES = 8   # split-K on a stack: each slice at least this many k-tiles long
+# Split-K on a stack (the TMA stack kernel walking every block once per slice of K, a second kernel
+# adding the slices): it pays where the stack has fewer blocks than SMs and long K. Measured on the
+# H200 (run 198, GPU time of CUDA-graph replays, bf16, BxMxNxK, unsplit -> split, torch.matmul):
+# 8x128x128x65536 252 -> 79 us (8 slices; torch 92), 4x64x128x65536 251 -> 49 (8; 16: 61; torch 90),
+# 8x128x128x16384 66 -> 31 (4; 8: 34; torch 26), 32x16x128x16384 66 -> 45 (4; torch 37); at K = 4096
+# two slices bought 9-12% of GPU time (8x128x128x4096 18.4 -> 16.7, 32x16x128x4096 18.8 -> 16.5)
+# while the second launch doubled the host's time per call, and at K = 2048 every split lost
+# (64x1x64x2048 13.1 -> 15.9). So: slices of STACK_SLICE_K_TILES k-tiles or more, at most
+# STACK_MAX_SLICES of them, no more CTAs than SMs.
+STACK_SLICE_K_TILES = 64
+STACK_MAX_SLICES = 8
 
 
 def stack_split(spec, stack, sms: int) -> int:
-    """Slices of K for a stack on the TMA stack kernel: 1, or where its blocks leave most SMs idle
-    and K is long, as many as fill the SMs with slices of STACK_SLICE_K_TILES k-tiles or more
-    (decode-time attention's P @ V: a few rows of each head's scores times its 4096 x 128 values)."""
+    """Slices of K for a stack on the TMA stack kernel: 1, or where its blocks leave SMs idle and
+    K is long (long-context decoding's P @ V: a few rows of each head's scores times its
+    values, 16K x 128 and more), as many as the rule above gives."""
     blocks = stack.matrices * -(-stack.M // spec.tile.m) * -(-stack.N // spec.tile.n)
     k_tiles = -(-stack.K // spec.tile.k)
-    return max(1, min(sms // max(blocks, 1), k_tiles // STACK_SLICE_K_TILES, MAX_SPLIT_K))
+    return max(1, min(sms // max(blocks, 1), k_tiles // STACK_SLICE_K_TILES, STACK_MAX_SLICES))
 
 
 def _sm_count() -> int:
