@@ -168,17 +168,23 @@ def test_stacks_on_hopper_take_the_warp_specialized_kernel(monkeypatch):
     def stack(count, M, K, N, na=None):
         return np.zeros((na or count, M, K), np.float16), np.zeros((count, K, N), np.float16)
 
+    monkeypatch.setattr(mm, "_sm_count", lambda: 132)
+    narrow = (64, 64, 64)   # (STACK_NARROW: at most 66 such blocks, half the SMs)
     for args, tile in [((16, 1024, 1024, 1024), (128, 256, 64)), ((64, 256, 128, 256), (128, 128, 64)),
                                    ((64, 128, 64, 128), (64, 128, 64)), ((4, 4096, 4096, 4096), (128, 256, 64)),
-                                   ((8, 100, 64, 128), (64, 128, 64)), ((8, 128, 100, 128), (64, 128, 64)),
-                                   ((8, 128, 64, 128, 1), (64, 128, 64)),    # M, K with B row-major, one A
-                                   ((32, 1, 128, 4096), (64, 128, 64)), ((32, 16, 4096, 128), (64, 128, 64)),
+                                   ((8, 100, 64, 128), narrow), ((8, 128, 100, 128), narrow),
+                                   ((8, 128, 64, 128, 1), narrow),           # M, K with B row-major, one A
+                                   ((32, 1, 128, 4096), (64, 128, 64)), ((32, 16, 4096, 128), narrow),
+                                   ((34, 16, 4096, 128), (64, 128, 64)),     # (68 blocks of 64 x 64: over 66)
+                                   ((32, 16, 4096, 256), (64, 128, 64)),
                                    ((8, 128, 128, 4096), (128, 128, 64))]:   # few rows, short K: products alone
                                                                              # take mma.sync or a non-persistent kernel
         choice = mm.explain(*stack(*args))
         spec = choice.spec
         assert spec.batched and spec.persistent and spec.copy == "tma" and tuple(spec.tile) == tile, choice
         assert "3-D tensor map" in choice.reason
+        assert ("the narrow tile" in choice.reason) == (tile == narrow) and spec.stages == (8 if tile == narrow else
+                                                                                             spec.stages), choice
     A, B = stack(8, 100, 64, 128)
     spec = mm.explain(A, B, bias=np.zeros(100, np.float16)).spec   # (per row: M elements)
     assert spec.batched and not spec.persistent and spec.copy == "cp.async" and spec.epilogue.bias == "row", spec
@@ -308,15 +314,15 @@ def test_split_k_stacks(a_layout, b_layout, K):
 def test_decode_stacks_split_k_on_hopper(monkeypatch):
     """matmul on Hopper splits K for stacks whose blocks leave SMs idle and whose K is long
     (long-context decoding's scores @ values: a few rows per head, K of 16K and more): slices of at
-    least STACK_SLICE_K_TILES k-tiles, at most STACK_MAX_SLICES, no more CTAs than SMs; explain says
-    so. Stacks with blocks for every SM, or K of 4096, are not split."""
+    least STACK_SLICE_K_TILES k-tiles, at most STACK_MAX_SLICES, no more CTAs than SMs (blocks of the
+    narrow tile, STACK_NARROW, where so few); explain says so. Stacks with blocks for every SM, or K of 4096, are not split."""
     import importlib
 
     mm = importlib.import_module("tilegen.gemm.matmul")
     monkeypatch.setattr(mm, "_target", lambda: "sm_90")
     monkeypatch.setattr(mm, "_tuned", lambda *a, **k: None)
     monkeypatch.setattr(mm, "_sm_count", lambda: 132)
-    for (count, M, N, K), split in [((32, 1, 128, 16384), 4), ((32, 16, 128, 16384), 4), ((8, 128, 128, 65536), 8),
+    for (count, M, N, K), split in [((32, 1, 128, 16384), 2), ((32, 16, 128, 16384), 2), ((8, 128, 128, 65536), 4),
                                     ((4, 64, 128, 65536), 8), ((64, 1, 64, 16384), 2), ((2, 16, 128, 12800), 3),
                                     ((32, 16, 128, 4096), 1), ((32, 16, 4096, 16384), 1), ((8, 1000, 128, 16384), 1)]:
         A, B = np.zeros((count, M, K), F16), np.zeros((count, K, N), F16)

@@ -107,9 +107,12 @@ STACKS = [(dict(dtype="f16", out_dtype="f16", tile=(64, 64, 32)), (3, 1), (70, 4
                 epilogue=tilegen.Epilogue("col", "gelu_tanh", True)), (3, 3), (100, 200, 72), ("col", "row")),
           # split-K on the TMA stack kernel: partial sums per slice and matrix, then the sum kernel
           # (K of 1100 in slices of 384: the last 332 deep), bias, GELU and residual in the second
-          (dict(dtype="bf16", out_dtype="bf16", instruction="wgmma", copy="tma", tile=(64, 128, 64), warps=(4, 1),
-                split_k=3, epilogue=tilegen.Epilogue("col", "gelu_tanh", True)), (5, 1), (16, 136, 1100),
-           ("row", "row"))]
+          (dict(dtype="bf16", out_dtype="bf16", instruction="wgmma", copy="tma", tile=(64, 64, 64), warps=(4, 1),
+                stages=8, split_k=3, epilogue=tilegen.Epilogue("col", "gelu_tanh", True)), (5, 1), (16, 136, 1100),
+           ("row", "row")),
+          # decoding's stacks: the narrow tile, eight stages (matmul's STACK_NARROW)
+          (dict(dtype="bf16", out_dtype="bf16", instruction="wgmma", copy="tma", tile=(64, 64, 64), warps=(4, 1),
+                stages=8), (8, 8), (1, 136, 600), ("row", "row"))]
 
 
 def stacks() -> int:

@@ -705,6 +705,13 @@ def matmul(A, B, *, bias=None, activation=None, residual=None, alpha=1.0, beta=0
 STACK_LOOP_WORK = 2 ** 33
 STACK_TILES = (dict(tile=(128, 256, 64), warps=(8, 1), stages=4), dict(tile=(128, 128, 64), warps=(8, 1), stages=4),
                dict(tile=(64, 128, 64), warps=(4, 1), stages=6))
+# Stacks of few blocks (decoding's products: a few rows per head, N of 64-128) are bound by each busy SM's
+# tensor cores, which multiply whole 64-row tiles however few rows are real: 64x64 tiles put twice the SMs to
+# work. Measured on the H200 (runs 201-202, GPU time of CUDA-graph replays, bf16, BxMxNxK, 64x128 s6 -> 64x64
+# s8): 32x16x128x4096 19.4 -> 14.5-14.7 us, 32x1x128x4096 19.3 -> 15.8, 64x1x64x2048 13.3-13.6 -> 10.3-10.4,
+# 8x128x128x4096 19.1 -> 12.6, 32x64x128x4096 19.9 -> 16.8, 8x1x128x4096 18.9 -> 12.7; but 32x16x256x4096
+# (128 such blocks) 21.1 -> 23.2. Eight stages: 4, 5, 6, 7, 9 and 12 all ran at 18.4-20.3 us on 32x16x128x4096.
+STACK_NARROW = dict(tile=(64, 64, 64), warps=(4, 1), stages=8)
 
 
 # Split-K on a stack (the TMA stack kernel walking every block once per slice of K, a second kernel
@@ -744,11 +751,13 @@ def _batched_spec(spec, stack):
         return None
     if spec.target_info.sm >= 90 and spec.dtype in ("f16", "bf16") and spec.epilogue.bias != "row":
         sms = _sm_count()
+        blocks = lambda t: stack.matrices * -(-stack.M // t["tile"][0]) * -(-stack.N // t["tile"][1])  # noqa: E731
         if stack.M <= STACK_TILES[-1]["tile"][0]:   # (a few rows per product: the 64-row tile wastes least)
             filling = STACK_TILES[-1:]
         else:
-            filling = [t for t in STACK_TILES
-                       if stack.matrices * -(-stack.M // t["tile"][0]) * -(-stack.N // t["tile"][1]) >= sms]
+            filling = [t for t in STACK_TILES if blocks(t) >= sms]
+        if blocks(STACK_NARROW) <= sms // 2:        # (few blocks: twice the SMs at work)
+            filling = [STACK_NARROW]
         for tiles in (filling or STACK_TILES[-1:]):
             try:
                 twin = spec.replace(batched=True, copy="tma", persistent=True, cluster=(1, 1), stream_k=False,
@@ -800,7 +809,9 @@ def _batched_choice(stack, flat, bias, activation, allow_tf32, first=None):
         how = "the warp-specialized TMA kernel walking every block of every matrix, each stack through a 3-D tensor map"
         sms = _sm_count()
         blocks = stack.matrices * -(-stack.M // spec.tile.m) * -(-stack.N // spec.tile.n)
-        tiles = ("few rows per product: 64-row tiles" if stack.M <= STACK_TILES[-1]["tile"][0] else
+        tiles = (f"{blocks} blocks of 64 x 64 for {sms} SMs: the narrow tile, twice the SMs at work"
+                 if tuple(spec.tile) == STACK_NARROW["tile"] else
+                 "few rows per product: 64-row tiles" if stack.M <= STACK_TILES[-1]["tile"][0] else
                  f"the largest tile that gives each of {sms} SMs a block" if blocks >= sms else
                  f"the tile that gives the most blocks ({blocks} for {sms} SMs)")
         if spec.split_k > 1:

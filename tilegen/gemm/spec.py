@@ -27,7 +27,7 @@ OUT_DTYPES = ("f32", "f16", "bf16")
 LAYOUTS = ("row", "col")
 SWIZZLES = ("auto", *SWIZZLE_MODES, "pad", "none")
 BIAS = (None, "row", "col")
-STAGES = range(2, 7)
+STAGES = range(2, 13)
 INSTRUCTIONS = tuple(MAINLOOPS)
 COPY_BYTES = 16  # one cp.async moves 16 bytes; tile rows are built from such chunks
 COPIES = ("cp.async", "tma")
@@ -136,7 +136,8 @@ class GemmSpec:
     |            |                                                 | 256 x 128 x 32, (1, 8))  |
     | warps      | (warps along M, warps along N), 1..16 in all    | (2, 2); (8, 1) for wgmma |
     | atom       | an mma atom name taking dtype/acc_dtype         | the largest-k atom       |
-    | stages     | 2..6 shared-memory pipeline stages              | 3; 4 for wgmma           |
+    | stages     | 2..12 shared-memory pipeline stages (as many as | 3; 4 for wgmma           |
+    |            | the GPU's shared memory holds)                  |                          |
     | swizzle    | auto, 128B, 64B, 32B, pad, none                 | auto (widest that fits)  |
     | group_m    | CTA rows per group in the launch order (L2)     | 8                        |
     | frag_buffers | 1, or 2 to load k-step kk+1 during kk's mma   | 2; 1 for f32 (registers) |
