@@ -311,6 +311,18 @@ def test_split_k_stacks(a_layout, b_layout, K):
         check(gapped[:, :M], B)
 
 
+def test_split_k_stacks_refuse_partial_sums_4_gib_apart():
+    """A split-K stack's workspace holds an M x N f32 matrix per slice and product, reached by a 32-bit
+    byte stride: products of 2^30 outputs or more are refused with the reason (before any memory)."""
+    from tilegen.gemm.call import stack_problem
+
+    spec = tilegen.GemmSpec(dtype="bf16", instruction="wgmma", batched=True, copy="tma", split_k=2,
+                            tile=(64, 64, 64), warps=(4, 1), stages=8)
+    assert stack_problem(spec, 32768, 32767, 4096, 2) is None
+    assert "4 GiB" in stack_problem(spec, 32768, 32768, 4096, 2)
+    assert stack_problem(spec.replace(split_k=1), 32768, 32768, 4096, 2) is None
+
+
 def test_decode_stacks_split_k_on_hopper(monkeypatch):
     """matmul on Hopper splits K for stacks whose blocks leave SMs idle and whose K is long
     (long-context decoding's scores @ values: a few rows per head, K of 16K and more): slices of at

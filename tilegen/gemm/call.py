@@ -759,6 +759,9 @@ def stack_problem(spec, M: int, N: int, K: int, count: int):
         return f"a dimension of {max(M, N, K, count)} is over TMA's signed 32-bit coordinates"
     if count * M >= STACK_ROWS_LIMIT:
         return f"its {count} x {M} rows are over the kernel's 32-bit stack rows"
+    if spec.split_k > 1 and M * N * 4 >= MAX_STRIDE_BYTES:
+        return (f"each product's f32 partial sums ({M} x {N}) take 4 GiB or more, and split-K's workspace "
+                f"matrices must lie under 4 GiB apart")
     return None
 
 
@@ -897,7 +900,6 @@ class BatchedCall:
         if len(launches) == 1 and not keep and bias is None and pr is None:   # (one launch, nothing copied)
             self._last = ((pa, pb, pc, count, alpha, beta), launcher, *launches[0])
         return out
-
 
     def _run_split(self, lib, launcher, stream, values: tuple, dev: int) -> None:
         """Split-K on a stack: the slices' f32 partial sums into a workspace from the library's
