@@ -133,6 +133,8 @@ class Builder:
                 return a
             if b & (b - 1) == 0:
                 return self.op("shr.u32", "b32", a, b.bit_length() - 1)
+            if 1 < b < 2 ** 32:
+                return self._div_by_constant(a, b)
         return self.op("div.u32", "b32", a, b)
 
     def rem(self, a: Scalar, b: Scalar) -> Scalar:
@@ -143,7 +145,22 @@ class Builder:
                 return 0
             if b & (b - 1) == 0:
                 return _aligned(self.op("and.b32", "b32", a, b - 1), min(known_align(a), b))
+            if 1 < b < 2 ** 32:
+                return self.sub(a, self.mul(self._div_by_constant(a, b), b))
         return self.op("rem.u32", "b32", a, b)
+
+    def _div_by_constant(self, a: Scalar, d: int) -> Value:
+        """a // d for a u32 `a` and a constant d > 2 that is not a power of two, by a multiply-high
+        (Granlund and Montgomery, 1994, figure 4.1: l = ceil(log2 d), m = floor(2^32 (2^l - d) / d)
+        + 1 < 2^32, t = mulhi(a, m), a // d = (t + ((a - t) >> 1)) >> (l - 1), exact for every u32 a).
+        ptxas (CUDA 13.0) turns div.u32 by an immediate into a float reciprocal (I2F, MUFU.RCP)
+        computed each time it runs, in loops too: a stage index t % 6 on every k-tile cost the
+        warp-specialized kernel a third of its time on decoding's stacks (docs/perf_notes.md 43)."""
+        l = (d - 1).bit_length()
+        m = ((1 << 32) * ((1 << l) - d)) // d + 1
+        t = self.op("mul.hi.u32", "b32", a, m)
+        half = self.op("shr.u32", "b32", self.op("sub.u32", "b32", a, t), 1)
+        return self.op("shr.u32", "b32", self.op("add.u32", "b32", t, half), l - 1)
 
     def min(self, a: Scalar, b: Scalar) -> Scalar:
         if isinstance(a, int) and isinstance(b, int):

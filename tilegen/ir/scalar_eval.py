@@ -69,6 +69,8 @@ class ScalarEval:
                 result = args[0]
             elif op == "mad" and len(args) == 3:
                 result = args[0] * args[1] + args[2]
+            elif op == "mul" and parts[1:] == ["hi", "u32"] and len(args) == 2:   # (builder._div_by_constant)
+                result = (args[0] * args[1]) >> 32
             elif op in _BINARY and len(args) == 2 and out.type == "b32":
                 result = _BINARY[op](args[0], args[1])
             if isinstance(result, int):
