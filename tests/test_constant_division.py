@@ -1,7 +1,8 @@
-"""Division and remainder by a constant in the IR builder: powers of two as shifts and masks,
-other constants as a multiply-high (ptxas computes div.u32 by an immediate through a float
-reciprocal each time it runs): exact for every u32 numerator, checked on edges and random values
-through ScalarEval, the evaluator the static hazard checks use."""
+"""Builder.divmod_const (tilegen.divmod_by in the DSL, the Hopper pipelines' stage and lap of a
+k-tile): powers of two as a shift and a mask, other constants as a multiply-high (ptxas computes
+div.u32 by an immediate through a float reciprocal each time it runs): exact for every u32
+numerator, checked on edges and random values through ScalarEval, the evaluator the static hazard
+checks use."""
 import random
 
 import pytest
@@ -16,7 +17,7 @@ U32 = 2 ** 32
 def _quotient_and_remainder(d: int):
     b = Builder([])
     x = Value("b32", "x")
-    q, r = b.div(x, d), b.rem(x, d)
+    q, r = b.divmod_const(x, d)
     return b.region, x, q, r
 
 

@@ -235,6 +235,18 @@ def cdiv(a, b):
     return (wrap(a) + (b - 1)) // b
 
 
+def divmod_by(a, n: int) -> tuple:
+    """(a // n, a % n) of an Int and a positive int constant, without a division instruction
+    (ptxas computes one by a constant through a float reciprocal each time it runs): for a
+    pipeline's k-tile counter, (lap, stage) in a ring of n stages on every k-tile."""
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        fail(f"divmod_by: n={n!r}; allowed: a positive int")
+    if isinstance(a, int):
+        return divmod(a, n)
+    q, r = current().builder.divmod_const(raw(a), n)
+    return Int(q), Int(r)
+
+
 def minimum(a, b):
     """The smaller of two Ints; of two grid expressions (minimum(blocks, tilegen.SM_COUNT)),
     a grid expression."""
@@ -596,7 +608,7 @@ def launch(*, threads: int, grid, cluster=(1, 1, 1)):
     tr.kernel.threads = threads
 
 
-__all__ = ["lt", "le", "gt", "ge", "if_", "else_", "tensor", "vector", "split_tf32", "size", "scalar", "program_id", "num_programs", "thread_id", "warp_id", "lane_id", "cdiv",
+__all__ = ["lt", "le", "gt", "ge", "if_", "else_", "tensor", "vector", "split_tf32", "size", "scalar", "program_id", "num_programs", "thread_id", "warp_id", "lane_id", "cdiv", "divmod_by",
            "minimum", "shared", "copy_async", "commit", "wait", "barrier", "fragment", "load", "mma",
            "wgmma", "wgmma_fence", "wgmma_commit", "wgmma_wait", "fence_proxy_async",
            "store", "accumulate", "range_", "launch", "SM_COUNT", "DSLError"]

@@ -133,8 +133,6 @@ class Builder:
                 return a
             if b & (b - 1) == 0:
                 return self.op("shr.u32", "b32", a, b.bit_length() - 1)
-            if 1 < b < 2 ** 32:
-                return self._div_by_constant(a, b)
         return self.op("div.u32", "b32", a, b)
 
     def rem(self, a: Scalar, b: Scalar) -> Scalar:
@@ -145,17 +143,25 @@ class Builder:
                 return 0
             if b & (b - 1) == 0:
                 return _aligned(self.op("and.b32", "b32", a, b - 1), min(known_align(a), b))
-            if 1 < b < 2 ** 32:
-                return self.sub(a, self.mul(self._div_by_constant(a, b), b))
         return self.op("rem.u32", "b32", a, b)
 
+    def divmod_const(self, a: Scalar, d: int) -> tuple:
+        """(a // d, a % d) of a u32 `a` and a constant d >= 1 without a division instruction:
+        shifts and a mask for a power of two, else a multiply-high (Granlund and Montgomery,
+        1994, figure 4.1: l = ceil(log2 d), m = floor(2^32 (2^l - d) / d) + 1 < 2^32, t =
+        mulhi(a, m), a // d = (t + ((a - t) >> 1)) >> (l - 1), exact for every u32 a). ptxas
+        (CUDA 13.0) turns div.u32 by an immediate into a float reciprocal (I2F, MUFU.RCP) computed
+        each time it runs, in loops too: the stage index t % 6 on every k-tile cost the
+        warp-specialized kernel a fifth of its time on decoding's stacks (docs/perf_notes.md 43).
+        (div and rem keep the division: elsewhere it costs nothing measurable, and the same
+        sequence in every kernel made ptxas's relocatable build of one mma.sync kernel take 10
+        registers more than its plain build.)"""
+        if isinstance(a, int) or d & (d - 1) == 0:
+            return self.div(a, d), self.rem(a, d)
+        q = self._div_by_constant(a, d)
+        return q, self.sub(a, self.mul(q, d))
+
     def _div_by_constant(self, a: Scalar, d: int) -> Value:
-        """a // d for a u32 `a` and a constant d > 2 that is not a power of two, by a multiply-high
-        (Granlund and Montgomery, 1994, figure 4.1: l = ceil(log2 d), m = floor(2^32 (2^l - d) / d)
-        + 1 < 2^32, t = mulhi(a, m), a // d = (t + ((a - t) >> 1)) >> (l - 1), exact for every u32 a).
-        ptxas (CUDA 13.0) turns div.u32 by an immediate into a float reciprocal (I2F, MUFU.RCP)
-        computed each time it runs, in loops too: a stage index t % 6 on every k-tile cost the
-        warp-specialized kernel a third of its time on decoding's stacks (docs/perf_notes.md 43)."""
         l = (d - 1).bit_length()
         m = ((1 << 32) * ((1 << l) - d)) // d + 1
         t = self.op("mul.hi.u32", "b32", a, m)

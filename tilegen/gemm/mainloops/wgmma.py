@@ -323,7 +323,7 @@ class WgmmaPipeline:
     def copy(self, m0, n0, tile_index, inside_k):
         BK, S = self.spec.tile.k, self.S
         inside = ("K",) if inside_k else ()
-        stage = tile_index % S
+        stage = tg.divmod_by(tile_index, S)[1]
         tg.copy_async(self.sA[stage], self.A.block(m0, tile_index * BK), inbounds=inside,
                       comment=f"k-tile +{self.ahead} of A")
         tg.copy_async(self.sB[stage], self.B.block(tile_index * BK, n0), inbounds=inside,
@@ -346,7 +346,7 @@ class WgmmaPipeline:
         a_src, b_src, frags = self.a_src, self.b_src, self.frags
 
         def step(kt, inside_k):
-            stage = kt % S
+            stage = tg.divmod_by(kt, S)[1]
             tg.wait(ahead - 1)        # k-tile kt has landed for this thread
             tg.fence_proxy_async()    # ... and is visible to the tensor cores' reads
             tg.barrier()              # ... for every thread; k-tile kt - 2's wgmmas are retired everywhere
@@ -425,18 +425,18 @@ class TmaPipeline(WgmmaPipeline):
         acc = tg.fragment(spec.mma, "C", (1, shape.n // spec.mma.n), name="acc")
         steps = spec.tile.k // shape.k
         for kt in tg.range(k_tiles):
-            stage = kt % S
-            tg.mbarrier_wait(full[stage], (kt // S) & 1)
+            lap, stage = tg.divmod_by(kt, S)
+            tg.mbarrier_wait(full[stage], lap & 1)
             tg.wgmma_fence()
             for kk in range(steps):
                 tg.wgmma(acc, self.a_src[stage], self.b_src[stage], self.a_origin, kk * shape.k, self.b_origin)
             tg.wgmma_commit()
             tg.wgmma_wait(1)                     # k-tile kt - 1 retired for this warpgroup
             with tg.if_(tg.ge(kt, 1)):
-                prev = (kt - 1) % S
+                prev_lap, prev = tg.divmod_by(kt - 1, S)
                 tg.arrive(empty[prev])           # this thread is done with kt - 1's stage
                 with tg.if_(tg.lt(kt + S - 1, k_tiles)):
-                    tg.mbarrier_wait(empty[prev], ((kt - 1) // S) & 1)
+                    tg.mbarrier_wait(empty[prev], prev_lap & 1)
                     self.request(m0, n0, kt + S - 1, prev)
             with tg.if_(tg.lt(kt, 1)):           # the first k-tile: stage S - 1 has not been used yet
                 with tg.if_(tg.lt(S - 1, k_tiles)):
@@ -614,9 +614,9 @@ class WarpSpecializedPipeline(TmaPipeline):
         S = self.S
         for j in tg.range(count):
             t = first + j
-            stage = t % S
+            lap, stage = tg.divmod_by(t, S)
             with tg.if_(tg.ge(t, S)):
-                tg.mbarrier_wait(self.empty[stage], ((t // S) + 1) & 1)
+                tg.mbarrier_wait(self.empty[stage], (lap + 1) & 1)
             self.request(m0, n0, kt0 + j, stage)
 
     def store_through_shared(self, acc, C, sC, parts, m0, n0, alpha, bias=None, R=None, scales=(None, None),
@@ -658,17 +658,17 @@ class WarpSpecializedPipeline(TmaPipeline):
         acc = tg.fragment(spec.mma, "C", (1, shape.n // spec.mma.n), name="acc")
         for kt in tg.range(k_tiles):
             t = first + kt
-            stage = t % S
-            tg.mbarrier_wait(full[stage], (t // S) & 1)
+            lap, stage = tg.divmod_by(t, S)
+            tg.mbarrier_wait(full[stage], lap & 1)
             tg.wgmma_fence()
             for kk in range(spec.tile.k // shape.k):
                 tg.wgmma(acc, self.a_src[stage], self.b_src[stage], self.a_origin, kk * shape.k, self.b_origin)
             tg.wgmma_commit()
             tg.wgmma_wait(1)                          # k-tile t - 1 retired: release its stage
             with tg.if_(tg.ge(kt, 1)):
-                self.release((t - 1) % S)
+                self.release(tg.divmod_by(t - 1, S)[1])
         tg.wgmma_wait(0)
-        self.release((first + k_tiles - 1) % S)       # the block's last k-tile
+        self.release(tg.divmod_by(first + k_tiles - 1, S)[1])       # the block's last k-tile
         return acc
 
     def consume_registers(self, first, k_tiles):
@@ -683,8 +683,8 @@ class WarpSpecializedPipeline(TmaPipeline):
         sets = (self.frags, [tg.fragment(spec.mma, "A", (1, 1), name=f"b{kk}") for kk in range(steps)])
 
         def k_tile(t, frags):
-            stage = t % S
-            tg.mbarrier_wait(full[stage], (t // S) & 1)
+            lap, stage = tg.divmod_by(t, S)
+            tg.mbarrier_wait(full[stage], lap & 1)
             for kk in range(steps):
                 tg.load(frags[kk], self.a_src[stage], self.a_origin, kk * shape.k, comment=f"k-step {kk} of A")
             tg.wgmma_fence()
@@ -693,14 +693,14 @@ class WarpSpecializedPipeline(TmaPipeline):
             tg.wgmma_commit()
             tg.wgmma_wait(1)                          # k-tile t - 1 retired: its stage, its set
             with tg.if_(tg.ge(t - first, 1)):
-                self.release((t - 1) % S)
+                self.release(tg.divmod_by(t - 1, S)[1])
 
         for pair in tg.range(tg.cdiv(k_tiles, 2)):    # two k-tiles per trip: each set named statically
             k_tile(first + 2 * pair, sets[0])
             with tg.if_(tg.lt(2 * pair + 1, k_tiles)):
                 k_tile(first + 2 * pair + 1, sets[1])
         tg.wgmma_wait(0)
-        self.release((first + k_tiles - 1) % S)       # the block's last k-tile
+        self.release(tg.divmod_by(first + k_tiles - 1, S)[1])       # the block's last k-tile
         return acc
 
     def consume_promoted(self, first, k_tiles):
@@ -721,8 +721,8 @@ class WarpSpecializedPipeline(TmaPipeline):
         acc = tg.fragment(spec.mma, "C", tiles, name="acc")
 
         def k_tile(t, restart):
-            stage = t % self.S
-            tg.mbarrier_wait(self.full[stage], (t // self.S) & 1)
+            lap, stage = tg.divmod_by(t, self.S)
+            tg.mbarrier_wait(self.full[stage], lap & 1)
             tg.wgmma_fence()
             for kk in range(spec.tile.k // shape.k):
                 tg.wgmma(acc, self.a_src[stage], self.b_src[stage], self.a_origin, kk * shape.k, self.b_origin,
@@ -738,9 +738,9 @@ class WarpSpecializedPipeline(TmaPipeline):
                 with tg.if_(inside if isinstance(length, int) else inside & tg.lt(u, length)):
                     k_tile(first + t0 + u, False)
                     tg.wgmma_wait(1)                 # k-tile t0 + u - 1 retired: release its stage
-                    self.release((first + t0 + u - 1) % self.S)
+                    self.release(tg.divmod_by(first + t0 + u - 1, self.S)[1])
             tg.wgmma_wait(0)
-            self.release((first + tg.minimum(t0 + length, k_tiles) - 1) % self.S)
+            self.release(tg.divmod_by(first + tg.minimum(t0 + length, k_tiles) - 1, self.S)[1])
             tg.add(total, acc, out=total)
 
         groups = spec.warps.count // W.WARPGROUP
