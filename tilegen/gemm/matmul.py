@@ -710,7 +710,9 @@ STACK_TILES = (dict(tile=(128, 256, 64), warps=(8, 1), stages=4), dict(tile=(128
 # work. Measured on the H200 (runs 201-202, GPU time of CUDA-graph replays, bf16, BxMxNxK, 64x128 s6 -> 64x64
 # s8): 32x16x128x4096 19.4 -> 14.5-14.7 us, 32x1x128x4096 19.3 -> 15.8, 64x1x64x2048 13.3-13.6 -> 10.3-10.4,
 # 8x128x128x4096 19.1 -> 12.6, 32x64x128x4096 19.9 -> 16.8, 8x1x128x4096 18.9 -> 12.7; but 32x16x256x4096
-# (128 such blocks) 21.1 -> 23.2. Eight stages: 4, 5, 6, 7, 9 and 12 ran at 18.6-20.3 us on 32x16x128x4096.
+# (128 such blocks) 21.1 -> 23.2. Eight stages: then the only count whose stage index was not a float reciprocal
+# on every k-tile (docs/perf_notes.md 43); with that fixed (run 207) 6 / 8 / 9 / 12 stages ran 16.1 / 14.6 / 14.7 /
+# 15.0 us on 32x16x128x4096.
 STACK_NARROW = dict(tile=(64, 64, 64), warps=(4, 1), stages=8)
 
 

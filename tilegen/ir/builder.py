@@ -152,7 +152,7 @@ class Builder:
         mulhi(a, m), a // d = (t + ((a - t) >> 1)) >> (l - 1), exact for every u32 a). ptxas
         (CUDA 13.0) turns div.u32 by an immediate into a float reciprocal (I2F, MUFU.RCP) computed
         each time it runs, in loops too: the stage index t % 6 on every k-tile cost the
-        warp-specialized kernel a fifth of its time on decoding's stacks (docs/perf_notes.md 43).
+        warp-specialized kernel up to a fifth of its time on decoding's stacks (docs/perf_notes.md 43).
         (div and rem keep the division: elsewhere it costs nothing measurable, and the same
         sequence in every kernel made ptxas's relocatable build of one mma.sync kernel take 10
         registers more than its plain build.)"""
