@@ -37,3 +37,18 @@ def test_division_by_a_constant_is_exact_for_every_u32(d):
         for i in instrs:
             ev.step(i)
         assert (ev.value(q), ev.value(r)) == (a // d, a % d), (a, d)
+
+
+def test_divmod_by_takes_u32_constants_only():
+    import tilegen.dsl as tg
+    from tilegen.errors import DSLError
+
+    @tg.kernel
+    def k(n):
+        tg.launch(threads=32, grid=(1, 1, 1))
+        tg.divmod_by(tg.thread_id(), n)
+
+    k.trace(n=6)
+    for n in (0, 2 ** 32, True, 2.0):
+        with pytest.raises(DSLError, match="divmod_by"):
+            k.trace(n=n)

@@ -321,6 +321,13 @@ def test_split_k_stacks_refuse_partial_sums_4_gib_apart():
     assert stack_problem(spec, 32768, 32767, 4096, 2) is None
     assert "4 GiB" in stack_problem(spec, 32768, 32768, 4096, 2)
     assert stack_problem(spec.replace(split_k=1), 32768, 32768, 4096, 2) is None
+    many = spec.replace(split_k=16)                                           # (slice * count + matrix: u32)
+    assert "32-bit index" in stack_problem(many, 1, 1, 4096, 2 ** 28) and stack_problem(many, 1, 1, 4096, 2 ** 28 - 1) is None
+    k = tilegen.compile(spec)   # a prepared launch is refused before any memory or launch
+    with pytest.raises(tilegen.LaunchError, match="4 GiB"):
+        k.launch({"BATCH": 2}, {"M": 32768, "N": 32768, "K": 4096, "BATCH": 2})
+    with pytest.raises(tilegen.SpecError, match="split only on the warp-specialized TMA kernel"):
+        tilegen.GemmSpec(dtype="bf16", instruction="wgmma", batched=True, split_k=2)   # (a stack's default: cp.async)
 
 
 def test_decode_stacks_split_k_on_hopper(monkeypatch):

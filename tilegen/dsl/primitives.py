@@ -239,8 +239,8 @@ def divmod_by(a, n: int) -> tuple:
     """(a // n, a % n) of an Int and a positive int constant, without a division instruction
     (ptxas computes one by a constant through a float reciprocal each time it runs): for a
     pipeline's k-tile counter, (lap, stage) in a ring of n stages on every k-tile."""
-    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
-        fail(f"divmod_by: n={n!r}; allowed: a positive int")
+    if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n < 2 ** 32:
+        fail(f"divmod_by: n={n!r}; allowed: an int in 1 .. 2^32 - 1")
     if isinstance(a, int):
         return divmod(a, n)
     q, r = current().builder.divmod_const(raw(a), n)

@@ -762,6 +762,8 @@ def stack_problem(spec, M: int, N: int, K: int, count: int):
     if spec.split_k > 1 and M * N * 4 >= MAX_STRIDE_BYTES:
         return (f"each product's f32 partial sums ({M} x {N}) take 4 GiB or more, and split-K's workspace "
                 f"matrices must lie under 4 GiB apart")
+    if spec.split_k * count >= STACK_ROWS_LIMIT:
+        return f"its {spec.split_k} slices x {count} matrices of partial sums are over the kernel's 32-bit index"
     return None
 
 

@@ -88,6 +88,8 @@ class GemmKernel(Kernel):
         if second is None:
             return super().launch(args, sizes, stream=stream, device=device)
         M, N = int(sizes["M"]), int(sizes["N"])
+        if self.spec.batched:   # (the workspace's matrices: a 32-bit stride and index)
+            refuse_stack(self.spec, M, N, int(sizes["K"]), int(args.get("BATCH", sizes.get("BATCH", 1))))
         ctas = self.grid(sizes, self.launcher(device).sm_count)[0]
         check_stream_k_range(self.spec, M, N, int(sizes["K"]), ctas)
         rows, cols = workspace_shape(self.spec, M, N, ctas, int(args.get("BATCH", 1)))

@@ -811,15 +811,21 @@ def _batched_choice(stack, flat, bias, activation, allow_tf32, first=None):
         how = "the warp-specialized TMA kernel walking every block of every matrix, each stack through a 3-D tensor map"
         sms = _sm_count()
         blocks = stack.matrices * -(-stack.M // spec.tile.m) * -(-stack.N // spec.tile.n)
-        tiles = (f"{blocks} blocks of 64 x 64 for {sms} SMs: the narrow tile, twice the SMs at work"
+        wide = stack.matrices * -(-stack.M // 64) * -(-stack.N // 128)   # (blocks of the 64x128 tile)
+        tiles = (f"{blocks} blocks of 64 x 64 for {sms} SMs: the narrow tile"
+                 + (f", {blocks} SMs at work rather than {wide}" if blocks > wide else "")
                  if tuple(spec.tile) == STACK_NARROW["tile"] else
                  "few rows per product: 64-row tiles" if stack.M <= STACK_TILES[-1]["tile"][0] else
                  f"the largest tile that gives each of {sms} SMs a block" if blocks >= sms else
                  f"the tile that gives the most blocks ({blocks} for {sms} SMs)")
         if spec.split_k > 1:
+            k_tiles = -(-stack.K // spec.tile.k)
+            per = -(-k_tiles // spec.split_k)
+            last = k_tiles - (spec.split_k - 1) * per
             how += f", K in {spec.split_k} slices added by a second kernel"
-            tiles += (f"; {blocks} blocks for {sms} SMs and {-(-stack.K // spec.tile.k)} k-tiles: K split in "
-                      f"{spec.split_k} slices of {STACK_SLICE_K_TILES} k-tiles or more")
+            tiles += (f"; {blocks} blocks for {sms} SMs and {k_tiles} k-tiles: K split in {spec.split_k} slices of "
+                      f"{per} k-tiles" + (f" (the last {last})" if last != per else "")
+                      + f", a slice per {STACK_SLICE_K_TILES} k-tiles at most")
         why = (f"16-bit stacks on Hopper take it{'; ' + tiles if tiles else ''}; layouts {spec.a_layout}/"
                f"{spec.b_layout} as the arrays are stored, target {spec.target}")
     else:

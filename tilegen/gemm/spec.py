@@ -602,13 +602,16 @@ class GemmSpec:
         by_offset = not self.persistent and self.copy == "cp.async" and self.store == "direct"
         by_tma = (self.warp_specialized and self.epilogue.bias != "row"
                   and not self.swaps_operands)   # (C^T = B^T A^T would walk B's rows, not A's)
-        if self.batched and (not (by_offset or by_tma) or (self.split_k > 1 and not by_tma) or self.stream_k
-                             or self.pingpong or self.cluster != (1, 1)):
+        if self.batched and self.split_k > 1 and not by_tma and not self.stream_k:
+            raise SpecError("split_k", self.split_k, "1 for this batched kernel",
+                            "a stack's K is split only on the warp-specialized TMA kernel (instruction='wgmma', "
+                            "copy='tma', target sm_90a, no bias per row)")
+        if self.batched and (not (by_offset or by_tma) or self.stream_k or self.pingpong or self.cluster != (1, 1)):
             raise SpecError("batched", self.batched, "False for this kernel",
                             "a stack of products runs one CTA per block and matrix, copying with cp.async and "
                             "storing directly (copy='cp.async', persistent=False), or on the warp-specialized TMA "
-                            "kernel without a bias per row (3-D tensor maps of the stacks: template.TmaStack, "
-                            "which alone takes split_k > 1); no cluster, stream-K or ping-pong")
+                            "kernel without a bias per row (3-D tensor maps of the stacks: template.TmaStack); no "
+                            "cluster, stream-K or ping-pong")
         if not isinstance(self.pingpong, bool):
             raise SpecError("pingpong", self.pingpong, "True or False")
         if self.pingpong:
