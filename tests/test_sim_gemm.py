@@ -184,6 +184,21 @@ def test_no_gpu_refuses_long_emulations_at_once(monkeypatch, capsys):
     assert call.EMULATOR_LIMIT_S == 30.0 and est(256, 256, 256) is None
 
 
+def test_the_emulation_estimate_counts_a_slice_of_k_per_split_k_cta(monkeypatch):
+    """Split-K (2-D, or a stack on the TMA kernel): each row of CTAs walks one slice of K, so the
+    estimate counts the k-tiles of a slice, not of all K (a split emulation is not refused for
+    S times its length)."""
+    import tilegen.sim.estimate as estimate
+
+    seen = []
+    real = estimate.estimate_seconds
+    monkeypatch.setattr(estimate, "estimate_seconds", lambda ptx, ctas, trips: seen.append(trips) or real(ptx, ctas, trips))
+    k = tilegen.compile(tilegen.GemmSpec(dtype="f16", tile=(64, 64, 32), split_k=3, persistent=False))
+    A, B = inputs("f16", 64, 64, 320, 1)      # 10 k-tiles: slices of 4
+    k(A, B, device="sim")
+    assert seen[0] == 4, seen
+
+
 def test_long_emulations_report_their_progress(monkeypatch, capsys):
     from tilegen.gemm import call
 

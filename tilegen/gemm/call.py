@@ -596,6 +596,8 @@ class _SimMemory:
         preps, k_run = preparations(spec, args) if prepared else ((), sizes["K"])   # (the K the GEMM runs over)
         x, y, z = kernel.grid(sizes, EMULATOR_SM_COUNT)
         trips = -(-k_run // spec.tile.k) if spec is not None else 1
+        if spec is not None and spec.split_k > 1:   # (each row of CTAs walks one slice of K)
+            trips = -(-trips // spec.split_k)
         est = estimate_seconds(kernel.ptx, x * y * z, trips)
         shape = f"{sizes['M']}x{sizes['N']}x{sizes['K']}"
         if not self.explicit and est > EMULATOR_LIMIT_S:
