@@ -233,6 +233,38 @@ def test_what_the_review_of_stacks_found(monkeypatch):
            A5, B5, bias=np.ones(17), dtype="f32")
 
 
+def _bf16_stack(count, rows, cols, seed, row_major):
+    """A stack of (rows x cols) bf16 matrices, stored row-major or as a column-major view."""
+    bf = ml_dtypes.bfloat16
+    return _rand((count, rows, cols), seed, bf) if row_major else _rand((count, cols, rows), seed, bf).swapaxes(1, 2)
+
+
+def _check_epilogue_stacks(k, M, N, K, a_layout, b_layout, out_dtype, seed):
+    """A batched kernel with a bias per column and a residual on three ragged products, alpha 0.5 and
+    beta -1, against float64: then B broadcast (stride 0, read at matrix 0) and, with A row-major,
+    A's matrices 8 rows apart more than they need."""
+    A = _bf16_stack(3, M, K, seed, a_layout == "row")
+    B = _bf16_stack(3, K, N, seed + 1, b_layout == "row")
+    bias, res = np.linspace(-1, 1, N).astype(out_dtype), _rand((3, M, N), seed + 2, out_dtype)
+
+    def check(A, B):
+        out = _rand((3, M, N), seed + 3, out_dtype)
+        before = out.astype(np.float64)
+        C = k(A, B, out=out, bias=bias, residual=res, alpha=0.5, beta=-1.0, device="sim")
+        A64, B64, b64, r64 = (x.astype(np.float64) for x in (A, B, bias, res))
+        ref = 0.5 * np.matmul(A64, B64) - before + b64 + r64
+        scale = 0.5 * np.matmul(np.abs(A64), np.abs(B64)) + np.abs(before) + np.abs(b64) + np.abs(r64)
+        bound = gemm_bound("bf16", K, "f32" if out_dtype == np.float32 else "bf16")
+        assert C is out and np.all(np.abs(out.astype(np.float64) - ref) <= bound * scale)
+
+    check(A, B)
+    check(A, B[1:2])
+    if a_layout == "row":
+        gapped = _bf16_stack(3, M + 8, K, seed + 4, True)
+        gapped[:, :M] = A
+        check(gapped[:, :M], B)
+
+
 @pytest.mark.parametrize("a_layout, b_layout, M, K", [("row", "col", 50, 40), ("row", "row", 100, 72),
                                                     ("col", "row", 64, 64)])
 def test_the_warp_specialized_kernel_runs_any_stack(a_layout, b_layout, M, K):
@@ -246,30 +278,7 @@ def test_the_warp_specialized_kernel_runs_any_stack(a_layout, b_layout, M, K):
                             epilogue=tilegen.Epilogue(bias="col", residual=True))
     k = tilegen.compile(spec)
     assert spec.persistent and {m.rank for m in k.tensor_maps} == {3}
-    bf = ml_dtypes.bfloat16
-
-    def stack(count, rows, cols, seed, row_major):
-        return _rand((count, rows, cols), seed, bf) if row_major else _rand((count, cols, rows), seed, bf).swapaxes(1, 2)
-
-    A = stack(3, M, K, 30, a_layout == "row")
-    B = stack(3, K, 40, 31, b_layout == "row")
-    bias, res = np.linspace(-1, 1, 40).astype(np.float32), _rand((3, M, 40), 32, np.float32)
-
-    def check(A, B):
-        out = _rand((3, M, 40), 33, np.float32)
-        before = out.astype(np.float64)
-        C = k(A, B, out=out, bias=bias, residual=res, alpha=0.5, beta=-1.0, device="sim")
-        A64, B64 = A.astype(np.float64), B.astype(np.float64)
-        ref = 0.5 * np.matmul(A64, B64) - before + bias + res
-        scale = 0.5 * np.matmul(np.abs(A64), np.abs(B64)) + np.abs(before) + np.abs(bias) + np.abs(res)
-        assert C is out and np.all(np.abs(out - ref) <= gemm_bound("bf16", K, "f32") * scale)
-
-    check(A, B)
-    check(A, B[1:2])                                   # B broadcast: stride 0, read at matrix 0
-    if a_layout == "row":                              # A's matrices 8 rows apart more than they need
-        gapped = stack(3, M + 8, K, 34, True)
-        gapped[:, :M] = A
-        check(gapped[:, :M], B)
+    _check_epilogue_stacks(k, M, 40, K, a_layout, b_layout, np.float32, seed=30)
 
 
 @pytest.mark.parametrize("a_layout, b_layout, K", [("row", "row", 300), ("col", "row", 100), ("row", "col", 64)])
@@ -285,30 +294,7 @@ def test_split_k_stacks(a_layout, b_layout, K):
                             split_k=3, epilogue=tilegen.Epilogue(bias="col", residual=True))
     k = tilegen.compile(spec)
     assert spec.persistent and spec.store == "direct" and k.second_kernel() is not None
-    bf = ml_dtypes.bfloat16
-
-    def stack(count, rows, cols, seed, row_major):
-        return _rand((count, rows, cols), seed, bf) if row_major else _rand((count, cols, rows), seed, bf).swapaxes(1, 2)
-
-    M, N = 70, 136
-    A, B = stack(3, M, K, 50, a_layout == "row"), stack(3, K, N, 51, b_layout == "row")
-    bias, res = np.linspace(-1, 1, N).astype(bf), _rand((3, M, N), 52, bf)
-
-    def check(A, B):
-        out = _rand((3, M, N), 53, bf)
-        before = out.astype(np.float64)
-        C = k(A, B, out=out, bias=bias, residual=res, alpha=0.5, beta=-1.0, device="sim")
-        A64, B64, b64, r64 = (x.astype(np.float64) for x in (A, B, bias, res))
-        ref = 0.5 * np.matmul(A64, B64) - before + b64 + r64
-        scale = 0.5 * np.matmul(np.abs(A64), np.abs(B64)) + np.abs(before) + np.abs(b64) + np.abs(r64)
-        assert C is out and np.all(np.abs(out.astype(np.float64) - ref) <= gemm_bound("bf16", K, "bf16") * scale)
-
-    check(A, B)
-    check(A, B[1:2])                                   # B broadcast: stride 0, read at matrix 0
-    if a_layout == "row":                              # A's matrices 8 rows apart more than they need
-        gapped = stack(3, M + 8, K, 54, True)
-        gapped[:, :M] = A
-        check(gapped[:, :M], B)
+    _check_epilogue_stacks(k, 70, 136, K, a_layout, b_layout, ml_dtypes.bfloat16, seed=50)
 
 
 def test_split_k_stacks_refuse_partial_sums_4_gib_apart():

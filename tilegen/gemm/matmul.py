@@ -729,11 +729,16 @@ STACK_SLICE_K_TILES = 64
 STACK_MAX_SLICES = 8
 
 
+def stack_blocks(stack, m: int, n: int) -> int:
+    """Blocks of an m x n tile over every matrix of a stack."""
+    return stack.matrices * -(-stack.M // m) * -(-stack.N // n)
+
+
 def stack_split(spec, stack, sms: int) -> int:
     """Slices of K for a stack on the TMA stack kernel: 1, or where its blocks leave SMs idle and
     K is long (long-context decoding's P @ V: a few rows of each head's scores times its
     values, 16K x 128 and more), as many as the rule above gives."""
-    blocks = stack.matrices * -(-stack.M // spec.tile.m) * -(-stack.N // spec.tile.n)
+    blocks = stack_blocks(stack, spec.tile.m, spec.tile.n)
     k_tiles = -(-stack.K // spec.tile.k)
     return max(1, min(sms // max(blocks, 1), k_tiles // STACK_SLICE_K_TILES, STACK_MAX_SLICES))
 
@@ -753,12 +758,11 @@ def _batched_spec(spec, stack):
         return None
     if spec.target_info.sm >= 90 and spec.dtype in ("f16", "bf16") and spec.epilogue.bias != "row":
         sms = _sm_count()
-        blocks = lambda t: stack.matrices * -(-stack.M // t["tile"][0]) * -(-stack.N // t["tile"][1])  # noqa: E731
         if stack.M <= STACK_TILES[-1]["tile"][0]:   # (a few rows per product: the 64-row tile wastes least)
             filling = STACK_TILES[-1:]
         else:
-            filling = [t for t in STACK_TILES if blocks(t) >= sms]
-        if blocks(STACK_NARROW) <= sms // 2:        # (few blocks: twice the SMs at work)
+            filling = [t for t in STACK_TILES if stack_blocks(stack, *t["tile"][:2]) >= sms]
+        if stack_blocks(stack, *STACK_NARROW["tile"][:2]) <= sms // 2:   # (few blocks: twice the SMs at work)
             filling = [STACK_NARROW]
         for tiles in (filling or STACK_TILES[-1:]):
             try:
@@ -776,8 +780,7 @@ def _batched_spec(spec, stack):
     if spec.instruction == "wgmma" and spec.dtype in ("f16", "bf16"):
         sms = _sm_count()
         for tiles in STACK_TILES:
-            t = tiles["tile"]
-            if stack.matrices * -(-stack.M // t[0]) * -(-stack.N // t[1]) >= sms:
+            if stack_blocks(stack, *tiles["tile"][:2]) >= sms:
                 break
         reset.update(tiles)
     for extra in ({}, {"stages": None}):   # (cp.async stages may need less shared memory)
@@ -810,8 +813,8 @@ def _batched_choice(stack, flat, bias, activation, allow_tf32, first=None):
     if spec.persistent:   # (whatever kernel one product alone would take: its reasons are not this kernel's)
         how = "the warp-specialized TMA kernel walking every block of every matrix, each stack through a 3-D tensor map"
         sms = _sm_count()
-        blocks = stack.matrices * -(-stack.M // spec.tile.m) * -(-stack.N // spec.tile.n)
-        wide = stack.matrices * -(-stack.M // 64) * -(-stack.N // 128)   # (blocks of the 64x128 tile)
+        blocks = stack_blocks(stack, spec.tile.m, spec.tile.n)
+        wide = stack_blocks(stack, *STACK_TILES[-1]["tile"][:2])   # (blocks of the 64x128 tile)
         tiles = (f"{blocks} blocks of 64 x 64 for {sms} SMs: the narrow tile"
                  + (f", {blocks} SMs at work rather than {wide}" if blocks > wide else "")
                  if tuple(spec.tile) == STACK_NARROW["tile"] else
