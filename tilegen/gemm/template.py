@@ -153,14 +153,12 @@ class TmaStack:
         b = row // self.M
         return stack.batch(b), row - b * self.M
 
-    def a_block(self, m0, k0):
-        """A's block for k-tile k0 of the block at stack row m0 (pipeline.a_block)."""
-        A, m = self.place(self.A, m0)
-        return A.block(m, self.k0 + k0)
-
-    def b_block(self, m0, k0, n0):
-        """B's block for k-tile k0 of the block at stack row m0 (pipeline.b_block)."""
-        return self.B.batch(m0 // self.M).block(self.k0 + k0, n0)
+    def operand_blocks(self, m0, n0):
+        """(A's block, B's block) of the block at stack row m0 as functions of a k-tile's first
+        column (pipeline.operand_blocks): the block's matrix is found once, here."""
+        b = m0 // self.M
+        A, B, m, k0 = self.A.batch(b), self.B.batch(b), m0 - b * self.M, self.k0
+        return (lambda k: A.block(m, k0 + k)), (lambda k: B.block(k0 + k, n0))
 
 
 def launch_grid(spec):
@@ -265,7 +263,7 @@ def gemm(spec):
         def store_partial(acc, row, n0):
             b = row // stack.M
             tg.store(W.batch(split * tg.size("BATCH") + b).block(row - b * stack.M + wm, n0 + wn), acc)
-        pipe.a_block, pipe.b_block, pipe.place = stack.a_block, stack.b_block, stack.place
+        pipe.operand_blocks, pipe.place = stack.operand_blocks, stack.place
         ctas = tg.num_programs()
         # (an empty slice, K shorter than the slices: nothing walked, and split_k_sum skips it)
         walk = tg.cdiv(stack.blocks - pid, ctas) * tg.minimum(k_len, 1)
@@ -307,7 +305,7 @@ def gemm(spec):
                          for b, kt0, n, off in sk.pieces(pid)])
         return
     if stack is not None:       # each block of the walk in its matrix of the stack
-        pipe.a_block, pipe.b_block, pipe.place = stack.a_block, stack.b_block, stack.place
+        pipe.operand_blocks, pipe.place = stack.operand_blocks, stack.place
         pipe.run(tg.cdiv(stack.blocks - pid, ctas), lambda i: stack.origin(pid + i * ctas), store, C, alpha, beta,
                  bias, R, scales)
         return

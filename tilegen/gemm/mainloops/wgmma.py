@@ -392,22 +392,23 @@ class TmaPipeline(WgmmaPipeline):
         """Arrivals that free a stage: every math thread's."""
         return self.spec.math_threads
 
-    def request(self, m0, n0, t, stage):
-        """k-tile t into `stage`: announce its bytes, start its copies (one thread)."""
+    def request(self, operands, t, stage):
+        """k-tile t into `stage`: announce its bytes, start its copies (one thread).
+        `operands`: operand_blocks' pair for the block."""
         BK, sA, sB, full = self.spec.tile.k, self.sA, self.sB, self.full
+        a_block, b_block = operands
         tg.arrive(full[stage], expect_bytes=sA.stage_bytes + sB.stage_bytes, single=True)
-        tg.tma_load(sA[stage], self.a_block(m0, t * BK), full[stage])
-        tg.tma_load(sB[stage], self.b_block(m0, t * BK, n0), full[stage])
+        tg.tma_load(sA[stage], a_block(t * BK), full[stage])
+        tg.tma_load(sB[stage], b_block(t * BK), full[stage])
 
     # The blocks of the operands and of C for the block of C at (m0, n0); a stack of products
     # (template.TmaStack) replaces these with its own, m0 then naming a row of the stack.
-    def a_block(self, m0, k0):
-        """A's block for k-tile k0."""
-        return self.A.block(m0, k0)
-
-    def b_block(self, m0, k0, n0):
-        """B's block for k-tile k0."""
-        return self.B.block(k0, n0)
+    def operand_blocks(self, m0, n0):
+        """(A's block, B's block) of the block of C at (m0, n0), each a function of a k-tile's
+        first column. Whatever locates the block is emitted here, once per block: a stack
+        divides by its M to find the block's matrix, which on every k-tile would cost a
+        runtime division (a float reciprocal in ptxas's code)."""
+        return (lambda k0: self.A.block(m0, k0)), (lambda k0: self.B.block(k0, n0))
 
     @staticmethod
     def place(tensor, m0):
@@ -415,15 +416,17 @@ class TmaPipeline(WgmmaPipeline):
         return tensor, m0
 
     def prologue(self, m0, n0):
+        operands = self.operand_blocks(m0, n0)
         for t in range(self.S - 1):   # k-tiles 0 .. S-2 (those that exist)
             with tg.if_(tg.lt(t, self.k_tiles)):
-                self.request(m0, n0, t, t)
+                self.request(operands, t, t)
 
     def k_loop(self, m0, n0):
         spec, shape, S = self.spec, self.shape, self.S
         sA, sB, full, empty, k_tiles = self.sA, self.sB, self.full, self.empty, self.k_tiles
         acc = tg.fragment(spec.mma, "C", (1, shape.n // spec.mma.n), name="acc")
         steps = spec.tile.k // shape.k
+        operands = self.operand_blocks(m0, n0)
         for kt in tg.range(k_tiles):
             lap, stage = tg.divmod_by(kt, S)
             tg.mbarrier_wait(full[stage], lap & 1)
@@ -437,10 +440,10 @@ class TmaPipeline(WgmmaPipeline):
                 tg.arrive(empty[prev])           # this thread is done with kt - 1's stage
                 with tg.if_(tg.lt(kt + S - 1, k_tiles)):
                     tg.mbarrier_wait(empty[prev], prev_lap & 1)
-                    self.request(m0, n0, kt + S - 1, prev)
+                    self.request(operands, kt + S - 1, prev)
             with tg.if_(tg.lt(kt, 1)):           # the first k-tile: stage S - 1 has not been used yet
                 with tg.if_(tg.lt(S - 1, k_tiles)):
-                    self.request(m0, n0, S - 1, S - 1)
+                    self.request(operands, S - 1, S - 1)
         tg.wgmma_wait(0)
         return acc
 
@@ -474,16 +477,17 @@ class WarpSpecializedPipeline(TmaPipeline):
             return super().releases()
         return 2 * (self.spec.math_threads // (32 * W.WARPGROUP))
 
-    def request(self, m0, n0, t, stage):
+    def request(self, operands, t, stage):
         """k-tile t into `stage`; in a cluster, the shared operand's half of this CTA, multicast
         into the stage of both."""
         if self.shared is None:
-            return super().request(m0, n0, t, stage)
+            return super().request(operands, t, stage)
         BK, sA, sB, full = self.spec.tile.k, self.sA, self.sB, self.full
+        a_block, b_block = operands
         tg.arrive(full[stage], expect_bytes=sA.stage_bytes + sB.stage_bytes, single=True)
         both = dict(multicast=0b11, part=self.rank, parts=2)
-        tg.tma_load(sA[stage], self.a_block(m0, t * BK), full[stage], **(both if self.shared == "A" else {}))
-        tg.tma_load(sB[stage], self.b_block(m0, t * BK, n0), full[stage], **(both if self.shared == "B" else {}))
+        tg.tma_load(sA[stage], a_block(t * BK), full[stage], **(both if self.shared == "A" else {}))
+        tg.tma_load(sB[stage], b_block(t * BK), full[stage], **(both if self.shared == "B" else {}))
 
     def release(self, stage):
         """This thread is done with `stage` (in a cluster: one thread per warpgroup tells both CTAs)."""
@@ -612,12 +616,13 @@ class WarpSpecializedPipeline(TmaPipeline):
         were requested before, so k-tile kt0 + j goes into stage (first + j) % S once the
         math warps released that stage's previous k-tile."""
         S = self.S
+        operands = self.operand_blocks(m0, n0)
         for j in tg.range(count):
             t = first + j
             lap, stage = tg.divmod_by(t, S)
             with tg.if_(tg.ge(t, S)):
                 tg.mbarrier_wait(self.empty[stage], (lap + 1) & 1)
-            self.request(m0, n0, kt0 + j, stage)
+            self.request(operands, kt0 + j, stage)
 
     def store_through_shared(self, acc, C, sC, parts, m0, n0, alpha, bias=None, R=None, scales=(None, None),
                              vector_buffer=0, published=True):
