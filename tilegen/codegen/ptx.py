@@ -27,6 +27,7 @@ KNOWN = {
     "mbarrier",  # sm_90: mbarriers that TMA copies complete on (ir/lower/mbarrier.py); cp.async.bulk is cp.async's family
     "setmaxnreg",  # sm_90a: warp roles move registers between warpgroups (dsl/roles.py)
     "mapa", "barrier",  # sm_90 clusters: a peer's shared address, the cluster barrier (ir/lower/mbarrier.py)
+    "atom",  # arrival counters in global memory (dsl/arrivals.py)
 }
 
 

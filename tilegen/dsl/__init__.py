@@ -9,6 +9,7 @@ from .scalars import Float, Int, Pred
 from .tma import (BarrierStage, MBarrier, StagedVector, arrive, fetch_vector, mbarrier, mbarrier_wait, park_vector,
                   staged_vector, store_stage, tma_load, tma_store, tma_store_commit, tma_store_wait)
 from .roles import role
+from .arrivals import Counters, counters
 from .cluster import cluster_id, cluster_rank, cluster_size, cluster_sync, num_clusters
 from .batched import BatchedTensor, batched_tensor
 from .fragment_ops import (RowVector, add, add_if_finite, assign, div, exp, exp2, mask, maximum, mul, row_max, row_sum,
@@ -30,5 +31,7 @@ __all__ += ["MBarrier", "BarrierStage", "mbarrier", "arrive", "mbarrier_wait", "
             "tma_store_commit", "tma_store_wait", "StagedVector", "staged_vector", "fetch_vector", "park_vector"]
 # Warp roles (warp specialization; dsl/roles.py)
 __all__ += ["role"]
+# Arrival counters across the CTAs of a launch (dsl/arrivals.py)
+__all__ += ["Counters", "counters"]
 # Thread-block clusters (sm_90; dsl/cluster.py)
 __all__ += ["cluster_rank", "cluster_id", "num_clusters", "cluster_sync", "cluster_size"]

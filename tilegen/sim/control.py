@@ -1,4 +1,4 @@
-"""Control flow and barriers: bra / bra.uni, ret / exit, bar.sync, setmaxnreg.
+"""Control flow and barriers: bra / bra.uni, ret / exit, bar.sync, bar.red.{or,and}.pred, setmaxnreg.
 
 A closure returns None to fall through, the index of the next instruction when it jumps,
 END when every running thread leaves the kernel, or a Signal when the threads running it
@@ -13,7 +13,7 @@ import numpy as np
 
 from ..arch.targets import SETMAXNREG_RANGE
 from .cluster import build_cluster_barrier
-from .program import Imm, Sym
+from .program import Imm, Reg, Sym
 from .signals import END, Barrier, Diverge, Exit, Signal, Wait  # noqa: F401  (re-exported)
 from .state import Context
 
@@ -62,15 +62,40 @@ def build_exit(ins, ctx: Context):
     return _by_guard(ins, ctx, END, Exit)
 
 
+def _reduction(ins, ctx: Context):
+    """bar.red.{or,and}.pred d, N{, M}, c: (the barrier's operands, a function that, given
+    the threads that met there, writes to each of them d = the or / and of their c)."""
+    parts = ins.opcode.split(".")
+    ops = ins.operands
+    if parts[0] == "barrier" and parts[-1:] == ["aligned"]:
+        parts = parts[:-1]
+    if parts[1:] not in (["red", "or", "pred"], ["red", "and", "pred"]) or len(ops) not in (3, 4) \
+            or not isinstance(ops[0], Reg) or ops[0].type != "pred" or not isinstance(ops[-1], Reg) \
+            or ops[-1].type != "pred":
+        ctx.unsupported(ins, f"{ins.opcode} (the emulator runs bar.red.or.pred / bar.red.and.pred d, N{{, M}}, c)")
+    d, c, either = ops[0].slot, ops[-1].slot, parts[2] == "or"
+    R = ctx.R
+
+    def reduce(met):
+        vals = R[c][met]
+        R[d] = np.where(met, vals.any() if either else vals.all(), R[d])
+    return ops[1:-1], reduce
+
+
 def build_bar(ins, ctx: Context):
     parts = ins.opcode.split(".")
     if parts[:2] == ["barrier", "cluster"]:
         return build_cluster_barrier(ins, ctx)
-    if parts[0] == "barrier":
+    reduce = None
+    if "red" in parts:
+        ops, reduce = _reduction(ins, ctx)
+        ok = True
+    elif parts[0] == "barrier":
         ok = parts[1:] in (["sync"], ["sync", "aligned"])
+        ops = ins.operands
     else:
         ok = parts[1:] in (["sync"],)
-    ops = ins.operands
+        ops = ins.operands
     if not ok or len(ops) not in (1, 2) or not isinstance(ops[0], Imm) or (len(ops) == 2 and not isinstance(ops[1], Imm)):
         ctx.unsupported(ins, f"{ins.opcode} (only bar.sync N / barrier.sync N, M with immediates)")
     ident = int(ops[0].value)
@@ -83,7 +108,7 @@ def build_bar(ins, ctx: Context):
     g = _mask(ins, ctx)
     if ctx.masked:   # warps have parted: the runner holds each group here until all arrive
         def arrive():
-            return Barrier(ins, ident, count) if g().any() else None
+            return Barrier(ins, ident, count, reduce) if g().any() else None
         return arrive
     if count is not None:   # reached in lockstep, every thread arrives: more than its count
         def too_many():
@@ -92,12 +117,17 @@ def build_bar(ins, ctx: Context):
                               f"more than its count (a role's barrier, reached outside the role?)", kind="deadlock")
         return too_many
     if g is None:
-        return ctx.shadow_barrier
+        if reduce is None:
+            return ctx.shadow_barrier
+        every = np.ones(ctx.threads, dtype=bool)
+        return lambda: (ctx.shadow_barrier(), reduce(every))[0]
 
     def run():
         m = g()
         if m.all():
             ctx.shadow_barrier()
+            if reduce is not None:
+                reduce(m)
         elif m.any():
             ctx.fail(ins, f"divergent barrier at line {ins.line} is not supported by the emulator: its predicate "
                           f"differs between the threads of the CTA", kind="divergence",

@@ -5,11 +5,12 @@ never runs half-way into something the emulator cannot do.
 """
 from __future__ import annotations
 
-from . import alu, cluster, control, mbarrier, memops, tensor, tma, warp, wgmma
+from . import alu, atomics, cluster, control, mbarrier, memops, tensor, tma, warp, wgmma
 from .state import Context
 
 BUILDERS = {**alu.BUILDERS, **memops.BUILDERS, **control.BUILDERS, **tensor.BUILDERS, **warp.BUILDERS,
-            **wgmma.BUILDERS, **mbarrier.BUILDERS, **tma.BUILDERS, **cluster.BUILDERS}
+            **wgmma.BUILDERS, **mbarrier.BUILDERS, **tma.BUILDERS, **cluster.BUILDERS,
+            **atomics.BUILDERS}
 
 
 def family(opcode: str) -> str:

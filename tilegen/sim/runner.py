@@ -365,6 +365,15 @@ class _Apart:
                 for t in tids.tolist():
                     ctx.shadow.release(t, key)
                 ctx.shadow.acquire(tids, key)
+            reductions = {g.at_barrier.ins.line for g in waiting if g.at_barrier.reduce is not None}
+            if reductions:
+                if len(reductions) > 1 or any(g.at_barrier.reduce is None for g in waiting):
+                    ins = waiting[0].at_barrier.ins
+                    raise SimError(f"barrier {ident} is met at different instructions (PTX lines "
+                                   f"{', '.join(str(g.at_barrier.ins.line) for g in waiting)}), one of them a bar.red: "
+                                   f"every thread must reach the same reduction", kind="divergence", line=ins.line,
+                                   text=ins.text, cta=ctx.cta)
+                waiting[0].at_barrier.reduce(arrived)
             ctx.progress += 1
             for g in waiting:
                 g.at_barrier = None

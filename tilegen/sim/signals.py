@@ -34,6 +34,7 @@ class Barrier(Signal):
     ins: object
     ident: int = 0
     count: Optional[int] = None
+    reduce: Optional[object] = None   # bar.red: reduce(the threads that met) writes each one's result
 
 
 @dataclass(eq=False)

@@ -1,0 +1,60 @@
+"""Atomics on global memory: atom{.sem}{.scope}.global.{add,exch}.{u32,s32,b32}.
+
+The emulator runs one CTA at a time and, inside a CTA, the active threads of an instruction
+in thread order: each thread's read-modify-write sees the ones before it, so the values
+returned are those of one order the GPU could pick. The memory-order and scope qualifiers
+change nothing here (every access is sequentially consistent); the kernels that need them
+are checked for the order of their accesses by their tests (arrival counters, dsl/arrivals.py).
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .memops import _IGNORED, _misaligned
+from .memory import MemoryFault
+from .program import Reg
+from .state import Context, per_thread
+
+_OPS = {"add": lambda old, v: old + v, "exch": lambda old, v: v}
+_TYPES = {"u32": np.uint32, "s32": np.uint32, "b32": np.uint32}
+
+
+def build_atom(ins, ctx: Context):
+    parts = ins.opcode.split(".")[1:]
+    quals = [p for p in parts if p not in _IGNORED and p != "acq_rel"]
+    if len(quals) != 3 or quals[0] != "global" or quals[1] not in _OPS or quals[2] not in _TYPES:
+        ctx.unsupported(ins, f"{ins.opcode} (the emulator runs atom.global.add / .exch on 32-bit integers)")
+    op, t = _OPS[quals[1]], _TYPES[quals[2]]
+    if len(ins.operands) != 3 or not isinstance(ins.operands[0], Reg):
+        ctx.unsupported(ins, f"{ins.opcode} with operands {ins.operands!r}")
+    dst, where, value = ins.operands
+    put = ctx.writer(ins, dst, np.dtype(t))
+    read = ctx.reader(ins, value, t)
+    addr = ctx.address(ins, where)
+    guard = ctx.guard(ins)
+    n = ctx.threads
+    all_tids = ctx.all_tids
+
+    def run():
+        a = per_thread(addr(), n).astype(np.uint64, copy=False)
+        v = per_thread(read(), n).astype(t, copy=False)
+        act = np.ones(n, dtype=bool) if guard is None else guard()
+        if not act.any():
+            return
+        tids = all_tids[act]
+        _misaligned(ctx, ins, a[act], 4, tids, "4-byte atomic")
+        old = np.zeros(n, dtype=t)
+        try:
+            for tid in tids.tolist():   # thread order: each sees the ones before it
+                at = a[tid:tid + 1]
+                before = ctx.memory.load(at, 4).view(t)[0, 0]
+                old[tid] = before
+                with np.errstate(over="ignore"):
+                    ctx.memory.store(at, np.array([[op(before, v[tid])]], dtype=t).view(np.uint32), 4)
+        except MemoryFault as f:
+            ctx.fault(ins, f, tids)
+        put(old)
+    return run
+
+
+BUILDERS = {"atom": build_atom}
