@@ -506,9 +506,9 @@ def test_ragged_stacks_run_on_the_tma_stack_kernel(count, M, N, K, nb):
 
 
 def test_split_k_stacks_replay_in_a_cuda_graph():
-    """A long-context decode-like stack (8 x (16 x 16384 @ 16384 x 128)) on Hopper splits K (two
-    kernels and a workspace from the stream-ordered allocator): captured in a CUDA graph, replayed
-    on new contents, equal to the eager call and to float64."""
+    """A long-context decode-like stack (8 x (16 x 16384 @ 16384 x 128)) on Hopper splits K (one
+    launch; the workspace and arrival counters of the stream's scratch, runtime.StreamScratch):
+    captured in a CUDA graph, replayed on new contents, equal to the eager call and to float64."""
     if torch.cuda.get_device_capability() != (9, 0):
         pytest.skip("the TMA stack kernel needs a Hopper (sm_90) GPU")
     dt = torch.bfloat16
@@ -519,11 +519,22 @@ def test_split_k_stacks_replay_in_a_cuda_graph():
     side = torch.cuda.Stream()
     side.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(side):
-        tilegen.matmul(A, B, out=C)
+        tilegen.matmul(A, B, out=C)   # (side's scratch made here, eagerly)
     torch.cuda.current_stream().wait_stream(side)
     graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
+    with torch.cuda.graph(graph, stream=side):
         tilegen.matmul(A, B, out=C)
+    # a larger split stack on the same stream outgrows the scratch the graph points to: kept allocated,
+    # and zero between launches, so the replays below still find it
+    big = tilegen.compile(tilegen.GemmSpec(dtype="bf16", out_dtype="bf16", instruction="wgmma", batched=True,
+                                           copy="tma", tile=(64, 64, 64), warps=(4, 1), stages=8, split_k=3))
+    A2 = torch.randn(20, 200, 1000, device="cuda", dtype=dt)
+    B2 = torch.randn(20, 1000, 300, device="cuda", dtype=dt)
+    with torch.cuda.stream(side):
+        C2 = big(A2, B2)
+    torch.cuda.synchronize()
+    ref2 = A2.double() @ B2.double()
+    assert float(torch.linalg.norm(C2.double() - ref2) / torch.linalg.norm(ref2)) <= _bound(dt, 1000)
     for trial in range(3):
         A.copy_(torch.randn_like(A))
         B.copy_(torch.randn_like(B))
@@ -535,6 +546,16 @@ def test_split_k_stacks_replay_in_a_cuda_graph():
         assert torch.equal(C, eager), f"replay {trial} differs from eager"
         ref = A.double() @ B.double()
         assert float(torch.linalg.norm(C.double() - ref) / torch.linalg.norm(ref)) <= _bound(dt, 16384)
+        with torch.cuda.stream(side):   # (between replays, the larger stack on the graph's stream)
+            C2 = big(A2, B2)
+        torch.cuda.synchronize()
+        assert float(torch.linalg.norm(C2.double() - ref2) / torch.linalg.norm(ref2)) <= _bound(dt, 1000)
+    # numpy stacks through the same kernel: its prepared launch (GemmKernel.launch) on the default stream
+    An, Bn = A2[:3, :, :520].float().cpu().numpy(), B2[:3, :520].float().cpu().numpy()
+    import ml_dtypes
+    Cn = big(An.astype(ml_dtypes.bfloat16), Bn.astype(ml_dtypes.bfloat16))
+    refn = An.astype(np.float64) @ Bn.astype(np.float64)
+    assert np.linalg.norm(Cn.astype(np.float64) - refn) / np.linalg.norm(refn) <= _bound(dt, 520)
     D = torch.empty_like(C)
     for alpha in (1.0, 1.0, -0.5):   # eager calls on the same arrays (the second and third remembered, then not)
         A.copy_(torch.randn_like(A))

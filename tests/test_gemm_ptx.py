@@ -115,15 +115,18 @@ def test_tma_stack_specs_assemble(a_layout, b_layout):
 
 @needs_ptxas
 def test_split_k_tma_stack_specs_assemble():
-    """split_k on the TMA stack kernel: 3-D maps of A and B only (C and the epilogue are the second
-    kernel's), the slice from %ctaid.y, f32 partial sums stored directly into the workspace stack;
-    the second kernel a grid of blocks of every matrix, reading each slice's partials."""
+    """split_k on the TMA stack kernel: 3-D maps of A and B only (C is stored directly, by the
+    last slice to finish each block), the slice from %ctaid.y, f32 partial sums stored directly
+    into the workspace stack, each block's arrival counted at F (one thread's acq_rel atomic
+    between the role's barrier and its reduction), and no second kernel."""
     k = tilegen.compile(tilegen.GemmSpec(dtype="bf16", instruction="wgmma", batched=True, copy="tma", split_k=4,
                                          tile=(64, 128, 64), warps=(4, 1), epilogue=tilegen.Epilogue("col", "gelu")))
-    total = k.second_kernel()
-    for kernel in (k, total):
-        assert_assembles(kernel.ptx, kernel.spec.target)
+    assert_assembles(k.ptx, k.spec.target)
+    assert k.second_kernel() is None
     assert k.spec.persistent and k.spec.store == "direct" and "_splitk4_batched" in k.name
     assert {m.tensor for m in k.tensor_maps} == {"A", "B"} and "%ctaid.y" in k.ptx
-    assert {"W_ptr", "W_batch_stride"} <= {n for n, _ in k.params} and "C_ptr" not in {n for n, _ in k.params}
-    assert {"C_batch_stride", "W_batch_stride", "bias_ptr", "K", "BATCH"} <= {n for n, _ in total.params}
+    assert {"W_ptr", "W_batch_stride", "F_ptr", "C_ptr", "C_batch_stride", "bias_ptr", "K", "BATCH"} <= \
+        {n for n, _ in k.params}
+    math = k.ptx[k.ptx.index("// role math"):]
+    counted = math.index("atom.acq_rel.gpu.global.add.u32")
+    assert math.rindex("bar.sync 2, 128;", 0, counted) < counted < math.index("bar.red.or.pred %p", counted)

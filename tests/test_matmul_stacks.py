@@ -285,15 +285,17 @@ def test_the_warp_specialized_kernel_runs_any_stack(a_layout, b_layout, M, K):
 def test_split_k_stacks(a_layout, b_layout, K):
     """split_k on the TMA stack kernel: each row of persistent CTAs walks every block of the stack
     over its slice of K, its f32 partial sums into a workspace matrix per slice and product
-    (poisoned by the emulator's launch), and split_k_sum adds them in slice order into C with the
-    epilogue (bias per column, residual, alpha, beta). K of 300 in slices of 128 (the last 44
-    deep), 100 (the third slice empty) and 64 (two empty): an empty slice is walked by no CTA and
-    skipped by the sum. Ragged M and N; then B broadcast and A's matrices strided apart."""
+    (poisoned by the emulator's launch), and the last slice to arrive at a block's counter adds
+    them in slice order into C with the epilogue (bias per column, residual, alpha, beta), in the
+    same launch. K of 300 in slices of 128 (the last 44 deep), 100 (the third slice empty) and 64
+    (two empty): an empty slice is walked by no CTA and not waited for. Ragged M and N; then B
+    broadcast and A's matrices strided apart."""
     spec = tilegen.GemmSpec(dtype="bf16", out_dtype="bf16", instruction="wgmma", batched=True, copy="tma",
                             a_layout=a_layout, b_layout=b_layout, tile=(64, 128, 64), warps=(4, 1), stages=4,
                             split_k=3, epilogue=tilegen.Epilogue(bias="col", residual=True))
     k = tilegen.compile(spec)
-    assert spec.persistent and spec.store == "direct" and k.second_kernel() is not None
+    assert spec.persistent and spec.store == "direct" and k.second_kernel() is None
+    assert "atom.acq_rel.gpu.global.add.u32" in k.ptx and "bar.red.or.pred" in k.ptx
     _check_epilogue_stacks(k, 70, 136, K, a_layout, b_layout, ml_dtypes.bfloat16, seed=50)
 
 
@@ -320,7 +322,8 @@ def test_decode_stacks_split_k_on_hopper(monkeypatch):
     """matmul on Hopper splits K for stacks whose blocks leave SMs idle and whose K is long
     (long-context decoding's scores @ values: a few rows per head, K of 16K and more): slices of at
     least STACK_SLICE_K_TILES k-tiles, at most STACK_MAX_SLICES, no more CTAs than SMs (blocks of the
-    narrow tile, STACK_NARROW, where so few); explain says so. Stacks with blocks for every SM, or K of 4096, are not split."""
+        narrow tile, STACK_NARROW, where so few); explain says so. Stacks with blocks for every SM, or K of 2048, are
+    not split."""
     import importlib
 
     mm = importlib.import_module("tilegen.gemm.matmul")
@@ -328,8 +331,9 @@ def test_decode_stacks_split_k_on_hopper(monkeypatch):
     monkeypatch.setattr(mm, "_tuned", lambda *a, **k: None)
     monkeypatch.setattr(mm, "_sm_count", lambda: 132)
     for (count, M, N, K), split in [((32, 1, 128, 16384), 2), ((32, 16, 128, 16384), 2), ((8, 128, 128, 65536), 4),
-                                    ((4, 64, 128, 65536), 8), ((64, 1, 64, 16384), 2), ((2, 16, 128, 12800), 3),
-                                    ((32, 16, 128, 4096), 1), ((32, 16, 4096, 16384), 1), ((8, 1000, 128, 16384), 1)]:
+                                    ((4, 64, 128, 65536), 8), ((64, 1, 64, 16384), 2), ((2, 16, 128, 12800), 6),
+                                    ((32, 16, 128, 4096), 2), ((8, 128, 128, 4096), 2), ((64, 1, 64, 2048), 1),
+                                    ((32, 16, 4096, 16384), 1), ((8, 1000, 128, 16384), 1)]:
         A, B = np.zeros((count, M, K), F16), np.zeros((count, K, N), F16)
         choice = mm.explain(A, B)
         assert choice.spec.batched and choice.spec.persistent and choice.spec.split_k == split, (count, M, N, K, choice)

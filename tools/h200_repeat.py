@@ -70,7 +70,7 @@ def main() -> int:
         print(json.dumps(row), flush=True)
     # stacks through tilegen.matmul on the TMA stack kernel (3-D tensor maps): ragged matrices with
     # a broadcast B, rows of 77 elements (aligned copies in, C's copy back), and a decode-like stack
-    # whose K is split (its slices' partial sums added in order by a second kernel)
+    # whose K is split (its slices' partial sums added in slice order by the last slice to finish a block)
     for count, (M, N, K), nb in ((6, (300, 1000, 1000), 1), (64, (77, 77, 64), 64), (8, (16, 128, 16384), 8)):
         A = torch.randn(count, M, K, device="cuda", dtype=torch.bfloat16)
         B = torch.randn(nb, K, N, device="cuda", dtype=torch.bfloat16).expand(count, K, N)

@@ -105,8 +105,9 @@ STACKS = [(dict(dtype="f16", out_dtype="f16", tile=(64, 64, 32)), (3, 1), (70, 4
                 warps=(4, 1)), (6, 6), (77, 77, 64), ("row", "col")),
           (dict(dtype="f16", out_dtype="f16", instruction="wgmma", copy="tma", tile=(64, 128, 64), warps=(4, 1),
                 epilogue=tilegen.Epilogue("col", "gelu_tanh", True)), (3, 3), (100, 200, 72), ("col", "row")),
-          # split-K on the TMA stack kernel: partial sums per slice and matrix, then the sum kernel
-          # (K of 1100 in slices of 384: the last 332 deep), bias, GELU and residual in the second
+          # split-K on the TMA stack kernel: partial sums per slice and matrix, added by the last slice
+          # to arrive at each block's counter (K of 1100 in slices of 384: the last 332 deep), with bias,
+          # GELU and residual
           (dict(dtype="bf16", out_dtype="bf16", instruction="wgmma", copy="tma", tile=(64, 64, 64), warps=(4, 1),
                 stages=8, split_k=3, epilogue=tilegen.Epilogue("col", "gelu_tanh", True)), (5, 1), (16, 136, 1100),
            ("row", "row")),

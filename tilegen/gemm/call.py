@@ -74,10 +74,16 @@ def workspace_shape(spec, M: int, N: int, ctas: int, count: int = 1) -> tuple:
     return spec.split_k * -(-M // spec.tile.m) * spec.tile.m, N
 
 
-def workspace_arguments(spec, rows: int, cols: int, ptr: int, M: int, N: int) -> dict:
-    """The workspace's kernel arguments (a stack's: its matrices M x N elements apart)."""
+def stack_counters(spec, M: int, N: int, count: int) -> int:
+    """The arrival counters of a split-K stack: one per block of the walk (template.gemm)."""
+    return -(-M // spec.tile.m) * -(-N // spec.tile.n) * count
+
+
+def workspace_arguments(spec, rows: int, cols: int, ptr: int, M: int, N: int, counters: int = 0) -> dict:
+    """The workspace's kernel arguments (a stack's: its matrices M x N elements apart, and the
+    address of its arrival counters, zero before the launch)."""
     return {"WM": rows, "WN": cols, "W_ptr": ptr, "W_ld": max(cols, 1),
-            **({"W_batch_stride": M * N} if spec.batched else {})}
+            **({"W_batch_stride": M * N, "F_ptr": counters} if spec.batched else {})}
 
 
 def _is_host(x) -> bool:
@@ -613,12 +619,16 @@ class _SimMemory:
                 args = {**args, f"{p.operand}_ptr": ptr, f"{p.operand}_ld": p.ld}
             args, sizes = {**args, "K": K}, {**sizes, "K": K}
         second = kernel.second_kernel() if hasattr(kernel, "second_kernel") else None
-        if second is not None:   # partial sums (split-K's slices, stream-K's pieces), then C
+        if spec is not None and (spec.split_k > 1 or spec.stream_k):   # partial sums (split-K's slices, stream-K's pieces)
             check_stream_k_range(kernel.spec, sizes["M"], sizes["N"], sizes["K"], x)
-            rows, cols = workspace_shape(kernel.spec, sizes["M"], sizes["N"], x, args.get("BATCH", 1))
+            count = args.get("BATCH", 1)
+            rows, cols = workspace_shape(kernel.spec, sizes["M"], sizes["N"], x, count)
+            counters = self.put(np.zeros(max(stack_counters(spec, sizes["M"], sizes["N"], count), 1), np.uint32)) \
+                if spec.batched else 0
             w = workspace_arguments(kernel.spec, rows, cols, self.put(np.full(max(rows * cols, 1), np.nan, np.float32)),
-                                    sizes["M"], sizes["N"])   # (poisoned: a slot read before it is written shows)
+                                    sizes["M"], sizes["N"], counters)   # (poisoned: a slot read before it is written shows)
             args, sizes = {**args, **w}, {**sizes, "WM": rows, "WN": cols}
+        if second is not None:   # then C from them
             run = lambda: (run_kernel(kernel, args, sizes, self.memory),  # noqa: E731
                            run_kernel(second, args, sizes, self.memory))
         else:
@@ -742,7 +752,7 @@ def run_batched(kernel, A, B, out, count: int, *, alpha=1.0, beta=0.0, bias=None
 
 _BATCHED = ("M", "N", "K", "BATCH", "A_ptr", "A_ld", "A_batch_stride", "B_ptr", "B_ld", "B_batch_stride",
             "C_ptr", "C_ld", "C_batch_stride", "alpha", "beta", "bias_ptr", "R_ptr", "R_ld", "R_batch_stride")
-_WORKSPACE = ("W_ptr", "W_ld", "W_batch_stride")   # (split-K stacks: their workspace_arguments)
+_WORKSPACE = ("W_ptr", "W_ld", "W_batch_stride", "F_ptr")   # (split-K stacks: their workspace_arguments)
 
 
 COORD_LIMIT = 2 ** 31   # TMA's coordinates are signed 32-bit
@@ -791,19 +801,17 @@ class BatchedCall:
         self.residual = spec.epilogue.residual
         self.tma = spec.persistent   # (template.TmaStack: the whole stack in one launch, any strides)
         self.direct_c = spec.store != "tma"   # C written by direct stores, which take any pitch
-        # split-K (TMA stacks): the slices' partial sums into a workspace, then its second kernel
-        self.sum = kernel.second_kernel() if spec.split_k > 1 else None
-        values = _BATCHED + (_WORKSPACE if self.sum is not None else ())
+        # split-K (TMA stacks): the slices' partial sums into a workspace, added by the last slice
+        # of each block to arrive (template.gemm), both kept per stream (runtime.StreamScratch)
+        self.split = spec.split_k > 1
+        values = _BATCHED + (_WORKSPACE if self.split else ())
         self.maps = _map_layout(kernel, values)
         names = values + tuple(m.param for m in kernel.tensor_maps)
         self.pick = itemgetter(*(names.index(n) for n, _ in kernel.params))
         self.grid = kernel.launch_grid.evaluator(("M", "N", "K", "BATCH"))
-        if self.sum is not None:
-            self.sum_pick = itemgetter(*(values.index(n) for n, _ in self.sum.params))
-            self.sum_grid = self.sum.launch_grid.evaluator(("M", "N", "K", "BATCH"))
         # The last call of one launch without copies or epilogue vectors: its arrays' probes, count and
-        # scalars, with its launcher, grid and arguments (split-K: None and its values, for _run_split).
-        # A loop over the same arrays launches them again.
+        # scalars, with its launcher, grid, arguments and (split-K, whose arguments name the stream's
+        # scratch) stream. A loop over the same arrays launches them again.
         self._last = None
 
     @staticmethod
@@ -823,11 +831,9 @@ class BatchedCall:
                 and type(beta) in _NUMBERS and (pa, pb, pc, count, alpha, beta) == last[0] \
                 and (alpha or copysign(1.0, alpha) == copysign(1.0, last[0][4])):   # (-0.0 signs C's zeros)
             launcher = self.kernel.launcher(pa[DEVICE])
-            if launcher is last[1]:
-                if self.sum is not None:   # (split-K: the values of both launches; a new workspace each call)
-                    self._run_split(lib, launcher, lib.stream(pa[DEVICE]), last[3], pa[DEVICE])
-                else:
-                    launcher(last[2], last[3], lib.stream(pa[DEVICE]))
+            stream = lib.stream(pa[DEVICE])
+            if launcher is last[1] and (last[4] is None or stream == last[4]):
+                launcher(last[2], last[3], stream)
                 return out
         if (bias is None) != (self.bias is None) or (pr is None) == self.residual or type(alpha) not in _NUMBERS \
                 or type(beta) not in _NUMBERS:
@@ -882,11 +888,11 @@ class BatchedCall:
         launches = []
         if self.tma:   # every matrix through 3-D tensor maps (stack_problem)
             values = (M, N, K, count, *a[:3], *b[:3], *c[:3], float(alpha), float(beta), bias_ptr, *r)
-            if self.sum is not None:
-                self._run_split(lib, launcher, stream, values, dev)
-                if not keep and bias is None and pr is None:
-                    self._last = ((pa, pb, pc, count, alpha, beta), launcher, None, values)
-                return out
+            if self.split:   # (the workspace and counters of this stream's scratch)
+                scratch = runtime.StreamScratch.of(dev, stream)
+                rows, cols = workspace_shape(self.kernel.spec, M, N, 0, count)
+                values += (scratch.workspace(4 * rows * cols), N, M * N,
+                           scratch.counters(stack_counters(self.kernel.spec, M, N, count)))
             launches.append((self.grid(M, N, K, count, launcher.sm_count),
                              self.pick(values + _tensor_maps(self.maps, values))))
         else:
@@ -902,21 +908,8 @@ class BatchedCall:
         for grid, args in launches:
             launcher(grid, args, stream)
         if len(launches) == 1 and not keep and bias is None and pr is None:   # (one launch, nothing copied)
-            self._last = ((pa, pb, pc, count, alpha, beta), launcher, *launches[0])
+            self._last = ((pa, pb, pc, count, alpha, beta), launcher, *launches[0], stream if self.split else None)
         return out
-
-    def _run_split(self, lib, launcher, stream, values: tuple, dev: int) -> None:
-        """Split-K on a stack: the slices' f32 partial sums into a workspace from the library's
-        stream-ordered allocator (template.gemm; a matrix per slice and product), then
-        split_k_sum adds them into C with the epilogue, both on `stream`."""
-        M, N, K, count = values[:4]
-        rows, cols = workspace_shape(self.kernel.spec, M, N, 0, count)
-        work = lib.empty((max(rows * cols, 1),), "float32", dev)
-        values += (lib.probe(work)[PTR], N, M * N)
-        launcher(self.grid(M, N, K, count, launcher.sm_count), self.pick(values + _tensor_maps(self.maps, values)),
-                 stream)
-        total = self.sum.launcher(dev)
-        total(self.sum_grid(M, N, K, count, total.sm_count), self.sum_pick(values), stream)
 
 
 GRID_Y = 65535   # matrices per launch of a batched kernel (its grid's y extent)

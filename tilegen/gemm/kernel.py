@@ -9,7 +9,7 @@ from .. import compiler, runtime
 from ..compiler import Kernel
 from ..errors import LaunchError
 from .call import (NO_SCALES, BatchedCall, FastCall, check_device, check_epilogue, check_stream_k_range, real_number,
-                   refuse_stack, run_batched, run_gemm, workspace_arguments, workspace_shape)
+                   refuse_stack, run_batched, run_gemm, stack_counters, workspace_arguments, workspace_shape)
 from .template import trace_gemm, trace_split_k_sum, trace_stream_k_fixup
 from .prepare import preparations
 
@@ -55,8 +55,9 @@ class GemmKernel(Kernel):
 
     def second_kernel(self):
         """The kernel that adds the f32 workspace's partial sums into C with the epilogue:
-        split-K's sum of slices or stream-K's fix-up; None for one-kernel specs."""
-        if self.spec.split_k > 1:
+        split-K's sum of slices or stream-K's fix-up; None for one-kernel specs (a split-K
+        stack's last slice to finish a block adds the slices itself: template.gemm)."""
+        if self.spec.split_k > 1 and not self.spec.batched:
             return self.split_sum_kernel()
         if self.spec.stream_k:
             if self._sum is None:
@@ -85,11 +86,18 @@ class GemmKernel(Kernel):
                 for buf in copies:
                     buf.free()   # stream-ordered: after the GEMM that reads it
         second = self.second_kernel()
+        if self.spec.split_k > 1 and self.spec.batched:   # one launch: the stream's workspace and counters
+            M, N, count = int(sizes["M"]), int(sizes["N"]), int(args.get("BATCH", sizes.get("BATCH", 1)))
+            refuse_stack(self.spec, M, N, int(sizes["K"]), count)   # (the workspace's matrices: a 32-bit stride and index)
+            handle = int(runtime.stream_handle(stream))
+            scratch = runtime.StreamScratch.of(device, handle)
+            rows, cols = workspace_shape(self.spec, M, N, 0, count)
+            w = workspace_arguments(self.spec, rows, cols, scratch.workspace(4 * rows * cols), M, N,
+                                    scratch.counters(stack_counters(self.spec, M, N, count)))
+            return super().launch({**args, **w}, {**sizes, "WM": rows, "WN": cols}, stream=handle, device=device)
         if second is None:
             return super().launch(args, sizes, stream=stream, device=device)
         M, N = int(sizes["M"]), int(sizes["N"])
-        if self.spec.batched:   # (the workspace's matrices: a 32-bit stride and index)
-            refuse_stack(self.spec, M, N, int(sizes["K"]), int(args.get("BATCH", sizes.get("BATCH", 1))))
         ctas = self.grid(sizes, self.launcher(device).sm_count)[0]
         check_stream_k_range(self.spec, M, N, int(sizes["K"]), ctas)
         rows, cols = workspace_shape(self.spec, M, N, ctas, int(args.get("BATCH", 1)))

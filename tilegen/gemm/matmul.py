@@ -716,16 +716,16 @@ STACK_TILES = (dict(tile=(128, 256, 64), warps=(8, 1), stages=4), dict(tile=(128
 STACK_NARROW = dict(tile=(64, 64, 64), warps=(4, 1), stages=8)
 
 
-# Split-K on a stack (the TMA stack kernel walking every block once per slice of K, a second kernel
-# adding the slices): it pays where the stack has fewer blocks than SMs and long K. Measured on the
-# H200 (run 198, GPU time of CUDA-graph replays, bf16, BxMxNxK, unsplit -> split, torch.matmul):
-# 8x128x128x65536 252 -> 79 us (8 slices; torch 92), 4x64x128x65536 251 -> 49 (8; 16: 61; torch 90),
-# 8x128x128x16384 66 -> 31 (4; 8: 34; torch 26), 32x16x128x16384 66 -> 45 (4; torch 37); at K = 4096
-# two slices bought 9-12% of GPU time (8x128x128x4096 18.4 -> 16.7, 32x16x128x4096 18.8 -> 16.5)
-# while the second launch doubled the host's time per call, and at K = 2048 every split lost
-# (64x1x64x2048 13.1 -> 15.9). So: slices of STACK_SLICE_K_TILES k-tiles or more, at most
-# STACK_MAX_SLICES of them, no more CTAs than SMs.
-STACK_SLICE_K_TILES = 64
+# Split-K on a stack (the TMA stack kernel walking every block once per slice of K, the last slice
+# to finish a block adding the slices): it pays where the stack has fewer blocks than SMs and long K.
+# Measured on the H200 (run 210, GPU time of CUDA-graph replays, bf16, BxMxNxK, slices 1 / 2 / 4 / 8,
+# torch.matmul): 8x128x128x65536 136 / 87 / 72 / 105 us (torch 91), 4x64x128x65536 124 / 69 / 44 / 35
+# (16: 38; torch 91), 8x128x128x16384 37 / 27 / 24 / 40 (torch 26), 32x16x128x16384 45 / 40 / 45 / 71
+# (torch 37), 8x128x128x4096 10.7 / 9.6 / 9.6 / 23 (torch 8.3), 32x16x128x4096 15.1 / 14.0 / 19.1 / 35
+# (torch 7.6), but 64x1x64x2048 9.0 / 9.3 / 14.0 (torch 5.7). (Until run 210 a second kernel added the
+# slices, doubling the host's time per call: then slices of 64 k-tiles or more.) So: slices of
+# STACK_SLICE_K_TILES k-tiles or more, at most STACK_MAX_SLICES of them, no more CTAs than SMs.
+STACK_SLICE_K_TILES = 32
 STACK_MAX_SLICES = 8
 
 
@@ -825,7 +825,7 @@ def _batched_choice(stack, flat, bias, activation, allow_tf32, first=None):
             k_tiles = -(-stack.K // spec.tile.k)
             per = -(-k_tiles // spec.split_k)
             last = k_tiles - (spec.split_k - 1) * per
-            how += f", K in {spec.split_k} slices added by a second kernel"
+            how += f", K in {spec.split_k} slices, added in slice order by the last to finish each block"
             tiles += (f"; {blocks} blocks for {sms} SMs and {k_tiles} k-tiles: K split in {spec.split_k} slices of "
                       f"{per} k-tiles" + (f" (the last {last})" if last != per else "")
                       + f", a slice per {STACK_SLICE_K_TILES} k-tiles at most")

@@ -162,7 +162,8 @@ class GemmSpec:
     |            | block, their f32 partial sums added in order by |                          |
     |            | a second kernel that applies the epilogue       |                          |
     |            | (persistent=False; a stack on the warp-special- |                          |
-    |            | ized kernel: a row of persistent CTAs a slice)  |                          |
+    |            | ized kernel: a row of persistent CTAs a slice,  |                          |
+    |            | the last slice to finish a block adding them)   |                          |
     | stream_k   | warp-specialized wgmma: the blocks past the     | False                    |
     |            | last whole wave of CTAs are shared out by       |                          |
     |            | k-tiles evenly across as many CTAs as keep      |                          |

@@ -135,9 +135,9 @@ class TmaStack:
         self.spec = spec
         self.A = tg.batched_tensor("A", spec.dtype, ("M", "K"), layout=spec.a_layout)
         self.B = tg.batched_tensor("B", spec.b_dtype, ("K", "N"), layout=spec.b_layout)
-        # (split-K: C and the epilogue are the second kernel's, split_k_sum)
-        self.C = tg.batched_tensor("C", out_dtype, ("M", "N")) if spec.split_k == 1 else None
-        self.R = tg.batched_tensor("R", out_dtype, ("M", "N")) if residual and spec.split_k == 1 else None
+        # (split-K too: the last slice to finish a block stores it through the epilogue)
+        self.C = tg.batched_tensor("C", out_dtype, ("M", "N"))
+        self.R = tg.batched_tensor("R", out_dtype, ("M", "N")) if residual else None
         self.k0 = 0   # the first column of K this CTA's blocks read (split-K: its slice's)
         self.M, self.N = tg.size("M"), tg.size("N")
         self.per = tg.cdiv(self.M, spec.tile.m) * tg.cdiv(self.N, spec.tile.n)   # blocks per matrix
@@ -207,7 +207,7 @@ def gemm(spec):
     else:
         A = matrix("A", spec.dtype, ("M", "K"), layout=spec.a_layout)
         B = matrix("B", spec.b_dtype, ("K", "N"), layout=spec.b_layout)   # (a mixed fp8 pair: the atom's B type)
-    if spec.split_k == 1:   # (split-K: the second kernel, split_k_sum, has C and the epilogue)
+    if spec.split_k == 1 or stack is not None:   # (2-D split-K: the second kernel, split_k_sum, has C and the epilogue)
         if stack is None:
             C = matrix("C", spec.out_dtype, ("M", "N"))
         alpha, beta = tg.scalar("alpha"), tg.scalar("beta")
@@ -260,12 +260,28 @@ def gemm(spec):
         store_block(spec, C, acc, m0 + wm, n0 + wn, alpha, beta, bias, R, scales)
 
     if spec.split_k > 1 and stack is not None:   # the walk of the stack's blocks over this CTA's slice
+        # Each slice's partial sums of a block go to W, and its CTA counts itself in at the
+        # block's counter (tilegen.counters); the last slice to arrive adds every slice's, in
+        # slice order (so every run adds them alike, whichever comes last), and stores C
+        # through the epilogue: one launch. Slices past K's end are empty: they walk nothing,
+        # and the others do not count them (a TMA stack has K > 0: call.stack_problem).
+        F = tg.counters("F")
+        slices = tg.cdiv(K, per_slice)
+        blocks_m, blocks_n = tg.cdiv(stack.M, spec.tile.m), tg.cdiv(stack.N, spec.tile.n)
+
         def store_partial(acc, row, n0):
             b = row // stack.M
-            tg.store(W.batch(split * tg.size("BATCH") + b).block(row - b * stack.M + wm, n0 + wn), acc)
+            m0 = row - b * stack.M
+            tg.store(W.batch(split * tg.size("BATCH") + b).block(m0 + wm, n0 + wn), acc)
+            block = (b * blocks_m + m0 // spec.tile.m) * blocks_n + n0 // spec.tile.n
+            with tg.if_(F.last_arrival(block, slices)):
+                total = tg.fragment(acc.atom, "C", acc.tiles, name="total")
+                for s in range(spec.split_k):
+                    with tg.if_(tg.lt(s, slices)):
+                        tg.accumulate(total, W.batch(s * tg.size("BATCH") + b).block(m0 + wm, n0 + wn))
+                store(total, row, n0)
         pipe.operand_blocks, pipe.place = stack.operand_blocks, stack.place
         ctas = tg.num_programs()
-        # (an empty slice, K shorter than the slices: nothing walked, and split_k_sum skips it)
         walk = tg.cdiv(stack.blocks - pid, ctas) * tg.minimum(k_len, 1)
         pipe.run(walk, lambda i: stack.origin(pid + i * ctas), store_partial, None, None, None)
         return
@@ -326,33 +342,21 @@ def gemm(spec):
 
 @tg.kernel
 def split_k_sum(spec):
-    """The second kernel of split-K: C = act(alpha * (W_0 + W_1 + ...) + beta * C + bias) +
-    residual, the slices' partial sums added in slice order (so every run adds them alike)."""
+    """The second kernel of 2-D split-K: C = act(alpha * (W_0 + W_1 + ...) + beta * C + bias) +
+    residual, the slices' partial sums added in slice order (so every run adds them alike). (A
+    split-K stack's last slice to finish a block adds them in the GEMM kernel: gemm above.)"""
     BM, BN = REDUCE_TILE
-    per = tg.cdiv("M", BM) * tg.cdiv("N", BN)   # blocks of one C (in a stack: of each matrix)
-    tg.launch(threads=32 * REDUCE_WARPS[0] * REDUCE_WARPS[1], grid=(per * "BATCH" if spec.batched else per, 1, 1))
+    tg.launch(threads=32 * REDUCE_WARPS[0] * REDUCE_WARPS[1], grid=(tg.cdiv("M", BM) * tg.cdiv("N", BN), 1, 1))
     epi = spec.epilogue
-    matrix = tg.batched_tensor if spec.batched else tg.tensor
-    C = matrix("C", spec.out_dtype, ("M", "N"))
+    C = tg.tensor("C", spec.out_dtype, ("M", "N"))
     alpha, beta = tg.scalar("alpha"), tg.scalar("beta")
     bias = tg.vector("bias", spec.out_dtype, "N" if epi.bias == "col" else "M") if epi.bias else None
-    R = matrix("R", spec.out_dtype, ("M", "N")) if epi.residual else None
+    R = tg.tensor("R", spec.out_dtype, ("M", "N")) if epi.residual else None
     scales = scale_vectors(epi)
     pid = tg.program_id()
-    if spec.batched:   # a stack (template.gemm's TmaStack walk): slice s of matrix b is W's matrix s * BATCH + b
-        W = tg.batched_tensor("W", "f32", ("M", "N"))
-        K, count = tg.size("K"), tg.size("BATCH")
-        M, N = tg.size("M"), tg.size("N")
-        blocks = tg.cdiv(M, BM) * tg.cdiv(N, BN)
-        b, pid = pid // blocks, pid % blocks
-        C, R = C.batch(b), R.batch(b) if R is not None else None
-        per_slice = slice_length(spec, K)
-        partial = lambda s, row, col: W.batch(s * count + b).block(row, col)   # noqa: E731
-    else:
-        W = tg.tensor("W", "f32", ("WM", "N"))
-        M, N = C.shape
-        rows = split_rows(spec, M)
-        partial = lambda s, row, col: W.block(s * rows + row, col)   # noqa: E731
+    W = tg.tensor("W", "f32", ("WM", "N"))
+    M, N = C.shape
+    rows = split_rows(spec, M)
     blocks_n = tg.cdiv(N, BN)
     m0, n0 = (pid // blocks_n) * BM, (pid % blocks_n) * BN
     warp = tg.warp_id()
@@ -360,11 +364,7 @@ def split_k_sum(spec):
     atom = "m16n8k16.f16.f32"
     acc = tg.fragment(atom, "C", (BM // REDUCE_WARPS[0] // 16, BN // REDUCE_WARPS[1] // 8), name="sum")
     for s in range(spec.split_k):
-        if spec.batched and s:   # (a stack's first kernel walks no empty slice: K shorter than the slices)
-            with tg.if_(tg.lt(s * per_slice, K)):
-                tg.accumulate(acc, partial(s, m0 + wm, n0 + wn))
-        else:
-            tg.accumulate(acc, partial(s, m0 + wm, n0 + wn))
+        tg.accumulate(acc, W.block(s * rows + m0 + wm, n0 + wn))
     tg.store(C.block(m0 + wm, n0 + wn), acc, alpha=alpha, beta=beta, bias=bias, activation=epi.activation,
              residual=R.block(m0 + wm, n0 + wn) if R is not None else None, row_scale=scales[0], col_scale=scales[1])
 

@@ -151,6 +151,61 @@ class StreamBuffer:
             pass
 
 
+class StreamScratch:
+    """Device memory that the launches on one stream reuse: a workspace (a kernel's partial
+    sums, read back within the launch) and u32 counters that are 0 between launches (arrival
+    counters, dsl/arrivals.py: each launch puts back to 0 what it counted). A stream runs its
+    launches one after another, so one scratch per (device, stream) serves every kernel
+    launched there, as cuBLAS keeps a workspace per stream. It grows and never shrinks; what it
+    outgrew stays allocated, as a CUDA graph captured earlier may still point there. Its
+    memory is tilegen's own (cuMemAlloc), made in relaxed capture mode and zeroed on a private
+    stream, so the first use may come inside a graph capture. A stream destroyed while its
+    work still runs must not have its handle reused for tilegen's launches before that work ends."""
+
+    _of: dict = {}   # (process, device, stream handle) -> StreamScratch
+
+    @classmethod
+    def of(cls, device: int, stream: int) -> "StreamScratch":
+        key = (os.getpid(), device, stream)
+        scratch = cls._of.get(key)
+        if scratch is None:
+            scratch = cls._of[key] = cls(device)
+        return scratch
+
+    def __init__(self, device: int):
+        self.device = device
+        self._work = self._counters = None
+        self._outgrown = []
+
+    def workspace(self, nbytes: int) -> int:
+        """The address of at least `nbytes` (contents undefined)."""
+        if self._work is None or self._work.nbytes < nbytes:
+            self._work = self._grow(self._work, nbytes, zero=False)
+        return self._work.ptr
+
+    def counters(self, count: int) -> int:
+        """The address of at least `count` u32 counters, each 0 before the next launch."""
+        if self._counters is None or self._counters.nbytes < 4 * count:
+            self._counters = self._grow(self._counters, 4 * count, zero=True)
+        return self._counters.ptr
+
+    def _grow(self, old, nbytes: int, zero: bool) -> DeviceBuffer:
+        size = max(int(nbytes), 256, 2 * old.nbytes if old is not None else 0)   # (doubling: few growths)
+        with _drv.capture_relaxed():
+            buf = DeviceBuffer(size, self.device)
+            if zero:   # on a stream of its own: no capture, nor the caller's stream, waits on it
+                d = _drv.bindings()
+                side = Stream(self.device)
+                try:
+                    _drv.check(d.cuMemsetD32Async(buf.ptr, 0, size // 4, side.handle), "cuMemsetD32Async")
+                    side.synchronize()
+                finally:
+                    side.close()
+        if old is not None:
+            self._outgrown.append(old)
+        return buf
+
+
 class Stream:
     """A non-blocking CUDA stream (does not synchronise with the legacy default stream)."""
 
