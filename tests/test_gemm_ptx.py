@@ -118,11 +118,10 @@ def test_split_k_tma_stack_specs_assemble():
     """split_k on the TMA stack kernel: 3-D maps of A and B only (C is stored directly, by the
     last slice to finish each block), the slice from %ctaid.y, f32 partial sums stored directly
     into the workspace stack, each block's arrival counted at F (one thread's acq_rel atomic
-    between the role's barrier and its reduction), and no second kernel."""
+    between the role's barrier and its reduction), in one kernel."""
     k = tilegen.compile(tilegen.GemmSpec(dtype="bf16", instruction="wgmma", batched=True, copy="tma", split_k=4,
                                          tile=(64, 128, 64), warps=(4, 1), epilogue=tilegen.Epilogue("col", "gelu")))
     assert_assembles(k.ptx, k.spec.target)
-    assert k.second_kernel() is None
     assert k.spec.persistent and k.spec.store == "direct" and "_splitk4_batched" in k.name
     assert {m.tensor for m in k.tensor_maps} == {"A", "B"} and "%ctaid.y" in k.ptx
     assert {"W_ptr", "W_batch_stride", "F_ptr", "C_ptr", "C_batch_stride", "bias_ptr", "K", "BATCH"} <= \

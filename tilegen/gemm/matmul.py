@@ -721,11 +721,14 @@ STACK_NARROW = dict(tile=(64, 64, 64), warps=(4, 1), stages=8)
 # Measured on the H200 (run 210, GPU time of CUDA-graph replays, bf16, BxMxNxK, slices 1 / 2 / 4 / 8,
 # torch.matmul): 8x128x128x65536 136 / 87 / 72 / 105 us (torch 91), 4x64x128x65536 124 / 69 / 44 / 35
 # (16: 38; torch 91), 8x128x128x16384 37 / 27 / 24 / 40 (torch 26), 32x16x128x16384 45 / 40 / 45 / 71
-# (torch 37), 8x128x128x4096 10.7 / 9.6 / 9.6 / 23 (torch 8.3), 32x16x128x4096 15.1 / 14.0 / 19.1 / 35
-# (torch 7.6), but 64x1x64x2048 9.0 / 9.3 / 14.0 (torch 5.7). (Until run 210 a second kernel added the
-# slices, doubling the host's time per call: then slices of 64 k-tiles or more.) So: slices of
-# STACK_SLICE_K_TILES k-tiles or more, at most STACK_MAX_SLICES of them, no more CTAs than SMs.
-STACK_SLICE_K_TILES = 32
+# (torch 37), 8x128x128x4096 10.7 / 9.6 / 9.6 / 23 (torch 8.3), 64x1x64x2048 9.0 / 9.3 / 14.0 (torch
+# 5.7). With operands rotated past L2 (run 211, slices 1 / 2): 64 blocks at K = 4096 lose (32x16x128x4096
+# 14.8 / 15.1 us, 32x64x128x4096 16.8 / 18.6), 32 gain (8x128x128x4096 12.6 / 11.8), and 16 blocks take
+# 8 slices of 32 k-tiles at K = 16384 (8x16x128x16384 17.2 us against 4 slices' 18.0; torch 24.0). So:
+# slices of STACK_SLICE_K_TILES k-tiles or more, half that where the stack keeps at most a quarter of
+# the SMs busy, at most STACK_MAX_SLICES of them, no more CTAs than SMs. (Until run 210 a second kernel
+# added the slices, doubling the host's time per call: then slices of 64 k-tiles or more.)
+STACK_SLICE_K_TILES = 64
 STACK_MAX_SLICES = 8
 
 
@@ -740,7 +743,8 @@ def stack_split(spec, stack, sms: int) -> int:
     values, 16K x 128 and more), as many as the rule above gives."""
     blocks = stack_blocks(stack, spec.tile.m, spec.tile.n)
     k_tiles = -(-stack.K // spec.tile.k)
-    return max(1, min(sms // max(blocks, 1), k_tiles // STACK_SLICE_K_TILES, STACK_MAX_SLICES))
+    slice_k_tiles = STACK_SLICE_K_TILES // 2 if 4 * blocks <= sms else STACK_SLICE_K_TILES
+    return max(1, min(sms // max(blocks, 1), k_tiles // slice_k_tiles, STACK_MAX_SLICES))
 
 
 def _sm_count() -> int:
@@ -828,7 +832,8 @@ def _batched_choice(stack, flat, bias, activation, allow_tf32, first=None):
             how += f", K in {spec.split_k} slices, added in slice order by the last to finish each block"
             tiles += (f"; {blocks} blocks for {sms} SMs and {k_tiles} k-tiles: K split in {spec.split_k} slices of "
                       f"{per} k-tiles" + (f" (the last {last})" if last != per else "")
-                      + f", a slice per {STACK_SLICE_K_TILES} k-tiles at most")
+                      + f", a slice per {STACK_SLICE_K_TILES // 2 if 4 * blocks <= sms else STACK_SLICE_K_TILES} "
+                        f"k-tiles at most")
         why = (f"16-bit stacks on Hopper take it{'; ' + tiles if tiles else ''}; layouts {spec.a_layout}/"
                f"{spec.b_layout} as the arrays are stored, target {spec.target}")
     else:
