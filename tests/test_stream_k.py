@@ -1,8 +1,8 @@
 """Stream-K (GemmSpec.stream_k) on the warp-specialized wgmma kernel: the blocks of C past
 the last whole wave of persistent CTAs are shared out by k-tiles evenly across the CTAs
 (as many as keep pieces STREAM_K_MIN_PIECE k-tiles long); each CTA's pieces go to an f32
-workspace, and the last CTA to store a piece of a block (its arrival counter) adds the block's
-pieces in CTA order and applies the epilogue, in the same launch. On the emulator (3 CTAs, EMULATOR_SM_COUNT, or more where a test says): blocks
+workspace and a second kernel adds each block's pieces in CTA order and applies the
+epilogue. On the emulator (3 CTAs, EMULATOR_SM_COUNT, or more where a test says): blocks
 fewer than the CTAs, a whole wave plus shared blocks, no shared block, fewer sharing CTAs
 than CTAs, the fused epilogue with beta, fp8 with promotion, every layout."""
 import numpy as np
@@ -95,7 +95,7 @@ def test_stream_k_applies_the_epilogue_once_after_the_pieces():
 
 
 def test_stream_k_schedule_covers_every_k_tile_once():
-    """StreamK's ranges, as its last CTA finds them (StreamK.sharing): for each shared block, the CTAs from
+    """StreamK's ranges, as the fix-up kernel finds them: for each shared block, the CTAs from
     first_cta to last_cta with non-empty ranges cover its k-tiles exactly once, in order, and
     no range is longer than a block's K (at most two pieces)."""
     for blocks, ctas, k_tiles in [(5, 3, 6), (1, 3, 1), (131, 132, 64), (4, 132, 64), (7, 5, 1), (3, 7, 2),
@@ -124,17 +124,21 @@ def test_stream_k_schedule_covers_every_k_tile_once():
 def test_stream_k_kernels_and_grid():
     spec = tilegen.GemmSpec(**SMALL, dtype="bf16", out_dtype="bf16")
     k = tilegen.compile(spec)
-    assert "_streamk_" in k.name and {"W_ptr", "W_ld", "WM", "WN", "C_ptr", "F_ptr"} <= {n for n, _ in k.params}
-    # a CTA per SM (fewer only with fewer k-tiles)
-    first = k.launch_grid.evaluator()
+    assert "_streamk_" in k.name and {"W_ptr", "W_ld", "WM", "WN", "C_ptr"} <= {n for n, _ in k.params}
+    fix = k.second_kernel()
+    assert fix is k.second_kernel() and fix.name == k.name + "_fixup"
+    # the first kernel: a CTA per SM (fewer only with fewer k-tiles); the fix-up one CTA per
+    # 64 x 64 part of each shared block, blocks % CTAs of them
+    first, grid = k.launch_grid.evaluator(), fix.launch_grid.evaluator()
     assert first({"M": 64 * 4, "N": 128, "K": 64}, 132) == (4, 1, 1)
     assert first({"M": 64 * 4, "N": 128, "K": 6400}, 132) == (132, 1, 1)
+    assert grid({"M": 64 * 5, "N": 128, "K": 640}, 3) == (2 * 2, 1, 1)
+    assert grid({"M": 64 * 6, "N": 128, "K": 640}, 3) == (0, 1, 1)
+    assert grid({"M": 64 * 4, "N": 128, "K": 640}, 132) == (4 * 2, 1, 1)
+    assert grid({"M": 64 * 4, "N": 128, "K": 64}, 132) == (0, 1, 1)     # 4 k-tiles, 4 CTAs: whole blocks
+    assert grid({"M": 0, "N": 128, "K": 640}, 132) == (0, 1, 1)
     g = LaunchGrid((Mod(Size("M"), Min(Size("N"), SM_COUNT)), 1, 1))
     assert LaunchGrid.from_data(g.to_data()) == g and "%" in str(g)
-    # a piece's arrival is counted by the math role (its named barrier, one thread's atomic, the reduction)
-    math = k.ptx[k.ptx.index("// role math"):]
-    counted = math.index("atom.acq_rel.gpu.global.add.u32")
-    assert math.rindex("bar.sync 2, 128;", 0, counted) < counted < math.index("bar.red.or.pred %p", counted)
 
 
 @pytest.mark.parametrize("kw, field", [

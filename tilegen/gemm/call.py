@@ -40,7 +40,7 @@ _NUMBERS = (float, int)
 _CANONICAL = ("M", "N", "K", "A_ptr", "A_ld", "B_ptr", "B_ld", "C_ptr", "C_ld", "alpha", "beta",
               "bias_ptr", "R_ptr", "R_ld", "scale_a_ptr", "scale_b_ptr")
 NO_SCALES = (None, None)
-_WORK = ("WM", "WN", "W_ptr", "W_ld", "F_ptr")   # the f32 workspace of partial sums and the arrival counters
+_WORK = ("WM", "WN", "W_ptr", "W_ld")   # the f32 workspace of partial sums, after the canonical values
 
 
 def empty_k_error(kernel) -> LaunchError:
@@ -63,11 +63,10 @@ def check_stream_k_range(spec, M: int, N: int, K: int, ctas: int) -> None:
 
 
 def workspace_shape(spec, M: int, N: int, ctas: int, count: int = 1) -> tuple:
-    """(rows, cols) of the f32 workspace of partial sums (split-K, stream-K). Split-K: each
-    slice's partials on M rounded up to whole blocks (template.split_rows), slice after slice
-    (with swaps_operands the workspace holds them transposed: N rows of these columns); on a
-    stack of `count` products, an M x N matrix per slice and product. Stream-K: two
-    block-sized slots per CTA of the grid (`ctas`; template.StreamK)."""
+    """(rows, cols) of the f32 workspace of a two-kernel spec. Split-K: each slice's partials
+    on M rounded up to whole blocks (template.split_rows), slice after slice; on a stack of
+    `count` products, an M x N matrix per slice and product. Stream-K: two block-sized slots
+    per CTA of the first kernel's grid (`ctas`; template.StreamK)."""
     if spec.stream_k:
         return 2 * ctas * spec.tile.m, spec.tile.n
     if spec.batched:
@@ -75,22 +74,16 @@ def workspace_shape(spec, M: int, N: int, ctas: int, count: int = 1) -> tuple:
     return spec.split_k * -(-M // spec.tile.m) * spec.tile.m, N
 
 
-def arrival_counters(spec, M: int, N: int, ctas: int, count: int = 1) -> int:
-    """The arrival counters (zero before the launch) a split-K or stream-K kernel counts its
-    CTAs in at (template.gemm): one per block (of every matrix of a stack) for split-K, one per
-    block shared out by k-tiles for stream-K (fewer than the CTAs)."""
-    if spec.stream_k:
-        return max(ctas, 1)
+def stack_counters(spec, M: int, N: int, count: int) -> int:
+    """The arrival counters of a split-K stack: one per block of the walk (template.gemm)."""
     return -(-M // spec.tile.m) * -(-N // spec.tile.n) * count
 
 
-def workspace_arguments(spec, rows: int, cols: int, ptr: int, M: int, N: int, counters: int) -> dict:
-    """The workspace's kernel arguments (a stack's: its matrices M x N elements apart; the
-    transposed workspace of swaps_operands: N rows of `rows` elements) and the address of the
-    arrival counters."""
-    ld = rows if spec.swaps_operands and not spec.stream_k and not spec.batched else cols
-    return {"WM": rows, "WN": cols, "W_ptr": ptr, "W_ld": max(ld, 1), "F_ptr": counters,
-            **({"W_batch_stride": M * N} if spec.batched else {})}
+def workspace_arguments(spec, rows: int, cols: int, ptr: int, M: int, N: int, counters: int = 0) -> dict:
+    """The workspace's kernel arguments (a stack's: its matrices M x N elements apart, and the
+    address of its arrival counters, zero before the launch)."""
+    return {"WM": rows, "WN": cols, "W_ptr": ptr, "W_ld": max(cols, 1),
+            **({"W_batch_stride": M * N, "F_ptr": counters} if spec.batched else {})}
 
 
 def _is_host(x) -> bool:
@@ -244,21 +237,24 @@ class FastCall:
         # launches laid out once per shape
         self.prepares = spec.prepared_operands
         self._plans = {}
-        # the kernel's parameters, in its order, from the canonical tuple run() builds (split-K and
-        # stream-K: then the workspace of partial sums and the arrival counters, template.gemm)
-        self.split = spec.split_k > 1 or spec.stream_k
+        # the kernel's parameters, in its order, from the canonical tuple run() builds
+        second = kernel.second_kernel()   # split-K's or stream-K's: partial sums -> C
+        self.split = second is not None
         base = _CANONICAL + (_WORK if self.split else ())
         names = base + tuple(m.param for m in kernel.tensor_maps)
         self.pick = itemgetter(*(names.index(n) for n, _ in kernel.params))
+        if self.split:
+            self.sum_kernel = second
+            self.sum_pick = itemgetter(*(base.index(n) for n, _ in second.params))
+            self.sum_grid = second.launch_grid.evaluator(("M", "N", "K"))
         # TMA kernels: each tensor map from the canonical values of its tensor, through that
         # map's own cache (no hashing of the declaration per call)
         self.maps = _map_layout(kernel, _CANONICAL)
         self.grid = kernel.launch_grid.evaluator(("M", "N", "K"))
         # The last plain call: its arrays' shapes, strides, dtypes and devices, what was derived
-        # from them, the launcher, and its pointers, alpha and beta with the arguments they gave
-        # (split-K, stream-K: and the stream whose scratch they name). A loop that calls with
-        # arrays of one shape checks them once; with the same arrays (and scalars, and stream)
-        # it launches the same arguments again.
+        # from them, the launcher, and its pointers, alpha and beta with the arguments they gave.
+        # A loop that calls with arrays of one shape checks them once; with the same arrays
+        # (and scalars) it launches the same arguments again.
         self._last = None
 
     def __call__(self, A, B, out, bias, residual, alpha, beta, repitch, scales=NO_SCALES):
@@ -288,9 +284,8 @@ class FastCall:
                 # the same arrays and scalars (an alpha of -0.0 is not 0.0: it signs C's zeros; a zero beta
                 # of either sign leaves C unread): the same launch
                 launcher = self.kernel.launcher(pa[4])
-                stream = lib.stream(pa[4])
-                if launcher is last[3] and last[5] in (None, stream):
-                    launcher(last[2][6], last[4], stream)
+                if launcher is last[3]:
+                    launcher(last[2][6], last[4], lib.stream(pa[4]))
                     return out
             elif pc and pa and pb and not (pa[0] | pb[0] | pc[0]) % ALIGN and \
                     last[1] == (pa[1], pa[2], pa[3], pa[4], pb[1], pb[2], pb[3], pb[4], pc[1], pc[2], pc[3], pc[4]):
@@ -298,10 +293,12 @@ class FastCall:
                 if launcher is last[3]:
                     M, N, K, a_ld, b_ld, c_ld, grid = last[2]
                     values = (M, N, K, pa[0], a_ld, pb[0], b_ld, pc[0], c_ld, alpha, beta, 0, 0, 0, 0, 0)
-                    stream = lib.stream(pa[4])
-                    args = self._launch(launcher, grid, values, stream, pa[4])
-                    self._last = ((pa, pb, pc, alpha, beta), last[1], last[2], launcher, args,
-                                  stream if self.split else None)
+                    if self.split:
+                        self._split_launch(lib, launcher, grid, values, lib.stream(pa[4]), pa[4])
+                    else:
+                        args = self.arguments(values)
+                        launcher(grid, args, lib.stream(pa[4]))
+                        self._last = ((pa, pb, pc, alpha, beta), last[1], last[2], launcher, args)
                     return out
         if (bias is None) != (self.bias_axis is None) or (residual is None) == self.residual or \
                 (scales[0] is None) == self.scaled[0] or (scales[1] is None) == self.scaled[1]:
@@ -383,11 +380,17 @@ class FastCall:
             a_ptr, a_ld, b_ptr, b_ld, K = self._prepare(lib, M, N, K, a_ptr, a_ld, b_ptr, b_ld, device, stream, keep)
         grid = self.grid(M, N, K, launcher.sm_count)
         values = (M, N, K, a_ptr, a_ld, b_ptr, b_ld, c_ptr, c_ld, alpha, beta, bias_ptr, r_ptr, r_ld, *s_ptrs)
-        args = self._launch(launcher, grid, values, stream, device)
+        args = None
+        if self.split:
+            self._split_launch(lib, launcher, grid, values, stream, device)
+        else:
+            args = self.arguments(values)
+            launcher(grid, args, stream)
         if keep is None and bias is None and residual is None and scales is NO_SCALES and c_ptr % ALIGN == 0:
-            self._last = ((pa, pb, pc, alpha, beta),
+            # (a two-kernel spec's workspace is new per call: its arguments are never reused)
+            self._last = (None if args is None else (pa, pb, pc, alpha, beta),
                           (pa[1], pa[2], pa[3], pa[4], pb[1], pb[2], pb[3], pb[4], c_shape, c_strides, c_dtype, c_device),
-                          (M, N, K, a_ld, b_ld, c_ld, grid), launcher, args, stream if self.split else None)
+                          (M, N, K, a_ld, b_ld, c_ld, grid), launcher, args)
         return out
 
     def _prepare(self, lib, M, N, K, a_ptr, a_ld, b_ptr, b_ld, device, stream, keep):
@@ -412,22 +415,19 @@ class FastCall:
             ops[op] = [base + offset, ld]
         return (*ops["A"], *ops["B"], k_gemm)
 
-    def _launch(self, launcher, grid, values, stream, device) -> tuple:
-        """One launch of the kernel from the canonical values (split-K and stream-K: with the
-        workspace and arrival counters of the stream's scratch, runtime.StreamScratch); its
-        arguments."""
-        if self.split:
-            M, N, K = values[:3]
-            spec = self.kernel.spec
-            check_stream_k_range(spec, M, N, K, grid[0])
-            rows, cols = workspace_shape(spec, M, N, grid[0])
-            scratch = runtime.StreamScratch.of(device, stream)
-            work = workspace_arguments(spec, rows, cols, scratch.workspace(4 * rows * cols), M, N,
-                                       scratch.counters(arrival_counters(spec, M, N, grid[0])))
-            values = values + tuple(work[n] for n in _WORK)
-        args = self.arguments(values)
-        launcher(grid, args, stream)
-        return args
+    def _split_launch(self, lib, launcher, grid, values, stream, device):
+        """Split-K and stream-K: partial sums into an f32 workspace from the library's
+        stream-ordered allocator, then their sum and the epilogue into C, both on `stream`."""
+        M, N = values[0], values[1]
+        check_stream_k_range(self.kernel.spec, M, N, values[2], grid[0])
+        rows, cols = workspace_shape(self.kernel.spec, M, N, grid[0])
+        work = lib.empty((max(rows * cols, 1),), "float32", device)
+        values = values + (rows, cols, lib.probe(work)[PTR], max(cols, 1))
+        launcher(grid, self.arguments(values), stream)
+        second = self.sum_kernel.launcher(device)
+        second_grid = self.sum_grid(M, N, values[2], second.sm_count)
+        if 0 not in second_grid:
+            second(second_grid, self.sum_pick(values), stream)
 
     def arguments(self, values: tuple) -> tuple:
         """The kernel's arguments, in its order, from the canonical tuple (M, N, K, A_ptr, A_ld,
@@ -618,15 +618,21 @@ class _SimMemory:
                 run_kernel(p.kernel, first, first, self.memory)
                 args = {**args, f"{p.operand}_ptr": ptr, f"{p.operand}_ld": p.ld}
             args, sizes = {**args, "K": K}, {**sizes, "K": K}
+        second = kernel.second_kernel() if hasattr(kernel, "second_kernel") else None
         if spec is not None and (spec.split_k > 1 or spec.stream_k):   # partial sums (split-K's slices, stream-K's pieces)
             check_stream_k_range(kernel.spec, sizes["M"], sizes["N"], sizes["K"], x)
             count = args.get("BATCH", 1)
             rows, cols = workspace_shape(kernel.spec, sizes["M"], sizes["N"], x, count)
-            counters = self.put(np.zeros(arrival_counters(spec, sizes["M"], sizes["N"], x, count), np.uint32))
+            counters = self.put(np.zeros(max(stack_counters(spec, sizes["M"], sizes["N"], count), 1), np.uint32)) \
+                if spec.batched else 0
             w = workspace_arguments(kernel.spec, rows, cols, self.put(np.full(max(rows * cols, 1), np.nan, np.float32)),
                                     sizes["M"], sizes["N"], counters)   # (poisoned: a slot read before it is written shows)
             args, sizes = {**args, **w}, {**sizes, "WM": rows, "WN": cols}
-        run = lambda: run_kernel(kernel, args, sizes, self.memory)  # noqa: E731
+        if second is not None:   # then C from them
+            run = lambda: (run_kernel(kernel, args, sizes, self.memory),  # noqa: E731
+                           run_kernel(second, args, sizes, self.memory))
+        else:
+            run = lambda: run_kernel(kernel, args, sizes, self.memory)  # noqa: E731
         if est <= PROGRESS_S:
             run()
             return
@@ -886,7 +892,7 @@ class BatchedCall:
                 scratch = runtime.StreamScratch.of(dev, stream)
                 rows, cols = workspace_shape(self.kernel.spec, M, N, 0, count)
                 values += (scratch.workspace(4 * rows * cols), N, M * N,
-                           scratch.counters(arrival_counters(self.kernel.spec, M, N, 0, count)))
+                           scratch.counters(stack_counters(self.kernel.spec, M, N, count)))
             launches.append((self.grid(M, N, K, count, launcher.sm_count),
                              self.pick(values + _tensor_maps(self.maps, values))))
         else:

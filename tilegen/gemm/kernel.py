@@ -1,15 +1,33 @@
 """GemmKernel: a compiled GEMM, callable on arrays: kernel(A, B, out=C)."""
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from .. import compiler, runtime
 from ..compiler import Kernel
 from ..errors import LaunchError
 from .call import (NO_SCALES, BatchedCall, FastCall, check_device, check_epilogue, check_stream_k_range, real_number,
-                   refuse_stack, run_batched, run_gemm, arrival_counters, workspace_arguments, workspace_shape)
-from .template import trace_gemm
+                   refuse_stack, run_batched, run_gemm, stack_counters, workspace_arguments, workspace_shape)
+from .template import trace_gemm, trace_split_k_sum, trace_stream_k_fixup
 from .prepare import preparations
+
+
+@dataclass(frozen=True)
+class SplitKSum:
+    """What names a split-K spec's second kernel (the ordered sum of the slices' partials and
+    the epilogue) in the compiled-kernel memo and the disk cache."""
+    gemm: object   # the GemmSpec
+
+    @property
+    def target(self) -> str:
+        return self.gemm.target
+
+
+@dataclass(frozen=True)
+class StreamKFixup(SplitKSum):
+    """What names a stream-K spec's second kernel (the pieces' ordered sums and the epilogue)."""
 
 
 class GemmKernel(Kernel):
@@ -18,6 +36,7 @@ class GemmKernel(Kernel):
     _fast = None
     _batched = None
     _direct = None
+    _sum = None
 
     def direct_store_kernel(self) -> "GemmKernel":
         """This kernel, or for a spec with store="tma" its twin that writes C directly (for
@@ -28,11 +47,29 @@ class GemmKernel(Kernel):
             self._direct = compile_gemm(self.spec.replace(store="direct"))
         return self._direct
 
+    def split_sum_kernel(self) -> Kernel:
+        """A split-K spec's second kernel (template.split_k_sum), compiled once."""
+        if self._sum is None:
+            self._sum = compiler.compile_spec(SplitKSum(self.spec), lambda s: trace_split_k_sum(s.gemm))
+        return self._sum
+
+    def second_kernel(self):
+        """The kernel that adds the f32 workspace's partial sums into C with the epilogue:
+        split-K's sum of slices or stream-K's fix-up; None for one-kernel specs (a split-K
+        stack's last slice to finish a block adds the slices itself: template.gemm)."""
+        if self.spec.split_k > 1 and not self.spec.batched:
+            return self.split_sum_kernel()
+        if self.spec.stream_k:
+            if self._sum is None:
+                self._sum = compiler.compile_spec(StreamKFixup(self.spec), lambda s: trace_stream_k_fixup(s.gemm))
+            return self._sum
+        return None
+
     def launch(self, args: dict, sizes: dict, stream=None, device: int = 0):
-        """Kernel.launch; with split_k > 1 or stream_k the partial sums' workspace and the
-        arrival counters come from `stream`'s scratch (runtime.StreamScratch); with operands
-        prepared first (pretranspose, f32 on wgmma: gemm/prepare.py), their kernels before, into
-        workspaces from the stream-ordered allocator."""
+        """Kernel.launch; with split_k > 1 or stream_k the two kernels on `stream`, the f32
+        workspace taken from and given back to the stream-ordered allocator in between; with
+        operands prepared first (pretranspose, f32 on wgmma: gemm/prepare.py), their kernels
+        before, into workspaces alike."""
         if self.spec.prepared_operands:
             handle = int(runtime.stream_handle(stream))
             preps, K = preparations(self.spec, args)
@@ -48,20 +85,31 @@ class GemmKernel(Kernel):
             finally:
                 for buf in copies:
                     buf.free()   # stream-ordered: after the GEMM that reads it
-        if self.spec.split_k == 1 and not self.spec.stream_k:
+        second = self.second_kernel()
+        if self.spec.split_k > 1 and self.spec.batched:   # one launch: the stream's workspace and counters
+            M, N, count = int(sizes["M"]), int(sizes["N"]), int(args.get("BATCH", sizes.get("BATCH", 1)))
+            refuse_stack(self.spec, M, N, int(sizes["K"]), count)   # (the workspace's matrices: a 32-bit stride and index)
+            handle = int(runtime.stream_handle(stream))
+            scratch = runtime.StreamScratch.of(device, handle)
+            rows, cols = workspace_shape(self.spec, M, N, 0, count)
+            w = workspace_arguments(self.spec, rows, cols, scratch.workspace(4 * rows * cols), M, N,
+                                    scratch.counters(stack_counters(self.spec, M, N, count)))
+            return super().launch({**args, **w}, {**sizes, "WM": rows, "WN": cols}, stream=handle, device=device)
+        if second is None:
             return super().launch(args, sizes, stream=stream, device=device)
-        M, N, K = int(sizes["M"]), int(sizes["N"]), int(sizes["K"])
-        count = int(args.get("BATCH", sizes.get("BATCH", 1)))
-        if self.spec.batched:   # (the workspace's matrices: a 32-bit stride and index)
-            refuse_stack(self.spec, M, N, K, count)
+        M, N = int(sizes["M"]), int(sizes["N"])
         ctas = self.grid(sizes, self.launcher(device).sm_count)[0]
-        check_stream_k_range(self.spec, M, N, K, ctas)
+        check_stream_k_range(self.spec, M, N, int(sizes["K"]), ctas)
+        rows, cols = workspace_shape(self.spec, M, N, ctas, int(args.get("BATCH", 1)))
         handle = int(runtime.stream_handle(stream))
-        scratch = runtime.StreamScratch.of(device, handle)
-        rows, cols = workspace_shape(self.spec, M, N, ctas, count)
-        w = workspace_arguments(self.spec, rows, cols, scratch.workspace(4 * rows * cols), M, N,
-                                scratch.counters(arrival_counters(self.spec, M, N, ctas, count)))
-        return super().launch({**args, **w}, {**sizes, "WM": rows, "WN": cols}, stream=handle, device=device)
+        work = runtime.StreamBuffer(max(rows * cols * 4, 4), handle, device)
+        try:
+            w = workspace_arguments(self.spec, rows, cols, work.ptr, M, N)
+            sizes = {**sizes, "WM": rows, "WN": cols}
+            super().launch({**args, **w}, sizes, stream=handle, device=device)
+            second.launch({**args, **w}, sizes, stream=handle, device=device)
+        finally:
+            work.free()
 
     @property
     def batched_call(self) -> BatchedCall:
@@ -150,4 +198,4 @@ def compile_gemm(spec) -> GemmKernel:
     return compiler.compile_spec(spec, trace_gemm, GemmKernel)
 
 
-__all__ = ["GemmKernel", "compile_gemm"]
+__all__ = ["GemmKernel", "SplitKSum", "compile_gemm"]

@@ -35,6 +35,7 @@ STORES = ("direct", "tma")
 CLUSTERS = ((1, 1), (2, 1), (1, 2))   # CTAs per cluster along (M, N)
 MAX_SPLIT_K = 16
 MAX_PROMOTE = 8
+STREAM_K_FIXUP = (64, 64)   # the stream-K fix-up kernel's block of C (template.stream_k_fixup)
 # fp8 wgmma: k-tiles (of 128) per promotion. Measured on the H200 (docs/perf_notes.md section 25):
 # every 2 keeps the error at cuBLASLt's (torch._scaled_mm) up to K = 16384; every 4 is 5% faster and
 # up to 10% less accurate; never (0) 10% faster again, with 2-4x cuBLASLt's error at long K.
@@ -158,17 +159,17 @@ class GemmSpec:
     |            | accumulate fp8) are added into an f32 total in  |                          |
     |            | registers; 0: never (True = 1, False = 0)       |                          |
     | split_k    | 1..16: K in that many slices, one CTA each per  | 1                        |
-    |            | block (persistent=False; a stack on the warp-   |                          |
-    |            | specialized kernel: a row of persistent CTAs a  |                          |
-    |            | slice); their f32 partial sums are added in     |                          |
-    |            | slice order, with the epilogue, by the last     |                          |
-    |            | slice to finish the block (tilegen.counters)    |                          |
+    |            | block, their f32 partial sums added in order by |                          |
+    |            | a second kernel that applies the epilogue       |                          |
+    |            | (persistent=False; a stack on the warp-special- |                          |
+    |            | ized kernel: a row of persistent CTAs a slice,  |                          |
+    |            | the last slice to finish a block adding them)   |                          |
     | stream_k   | warp-specialized wgmma: the blocks past the     | False                    |
     |            | last whole wave of CTAs are shared out by       |                          |
     |            | k-tiles evenly across as many CTAs as keep      |                          |
     |            | pieces 8 k-tiles long (template.StreamK); their |                          |
-    |            | f32 pieces are added in CTA order, with the     |                          |
-    |            | epilogue, by the last CTA to finish the block   |                          |
+    |            | f32 pieces are added in order by a second       |                          |
+    |            | kernel that applies the epilogue                |                          |
     | pingpong   | warp-specialized wgmma: two consumer warp-      | False                    |
     |            | groups, each multiplying whole tile.m x tile.n  |                          |
     |            | blocks of its own (alternate ones), so one's    |                          |
@@ -586,10 +587,14 @@ class GemmSpec:
         if not isinstance(self.stream_k, bool):
             raise SpecError("stream_k", self.stream_k, "True or False")
         if self.stream_k:
+            t = self.tile
             if not self.warp_specialized or self.cluster != (1, 1):
                 raise SpecError("stream_k", self.stream_k, "False for this kernel",
                                 "stream-K is built for the warp-specialized wgmma kernel (instruction='wgmma', "
                                 "persistent, copy='tma', target sm_90a) without a cluster")
+            if t.m % STREAM_K_FIXUP[0] or t.n % STREAM_K_FIXUP[1]:
+                raise SpecError("tile", (t.m, t.n, t.k), f"tile.m a multiple of {STREAM_K_FIXUP[0]} and tile.n of "
+                                f"{STREAM_K_FIXUP[1]} with stream_k (the fix-up kernel's blocks)")
         if not isinstance(self.batched, bool):
             raise SpecError("batched", self.batched, "True or False")
         if self.batched and (self.epilogue.scale_rows or self.epilogue.scale_cols):

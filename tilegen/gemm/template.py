@@ -10,6 +10,7 @@ from __future__ import annotations
 from .. import dsl as tg
 from .epilogue import store_block
 from .layouts import operand_mode
+from .spec import STREAM_K_FIXUP
 
 
 def gemm_kernel_name(spec) -> str:
@@ -82,12 +83,13 @@ class StreamK:
     The blocks of C that fill whole waves go as usual: block pid + i * ctas for i < waves.
     The k-tiles of the remaining blocks (fewer than `ctas`) are laid end to end and cut into
     nearly equal ranges, one for each of the first `sharers` CTAs: as many CTAs as keep a
-    range STREAM_K_MIN_PIECE k-tiles long (a block's pieces are added by one CTA, in turn),
-    but no fewer than the shared blocks, so that a range is never longer than a block's K
-    and meets at most two blocks: its pieces. Each piece's f32 sum goes to the workspace W
-    at rows (2 pid + block % 2) * tile.m (two CTAs never share a slot), and the last CTA to
-    store a piece of a block (tilegen.counters) adds its pieces in CTA order and applies the
-    epilogue: the same sums every run."""
+    range STREAM_K_MIN_PIECE k-tiles long (a block's pieces are added by one fix-up thread in
+    turn), but no fewer than the shared blocks, so that a range is never longer than a
+    block's K and meets at most two blocks: its pieces. Each piece's f32 sum goes to the
+    workspace W at rows (2 pid + block % 2) * tile.m (two CTAs never share a slot), and
+    stream_k_fixup adds a block's pieces in CTA order and applies the epilogue: the same
+    sums every run. Both kernels compute this split alike (the fix-up from the workspace's
+    rows, 2 * ctas * tile.m)."""
 
     def __init__(self, spec, M, N, K, ctas):
         BM, BN = spec.tile.m, spec.tile.n
@@ -114,13 +116,6 @@ class StreamK:
         b0 = start // k_tiles
         end0 = tg.minimum(end, (b0 + 1) * k_tiles)
         return ((b0, start - b0 * k_tiles, end0 - start, 0), (b0 + 1, 0, end - end0, end0 - start))
-
-    def sharing(self, block):
-        """(first, last) CTA whose ranges meet shared block `block`: from the one holding its
-        first k-tile to the one holding its last (CTA c's range starts at start(c); no range
-        is empty, as sharers <= total)."""
-        k_tiles, total, sharers = self.k_tiles, self.total, self.sharers
-        return ((block * k_tiles + 1) * sharers - 1) // total, ((block + 1) * k_tiles * sharers - 1) // total
 
     def slot_row(self, cta, block):
         """First workspace row of CTA `cta`'s piece of shared block `block`."""
@@ -205,18 +200,23 @@ def gemm(spec):
     # (on the warp-specialized kernel, stacks through 3-D tensor maps: TmaStack)
     stack = TmaStack(spec, spec.out_dtype, epi.residual) if spec.batched and spec.persistent else None
     matrix = tg.batched_tensor if spec.batched else tg.tensor
+    C = alpha = beta = bias = R = None
+    scales = (None, None)
     if stack is not None:
         A, B, C, R = stack.A, stack.B, stack.C, stack.R
     else:
         A = matrix("A", spec.dtype, ("M", "K"), layout=spec.a_layout)
         B = matrix("B", spec.b_dtype, ("K", "N"), layout=spec.b_layout)   # (a mixed fp8 pair: the atom's B type)
-        C = matrix("C", spec.out_dtype, ("M", "N"))
-        R = matrix("R", spec.out_dtype, ("M", "N")) if epi.residual else None
-    alpha, beta = tg.scalar("alpha"), tg.scalar("beta")
-    # Fused epilogue operands have the output's dtype: a bias per column (N) or per row (M)
-    # (one for every matrix of a stack) and a residual of C's shape.
-    bias = tg.vector("bias", spec.out_dtype, "N" if epi.bias == "col" else "M") if epi.bias else None
-    scales = scale_vectors(epi)
+    if spec.split_k == 1 or stack is not None:   # (2-D split-K: the second kernel, split_k_sum, has C and the epilogue)
+        if stack is None:
+            C = matrix("C", spec.out_dtype, ("M", "N"))
+        alpha, beta = tg.scalar("alpha"), tg.scalar("beta")
+        # Fused epilogue operands have the output's dtype: a bias per column (N) or per row (M)
+        # (one for every matrix of a stack) and a residual of C's shape.
+        bias = tg.vector("bias", spec.out_dtype, "N" if epi.bias == "col" else "M") if epi.bias else None
+        if stack is None:
+            R = matrix("R", spec.out_dtype, ("M", "N")) if epi.residual else None
+        scales = scale_vectors(epi)
     if spec.batched and stack is None:
         b = tg.program_id("y")
         A, B, C, R = (x.batch(b) if x is not None else None for x in (A, B, C, R))
@@ -225,22 +225,18 @@ def gemm(spec):
     pid = tg.program_id()
     if not spec.persistent:  # this CTA's block of C
         m0, n0 = block_origin(spec, pid, M, N)
-    if spec.split_k > 1 or spec.stream_k:   # partial sums into the workspace W, counted in at F
-        F = tg.counters("F")
-    if spec.split_k > 1:     # this CTA's slice of K
+    if spec.split_k > 1:     # this CTA's slice of K; its partial sums go to the workspace W
         split = tg.program_id("y")
         K = A.shape[1]
         per_slice = slice_length(spec, K)
         k0 = tg.minimum(split * per_slice, K)
         k_len = tg.minimum(K - k0, per_slice)
         A, B = KSlice(A, "A", k0, k_len), KSlice(B, "B", k0, k_len)
-        if stack is not None:   # slice s of matrix b: matrix s * BATCH + b of an M x N stack
+        if stack is None:
+            W = tg.tensor("W", "f32", ("WM", "N"))
+        else:   # slice s of matrix b: matrix s * BATCH + b of an M x N stack (count: what a map would span)
             W = tg.batched_tensor("W", "f32", ("M", "N"))
             stack.k0 = k0
-        elif spec.swaps_operands:   # (accumulators of C^T: the slices side by side along C^T's rows)
-            W = tg.tensor("W", "f32", ("N", "WM"))
-        else:                       # (the slices one below the other)
-            W = tg.tensor("W", "f32", ("WM", "N"))
     # Stages keep the tensors' memory order unless the family transposes an operand while
     # copying it (spec.stage_layout); layouts are the spec's swizzle, or padded rows for
     # 32-bit operands read with single loads (gemm/layouts.py).
@@ -269,6 +265,7 @@ def gemm(spec):
         # slice order (so every run adds them alike, whichever comes last), and stores C
         # through the epilogue: one launch. Slices past K's end are empty: they walk nothing,
         # and the others do not count them (a TMA stack has K > 0: call.stack_problem).
+        F = tg.counters("F")
         slices = tg.cdiv(K, per_slice)
         blocks_m, blocks_n = tg.cdiv(stack.M, spec.tile.m), tg.cdiv(stack.N, spec.tile.n)
 
@@ -288,19 +285,12 @@ def gemm(spec):
         walk = tg.cdiv(stack.blocks - pid, ctas) * tg.minimum(k_len, 1)
         pipe.run(walk, lambda i: stack.origin(pid + i * ctas), store_partial, None, None, None)
         return
-    if spec.split_k > 1:   # every slice's CTA stores its partial sums and counts itself in; the last adds them
+    if spec.split_k > 1:
         pipe.prologue(m0, n0)
         acc = pipe.k_loop(m0, n0)
-
-        def partial(s):   # (an accumulator of C^T, spec.swaps_operands, has C's columns for rows)
-            row, col = s * split_rows(spec, M) + m0 + wm, n0 + wn
-            return W.block(col, row) if spec.swaps_operands else W.block(row, col)
-        tg.store(partial(split), acc)
-        with tg.if_(F.last_arrival(pid, spec.split_k)):   # (an empty slice stores zeros: every slice arrives)
-            total = tg.fragment(acc.atom, "C", acc.tiles, name="total")
-            for s in range(spec.split_k):
-                tg.accumulate(total, partial(s))
-            store(total, m0, n0)
+        row, col = split * split_rows(spec, M) + m0 + wm, n0 + wn
+        # (an accumulator of C^T, spec.swaps_operands, goes out through the transposed view)
+        tg.store(W.T.block(col, row) if spec.swaps_operands else W.block(row, col), acc)
         return
     if not spec.persistent:
         pipe.prologue(m0, n0)
@@ -324,14 +314,8 @@ def gemm(spec):
         sk = StreamK(spec, M, N, A.shape[1], ctas)
         W = tg.tensor("W", "f32", ("WM", "WN"))
 
-        def store_piece(acc, block):   # the last CTA to store a piece of the block adds them all, in CTA order
+        def store_piece(acc, block):
             tg.store(W.block(sk.slot_row(pid, block) + wm, wn), acc)
-            first, last = sk.sharing(block)
-            with tg.if_(F.last_arrival(block, last + 1 - first)):
-                total = tg.fragment(acc.atom, "C", acc.tiles, name="total")
-                for c in tg.range(first, last + 1):
-                    tg.accumulate(total, W.block(sk.slot_row(c, block) + wm, wn))
-                store(total, *block_origin(spec, sk.first_shared + block, M, N))
         pipe.run(sk.waves, lambda i: block_origin(spec, pid + i * ctas, M, N), store, C, alpha, beta, bias, R, scales,
                  pieces=[(lambda b=b: block_origin(spec, sk.first_shared + b, M, N), b, kt0, n, off, store_piece)
                          for b, kt0, n, off in sk.pieces(pid)])
@@ -356,6 +340,82 @@ def gemm(spec):
         store(acc, m0, n0)
 
 
+@tg.kernel
+def split_k_sum(spec):
+    """The second kernel of 2-D split-K: C = act(alpha * (W_0 + W_1 + ...) + beta * C + bias) +
+    residual, the slices' partial sums added in slice order (so every run adds them alike). (A
+    split-K stack's last slice to finish a block adds them in the GEMM kernel: gemm above.)"""
+    BM, BN = REDUCE_TILE
+    tg.launch(threads=32 * REDUCE_WARPS[0] * REDUCE_WARPS[1], grid=(tg.cdiv("M", BM) * tg.cdiv("N", BN), 1, 1))
+    epi = spec.epilogue
+    C = tg.tensor("C", spec.out_dtype, ("M", "N"))
+    alpha, beta = tg.scalar("alpha"), tg.scalar("beta")
+    bias = tg.vector("bias", spec.out_dtype, "N" if epi.bias == "col" else "M") if epi.bias else None
+    R = tg.tensor("R", spec.out_dtype, ("M", "N")) if epi.residual else None
+    scales = scale_vectors(epi)
+    pid = tg.program_id()
+    W = tg.tensor("W", "f32", ("WM", "N"))
+    M, N = C.shape
+    rows = split_rows(spec, M)
+    blocks_n = tg.cdiv(N, BN)
+    m0, n0 = (pid // blocks_n) * BM, (pid % blocks_n) * BN
+    warp = tg.warp_id()
+    wm, wn = (warp % REDUCE_WARPS[0]) * (BM // REDUCE_WARPS[0]), (warp // REDUCE_WARPS[0]) * (BN // REDUCE_WARPS[1])
+    atom = "m16n8k16.f16.f32"
+    acc = tg.fragment(atom, "C", (BM // REDUCE_WARPS[0] // 16, BN // REDUCE_WARPS[1] // 8), name="sum")
+    for s in range(spec.split_k):
+        tg.accumulate(acc, W.block(s * rows + m0 + wm, n0 + wn))
+    tg.store(C.block(m0 + wm, n0 + wn), acc, alpha=alpha, beta=beta, bias=bias, activation=epi.activation,
+             residual=R.block(m0 + wm, n0 + wn) if R is not None else None, row_scale=scales[0], col_scale=scales[1])
+
+
+REDUCE_TILE = (64, 128)     # the sum kernel's block of C: 4 warps of 32 x 64
+REDUCE_WARPS = (2, 2)
+
+
+@tg.kernel
+def stream_k_fixup(spec):
+    """The second kernel of stream-K: for each block shared out by k-tiles (StreamK), C =
+    act(alpha * (its pieces added in CTA order) + beta * C + bias) + residual. One CTA per
+    STREAM_K_FIXUP part of such a block; the workspace's rows say how many CTAs the first
+    kernel ran (2 * tile.m each)."""
+    BM, BN = spec.tile.m, spec.tile.n
+    FM, FN = STREAM_K_FIXUP
+    parts_n = BN // FN
+    parts = (BM // FM) * parts_n
+    blocks = tg.cdiv("M", BM) * tg.cdiv("N", BN)
+    ctas = launch_grid(spec)[0]
+    tg.launch(threads=32 * REDUCE_WARPS[0] * REDUCE_WARPS[1], grid=((blocks % ctas) * parts, 1, 1))
+    epi = spec.epilogue
+    W = tg.tensor("W", "f32", ("WM", "WN"))
+    C = tg.tensor("C", spec.out_dtype, ("M", "N"))
+    K = tg.scalar("K", "u32")
+    alpha, beta = tg.scalar("alpha"), tg.scalar("beta")
+    bias = tg.vector("bias", spec.out_dtype, "N" if epi.bias == "col" else "M") if epi.bias else None
+    R = tg.tensor("R", spec.out_dtype, ("M", "N")) if epi.residual else None
+    scales = scale_vectors(epi)
+    M, N = C.shape
+    sk = StreamK(spec, M, N, K, W.shape[0] // (2 * BM))
+    k_tiles = sk.k_tiles
+    pid = tg.program_id()
+    block, part = pid // parts, pid % parts
+    pm, pn = (part // parts_n) * FM, (part % parts_n) * FN
+    m0, n0 = block_origin(spec, sk.first_shared + block, M, N)
+    warp = tg.warp_id()
+    wm, wn = (warp % REDUCE_WARPS[0]) * (FM // REDUCE_WARPS[0]), (warp // REDUCE_WARPS[0]) * (FN // REDUCE_WARPS[1])
+    acc = tg.fragment("m16n8k16.f16.f32", "C", (FM // REDUCE_WARPS[0] // 16, FN // REDUCE_WARPS[1] // 8), name="sum")
+    # the CTAs whose ranges meet this block: from the one holding its first k-tile to the one
+    # holding its last (CTA c's range starts at sk.start(c) = (c * total) // sharers)
+    total, sharers = sk.total, sk.sharers
+    first_cta = ((block * k_tiles + 1) * sharers - 1) // total
+    last_cta = (((block + 1) * k_tiles) * sharers - 1) // total
+    for c in tg.range(first_cta, last_cta + 1):   # (no range is empty: sharers <= total)
+        tg.accumulate(acc, W.block(sk.slot_row(c, block) + pm + wm, pn + wn))
+    row, col = m0 + pm + wm, n0 + pn + wn
+    tg.store(C.block(row, col), acc, alpha=alpha, beta=beta, bias=bias, activation=epi.activation,
+             residual=R.block(row, col) if R is not None else None, row_scale=scales[0], col_scale=scales[1])
+
+
 def trace_gemm(spec):
     """The tile-level IR of a GemmSpec's kernel (with pretranspose: the K-major kernel that runs
     after the operands' transposing copies)."""
@@ -363,5 +423,15 @@ def trace_gemm(spec):
     return gemm.trace(spec=spec, target=spec.target, name=gemm_kernel_name(spec))
 
 
-__all__ = ["gemm", "TmaStack", "trace_gemm",
+def trace_split_k_sum(spec):
+    """The tile-level IR of a split-K spec's second kernel (the sum and the epilogue)."""
+    return split_k_sum.trace(spec=spec, target=spec.target, name=gemm_kernel_name(spec) + "_sum")
+
+
+def trace_stream_k_fixup(spec):
+    """The tile-level IR of a stream-K spec's second kernel (the pieces' sums and the epilogue)."""
+    return stream_k_fixup.trace(spec=spec, target=spec.target, name=gemm_kernel_name(spec) + "_fixup")
+
+
+__all__ = ["gemm", "TmaStack", "trace_gemm", "trace_split_k_sum", "trace_stream_k_fixup", "split_k_sum", "stream_k_fixup",
            "gemm_kernel_name", "launch_grid", "block_origin", "slice_length", "split_rows", "KSlice", "StreamK"]

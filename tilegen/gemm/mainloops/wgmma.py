@@ -114,7 +114,7 @@ class WgmmaLoop(MainLoop):
         if not spec.warp_specialized:
             return "only the warp-specialized kernels (persistent, copy=tma) store with TMA"
         if spec.split_k > 1:
-            return "split-K stores f32 partial sums (C is written by the last slice to finish a block, directly)"
+            return "split-K stores f32 partial sums (C is written by a second kernel, or on a stack by the last slice to finish a block)"
         if spec.warps.n != 1:
             return "TMA stores need warps (n, 1): each warp's accumulator spans the block's columns"
         if self.store_staging(spec) is None:
