@@ -123,22 +123,34 @@ def test_fast_path_refuses_what_it_cannot_take_with_the_general_message():
     assert float((C.double() - ref).abs().max()) <= 1e-2
 
 
-@pytest.mark.parametrize("kw", [dict(tile=(64, 64, 32)), dict(instruction="wgmma")])
+@pytest.mark.parametrize("kw", [dict(tile=(64, 64, 32)), dict(instruction="wgmma"),
+                                dict(instruction="wgmma", split_k=2, persistent=False),      # two launches
+                                dict(dtype="tf32", instruction="wgmma", pretranspose=True),  # B copied K-major first
+                                dict(dtype="f32", instruction="wgmma")])                     # tf32 parts first
 def test_repeated_calls_follow_every_change(kw):
     """The fast path's repeat records (the same arrays launch the arguments they gave last
-    time; a launcher does not repack values it holds): every change of pointer, scalar or
-    stream between calls shows in the result, checked call by call against float64."""
-    k = tilegen.compile(tilegen.GemmSpec(dtype="bf16", out_dtype="bf16", **kw))
+    time, every launch of the call: first kernels, the GEMM, split-K's sum; a launcher does not
+    repack values it holds): every change of pointer, scalar or stream between calls shows in
+    the result, checked call by call against float64. A call whose launches use a stream's
+    scratch is remembered with that stream."""
+    if kw.get("instruction") == "wgmma" and torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("wgmma needs a Hopper (sm_90) GPU")
+    kw = {"dtype": "bf16", **kw}
+    kw.setdefault("out_dtype", "bf16" if kw["dtype"] == "bf16" else "f32")
+    k = tilegen.compile(tilegen.GemmSpec(**kw))
+    dt = torch.bfloat16 if kw["dtype"] == "bf16" else torch.float32
     M, N, K = 256, 384, 192
-    A, A2 = (torch.randn(M, K, device="cuda", dtype=torch.bfloat16) for _ in range(2))
-    B = torch.randn(K, N, device="cuda", dtype=torch.bfloat16)
-    C, C2 = (torch.empty(M, N, device="cuda", dtype=torch.bfloat16) for _ in range(2))
+    A, A2 = (torch.randn(M, K, device="cuda", dtype=dt) for _ in range(2))
+    B = torch.randn(K, N, device="cuda", dtype=dt)
+    out = torch.bfloat16 if kw["out_dtype"] == "bf16" else torch.float32
+    C, C2 = (torch.empty(M, N, device="cuda", dtype=out) for _ in range(2))
     side = torch.cuda.Stream()
+    bound = 2 * _bound(torch.bfloat16, K)   # (bf16 out, or tf32 products: 10-bit mantissas either way)
 
     def check(C, A, alpha):
         torch.cuda.synchronize()
         ref = alpha * (A.double() @ B.double())
-        assert float(torch.linalg.norm(C.double() - ref) / torch.linalg.norm(ref)) <= 2 * _bound(torch.bfloat16, K)
+        assert float(torch.linalg.norm(C.double() - ref) / torch.linalg.norm(ref)) <= bound
 
     for A_, C_, alpha in ((A, C, 1.0), (A, C, 1.0), (A2, C, 1.0), (A2, C2, 1.0), (A2, C2, 2.0), (A2, C2, 2.0),
                           (A, C, 1.0), (A, C, -0.5)):
@@ -163,6 +175,8 @@ def test_repeated_calls_follow_every_change(kw):
         C.fill_(float("nan"))
         k(A, B, out=C, alpha=-0.5)
     check(C, A, -0.5)
+    if k.spec.split_k > 1 or k.spec.prepared_operands:   # (remembered with the side stream's scratch)
+        assert k.fast_call._last[5] == side.cuda_stream
 
 
 def test_prepared_launch_checks_its_arguments():

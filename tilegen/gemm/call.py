@@ -282,23 +282,24 @@ class FastCall:
                 pc = lib.probe(out)
             if (pa, pb, pc, alpha, beta) == last[0] and (alpha or copysign(1.0, alpha) == copysign(1.0, last[0][3])):
                 # the same arrays and scalars (an alpha of -0.0 is not 0.0: it signs C's zeros; a zero beta
-                # of either sign leaves C unread): the same launch
+                # of either sign leaves C unread): the same launches (those whose arguments name a stream's
+                # scratch, on that stream only)
                 launcher = self.kernel.launcher(pa[4])
-                if launcher is last[3]:
-                    launcher(last[2][6], last[4], lib.stream(pa[4]))
+                stream = lib.stream(pa[4])
+                if launcher is last[3] and last[5] in (None, stream):
+                    for run, grid, args in last[4]:
+                        run(grid, args, stream)
                     return out
-            elif pc and pa and pb and not (pa[0] | pb[0] | pc[0]) % ALIGN and \
+            elif pc and pa and pb and not self.prepares and not (pa[0] | pb[0] | pc[0]) % ALIGN and \
                     last[1] == (pa[1], pa[2], pa[3], pa[4], pb[1], pb[2], pb[3], pb[4], pc[1], pc[2], pc[3], pc[4]):
                 launcher = self.kernel.launcher(pa[4])
                 if launcher is last[3]:
                     M, N, K, a_ld, b_ld, c_ld, grid = last[2]
                     values = (M, N, K, pa[0], a_ld, pb[0], b_ld, pc[0], c_ld, alpha, beta, 0, 0, 0, 0, 0)
-                    if self.split:
-                        self._split_launch(lib, launcher, grid, values, lib.stream(pa[4]), pa[4])
-                    else:
-                        args = self.arguments(values)
-                        launcher(grid, args, lib.stream(pa[4]))
-                        self._last = ((pa, pb, pc, alpha, beta), last[1], last[2], launcher, args)
+                    stream = lib.stream(pa[4])
+                    launches = self._launch(launcher, grid, values, stream, pa[4])
+                    self._last = ((pa, pb, pc, alpha, beta), last[1], last[2], launcher, launches,
+                                  stream if self.split else None)
                     return out
         if (bias is None) != (self.bias_axis is None) or (residual is None) == self.residual or \
                 (scales[0] is None) == self.scaled[0] or (scales[1] is None) == self.scaled[1]:
@@ -375,28 +376,24 @@ class FastCall:
             if not b_ok:
                 b_ptr, b_ld = _repitch(lib, b_ptr, b_ld, (K, N) if self.b_row else (N, K), isz, self.in_dtype,
                                        device, stream, keep)
-        if self.prepares:   # into one array of the library's stream-ordered allocator
-            keep = [] if keep is None else keep
-            a_ptr, a_ld, b_ptr, b_ld, K = self._prepare(lib, M, N, K, a_ptr, a_ld, b_ptr, b_ld, device, stream, keep)
+        firsts = ()
+        if self.prepares:   # into the stream's scratch
+            a_ptr, a_ld, b_ptr, b_ld, K, firsts = self._prepare(M, N, K, a_ptr, a_ld, b_ptr, b_ld, device, stream)
         grid = self.grid(M, N, K, launcher.sm_count)
         values = (M, N, K, a_ptr, a_ld, b_ptr, b_ld, c_ptr, c_ld, alpha, beta, bias_ptr, r_ptr, r_ld, *s_ptrs)
-        args = None
-        if self.split:
-            self._split_launch(lib, launcher, grid, values, stream, device)
-        else:
-            args = self.arguments(values)
-            launcher(grid, args, stream)
+        launches = firsts + self._launch(launcher, grid, values, stream, device)
         if keep is None and bias is None and residual is None and scales is NO_SCALES and c_ptr % ALIGN == 0:
-            # (a two-kernel spec's workspace is new per call: its arguments are never reused)
-            self._last = (None if args is None else (pa, pb, pc, alpha, beta),
+            self._last = ((pa, pb, pc, alpha, beta),
                           (pa[1], pa[2], pa[3], pa[4], pb[1], pb[2], pb[3], pb[4], c_shape, c_strides, c_dtype, c_device),
-                          (M, N, K, a_ld, b_ld, c_ld, grid), launcher, args)
+                          (M, N, K, a_ld, b_ld, c_ld, grid), launcher, launches,
+                          stream if self.split or self.prepares else None)
         return out
 
-    def _prepare(self, lib, M, N, K, a_ptr, a_ld, b_ptr, b_ld, device, stream, keep):
-        """The first kernels' copies (gemm/prepare.py) in one array of the library's stream-
-        ordered allocator (kept in `keep` until the GEMM is enqueued), each copy launched from
-        values laid out once per shape: the GEMM's (A_ptr, A_ld, B_ptr, B_ld, K)."""
+    def _prepare(self, M, N, K, a_ptr, a_ld, b_ptr, b_ld, device, stream):
+        """The first kernels' copies (gemm/prepare.py) in the stream's scratch (runtime.
+        StreamScratch: the stream runs them, and the GEMM that reads them, before the next call's
+        copies), each copy launched from values laid out once per shape: the GEMM's (A_ptr, A_ld,
+        B_ptr, B_ld, K) and the launches made ((launcher, grid, arguments) each)."""
         laid = self._plans.get((M, N, K))
         if laid is None:
             if len(self._plans) >= 64:   # (a bound on what a loop over many shapes leaves behind)
@@ -406,28 +403,35 @@ class FastCall:
                 (p.operand, _FirstKernel.of(p.kernel, p.kind), p.sizes, sum(q.nbytes for q in preps[:i]), p.ld)
                 for i, p in enumerate(preps)))
         k_gemm, floats, firsts = laid
-        buf = lib.empty((floats,), "float32", device)
-        keep.append(buf)
-        base = lib.probe(buf)[PTR]
+        base = runtime.StreamScratch.of(device, stream).workspace(4 * floats)
         ops = {"A": [a_ptr, a_ld], "B": [b_ptr, b_ld]}
+        launches = ()
         for op, first, sizes, offset, ld in firsts:
-            first(sizes + (*ops[op], base + offset, ld), device, stream)
+            launches += first(sizes + (*ops[op], base + offset, ld), device, stream)
             ops[op] = [base + offset, ld]
-        return (*ops["A"], *ops["B"], k_gemm)
+        return (*ops["A"], *ops["B"], k_gemm, launches)
 
-    def _split_launch(self, lib, launcher, grid, values, stream, device):
-        """Split-K and stream-K: partial sums into an f32 workspace from the library's
-        stream-ordered allocator, then their sum and the epilogue into C, both on `stream`."""
+    def _launch(self, launcher, grid, values, stream, device) -> tuple:
+        """The GEMM's launch from the canonical values; split-K and stream-K: its partial sums into
+        an f32 workspace of the stream's scratch, then the second kernel's sum and epilogue into C.
+        The launches made ((launcher, grid, arguments) each)."""
+        if not self.split:
+            args = self.arguments(values)
+            launcher(grid, args, stream)
+            return ((launcher, grid, args),)
         M, N = values[0], values[1]
         check_stream_k_range(self.kernel.spec, M, N, values[2], grid[0])
         rows, cols = workspace_shape(self.kernel.spec, M, N, grid[0])
-        work = lib.empty((max(rows * cols, 1),), "float32", device)
-        values = values + (rows, cols, lib.probe(work)[PTR], max(cols, 1))
-        launcher(grid, self.arguments(values), stream)
+        values = values + (rows, cols, runtime.StreamScratch.of(device, stream).workspace(4 * rows * cols), max(cols, 1))
+        args = self.arguments(values)
+        launcher(grid, args, stream)
         second = self.sum_kernel.launcher(device)
         second_grid = self.sum_grid(M, N, values[2], second.sm_count)
-        if 0 not in second_grid:
-            second(second_grid, self.sum_pick(values), stream)
+        if 0 in second_grid:
+            return ((launcher, grid, args),)
+        sum_args = self.sum_pick(values)
+        second(second_grid, sum_args, stream)
+        return (launcher, grid, args), (second, second_grid, sum_args)
 
     def arguments(self, values: tuple) -> tuple:
         """The kernel's arguments, in its order, from the canonical tuple (M, N, K, A_ptr, A_ld,
@@ -518,11 +522,15 @@ class _FirstKernel:
         self.grid = kernel.launch_grid.evaluator(SIZE_NAMES[kind])
         self.sizes = len(SIZE_NAMES[kind])
 
-    def __call__(self, values: tuple, device: int, stream) -> None:
+    def __call__(self, values: tuple, device: int, stream) -> tuple:
+        """Launch it; the launch made ((launcher, grid, arguments)), or () for an empty grid."""
         launcher = self.kernel.launcher(device)
         grid = self.grid(*values[:self.sizes], launcher.sm_count)
-        if 0 not in grid:
-            launcher(grid, self.pick(values + _tensor_maps(self.maps, values)), stream)
+        if 0 in grid:
+            return ()
+        args = self.pick(values + _tensor_maps(self.maps, values))
+        launcher(grid, args, stream)
+        return ((launcher, grid, args),)
 
 
 # ---- host arrays: through the GPU or the emulator ----------------------------------------
