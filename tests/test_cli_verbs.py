@@ -89,11 +89,11 @@ def test_compile_prints_the_ptx(capsys, small_tg):
 
 
 def test_compile_names_the_first_kernels_of_a_prepared_spec(capsys):
-    """f32 on wgmma: the PTX is the tf32 GEMM of the parts; stderr names the split kernels before it."""
+    """f32 on wgmma: the PTX is the tf32 GEMM of the parts; stderr names the split kernel (both operands) before it."""
     assert main(["compile", "--dtype", "f32", "--instruction", "wgmma"]) == 0
     captured = capsys.readouterr()
     assert ".entry tilegen_gemm_wgmma_tma_persistent_tmastore_promote2_tf32_rc" in captured.out
-    assert "tilegen_split3_kmajor_a (A), tilegen_split3_mnmajor_b (B)" in captured.err
+    assert "first kernels prepare its operands: tilegen_split3_ak_bmn (A and B)" in captured.err
     assert main(["compile", "--dtype", "tf32", "--instruction", "wgmma"]) == 0
     assert "first kernels" not in capsys.readouterr().err
 

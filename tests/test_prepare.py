@@ -52,16 +52,20 @@ def test_preparations_name_each_operand_with_16_byte_rows():
     args = {"M": 70, "N": 200, "K": 45, "A_ptr": 1000, "A_ld": 72, "B_ptr": 2000, "B_ld": 201}
     (a, b), K = preparations(spec, args)
     assert K == 45 and a.kernel is b.kernel is transpose32_kernel("sm_90a")
-    assert (a.operand, a.sizes, a.ld, a.nbytes) == ("A", (45, 70), 48, 70 * 48 * 4)
-    assert (b.operand, b.sizes, b.ld, b.nbytes) == ("B", (45, 200), 48, 200 * 48 * 4)
-    assert a.arguments(1000, 72, 5000) == {"ROWS": 45, "COLS": 70, "S_ptr": 1000, "S_ld": 72, "D_ptr": 5000, "D_ld": 48}
-    (a, b), K = preparations(GemmSpec(dtype="f32", instruction="wgmma", b_layout="col"), args)
+    assert (a.operands, a.sizes, a.ld, a.nbytes) == (("A",), (45, 70), (48,), (70 * 48 * 4,))
+    assert (b.operands, b.sizes, b.ld, b.nbytes) == (("B",), (45, 200), (48,), (200 * 48 * 4,))
+    assert a.arguments(((1000, 72),), (5000,)) == {"ROWS": 45, "COLS": 70, "S_ptr": 1000, "S_ld": 72, "D_ptr": 5000,
+                                                  "D_ld": 48}
+    (s,), K = preparations(GemmSpec(dtype="f32", instruction="wgmma", b_layout="col"), args)   # both in one launch
     seg = SPLIT_BLOCK[1]    # 45 padded to one block of K
-    assert K == 3 * seg and a.sizes == (70, 45, 3 * seg, seg) and b.sizes == (200, 45, 3 * seg, seg)
-    assert a.ld == b.ld == 3 * seg and (a.kind, b.kind) == ("split", "split")
-    assert a.kernel is split3_kernel("sm_90a", False, A_PARTS) and b.kernel is split3_kernel("sm_90a", False, B_PARTS)
-    (_, b), _ = preparations(GemmSpec(dtype="f32", instruction="wgmma"), args)
-    assert b.kernel is split3_kernel("sm_90a", True, B_PARTS)
+    assert K == 3 * seg and s.operands == ("A", "B") and s.sizes == (70, 200, 45, 3 * seg, seg)
+    assert s.ld == (3 * seg, 3 * seg) and s.nbytes == (70 * 3 * seg * 4, 200 * 3 * seg * 4) and s.kind == "split"
+    assert s.kernel is split3_kernel("sm_90a", False, False)
+    assert s.arguments(((1000, 72), (2000, 201)), (5000, 9000)) == {
+        "ROWS_A": 70, "ROWS_B": 200, "COLS": 45, "DCOLS": 3 * seg, "SEG": seg, "SA_ptr": 1000, "SA_ld": 72,
+        "DA_ptr": 5000, "DA_ld": 3 * seg, "SB_ptr": 2000, "SB_ld": 201, "DB_ptr": 9000, "DB_ld": 3 * seg}
+    (s,), _ = preparations(GemmSpec(dtype="f32", instruction="wgmma"), args)
+    assert s.kernel is split3_kernel("sm_90a", False, True)
 
 def _operand(rng, rows, cols, layout):
     x = rng.standard_normal((rows, cols)).astype(np.float32)
@@ -160,39 +164,47 @@ def _parts(x: np.ndarray) -> dict:
         return {"hi": hi, "lo": lo.astype(np.float32), "finite_hi": np.where(finite, hi, np.float32(0))}
 
 
-@pytest.mark.parametrize("transposed", [False, True], ids=["k-major", "mn-major"])
-@pytest.mark.parametrize("parts", [A_PARTS, B_PARTS], ids=["a", "b"])
-def test_the_split_writes_each_part_exactly(transposed, parts):
-    """Each segment holds its part bit for bit (infinities, NaN, -0.0, the largest f32 whose
-    rounding overflows, subnormals), the padding up to the next segment is zero and the row
-    padding past the last segment is left alone."""
+@pytest.mark.parametrize("a_transposed, b_transposed", [(False, False), (True, True), (False, True)],
+                         ids=["k-major", "mn-major", "a-k-b-mn"])
+def test_the_split_writes_each_part_exactly(a_transposed, b_transposed):
+    """Each segment of each operand holds its part bit for bit (infinities, NaN, -0.0, the largest
+    f32 whose rounding overflows, subnormals), the padding up to the next segment is zero and the
+    row padding past the last segment is left alone: A's blocks and B's in one launch, their row
+    counts (70 and 90, each ragged) and layouts differing."""
     from tilegen.sim import GlobalMemory, run_kernel
 
-    rng = np.random.default_rng(7 + transposed + 2 * (parts == B_PARTS))
-    rows, K = 70, 45
-    X = (rng.standard_normal((rows, K)) * 2.0 ** rng.integers(-20, 20, (rows, K))).astype(np.float32)
-    for v in (np.inf, -np.inf, np.nan, -0.0, np.finfo(np.float32).max, -np.finfo(np.float32).max, 1e-40):
-        X[rng.integers(rows), rng.integers(K)] = v
-    S = np.ascontiguousarray(X.T) if transposed else X
+    rng = np.random.default_rng(7 + a_transposed + 2 * b_transposed)
+    K = 45
     seg = -(-K // SPLIT_BLOCK[1]) * SPLIT_BLOCK[1]
     ld = 3 * seg + 4
     mem = GlobalMemory()
-    ps, pd = mem.alloc(S.nbytes), mem.alloc(rows * ld * 4)
-    mem.write(ps, S.tobytes())
-    mem.write(pd, np.full((rows, ld), 0x7FC00123, np.uint32).tobytes())
-    args = {"ROWS": rows, "COLS": K, "DCOLS": 3 * seg, "SEG": seg, "S_ptr": ps, "S_ld": S.shape[1], "D_ptr": pd, "D_ld": ld}
-    run_kernel(split3_kernel("sm_90a", transposed, parts), args, args, memory=mem)
-    D = np.frombuffer(mem.read(pd, rows * ld * 4), np.float32).reshape(rows, ld)
-    want = _parts(X)
-    for s, part in enumerate(parts):
-        got = D[:, s * seg: s * seg + K]
-        assert np.array_equal(got, want[part], equal_nan=True), part
-        assert np.array_equal(np.signbit(got), np.signbit(want[part])) or part == "lo", part
-        assert (D[:, s * seg + K: (s + 1) * seg] == 0).all(), part
-    assert (D.view(np.uint32)[:, 3 * seg:] == 0x7FC00123).all()
-    ok = np.isfinite(X) & (np.abs(X) < 1e30) & (np.abs(X) > 1e-30)   # the model: hi + lo is x to about 21 bits
-    x64 = X[ok].astype(np.float64)
-    assert (np.abs(want["hi"][ok] + want["lo"][ok].astype(np.float64) - x64) <= 2.0 ** -21 * np.abs(x64)).all()
+    args = {"COLS": K, "DCOLS": 3 * seg, "SEG": seg}
+    operands = {}
+    for name, rows, transposed in (("A", 70, a_transposed), ("B", 90, b_transposed)):
+        X = (rng.standard_normal((rows, K)) * 2.0 ** rng.integers(-20, 20, (rows, K))).astype(np.float32)
+        for v in (np.inf, -np.inf, np.nan, -0.0, np.finfo(np.float32).max, -np.finfo(np.float32).max, 1e-40):
+            X[rng.integers(rows), rng.integers(K)] = v
+        S = np.ascontiguousarray(X.T) if transposed else X
+        ps, pd = mem.alloc(S.nbytes), mem.alloc(rows * ld * 4)
+        mem.write(ps, S.tobytes())
+        mem.write(pd, np.full((rows, ld), 0x7FC00123, np.uint32).tobytes())
+        args.update({f"ROWS_{name}": rows, f"S{name}_ptr": ps, f"S{name}_ld": S.shape[1], f"D{name}_ptr": pd,
+                     f"D{name}_ld": ld})
+        operands[name] = (X, rows, pd)
+    run_kernel(split3_kernel("sm_90a", a_transposed, b_transposed), args, args, memory=mem)
+    for name, parts in (("A", A_PARTS), ("B", B_PARTS)):
+        X, rows, pd = operands[name]
+        D = np.frombuffer(mem.read(pd, rows * ld * 4), np.float32).reshape(rows, ld)
+        want = _parts(X)
+        for s, part in enumerate(parts):
+            got = D[:, s * seg: s * seg + K]
+            assert np.array_equal(got, want[part], equal_nan=True), (name, part)
+            assert np.array_equal(np.signbit(got), np.signbit(want[part])) or part == "lo", (name, part)
+            assert (D[:, s * seg + K: (s + 1) * seg] == 0).all(), (name, part)
+        assert (D.view(np.uint32)[:, 3 * seg:] == 0x7FC00123).all(), name
+        ok = np.isfinite(X) & (np.abs(X) < 1e30) & (np.abs(X) > 1e-30)   # the model: hi + lo is x to about 21 bits
+        x64 = X[ok].astype(np.float64)
+        assert (np.abs(want["hi"][ok] + want["lo"][ok].astype(np.float64) - x64) <= 2.0 ** -21 * np.abs(x64)).all()
 
 
 @pytest.mark.parametrize("a_layout, b_layout", [("row", "row"), ("row", "col"), ("col", "col"), ("col", "row")])

@@ -134,7 +134,7 @@ def _say_first_kernels(spec) -> None:
     that --emit shows, and where their PTX is."""
     if not getattr(spec, "prepared_operands", ()):
         return
-    names = ", ".join(f"{p.kernel.name} ({p.operand})" for p in first_kernels(spec, 1, 1, 1)[0])
+    names = ", ".join(f"{p.kernel.name} ({' and '.join(p.operands)})" for p in first_kernels(spec, 1, 1, 1)[0])
     _progress(f"before this GEMM, first kernels prepare its operands: {names}; their PTX: "
               f"tilegen.gemm.prepare.plan(spec, M, N, K)[0][i].kernel.ptx (docs/hopper_gemm.md)")
 

@@ -399,16 +399,18 @@ class FastCall:
             if len(self._plans) >= 64:   # (a bound on what a loop over many shapes leaves behind)
                 self._plans.clear()
             preps, k_gemm = plan(self.kernel.spec, M, N, K)
-            laid = self._plans[(M, N, K)] = (k_gemm, sum(p.nbytes for p in preps) // 4, tuple(
-                (p.operand, _FirstKernel.of(p.kernel, p.kind), p.sizes, sum(q.nbytes for q in preps[:i]), p.ld)
-                for i, p in enumerate(preps)))
-        k_gemm, floats, firsts = laid
-        base = runtime.StreamScratch.of(device, stream).workspace(4 * floats)
-        ops = {"A": [a_ptr, a_ld], "B": [b_ptr, b_ld]}
+            copy_bytes = [n for p in preps for n in p.nbytes]
+            offsets = iter([sum(copy_bytes[:i]) for i in range(len(copy_bytes))])
+            laid = self._plans[(M, N, K)] = (k_gemm, sum(copy_bytes), tuple(
+                (_FirstKernel.of(p.kernel, p.kind), p.sizes, tuple(zip(p.operands, offsets, p.ld))) for p in preps))
+        k_gemm, nbytes, firsts = laid
+        base = runtime.StreamScratch.of(device, stream).workspace(nbytes)
+        ops = {"A": (a_ptr, a_ld), "B": (b_ptr, b_ld)}
         launches = ()
-        for op, first, sizes, offset, ld in firsts:
-            launches += first(sizes + (*ops[op], base + offset, ld), device, stream)
-            ops[op] = [base + offset, ld]
+        for first, sizes, copies in firsts:   # (each operand's source, then its copy at its offset)
+            launches += first(sizes + tuple(v for op, offset, ld in copies for v in (*ops[op], base + offset, ld)),
+                              device, stream)
+            ops.update((op, (base + offset, ld)) for op, offset, ld in copies)
         return (*ops["A"], *ops["B"], k_gemm, launches)
 
     def _launch(self, launcher, grid, values, stream, device) -> tuple:
@@ -502,8 +504,8 @@ def _repitch(lib, ptr, ld, stored, esize, dtype, device, stream, keep):
 
 class _FirstKernel:
     """A first kernel's launch from positional values (its sizes in SIZE_NAMES[kind]'s order,
-    then S_ptr, S_ld, D_ptr, D_ld), laid out once per kernel: its parameters picked in order,
-    its tensor maps from their own caches, its grid from the sizes."""
+    then POINTER_NAMES[kind]'s), laid out once per kernel: its parameters picked in order, its
+    tensor maps from their own caches, its grid from the sizes."""
 
     _made: dict = {}
 
@@ -516,7 +518,7 @@ class _FirstKernel:
 
     def __init__(self, kernel, kind: str):
         self.kernel = kernel
-        names = SIZE_NAMES[kind] + POINTER_NAMES
+        names = SIZE_NAMES[kind] + POINTER_NAMES[kind]
         self.pick = itemgetter(*((names + tuple(m.param for m in kernel.tensor_maps)).index(n) for n, _ in kernel.params))
         self.maps = _map_layout(kernel, names)
         self.grid = kernel.launch_grid.evaluator(SIZE_NAMES[kind])
@@ -621,10 +623,11 @@ class _SimMemory:
         if prepared:   # the operands' first kernels
             K = k_run
             for p in preps:
-                ptr = self.put(np.full(max(p.nbytes // 4, 1), np.nan, np.float32))   # (poisoned: a gap shows)
-                first = p.arguments(args[f"{p.operand}_ptr"], args[f"{p.operand}_ld"], ptr)
+                dests = tuple(self.put(np.full(max(n // 4, 1), np.nan, np.float32)) for n in p.nbytes)   # (poisoned)
+                first = p.arguments(tuple((args[f"{op}_ptr"], args[f"{op}_ld"]) for op in p.operands), dests)
                 run_kernel(p.kernel, first, first, self.memory)
-                args = {**args, f"{p.operand}_ptr": ptr, f"{p.operand}_ld": p.ld}
+                for op, ptr, ld in zip(p.operands, dests, p.ld):
+                    args = {**args, f"{op}_ptr": ptr, f"{op}_ld": ld}
             args, sizes = {**args, "K": K}, {**sizes, "K": K}
         second = kernel.second_kernel() if hasattr(kernel, "second_kernel") else None
         if spec is not None and (spec.split_k > 1 or spec.stream_k):   # partial sums (split-K's slices, stream-K's pieces)

@@ -76,11 +76,14 @@ class GemmKernel(Kernel):
             copies = []
             try:
                 for p in preps:
-                    copies.append(runtime.StreamBuffer(max(p.nbytes, 4), handle, device))
-                    first = p.arguments(args[f"{p.operand}_ptr"], args[f"{p.operand}_ld"], copies[-1].ptr)
+                    dests = [runtime.StreamBuffer(max(n, 4), handle, device) for n in p.nbytes]
+                    copies += dests
+                    first = p.arguments(tuple((args[f"{op}_ptr"], args[f"{op}_ld"]) for op in p.operands),
+                                        tuple(d.ptr for d in dests))
                     p.kernel.launch(first, first, stream=handle, device=device)
-                    args = {**args, f"{p.operand}_ptr": copies[-1].ptr, f"{p.operand}_ld": p.ld}
-                    args.pop(f"{p.operand}_tmap", None)   # (a map given for the operand describes the original)
+                    for op, dest, ld in zip(p.operands, dests, p.ld):
+                        args = {**args, f"{op}_ptr": dest.ptr, f"{op}_ld": ld}
+                        args.pop(f"{op}_tmap", None)   # (a map given for the operand describes the original)
                 return super().launch({**args, "K": K}, {**sizes, "K": K}, stream=handle, device=device)
             finally:
                 for buf in copies:

@@ -1,7 +1,7 @@
 """Operands prepared by first kernels, before the GEMM kernel runs.
 
-Two kinds, each a small DSL kernel that writes a prepared copy of an operand into a
-stream-ordered workspace, after which the GEMM runs on the copies (spec.kernel_spec):
+Two kinds, each a small DSL kernel that writes prepared copies of the operands into a
+workspace, after which the GEMM runs on the copies (spec.kernel_spec):
 
 - Transposing copies (GemmSpec(pretranspose=True)). wgmma reads tf32 operands from shared
   memory only K-major (ptx.md 6.3), so a row-major B (or a column-major A) cannot go through
@@ -20,7 +20,9 @@ stream-ordered workspace, after which the GEMM runs on the copies (spec.kernel_s
   finite, so that no correction term is inf * 0). Each part is exact in tf32, so wgmma's
   truncation of its operands changes nothing; its truncating accumulation is what the kernel's
   promotion into an f32 total bounds. Each segment is padded with zeros to a multiple of
-  SPLIT_BLOCK[1] along K so that the blocks of one segment never write into the next.
+  SPLIT_BLOCK[1] along K so that the blocks of one segment never write into the next. One
+  launch splits both operands (its first CTAs take A's blocks, the rest B's): a launch is most
+  of a small product's host time.
 """
 from __future__ import annotations
 
@@ -50,10 +52,10 @@ class Transpose32:
 
 @dataclass(frozen=True)
 class Split3:
-    """What names a split into tf32 parts in the memo and the disk cache."""
+    """What names the split of both operands into tf32 parts in the memo and the disk cache."""
     target: str
-    transposed: bool     # the source holds the operand MN-major (its rows run along K)
-    parts: tuple         # A_PARTS or B_PARTS
+    a_transposed: bool   # A's source holds it MN-major (its rows run along K)
+    b_transposed: bool   # B's likewise (B row-major: K x N)
 
 
 @tg.kernel
@@ -78,20 +80,11 @@ def transpose32(BR=BLOCK_ROWS):
     tg.tma_store_wait(0)                           # the tile stays until TMA has read it
 
 
-@tg.kernel
-def split3(transposed=False, parts=A_PARTS):
-    """D[r, s * SEG + k] = part s of S's element (r, k), for the three `parts` of an f32 operand
-    of ROWS rows and K = COLS: S is ROWS x COLS row-major (K-major), or with `transposed` COLS x
-    ROWS row-major. D is ROWS x (3 SEG) row-major; SEG (a multiple of SPLIT_BLOCK[1], at least
-    COLS) pads each segment with zeros."""
+def _split_block(S, D, seg, transposed: bool, parts: tuple, block):
+    """Block `block` of one operand's split (split3): the parts of its BR x BK elements."""
     BR, BK = SPLIT_BLOCK
-    tg.launch(threads=THREADS, grid=(tg.cdiv("ROWS", BR) * tg.cdiv("COLS", BK), 1, 1))
-    S = tg.tensor("S", "f32", ("COLS", "ROWS") if transposed else ("ROWS", "COLS"))
-    D = tg.tensor("D", "f32", ("ROWS", "DCOLS"))
-    seg = tg.scalar("SEG", "u32")
     blocks_k = tg.cdiv(S.shape[0] if transposed else S.shape[1], BK)
-    pid = tg.program_id()
-    r0, k0 = (pid // blocks_k) * BR, (pid % blocks_k) * BK
+    r0, k0 = (block // blocks_k) * BR, (block % blocks_k) * BK
     warp = tg.warp_id()
     r0, k0 = r0 + (warp % 2) * (BR // 2), k0 + (warp // 2) * (BK // 2)
     # the warp's 32 x 32 elements, oriented as the source holds them: (r, k), or (k, r) transposed
@@ -108,39 +101,68 @@ def split3(transposed=False, parts=A_PARTS):
             tg.store(D.block(r0, s * seg + k0), values[part])
 
 
+@tg.kernel
+def split3(a_transposed=False, b_transposed=True):
+    """Both f32 operands into their tf32 parts, in one launch: DA[r, s * SEG + k] = part s of
+    A's element (r, k) (A_PARTS), DB[c, s * SEG + k] = part s of B's element (k, c) (B_PARTS).
+    The first CTAs take A's ROWS_A x COLS (K) blocks, the rest B's ROWS_B x COLS. A source is
+    ROWS x COLS row-major (K-major), or, transposed, COLS x ROWS row-major; each D is ROWS x
+    DCOLS row-major, DCOLS = 3 SEG; SEG (a multiple of SPLIT_BLOCK[1], at least COLS) pads each
+    segment with zeros."""
+    BR, BK = SPLIT_BLOCK
+    tg.launch(threads=THREADS, grid=(tg.cdiv("ROWS_A", BR) * tg.cdiv("COLS", BK) + tg.cdiv("ROWS_B", BR) * tg.cdiv("COLS", BK),
+                                     1, 1))
+    seg = tg.scalar("SEG", "u32")
+    operands = []
+    for name, transposed, parts in (("A", a_transposed, A_PARTS), ("B", b_transposed, B_PARTS)):
+        rows = f"ROWS_{name}"
+        S = tg.tensor(f"S{name}", "f32", ("COLS", rows) if transposed else (rows, "COLS"))
+        D = tg.tensor(f"D{name}", "f32", (rows, "DCOLS"))
+        operands.append((S, D, transposed, parts))
+    pid = tg.program_id()
+    a_blocks = tg.cdiv(tg.size("ROWS_A"), BR) * tg.cdiv(tg.size("COLS"), BK)
+    with tg.if_(tg.lt(pid, a_blocks)):
+        _split_block(*operands[0][:2], seg, *operands[0][2:], pid)
+    with tg.else_():
+        _split_block(*operands[1][:2], seg, *operands[1][2:], pid - a_blocks)
+
+
 def transpose32_kernel(target: str, block_rows: int = BLOCK_ROWS):
     """The compiled transposing copy for `target` (sm_90a: it stores through TMA)."""
     return compiler.compile_spec(Transpose32(target, block_rows), lambda key: transpose32.trace(
         BR=key.block_rows, target=key.target, name=f"tilegen_transpose32_{key.block_rows}"))
 
 
-def split3_kernel(target: str, transposed: bool, parts: tuple):
-    """The compiled split of an f32 operand into its tf32 parts."""
-    name = f"tilegen_split3_{'mn' if transposed else 'k'}major_{'a' if parts == A_PARTS else 'b'}"
-    return compiler.compile_spec(Split3(target, transposed, parts), lambda key: split3.trace(
-        transposed=key.transposed, parts=key.parts, target=key.target, name=name))
+def split3_kernel(target: str, a_transposed: bool, b_transposed: bool):
+    """The compiled split of both f32 operands into their tf32 parts."""
+    name = f"tilegen_split3_a{'mn' if a_transposed else 'k'}_b{'mn' if b_transposed else 'k'}"
+    return compiler.compile_spec(Split3(target, a_transposed, b_transposed), lambda key: split3.trace(
+        a_transposed=key.a_transposed, b_transposed=key.b_transposed, target=key.target, name=name))
 
 
 @dataclass(frozen=True)
 class Preparation:
-    """One first kernel of a call: it writes the prepared copy of `operand` (`nbytes`, rows of
-    `ld` elements); `sizes` are its size arguments in the order SIZE_NAMES[kind] gives, to which
-    S_ptr, S_ld, D_ptr and D_ld follow."""
-    operand: str
-    kind: str            # "transpose" or "split"
+    """One first kernel of a call: it writes the prepared copy of each of its `operands`
+    (`nbytes` each, rows of `ld` elements); `sizes` are its size arguments in the order
+    SIZE_NAMES[kind] gives, to which each operand's POINTER_NAMES[kind] follow (source pointer
+    and pitch, destination pointer and pitch)."""
+    operands: tuple      # ("A",), ("B",) or ("A", "B")
+    kind: str            # "transpose" (one operand) or "split" (both)
     kernel: object
     sizes: tuple
-    nbytes: int
-    ld: int
+    nbytes: tuple
+    ld: tuple
 
-    def arguments(self, src_ptr: int, src_ld: int, dst_ptr: int) -> dict:
-        """The kernel's arguments by name (the general call paths)."""
-        return {**dict(zip(SIZE_NAMES[self.kind], self.sizes)), "S_ptr": src_ptr, "S_ld": src_ld, "D_ptr": dst_ptr,
-                "D_ld": self.ld}
+    def arguments(self, sources: tuple, dests: tuple) -> dict:
+        """The kernel's arguments by name (the general call paths): `sources` (pointer, pitch)
+        and `dests` (pointer) of each operand, in `operands`' order."""
+        values = [v for (ptr, ld), dst, d_ld in zip(sources, dests, self.ld) for v in (ptr, ld, dst, d_ld)]
+        return {**dict(zip(SIZE_NAMES[self.kind], self.sizes)), **dict(zip(POINTER_NAMES[self.kind], values))}
 
 
-SIZE_NAMES = {"transpose": ("ROWS", "COLS"), "split": ("ROWS", "COLS", "DCOLS", "SEG")}
-POINTER_NAMES = ("S_ptr", "S_ld", "D_ptr", "D_ld")
+SIZE_NAMES = {"transpose": ("ROWS", "COLS"), "split": ("ROWS_A", "ROWS_B", "COLS", "DCOLS", "SEG")}
+POINTER_NAMES = {"transpose": ("S_ptr", "S_ld", "D_ptr", "D_ld"),
+                 "split": ("SA_ptr", "SA_ld", "DA_ptr", "DA_ld", "SB_ptr", "SB_ld", "DB_ptr", "DB_ld")}
 
 
 def _pitch(cols: int) -> int:
@@ -157,17 +179,15 @@ def plan(spec, M: int, N: int, K: int) -> tuple:
     if spec.pretranspose:
         for op in spec.transposed_operands:
             cols = N if op == "B" else M
-            preps.append(Preparation(op, "transpose", transpose32_kernel(spec.target), (K, cols),
-                                     max(cols, 1) * _pitch(K) * 4, _pitch(K)))
+            preps.append(Preparation((op,), "transpose", transpose32_kernel(spec.target), (K, cols),
+                                     (max(cols, 1) * _pitch(K) * 4,), (_pitch(K),)))
         return tuple(preps), K
-    if spec.splits_operands:
+    if spec.splits_operands:   # (both in one launch: a launch is most of a small product's host time)
         seg = -(-K // SPLIT_BLOCK[1]) * SPLIT_BLOCK[1]
-        for op, parts in (("A", A_PARTS), ("B", B_PARTS)):
-            rows = M if op == "A" else N
-            transposed = (spec.a_layout if op == "A" else spec.b_layout) != ("row" if op == "A" else "col")
-            preps.append(Preparation(op, "split", split3_kernel(spec.target, transposed, parts), (rows, K, 3 * seg, seg),
-                                     max(rows, 1) * _pitch(3 * seg) * 4, _pitch(3 * seg)))
-        return tuple(preps), 3 * seg
+        pitch = _pitch(3 * seg)
+        kernel = split3_kernel(spec.target, spec.a_layout != "row", spec.b_layout != "col")
+        return (Preparation(("A", "B"), "split", kernel, (M, N, K, 3 * seg, seg),
+                            (max(M, 1) * pitch * 4, max(N, 1) * pitch * 4), (pitch, pitch)),), 3 * seg
     return (), K
 
 
