@@ -184,6 +184,20 @@ def test_bar_red_outside_a_role_and_unsupported_atoms_are_named():
     p = mem.alloc(4 * 64)
     launch(ptx, (1, 1, 1), 64, {"p": p}, memory=mem)
     assert (np.frombuffer(mem.read(p, 4 * 64), np.uint32) == 1).all()   # or: true everywhere; and: false
-    bad = head + "  atom.global.cas.b32 %r2, [%rd1], 0, 1;\n  ret;\n}\n"
-    with pytest.raises(SimError, match="atom.global.add / .exch"):
-        launch(bad, (1, 1, 1), 32, {"p": p}, memory=mem)
+    for wrong in ("atom.global.cas.b32 %r2, [%rd1], 0, 1", "atom.global.exch.u32 %r2, [%rd1], 1",
+                  "atom.global.add.b32 %r2, [%rd1], 1"):   # (ptxas refuses the last two: exch is .b32, add .u32/.s32)
+        with pytest.raises(SimError, match="atom.global.add.u32 / .s32 and atom.global.exch.b32"):
+            launch(head + f"  {wrong};\n  ret;\n}}\n", (1, 1, 1), 32, {"p": p}, memory=mem)
+
+
+def test_stream_keys_tell_the_threads_of_the_per_thread_default_stream_apart():
+    """The per-thread default stream (handle 2) is a different stream in every host thread: its
+    scratch (workspace, arrival counters) and the calls remembered with it are per thread."""
+    import threading
+    from tilegen.runtime import stream_key
+
+    keys = []
+    worker = threading.Thread(target=lambda: keys.append((stream_key(2), stream_key(0), stream_key(1234))))
+    worker.start()
+    worker.join()
+    assert keys[0][0] != stream_key(2) and keys[0][1:] == (0, 1234) == (stream_key(0), stream_key(1234))

@@ -580,6 +580,50 @@ def test_split_k_stacks_replay_in_a_cuda_graph():
         assert float(torch.linalg.norm(D.double() - ref) / torch.linalg.norm(ref)) <= _bound(dt, 16384)
 
 
+def test_graphs_captured_on_one_stream_replay_at_once():
+    """Two graphs captured on torch's one capture stream, each a split-K stack (arrival counters)
+    and an f32 product (tf32 parts first) five times: their workspaces and counters are each
+    graph's own, not the capture stream's scratch, so the two replayed at once on two streams
+    both come out right, trial after trial, on new contents."""
+    if torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("the TMA stack kernel needs a Hopper (sm_90) GPU")
+    dt = torch.bfloat16
+    sets = [(torch.randn(8, 16, 16384, device="cuda", dtype=dt), torch.randn(8, 16384, 128, device="cuda", dtype=dt),
+             torch.empty(8, 16, 128, device="cuda", dtype=dt), torch.randn(1024, 1024, device="cuda"),
+             torch.randn(1024, 1024, device="cuda"), torch.empty(1024, 1024, device="cuda")) for _ in range(2)]
+    A, B, _, X, Y, _ = sets[0]
+    assert tilegen.matmul.explain(A, B).spec.split_k > 1 and tilegen.matmul.explain(X, Y).spec.splits_operands
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):   # (warm-up: eager calls, the side stream's scratch)
+        for A, B, C, X, Y, Z in sets:
+            tilegen.matmul(A, B, out=C)
+            tilegen.matmul(X, Y, out=Z)
+    torch.cuda.current_stream().wait_stream(side)
+    graphs = []
+    for A, B, C, X, Y, Z in sets:
+        graphs.append(torch.cuda.CUDAGraph())
+        with torch.cuda.graph(graphs[-1]):
+            for _ in range(5):
+                tilegen.matmul(A, B, out=C)
+                tilegen.matmul(X, Y, out=Z)
+    streams = [torch.cuda.Stream() for _ in graphs]
+    for trial in range(3):
+        for A, B, C, X, Y, Z in sets:
+            A.copy_(torch.randn_like(A))
+            X.copy_(torch.randn_like(X))
+            C.fill_(float("nan"))
+            Z.fill_(float("nan"))
+        torch.cuda.synchronize()
+        for graph, stream in zip(graphs, streams):
+            with torch.cuda.stream(stream):
+                graph.replay()
+        torch.cuda.synchronize()
+        for A, B, C, X, Y, Z in sets:
+            assert _rel(C, A, B) <= _bound(dt, 16384), trial
+            assert _rel(Z, X, Y) <= 1e-5, trial   # (f32 from tf32 parts: f32's accuracy)
+
+
 @pytest.mark.parametrize("M, persistent", [(300, True), (16, True), (16, False)])
 def test_a_stack_called_again_on_the_same_arrays(M, persistent):
     """The batched call's remembered launch (BatchedCall._last), on the TMA stack kernel (through

@@ -7,7 +7,8 @@ slices inside the GEMM kernel, instead of a second kernel).
     with tilegen.if_(F.last_arrival(block, arrivals)):
         ...                                    # this CTA arrived last: every part is visible
 
-last_arrival is a release-acquire handshake at GPU scope (ptx.md 6.12): the role's threads meet
+last_arrival is a release-acquire handshake at GPU scope (the PTX memory model's release and
+acquire patterns, as CUTLASS's semaphores use them): the role's threads meet
 at their barrier (their stores happen before thread 0's), thread 0 adds one to the counter with
 atom.acq_rel.gpu (its release publishes what the role stored; its acquire, on the last
 arrival, makes every other CTA's parts visible), and bar.red.or.pred hands the answer to every

@@ -63,7 +63,7 @@ def check_stream_k_range(spec, M: int, N: int, K: int, ctas: int) -> None:
 
 
 def workspace_shape(spec, M: int, N: int, ctas: int, count: int = 1) -> tuple:
-    """(rows, cols) of the f32 workspace of a two-kernel spec. Split-K: each slice's partials
+    """(rows, cols) of the f32 workspace of partial sums (split-K, stream-K). Split-K: each slice's partials
     on M rounded up to whole blocks (template.split_rows), slice after slice; on a stack of
     `count` products, an M x N matrix per slice and product. Stream-K: two block-sized slots
     per CTA of the first kernel's grid (`ctas`; template.StreamK)."""
@@ -286,7 +286,8 @@ class FastCall:
                 # scratch, on that stream only)
                 launcher = self.kernel.launcher(pa[4])
                 stream = lib.stream(pa[4])
-                if launcher is last[3] and last[5] in (None, stream):
+                if launcher is last[3] and (last[5] is None or last[5] == runtime.stream_key(stream)
+                                            and not runtime.capturing(stream)):
                     for run, grid, args in last[4]:
                         run(grid, args, stream)
                     return out
@@ -297,9 +298,11 @@ class FastCall:
                     M, N, K, a_ld, b_ld, c_ld, grid = last[2]
                     values = (M, N, K, pa[0], a_ld, pb[0], b_ld, pc[0], c_ld, alpha, beta, 0, 0, 0, 0, 0)
                     stream = lib.stream(pa[4])
-                    launches = self._launch(launcher, grid, values, stream, pa[4])
-                    self._last = ((pa, pb, pc, alpha, beta), last[1], last[2], launcher, launches,
-                                  stream if self.split else None)
+                    scratch = _scratch(lib, pa[4], stream, []) if self.split else None
+                    launches = self._launch(launcher, grid, values, stream, pa[4], scratch)
+                    if not isinstance(scratch, _GraphScratch):
+                        self._last = ((pa, pb, pc, alpha, beta), last[1], last[2], launcher, launches,
+                                      runtime.stream_key(stream) if self.split else None)
                     return out
         if (bias is None) != (self.bias_axis is None) or (residual is None) == self.residual or \
                 (scales[0] is None) == self.scaled[0] or (scales[1] is None) == self.scaled[1]:
@@ -377,23 +380,26 @@ class FastCall:
                 b_ptr, b_ld = _repitch(lib, b_ptr, b_ld, (K, N) if self.b_row else (N, K), isz, self.in_dtype,
                                        device, stream, keep)
         firsts = ()
+        scratch = _scratch(lib, device, stream, []) if self.split or self.prepares else None
         if self.prepares:   # into the stream's scratch
-            a_ptr, a_ld, b_ptr, b_ld, K, firsts = self._prepare(M, N, K, a_ptr, a_ld, b_ptr, b_ld, device, stream)
+            a_ptr, a_ld, b_ptr, b_ld, K, firsts = self._prepare(M, N, K, a_ptr, a_ld, b_ptr, b_ld, device, stream,
+                                                                scratch)
         grid = self.grid(M, N, K, launcher.sm_count)
         values = (M, N, K, a_ptr, a_ld, b_ptr, b_ld, c_ptr, c_ld, alpha, beta, bias_ptr, r_ptr, r_ld, *s_ptrs)
-        launches = firsts + self._launch(launcher, grid, values, stream, device)
-        if keep is None and bias is None and residual is None and scales is NO_SCALES and c_ptr % ALIGN == 0:
+        launches = firsts + self._launch(launcher, grid, values, stream, device, scratch)
+        if keep is None and bias is None and residual is None and scales is NO_SCALES and c_ptr % ALIGN == 0 \
+                and not isinstance(scratch, _GraphScratch):
             self._last = ((pa, pb, pc, alpha, beta),
                           (pa[1], pa[2], pa[3], pa[4], pb[1], pb[2], pb[3], pb[4], c_shape, c_strides, c_dtype, c_device),
                           (M, N, K, a_ld, b_ld, c_ld, grid), launcher, launches,
-                          stream if self.split or self.prepares else None)
+                          runtime.stream_key(stream) if scratch is not None else None)
         return out
 
-    def _prepare(self, M, N, K, a_ptr, a_ld, b_ptr, b_ld, device, stream):
-        """The first kernels' copies (gemm/prepare.py) in the stream's scratch (runtime.
-        StreamScratch: the stream runs them, and the GEMM that reads them, before the next call's
-        copies), each copy launched from values laid out once per shape: the GEMM's (A_ptr, A_ld,
-        B_ptr, B_ld, K) and the launches made ((launcher, grid, arguments) each)."""
+    def _prepare(self, M, N, K, a_ptr, a_ld, b_ptr, b_ld, device, stream, scratch):
+        """The first kernels' copies (gemm/prepare.py) in `scratch` (_scratch: the stream's, which
+        runs them and the GEMM that reads them before the next call's copies), each copy launched
+        from values laid out once per shape: the GEMM's (A_ptr, A_ld, B_ptr, B_ld, K) and the
+        launches made ((launcher, grid, arguments) each)."""
         laid = self._plans.get((M, N, K))
         if laid is None:
             if len(self._plans) >= 64:   # (a bound on what a loop over many shapes leaves behind)
@@ -404,7 +410,7 @@ class FastCall:
             laid = self._plans[(M, N, K)] = (k_gemm, sum(copy_bytes), tuple(
                 (_FirstKernel.of(p.kernel, p.kind), p.sizes, tuple(zip(p.operands, offsets, p.ld))) for p in preps))
         k_gemm, nbytes, firsts = laid
-        base = runtime.StreamScratch.of(device, stream).workspace(nbytes)
+        base = scratch.workspace(nbytes)
         ops = {"A": (a_ptr, a_ld), "B": (b_ptr, b_ld)}
         launches = ()
         for first, sizes, copies in firsts:   # (each operand's source, then its copy at its offset)
@@ -413,9 +419,9 @@ class FastCall:
             ops.update((op, (base + offset, ld)) for op, offset, ld in copies)
         return (*ops["A"], *ops["B"], k_gemm, launches)
 
-    def _launch(self, launcher, grid, values, stream, device) -> tuple:
+    def _launch(self, launcher, grid, values, stream, device, scratch=None) -> tuple:
         """The GEMM's launch from the canonical values; split-K and stream-K: its partial sums into
-        an f32 workspace of the stream's scratch, then the second kernel's sum and epilogue into C.
+        an f32 workspace of `scratch` (_scratch), then the second kernel's sum and epilogue into C.
         The launches made ((launcher, grid, arguments) each)."""
         if not self.split:
             args = self.arguments(values)
@@ -424,7 +430,7 @@ class FastCall:
         M, N = values[0], values[1]
         check_stream_k_range(self.kernel.spec, M, N, values[2], grid[0])
         rows, cols = workspace_shape(self.kernel.spec, M, N, grid[0])
-        values = values + (rows, cols, runtime.StreamScratch.of(device, stream).workspace(4 * rows * cols), max(cols, 1))
+        values = values + (rows, cols, scratch.workspace(4 * rows * cols), max(cols, 1))
         args = self.arguments(values)
         launcher(grid, args, stream)
         second = self.sum_kernel.launcher(device)
@@ -500,6 +506,34 @@ def _repitch(lib, ptr, ld, stored, esize, dtype, device, stream, keep):
     dst = lib.probe(buf)[PTR]
     copy_2d(dst, new_ld * esize, ptr, ld * esize, cols * esize, rows, stream)
     return dst, new_ld
+
+
+class _GraphScratch:
+    """The scratch of work being captured into a CUDA graph: new arrays of the caller's library
+    (the graph's own memory, for as long as the graph lives), held in `keep` until the launches
+    are enqueued, the counters zeroed by a memset the graph replays. (A stream's scratch would
+    be shared by the replays of every graph captured on that stream, which may run at once.)"""
+
+    def __init__(self, lib, device: int, stream: int, keep: list):
+        self.lib, self.device, self.stream, self.keep = lib, device, stream, keep
+
+    def workspace(self, nbytes: int) -> int:
+        buf = self.lib.empty((max(-(-nbytes // 4), 1),), "float32", self.device)
+        self.keep.append(buf)
+        return self.lib.probe(buf)[PTR]
+
+    def counters(self, count: int) -> int:
+        ptr = self.workspace(4 * count)
+        runtime.zero_async(ptr, count, self.stream)
+        return ptr
+
+
+def _scratch(lib, device: int, stream: int, keep: list):
+    """Where a call's workspaces and arrival counters go: the stream's scratch (runtime.
+    StreamScratch), or under a graph capture the graph's own memory (_GraphScratch)."""
+    if runtime.capturing(stream):
+        return _GraphScratch(lib, device, stream, keep)
+    return runtime.StreamScratch.of(device, stream)
 
 
 class _FirstKernel:
@@ -843,7 +877,8 @@ class BatchedCall:
                 and (alpha or copysign(1.0, alpha) == copysign(1.0, last[0][4])):   # (-0.0 signs C's zeros)
             launcher = self.kernel.launcher(pa[DEVICE])
             stream = lib.stream(pa[DEVICE])
-            if launcher is last[1] and (last[4] is None or stream == last[4]):
+            if launcher is last[1] and (last[4] is None or last[4] == runtime.stream_key(stream)
+                                        and not runtime.capturing(stream)):
                 launcher(last[2], last[3], stream)
                 return out
         if (bias is None) != (self.bias is None) or (pr is None) == self.residual or type(alpha) not in _NUMBERS \
@@ -900,7 +935,7 @@ class BatchedCall:
         if self.tma:   # every matrix through 3-D tensor maps (stack_problem)
             values = (M, N, K, count, *a[:3], *b[:3], *c[:3], float(alpha), float(beta), bias_ptr, *r)
             if self.split:   # (the workspace and counters of this stream's scratch)
-                scratch = runtime.StreamScratch.of(dev, stream)
+                scratch = _scratch(lib, dev, stream, keep)
                 rows, cols = workspace_shape(self.kernel.spec, M, N, 0, count)
                 values += (scratch.workspace(4 * rows * cols), N, M * N,
                            scratch.counters(stack_counters(self.kernel.spec, M, N, count)))
@@ -918,8 +953,9 @@ class BatchedCall:
                 launches.append((grid, self.pick(values)))
         for grid, args in launches:
             launcher(grid, args, stream)
-        if len(launches) == 1 and not keep and bias is None and pr is None:   # (one launch, nothing copied)
-            self._last = ((pa, pb, pc, count, alpha, beta), launcher, *launches[0], stream if self.split else None)
+        if len(launches) == 1 and not keep and bias is None and pr is None:   # (one launch, nothing copied or captured)
+            self._last = ((pa, pb, pc, count, alpha, beta), launcher, *launches[0],
+                          runtime.stream_key(stream) if self.split else None)
         return out
 
 

@@ -66,10 +66,12 @@ class GemmKernel(Kernel):
         return None
 
     def launch(self, args: dict, sizes: dict, stream=None, device: int = 0):
-        """Kernel.launch; with split_k > 1 or stream_k the two kernels on `stream`, the f32
-        workspace taken from and given back to the stream-ordered allocator in between; with
-        operands prepared first (pretranspose, f32 on wgmma: gemm/prepare.py), their kernels
-        before, into workspaces alike."""
+        """Kernel.launch; with split_k > 1 or stream_k (2-D) the two kernels on `stream`, the f32
+        workspace taken from and given back to the stream-ordered allocator in between; a split-K
+        stack in one launch, its workspace and arrival counters from the stream's scratch (or,
+        while the stream captures a graph, the graph's own); with operands prepared first
+        (pretranspose, f32 on wgmma: gemm/prepare.py), their kernels before, into workspaces from
+        the stream-ordered allocator."""
         if self.spec.prepared_operands:
             handle = int(runtime.stream_handle(stream))
             preps, K = preparations(self.spec, args)
@@ -93,10 +95,22 @@ class GemmKernel(Kernel):
             M, N, count = int(sizes["M"]), int(sizes["N"]), int(args.get("BATCH", sizes.get("BATCH", 1)))
             refuse_stack(self.spec, M, N, int(sizes["K"]), count)   # (the workspace's matrices: a 32-bit stride and index)
             handle = int(runtime.stream_handle(stream))
-            scratch = runtime.StreamScratch.of(device, handle)
             rows, cols = workspace_shape(self.spec, M, N, 0, count)
+            counters = stack_counters(self.spec, M, N, count)
+            if runtime.capturing(handle):   # (the graph's own memory: graphs captured on one stream may run at once)
+                bufs = [runtime.StreamBuffer(max(4 * rows * cols, 4), handle, device),
+                        runtime.StreamBuffer(4 * counters, handle, device)]
+                try:
+                    runtime.zero_async(bufs[1].ptr, counters, handle)
+                    w = workspace_arguments(self.spec, rows, cols, bufs[0].ptr, M, N, bufs[1].ptr)
+                    return super().launch({**args, **w}, {**sizes, "WM": rows, "WN": cols}, stream=handle,
+                                          device=device)
+                finally:
+                    for buf in bufs:
+                        buf.free()
+            scratch = runtime.StreamScratch.of(device, handle)
             w = workspace_arguments(self.spec, rows, cols, scratch.workspace(4 * rows * cols), M, N,
-                                    scratch.counters(stack_counters(self.spec, M, N, count)))
+                                    scratch.counters(counters))
             return super().launch({**args, **w}, {**sizes, "WM": rows, "WN": cols}, stream=handle, device=device)
         if second is None:
             return super().launch(args, sizes, stream=stream, device=device)

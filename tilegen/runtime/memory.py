@@ -6,8 +6,10 @@ on the device is the layout on the host.
 """
 from __future__ import annotations
 
+import ctypes
 import os
 import sys
+import threading
 
 from ..errors import DeviceError, LaunchError
 from . import driver as _drv
@@ -151,22 +153,58 @@ class StreamBuffer:
             pass
 
 
+PER_THREAD_STREAM = 2   # CU_STREAM_PER_THREAD: one handle, a default stream of each host thread
+
+
+def stream_key(stream: int):
+    """What names the queue a launch on `stream` joins: the handle, and for the per-thread
+    default stream the calling thread too (its handle is every thread's)."""
+    return (stream, threading.get_ident()) if stream == PER_THREAD_STREAM else stream
+
+
+_IS_CAPTURING = []
+
+
+def capturing(stream: int) -> bool:
+    """Whether `stream` is capturing a CUDA graph (cuStreamIsCapturing; through ctypes, a
+    fraction of a microsecond)."""
+    if not _IS_CAPTURING:
+        fn = None
+        try:
+            fn = ctypes.CDLL("libcuda.so.1").cuStreamIsCapturing
+            fn.argtypes, fn.restype = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_int)], ctypes.c_int
+        except (OSError, AttributeError):
+            pass
+        _IS_CAPTURING.append(fn)
+    fn, status = _IS_CAPTURING[0], ctypes.c_int(0)
+    if fn is None:
+        r = _drv.bindings().cuStreamIsCapturing(stream)
+        return int(r[0]) == 0 and int(r[1]) != 0
+    return fn(stream or None, ctypes.byref(status)) == 0 and status.value != 0
+
+
+def zero_async(ptr: int, words: int, stream: int) -> None:
+    """Set `words` 32-bit words at `ptr` to 0, in `stream`'s order (captured into a graph
+    when the stream captures)."""
+    _drv.check(_drv.bindings().cuMemsetD32Async(ptr, 0, words, stream), "cuMemsetD32Async")
+
+
 class StreamScratch:
     """Device memory that the launches on one stream reuse: a workspace (a kernel's partial
     sums, read back within the launch) and u32 counters that are 0 between launches (arrival
     counters, dsl/arrivals.py: each launch puts back to 0 what it counted). A stream runs its
-    launches one after another, so one scratch per (device, stream) serves every kernel
-    launched there, as cuBLAS keeps a workspace per stream. It grows and never shrinks; what it
-    outgrew stays allocated, as a CUDA graph captured earlier may still point there. Its
-    memory is tilegen's own (cuMemAlloc), made in relaxed capture mode and zeroed on a private
-    stream, so the first use may come inside a graph capture. A stream destroyed while its
-    work still runs must not have its handle reused for tilegen's launches before that work ends."""
+    launches one after another, so one scratch per (device, stream_key) serves every kernel
+    launched there, as cuBLAS keeps a workspace per stream. It grows and never shrinks. Its
+    memory is tilegen's own (cuMemAlloc), zeroed on a private stream. Work being captured into
+    a CUDA graph must not use it (replays of two graphs may run at once): the callers give such
+    work memory of its own (gemm/call.py). A stream destroyed while its work still runs must not
+    have its handle reused for tilegen's launches before that work ends."""
 
-    _of: dict = {}   # (process, device, stream handle) -> StreamScratch
+    _of: dict = {}   # (process, device, stream_key) -> StreamScratch
 
     @classmethod
     def of(cls, device: int, stream: int) -> "StreamScratch":
-        key = (os.getpid(), device, stream)
+        key = (os.getpid(), device, stream_key(stream))
         scratch = cls._of.get(key)
         if scratch is None:
             scratch = cls._of[key] = cls(device)
@@ -192,7 +230,11 @@ class StreamScratch:
     def _grow(self, old, nbytes: int, zero: bool) -> DeviceBuffer:
         size = max(int(nbytes), 256, 2 * old.nbytes if old is not None else 0)   # (doubling: few growths)
         with _drv.capture_relaxed():
-            buf = DeviceBuffer(size, self.device)
+            try:
+                buf = DeviceBuffer(size, self.device)
+            except DeviceError:   # (no room to double: what is asked for only)
+                size = max(int(nbytes), 256)
+                buf = DeviceBuffer(size, self.device)
             if zero:   # on a stream of its own: no capture, nor the caller's stream, waits on it
                 d = _drv.bindings()
                 side = Stream(self.device)

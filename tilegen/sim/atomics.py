@@ -16,15 +16,15 @@ from .program import Reg
 from .state import Context, per_thread
 
 _OPS = {"add": lambda old, v: old + v, "exch": lambda old, v: v}
-_TYPES = {"u32": np.uint32, "s32": np.uint32, "b32": np.uint32}
+_TYPES = {"add": ("u32", "s32"), "exch": ("b32",)}   # (as ptxas takes them: add is arithmetic, exch bitwise)
 
 
 def build_atom(ins, ctx: Context):
     parts = ins.opcode.split(".")[1:]
     quals = [p for p in parts if p not in _IGNORED and p != "acq_rel"]
-    if len(quals) != 3 or quals[0] != "global" or quals[1] not in _OPS or quals[2] not in _TYPES:
-        ctx.unsupported(ins, f"{ins.opcode} (the emulator runs atom.global.add / .exch on 32-bit integers)")
-    op, t = _OPS[quals[1]], _TYPES[quals[2]]
+    if len(quals) != 3 or quals[0] != "global" or quals[1] not in _OPS or quals[2] not in _TYPES[quals[1]]:
+        ctx.unsupported(ins, f"{ins.opcode} (the emulator runs atom.global.add.u32 / .s32 and atom.global.exch.b32)")
+    op, t = _OPS[quals[1]], np.uint32
     if len(ins.operands) != 3 or not isinstance(ins.operands[0], Reg):
         ctx.unsupported(ins, f"{ins.opcode} with operands {ins.operands!r}")
     dst, where, value = ins.operands

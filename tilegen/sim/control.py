@@ -97,13 +97,13 @@ def build_bar(ins, ctx: Context):
         ok = parts[1:] in (["sync"],)
         ops = ins.operands
     if not ok or len(ops) not in (1, 2) or not isinstance(ops[0], Imm) or (len(ops) == 2 and not isinstance(ops[1], Imm)):
-        ctx.unsupported(ins, f"{ins.opcode} (only bar.sync N / barrier.sync N, M with immediates)")
+        ctx.unsupported(ins, f"{ins.opcode} (only bar.sync / bar.red N{{, M}} and barrier.sync N{{, M}} with immediates)")
     ident = int(ops[0].value)
     count = int(ops[1].value) if len(ops) == 2 else None
     if count == ctx.threads:
         count = None
     if not 0 <= ident < 16 or (count is not None and (count <= 0 or count % 32)):
-        ctx.fail(ins, f"bar.sync {ident}{'' if count is None else f', {count}'}: barriers 0..15, thread counts "
+        ctx.fail(ins, f"{ins.opcode} {ident}{'' if count is None else f', {count}'}: barriers 0..15, thread counts "
                       f"multiples of 32", kind="unsupported")
     g = _mask(ins, ctx)
     if ctx.masked:   # warps have parted: the runner holds each group here until all arrive

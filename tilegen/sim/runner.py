@@ -355,7 +355,7 @@ class _Apart:
                 continue
             if got > need:
                 ins = waiting[0].at_barrier.ins
-                raise SimError(f"bar.sync {ident}, {count}: {got} threads arrive, more than its count", kind="deadlock",
+                raise SimError(f"barrier {ident}, {count}: {got} threads arrive, more than its count", kind="deadlock",
                                line=ins.line, text=ins.text, cta=ctx.cta)
             if count is None:
                 ctx.shadow_barrier()
