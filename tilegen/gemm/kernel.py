@@ -97,21 +97,21 @@ class GemmKernel(Kernel):
             handle = int(runtime.stream_handle(stream))
             rows, cols = workspace_shape(self.spec, M, N, 0, count)
             counters = stack_counters(self.spec, M, N, count)
+            bufs = []
             if runtime.capturing(handle):   # (the graph's own memory: graphs captured on one stream may run at once)
                 bufs = [runtime.StreamBuffer(max(4 * rows * cols, 4), handle, device),
                         runtime.StreamBuffer(4 * counters, handle, device)]
-                try:
-                    runtime.zero_async(bufs[1].ptr, counters, handle)
-                    w = workspace_arguments(self.spec, rows, cols, bufs[0].ptr, M, N, bufs[1].ptr)
-                    return super().launch({**args, **w}, {**sizes, "WM": rows, "WN": cols}, stream=handle,
-                                          device=device)
-                finally:
-                    for buf in bufs:
-                        buf.free()
-            scratch = runtime.StreamScratch.of(device, handle)
-            w = workspace_arguments(self.spec, rows, cols, scratch.workspace(4 * rows * cols), M, N,
-                                    scratch.counters(counters))
-            return super().launch({**args, **w}, {**sizes, "WM": rows, "WN": cols}, stream=handle, device=device)
+                runtime.zero_async(bufs[1].ptr, counters, handle)
+                work, arrivals = bufs[0].ptr, bufs[1].ptr
+            else:
+                scratch = runtime.StreamScratch.of(device, handle)
+                work, arrivals = scratch.workspace(4 * rows * cols), scratch.counters(counters)
+            try:
+                w = workspace_arguments(self.spec, rows, cols, work, M, N, arrivals)
+                return super().launch({**args, **w}, {**sizes, "WM": rows, "WN": cols}, stream=handle, device=device)
+            finally:
+                for buf in bufs:
+                    buf.free()   # stream-ordered: after the launch that reads it
         if second is None:
             return super().launch(args, sizes, stream=stream, device=device)
         M, N = int(sizes["M"]), int(sizes["N"])

@@ -737,14 +737,18 @@ def stack_blocks(stack, m: int, n: int) -> int:
     return stack.matrices * -(-stack.M // m) * -(-stack.N // n)
 
 
+def slice_k_tiles(blocks: int, sms: int) -> int:
+    """The fewest k-tiles a slice of a split stack takes (the rule above)."""
+    return STACK_SLICE_K_TILES // 2 if 4 * blocks <= sms else STACK_SLICE_K_TILES
+
+
 def stack_split(spec, stack, sms: int) -> int:
     """Slices of K for a stack on the TMA stack kernel: 1, or where its blocks leave SMs idle and
     K is long (long-context decoding's P @ V: a few rows of each head's scores times its
     values, 16K x 128 and more), as many as the rule above gives."""
     blocks = stack_blocks(stack, spec.tile.m, spec.tile.n)
     k_tiles = -(-stack.K // spec.tile.k)
-    slice_k_tiles = STACK_SLICE_K_TILES // 2 if 4 * blocks <= sms else STACK_SLICE_K_TILES
-    return max(1, min(sms // max(blocks, 1), k_tiles // slice_k_tiles, STACK_MAX_SLICES))
+    return max(1, min(sms // max(blocks, 1), k_tiles // slice_k_tiles(blocks, sms), STACK_MAX_SLICES))
 
 
 def _sm_count() -> int:
@@ -832,8 +836,7 @@ def _batched_choice(stack, flat, bias, activation, allow_tf32, first=None):
             how += f", K in {spec.split_k} slices, added in slice order by the last to finish each block"
             tiles += (f"; {blocks} blocks for {sms} SMs and {k_tiles} k-tiles: K split in {spec.split_k} slices of "
                       f"{per} k-tiles" + (f" (the last {last})" if last != per else "")
-                      + f", a slice per {STACK_SLICE_K_TILES // 2 if 4 * blocks <= sms else STACK_SLICE_K_TILES} "
-                        f"k-tiles at most")
+                      + f", a slice per {slice_k_tiles(blocks, sms)} k-tiles at most")
         why = (f"16-bit stacks on Hopper take it{'; ' + tiles if tiles else ''}; layouts {spec.a_layout}/"
                f"{spec.b_layout} as the arrays are stored, target {spec.target}")
     else:

@@ -13,6 +13,7 @@ import threading
 
 from ..errors import DeviceError, LaunchError
 from . import driver as _drv
+from .launch import _libcuda
 
 
 def _host_block(arr, what: str, writable: bool = False):
@@ -169,12 +170,9 @@ def capturing(stream: int) -> bool:
     """Whether `stream` is capturing a CUDA graph (cuStreamIsCapturing; through ctypes, a
     fraction of a microsecond)."""
     if not _IS_CAPTURING:
-        fn = None
-        try:
-            fn = ctypes.CDLL("libcuda.so.1").cuStreamIsCapturing
+        fn = getattr(_libcuda(), "cuStreamIsCapturing", None)
+        if fn is not None:
             fn.argtypes, fn.restype = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_int)], ctypes.c_int
-        except (OSError, AttributeError):
-            pass
         _IS_CAPTURING.append(fn)
     fn, status = _IS_CAPTURING[0], ctypes.c_int(0)
     if fn is None:
@@ -236,10 +234,9 @@ class StreamScratch:
                 size = max(int(nbytes), 256)
                 buf = DeviceBuffer(size, self.device)
             if zero:   # on a stream of its own: no capture, nor the caller's stream, waits on it
-                d = _drv.bindings()
                 side = Stream(self.device)
                 try:
-                    _drv.check(d.cuMemsetD32Async(buf.ptr, 0, size // 4, side.handle), "cuMemsetD32Async")
+                    zero_async(buf.ptr, size // 4, side.handle)
                     side.synchronize()
                 finally:
                     side.close()
