@@ -197,6 +197,26 @@ def test_prepared_launch_checks_its_arguments():
     assert _rel(C, A, B) <= _bound(torch.float32, 32)
 
 
+def test_relaunch_repeats_the_packed_launch():
+    """The host benchmark's driver floor (Launcher.relaunch) launches what the last launch
+    packed: C poisoned after a launch is written again."""
+    k = tilegen.compile(tilegen.GemmSpec(dtype="f16", tile=(64, 64, 32)))
+    launcher = k.launcher()
+    if launcher.route != "ex":
+        pytest.skip("relaunch repeats the cuLaunchKernelEx route's buffer")
+    A = torch.randn(64, 32, device="cuda", dtype=torch.float16)
+    B = torch.randn(32, 64, device="cuda", dtype=torch.float16)
+    C = torch.empty(64, 64, device="cuda", dtype=torch.float32)
+    args = {"M": 64, "N": 64, "K": 32, "A_ptr": A.data_ptr(), "A_ld": 32, "B_ptr": B.data_ptr(), "B_ld": 64,
+            "C_ptr": C.data_ptr(), "C_ld": 64, "alpha": 1.0, "beta": 0.0}
+    k.launch(args, {"M": 64, "N": 64}, stream=torch.cuda.current_stream())
+    torch.cuda.synchronize()
+    C.fill_(float("nan"))
+    launcher.relaunch()
+    torch.cuda.synchronize()
+    assert _rel(C, A, B) <= _bound(torch.float32, 32)
+
+
 @pytest.mark.parametrize("dtype", ["bf16", "tf32", "e4m3"])
 def test_host_costs_are_measured(dtype):
     """The benchmark that reports the host times runs for every dtype `tilegen bench` takes
@@ -204,7 +224,7 @@ def test_host_costs_are_measured(dtype):
     from tilegen.bench.host import format_host, host_costs
 
     res = host_costs(dtype, size=256, calls=20, reps=3)
-    for name in ("torch.matmul", "kernel.launch", "kernel(A, B, out=C)", "tilegen.matmul"):
+    for name in ("torch.matmul", "driver call", "kernel.launch", "kernel(A, B, out=C)", "tilegen.matmul"):
         assert math.isfinite(res[name]["us"]) and res[name]["us"] > 0
     record(f"host_costs_smoke_{dtype}", **{k: v for k, v in res.items() if isinstance(v, dict)})
     assert "tilegen.matmul" in format_host(res)

@@ -318,6 +318,22 @@ def test_split_k_stacks_refuse_partial_sums_4_gib_apart():
         tilegen.GemmSpec(dtype="bf16", instruction="wgmma", batched=True, split_k=2)   # (a stack's default: cp.async)
 
 
+@pytest.mark.parametrize("slices", [2, 3, 5, 7, 16])
+def test_a_split_stack_never_launches_more_ctas_than_sms(slices):
+    """The persistent split stack's grid: a row of CTAs per slice, each row a share of the SMs, so
+    the rows never exceed them (cdiv rows of 27 for 5 slices of 132 SMs made 135 CTAs, three of
+    them waiting for a second wave); a row is never empty, and a stack of few blocks launches
+    only those."""
+    spec = tilegen.GemmSpec(dtype="bf16", instruction="wgmma", batched=True, copy="tma", split_k=slices,
+                            tile=(64, 64, 64), warps=(4, 1), stages=8)
+    k = tilegen.compile(spec)
+    for sms in (16, 114, 132):
+        x, y, z = k.grid({"M": 4096, "N": 4096, "K": 8192, "BATCH": 8}, sms)
+        assert y == slices and z == 1 and x * slices <= sms and x == sms // slices
+    assert k.grid({"M": 64, "N": 128, "K": 8192, "BATCH": 3}, 132) == (6, slices, 1)
+    assert k.launch_grid.to_data()[0][2][0] == "share"
+
+
 def test_decode_stacks_split_k_on_hopper(monkeypatch):
     """matmul on Hopper splits K for stacks whose blocks leave SMs idle and whose K is long
     (long-context decoding's scores @ values: a few rows per head, K of 16K and more): slices of at

@@ -2,7 +2,7 @@
 from .kernel import KernelFunction, kernel
 from .objects import Block, Fragment, SharedTile, Stage, Tensor, Vector
 from .primitives import (SM_COUNT, accumulate, else_, ge, gt, if_, is_zero, le, lt, barrier, cdiv, commit, copy_async, divmod_by, fragment, lane_id, launch, load, minimum,
-                         mma, num_programs, program_id, range_, scalar, shared, size, split_tf32, store, tensor,
+                         mma, num_programs, program_id, range_, scalar, share, shared, size, split_tf32, store, tensor,
                          thread_id, vector, wait, warp_id, wgmma, wgmma_fence, wgmma_commit, wgmma_wait,
                          fence_proxy_async)
 from .scalars import Float, Int, Pred
@@ -19,7 +19,7 @@ range = range_  # noqa: A001  (tilegen.range is the runtime loop, as in the DSL 
 
 __all__ = ["lt", "le", "gt", "ge", "is_zero", "if_", "else_", "Pred", "vector", "split_tf32", "Vector", "kernel", "KernelFunction", "Tensor", "Block", "SharedTile", "Stage", "Fragment", "Int", "Float",
            "tensor", "size", "scalar", "program_id", "num_programs", "thread_id", "warp_id", "lane_id", "cdiv", "divmod_by",
-           "minimum", "shared", "copy_async", "commit", "wait", "barrier", "fragment", "load", "mma",
+           "minimum", "share", "shared", "copy_async", "commit", "wait", "barrier", "fragment", "load", "mma",
            "store", "accumulate", "range", "launch", "SM_COUNT"]
 # Hopper (sm_90a) warpgroup mma from shared memory
 __all__ += ["wgmma", "wgmma_fence", "wgmma_commit", "wgmma_wait", "fence_proxy_async"]

@@ -235,6 +235,18 @@ def cdiv(a, b):
     return (wrap(a) + (b - 1)) // b
 
 
+def share(a, n: int):
+    """In a launch grid: each of n rows' share of a count, a // n but at least 1, so that n
+    rows of it fit in the count: share(tilegen.SM_COUNT, 3) CTAs per row of a persistent grid
+    of three rows."""
+    if not _grid_operand(a):
+        fail(f"share: takes a size name or grid expression (share(tilegen.SM_COUNT, 3)), got {type(a).__name__}")
+    try:
+        return G.Share(G.as_expr(a), n)
+    except ValueError as e:
+        fail(f"share: {e}")
+
+
 def divmod_by(a, n: int) -> tuple:
     """(a // n, a % n) of an Int and a positive int constant, without a division instruction
     (ptxas computes one by a constant through a float reciprocal each time it runs): for a

@@ -172,7 +172,9 @@ def launch_grid(spec):
     if spec.stream_k:   # every SM, as long as each can have a k-tile
         return (tg.minimum(blocks * tg.cdiv("K", spec.tile.k), tg.SM_COUNT), 1, 1)
     if spec.batched and spec.persistent:   # every block of every matrix of a stack (TmaStack), a row per K slice
-        return (tg.minimum(blocks * "BATCH", tg.cdiv(tg.SM_COUNT, spec.split_k)), spec.split_k, 1)
+        # (a share of the SMs per slice row: rows of cdiv(SMs, S) CTAs would overflow the GPU
+        # by up to S - 1, and those CTAs would wait for a second wave)
+        return (tg.minimum(blocks * "BATCH", tg.share(tg.SM_COUNT, spec.split_k)), spec.split_k, 1)
     if spec.batched:     # a row of blocks per matrix of the stack
         return (blocks, "BATCH", 1)
     return (tg.minimum(ctas, tg.SM_COUNT) if spec.persistent else blocks, spec.split_k, 1)

@@ -99,6 +99,27 @@ class CeilDiv(GridExpr):
 
 
 @dataclass(frozen=True)
+class Share(GridExpr):
+    """num // den, at least 1: each of `den` rows' share of a count (tilegen.share), so that
+    den rows of it never exceed the count, and a row is never empty."""
+    num: GridExpr
+    den: int
+
+    def __post_init__(self):
+        if isinstance(self.den, bool) or not isinstance(self.den, int) or self.den < 1:
+            raise ValueError(f"grid share among {self.den!r}: a positive int")
+
+    def source(self) -> str:
+        return f"max(1, {self.num.source()} // {self.den})"
+
+    def data(self):
+        return ["share", self.num.data(), self.den]
+
+    def text(self) -> str:
+        return f"share({self.num.text()}, {self.den})"
+
+
+@dataclass(frozen=True)
 class Mul(GridExpr):
     a: GridExpr
     b: GridExpr
@@ -202,13 +223,14 @@ _DECODE = {
     "size": lambda a: Size(a[0]),
     "const": lambda a: Const(a[0]),
     "cdiv": lambda a: CeilDiv(expr_from_data(a[0]), a[1]),
+    "share": lambda a: Share(expr_from_data(a[0]), a[1]),
     "mul": lambda a: Mul(expr_from_data(a[0]), expr_from_data(a[1])),
     "add": lambda a: Add(expr_from_data(a[0]), expr_from_data(a[1])),
     "min": lambda a: Min(expr_from_data(a[0]), expr_from_data(a[1])),
     "mod": lambda a: Mod(expr_from_data(a[0]), expr_from_data(a[1])),
     "sm_count": lambda a: SM_COUNT,
 }
-_ARITY = {"size": 1, "const": 1, "cdiv": 2, "mul": 2, "add": 2, "min": 2, "mod": 2, "sm_count": 0}
+_ARITY = {"size": 1, "const": 1, "cdiv": 2, "share": 2, "mul": 2, "add": 2, "min": 2, "mod": 2, "sm_count": 0}
 
 
 def expr_from_data(d) -> GridExpr:

@@ -233,6 +233,16 @@ class Launcher:
         if err:
             self._failed(int(err), grid, values, stream)
 
+    def relaunch(self) -> None:
+        """The driver's call alone, on the buffer the last launch packed (the "ex" route): the
+        floor under a launch's host time, for `tilegen bench --host`."""
+        if self.route != "ex" or self._packed is _NOTHING_PACKED:
+            raise LaunchError(f"relaunch: {self.function.entry} has no packed launch to repeat (route {self.route!r})")
+        with self.lock:
+            err = self._fn(*self._ex_args)
+        if err:
+            self._failed(int(err), self._packed[1], self._packed[0], self._packed[2])
+
     def _failed(self, err: int, grid, values, stream) -> None:
         if err in _INVALID_CONTEXT:  # this thread has no (or another) context current: once more
             _drv.forget_current()
