@@ -3,11 +3,12 @@ from .compiler import Kernel
 from .dsl import kernel
 from .errors import DeviceError, DSLError, IRError, LaunchError, PerformanceWarning, SpecError, TilegenError
 from .frontend import compile
+from .runtime.memory import free_scratch
 from .gemm import Epilogue, GemmKernel, GemmSpec, SpecSyntaxError, TileShape, WarpLayout, matmul, matmul_fused
 from .version import __version__
 
 __all__ = [
     "compile", "kernel", "Kernel", "GemmKernel", "matmul", "matmul_fused", "SpecSyntaxError", "GemmSpec",
     "TileShape", "WarpLayout", "Epilogue", "SpecError", "TilegenError", "LaunchError", "DeviceError", "DSLError",
-    "IRError", "PerformanceWarning", "__version__",
+    "IRError", "PerformanceWarning", "free_scratch", "__version__",
 ]

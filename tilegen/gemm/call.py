@@ -393,7 +393,13 @@ class FastCall:
                           (pa[1], pa[2], pa[3], pa[4], pb[1], pb[2], pb[3], pb[4], c_shape, c_strides, c_dtype, c_device),
                           (M, N, K, a_ld, b_ld, c_ld, grid), launcher, launches,
                           runtime.stream_key(stream) if scratch is not None else None)
+            if scratch is not None:   # (its launches name the scratch: forgotten when it is freed)
+                runtime.StreamScratch.remembered_by(self)
         return out
+
+    def forget_scratch(self) -> None:
+        """Forget the remembered launches (runtime.free_scratch frees the memory they name)."""
+        self._last = None
 
     def _prepare(self, M, N, K, a_ptr, a_ld, b_ptr, b_ld, device, stream, scratch):
         """The first kernels' copies (gemm/prepare.py) in `scratch` (_scratch: the stream's, which
@@ -956,7 +962,13 @@ class BatchedCall:
         if len(launches) == 1 and not keep and bias is None and pr is None:   # (one launch, nothing copied or captured)
             self._last = ((pa, pb, pc, count, alpha, beta), launcher, *launches[0],
                           runtime.stream_key(stream) if self.split else None)
+            if self.split:   # (its arguments name the scratch: forgotten when it is freed)
+                runtime.StreamScratch.remembered_by(self)
         return out
+
+    def forget_scratch(self) -> None:
+        """Forget the remembered launch (runtime.free_scratch frees the memory it names)."""
+        self._last = None
 
 
 GRID_Y = 65535   # matrices per launch of a batched kernel (its grid's y extent)

@@ -10,6 +10,8 @@ import ctypes
 import os
 import sys
 import threading
+import warnings
+import weakref
 
 from ..errors import DeviceError, LaunchError
 from . import driver as _drv
@@ -192,13 +194,17 @@ class StreamScratch:
     sums, read back within the launch) and u32 counters that are 0 between launches (arrival
     counters, dsl/arrivals.py: each launch puts back to 0 what it counted). A stream runs its
     launches one after another, so one scratch per (device, stream_key) serves every kernel
-    launched there, as cuBLAS keeps a workspace per stream. It grows and never shrinks. Its
+    launched there, as cuBLAS keeps a workspace per stream. It grows and never shrinks, until
+    free_scratch frees every stream's (a warning says when more than MANY_STREAMS hold one). Its
     memory is tilegen's own (cuMemAlloc), zeroed on a private stream. Work being captured into
     a CUDA graph must not use it (replays of two graphs may run at once): the callers give such
     work memory of its own (gemm/call.py). A stream destroyed while its work still runs must not
     have its handle reused for tilegen's launches before that work ends."""
 
     _of: dict = {}   # (process, device, stream_key) -> StreamScratch
+    _users = weakref.WeakSet()   # what remembers launches naming a scratch (forget_scratch() on release)
+    MANY_STREAMS = 64   # scratches of one process past which a warning says they are kept (free_scratch)
+    _warned = False
 
     @classmethod
     def of(cls, device: int, stream: int) -> "StreamScratch":
@@ -206,7 +212,51 @@ class StreamScratch:
         scratch = cls._of.get(key)
         if scratch is None:
             scratch = cls._of[key] = cls(device)
+            if len(cls._of) > cls.MANY_STREAMS and not cls._warned:
+                cls._warned = True
+                held = sum(s.nbytes for s in cls._of.values())
+                warnings.warn(f"tilegen keeps scratch memory for each stream its split-K and prepared-operand "
+                              f"launches ran on: {len(cls._of)} streams now hold {held / 2 ** 20:.1f} MiB. Reuse "
+                              f"streams, or call tilegen.free_scratch() to free it", RuntimeWarning, stacklevel=2)
         return scratch
+
+    @classmethod
+    def remembered_by(cls, user) -> None:
+        """`user` keeps launches whose arguments name a scratch: free_scratch calls its
+        forget_scratch() first."""
+        cls._users.add(user)
+
+    @property
+    def nbytes(self) -> int:
+        return sum(b.nbytes for b in (self._work, self._counters, *self._outgrown) if b is not None)
+
+    @classmethod
+    def release(cls) -> int:
+        """free_scratch(): every stream's scratch of this process freed, once the devices have
+        finished their work; the bytes freed."""
+        mine = [(key, s) for key, s in cls._of.items() if key[0] == os.getpid()]
+        if not mine:
+            return 0
+        for user in list(cls._users):   # no remembered launch names the memory any more
+            user.forget_scratch()
+        with _drv.capture_relaxed():
+            for device in sorted({s.device for _, s in mine}):
+                try:
+                    synchronize(device)
+                except DeviceError as e:
+                    raise DeviceError(f"free_scratch waits for the device's work to end, which failed (a CUDA graph "
+                                      f"capture in progress forbids it: call it outside capture): {e}") from None
+        freed = 0
+        for key, s in mine:
+            freed += s.nbytes
+            for buf in (s._work, s._counters, *s._outgrown):
+                if buf is not None:
+                    buf.close()
+            s._work = s._counters = None
+            s._outgrown = []
+            del cls._of[key]
+        cls._warned = False
+        return freed
 
     def __init__(self, device: int):
         self.device = device
@@ -321,6 +371,15 @@ def synchronize(device: int = 0) -> None:
     d = _drv.bindings()
     _drv.ensure_context(device)
     _drv.check(d.cuCtxSynchronize(), "cuCtxSynchronize")
+
+
+def free_scratch() -> int:
+    """Free the device memory tilegen keeps per stream (split-K's partial sums and arrival
+    counters, operands prepared by first kernels such as tf32's K-major copy of B), after
+    waiting for every device it is on to finish its work; returns the bytes freed. The next
+    call that needs scratch allocates it again. Not while a CUDA graph is being captured, nor
+    while other threads launch tilegen work."""
+    return StreamScratch.release()
 
 
 def copy_2d(dst: int, dst_pitch: int, src: int, src_pitch: int, width_bytes: int, height: int,
