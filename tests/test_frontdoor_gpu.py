@@ -680,3 +680,49 @@ def test_a_stack_called_again_on_the_same_arrays(M, persistent):
     matmul(A, B2, out=out)
     check(out, b=B2)
     check(matmul(A, B))
+
+
+@pytest.mark.parametrize("M, N, K", [(512, 384, 256), (4096, 4096, 1024)])
+def test_scaled_mm_scales_are_used_where_they_are(M, N, K):
+    """torch._scaled_mm's scales as it takes them: per-tensor 0-d f32 GPU tensors are read by the
+    kernel (no read-back), so the call is capturable and each replay multiplies by the scales'
+    values at that time; row-wise scales as M x 1 and 1 x N tensors. Each result within the fp8
+    bound of the float64 product of the same inputs."""
+    if torch.cuda.get_device_capability() < (8, 9):
+        pytest.skip("fp8 needs an sm_89 or newer GPU")
+    gen = torch.Generator(device="cuda").manual_seed(7)
+    A = torch.randn(M, K, device="cuda", generator=gen).to(torch.float8_e4m3fn)
+    B = torch.randn(N, K, device="cuda", generator=gen).to(torch.float8_e4m3fn).t()
+    prod, scale = A.double() @ B.double(), torch.linalg.norm(A.double().abs() @ B.double().abs())
+    bound = fp8_wgmma_bound(K, "bf16", 128)
+
+    def err(C, want, factor):
+        return float(torch.linalg.norm(C.double() - want) / (scale * factor))
+
+    sa, sb = torch.tensor(0.5, device="cuda"), torch.tensor(4.0, device="cuda")
+    epi = tilegen.matmul.explain(A, B, scale_a=sa, scale_b=sb).spec.epilogue
+    assert epi.device_scale_a and epi.device_scale_b
+    C = tilegen.matmul(A, B, scale_a=sa, scale_b=sb)
+    torch.cuda.synchronize()
+    assert C.dtype == torch.bfloat16 and err(C, 2.0 * prod, 2.0) <= bound
+    out = torch.empty(M, N, device="cuda", dtype=torch.bfloat16)
+    tilegen.matmul(A, B, scale_a=sa, scale_b=sb, out=out)   # (warm: nothing to load inside the capture)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        tilegen.matmul(A, B, scale_a=sa, scale_b=sb, out=out, alpha=-1.0)
+    for a, b in ((0.25, 4.0), (3.0, 0.5)):
+        sa.fill_(a)
+        sb.fill_(b)
+        out.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        assert err(out, -a * b * prod, a * b) <= bound, (a, b)
+    ra = torch.rand(M, 1, device="cuda", generator=gen) + 0.5
+    rb = torch.rand(1, N, device="cuda", generator=gen) + 0.5
+    C2 = tilegen.matmul(A, B, scale_a=ra, scale_b=rb)
+    want = prod * ra.double() * rb.double()
+    torch.cuda.synchronize()
+    assert err(C2, want, 2.25) <= bound
+    C3 = tilegen.matmul(A, B, scale_a=ra, scale_b=sb)   # a vector for A, a GPU scalar for B
+    torch.cuda.synchronize()
+    assert err(C3, prod * ra.double() * sb.double(), 1.5 * 0.5) <= 2 * bound

@@ -349,6 +349,12 @@ def test_fp8_front_door_on_the_emulator():
     assert c.spec.epilogue.scale_rows and c.spec.epilogue.scale_cols
     C4 = tilegen.matmul(A, W.T, scale_a=2.0, scale_b=sb, out_dtype="f32", device="sim")   # mixed kinds
     assert np.max(np.abs(C4 - 2.0 * ref * sb[None, :])) <= 1e-5 * np.max(np.abs(2.0 * ref * sb[None, :]))
+    # torch._scaled_mm's row-wise shapes: scale_a M x 1, scale_b 1 x N
+    C5 = tilegen.matmul(A, W.T, scale_a=sa[:, None], scale_b=sb[None, :], out_dtype="f32", device="sim")
+    assert np.max(np.abs(C5 - want)) <= 1e-5 * np.max(np.abs(want))
+    for bad in (dict(scale_a=sa[None, :]), dict(scale_b=sb[:, None]), dict(scale_a=np.ones((70, 2), np.float32))):
+        with pytest.raises(tilegen.LaunchError, match="as torch._scaled_mm takes it|must be a number"):
+            tilegen.matmul(A, W.T, out_dtype="f32", device="sim", **bad)
     with pytest.raises(tilegen.LaunchError, match="scale_a has 3 elements"):
         tilegen.matmul(A, W.T, scale_a=np.ones(3, np.float32), device="sim")
     with pytest.raises(tilegen.LaunchError, match="out_dtype='int8'"):
@@ -361,6 +367,32 @@ def test_fp8_front_door_on_the_emulator():
         got = tilegen.matmul(x, y, out_dtype=np.float32, device="sim")   # (a numpy scalar type names the dtype)
         want = x.astype(np.float64) @ y.astype(np.float64)
         assert got.dtype == np.float32 and np.max(np.abs(got - want)) <= 1e-5 * max(1.0, np.max(np.abs(want)))
+
+
+def test_per_tensor_scales_in_device_memory_on_the_emulator():
+    """Epilogue(device_scale_a=, device_scale_b=): the kernel reads each per-tensor scale (one f32)
+    from memory and multiplies it into alpha, beside a vector of the other operand's; a kernel
+    that reads them refuses calls without them, or with more than one element."""
+    rng = np.random.default_rng(3)
+    A = rng.standard_normal((40, 96)).astype(ml_dtypes.float8_e4m3fn)
+    W = rng.standard_normal((56, 96)).astype(ml_dtypes.float8_e4m3fn)
+    ref = A.astype(np.float64) @ W.T.astype(np.float64)
+    spec = tilegen.GemmSpec(dtype="e4m3", tile=(32, 32, 64), warps=(1, 1),
+                            epilogue=tilegen.Epilogue(device_scale_a=True, device_scale_b=True))
+    k = tilegen.compile(spec)
+    C = k(A, W.T, scale_a=np.array([0.5], np.float32), scale_b=np.array([[4.0]], np.float32), alpha=-1.5,
+          device="sim")
+    assert np.max(np.abs(C - (-3.0) * ref)) <= 1e-5 * np.max(np.abs(3.0 * ref))
+    sb = rng.uniform(0.5, 2, 56).astype(np.float32)
+    k2 = tilegen.compile(spec.replace(epilogue=tilegen.Epilogue(device_scale_a=True, scale_cols=True)))
+    C2 = k2(A, W.T, scale_a=np.float32(0.25).reshape(()), scale_b=sb, device="sim")
+    assert np.max(np.abs(C2 - 0.25 * ref * sb[None, :])) <= 1e-5 * np.max(np.abs(ref * sb[None, :]))
+    with pytest.raises(tilegen.LaunchError, match="reads scale_b from device memory: pass scale_b="):
+        k(A, W.T, scale_a=np.array([0.5], np.float32), device="sim")
+    with pytest.raises(tilegen.LaunchError, match=r"scale_a has shape \(2,\): this kernel reads scale_a as one f32"):
+        k(A, W.T, scale_a=np.ones(2, np.float32), scale_b=np.ones(1, np.float32), device="sim")
+    with pytest.raises(tilegen.SpecError, match="one scale per operand"):
+        tilegen.Epilogue(scale_rows=True, device_scale_a=True)
 
 
 def test_numbers_and_arrays_that_are_not_real_are_refused():

@@ -3,8 +3,8 @@ from .compiler import Kernel
 from .dsl import kernel
 from .errors import DeviceError, DSLError, IRError, LaunchError, PerformanceWarning, SpecError, TilegenError
 from .frontend import compile
-from .runtime.memory import free_scratch
-from .gemm import Epilogue, GemmKernel, GemmSpec, SpecSyntaxError, TileShape, WarpLayout, matmul, matmul_fused
+from .gemm import (Epilogue, GemmKernel, GemmSpec, SpecSyntaxError, TileShape, WarpLayout, free_scratch, matmul,
+                   matmul_fused)
 from .version import __version__
 
 __all__ = [

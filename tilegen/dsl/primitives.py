@@ -14,7 +14,8 @@ from ..ir import grid as G
 from ..ir import tile as T
 from ..ir.access import TRANSPOSE_BYTES
 from ..ir.layout import SmemLayout
-from ..ir.values import Imm, Value
+from ..ir.instr import Instr
+from ..ir.values import Addr, Imm, Value
 from .objects import Block, Fragment, SharedTile, Stage, Tensor, Vector
 from .scalars import Float, Int, Pred, raw, wrap
 from .trace import current, fail, user_location
@@ -102,6 +103,17 @@ def scalar(name: str, type: str = "f32"):
     if type == "u32":
         return Int(declare_param(name, "u32"))
     fail(f"scalar {name}: type={type!r}; allowed: 'f32', 'u32'")
+
+
+def device_scalar(name: str) -> Float:
+    """Declare `<name>_ptr`, a pointer to one f32 in device memory, and read it (every thread,
+    once, where called): a value the host keeps on the GPU, such as a per-tensor scale."""
+    _identifier(name, "device_scalar")
+    ptr = declare_param(f"{name}_ptr", "u64", pointer=True)
+    b = current().builder
+    value = b.op("mov.f32", "f32", Imm(0.0, "f32"))
+    b.emit(Instr("ld.global.f32", (value,), (Addr(ptr),), comment=f"{name}: one f32 in device memory"))
+    return Float(value)
 
 
 def program_id(axis: str = "x") -> Int:

@@ -103,9 +103,15 @@ class Pred:
 
 
 class Float:
-    """An f32 kernel parameter (alpha, beta). Only passed to primitives that take it."""
+    """An f32 kernel parameter (alpha, beta), or a product of them (`*`). Only passed to
+    primitives that take it."""
 
     __slots__ = ("raw",)
 
     def __init__(self, raw: Value):
         self.raw = raw
+
+    def __mul__(self, other):
+        if not isinstance(other, Float):
+            fail(f"a Float multiplies another Float, not {type(other).__name__}")
+        return Float(current().builder.op("mul.f32", "f32", self.raw, other.raw))

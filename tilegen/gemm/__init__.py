@@ -15,12 +15,13 @@ and the front door that picks a spec (tilegen.matmul).
 | matmul       | tilegen.matmul: the spec for given arrays, and why (explain)           |
 | batch        | stacks and vectors as numpy.matmul takes them: fold, batch or loop     |
 """
+from ..runtime import free_scratch   # (the memory kept per stream for split-K and prepared operands)
 from .kernel import GemmKernel, compile_gemm
 from .matmul import explain, matmul, matmul_fused
 from .spec import Epilogue, GemmSpec, TileShape, WarpLayout, parse_spec_text, spec_to_text
 from .template import gemm_kernel_name, trace_gemm
 from .textspec import SpecFileError, SpecSyntaxError
 
-__all__ = ["GemmSpec", "Epilogue", "TileShape", "WarpLayout", "GemmKernel", "compile_gemm", "matmul",
+__all__ = ["free_scratch", "GemmSpec", "Epilogue", "TileShape", "WarpLayout", "GemmKernel", "compile_gemm", "matmul",
            "matmul_fused", "explain", "parse_spec_text", "spec_to_text", "gemm_kernel_name", "trace_gemm",
            "SpecSyntaxError", "SpecFileError"]

@@ -166,16 +166,32 @@ def check_device(device) -> None:
         raise LaunchError(f"device={device!r}; allowed: None, 'gpu', 'sim' or a GPU index")
 
 
+def scale_lengths(spec, M: int, N: int) -> tuple:
+    """The elements of scale_a and scale_b a kernel reads: M and N for vectors (per row of A, per
+    column of B), 1 for per-tensor scales in device memory (Epilogue.device_scale_a / _b)."""
+    epi = spec.epilogue
+    return (1 if epi.device_scale_a else M), (1 if epi.device_scale_b else N)
+
+
 def check_epilogue(spec, bias, residual, scales=NO_SCALES):
     epi = spec.epilogue
-    for vec, name, size in ((scales[0], "scale_a", "M"), (scales[1], "scale_b", "N")):
-        if vec is not None and len(getattr(vec, "shape", ())) != 1:
+    for vec, name, size, device in ((scales[0], "scale_a", "M", epi.device_scale_a),
+                                    (scales[1], "scale_b", "N", epi.device_scale_b)):
+        shape = tuple(getattr(vec, "shape", ()))
+        if vec is not None and device and int(np.prod(shape)) != 1:
+            raise LaunchError(f"{name} has shape {shape}: this kernel reads {name} as one f32 in device memory (its "
+                              f"spec's Epilogue(device_scale_{name[-1]}=True)): pass a one-element f32 array")
+        if vec is not None and not device and len(shape) != 1:
             raise LaunchError(f"{name}={vec!r}: a kernel takes {name} as a vector of {size} f32 values (its spec "
-                              f"with Epilogue(scale_{'rows' if name == 'scale_a' else 'cols'}=True)); a per-tensor "
-                              f"scale goes into alpha (alpha=scale_a * scale_b), or through tilegen.matmul")
+                              f"with Epilogue(scale_{'rows' if name == 'scale_a' else 'cols'}=True)) or as one f32 in "
+                              f"device memory (Epilogue(device_scale_{name[-1]}=True)); a per-tensor scale goes into "
+                              f"alpha (alpha=scale_a * scale_b), or through tilegen.matmul")
     check_real_arrays(bias=bias, residual=residual, scale_a=scales[0], scale_b=scales[1])
-    for vec, on, name, size in ((scales[0], epi.scale_rows, "scale_a", "M"), (scales[1], epi.scale_cols, "scale_b", "N")):
-        if (vec is None) == on:
+    for vec, on, device, name, size in ((scales[0], epi.scale_rows, epi.device_scale_a, "scale_a", "M"),
+                                        (scales[1], epi.scale_cols, epi.device_scale_b, "scale_b", "N")):
+        if vec is None and device:
+            raise LaunchError(f"this kernel reads {name} from device memory: pass {name}= (a one-element f32 array)")
+        if (vec is None) == on and not device:
             raise LaunchError(f"this kernel scales by a vector {name} of length {size}: pass {name}=" if on else
                               f"{name}= (a vector) needs a spec with Epilogue(scale_{'rows' if name == 'scale_a' else 'cols'}=True)")
     if (bias is None) != (epi.bias is None):
@@ -231,7 +247,9 @@ class FastCall:
         self.b_row = spec.b_layout == "row"
         self.bias_axis = spec.epilogue.bias
         self.residual = spec.epilogue.residual
-        self.scaled = (spec.epilogue.scale_rows, spec.epilogue.scale_cols)
+        epi = spec.epilogue
+        self.scaled = (epi.scale_rows or epi.device_scale_a, epi.scale_cols or epi.device_scale_b)
+        self.scalar_scales = (epi.device_scale_a, epi.device_scale_b)   # (one element each: shape (1,))
         self.c_map = _c_map(kernel)   # C's TMA-store map: rows it cannot take go to the direct-store kernel
         # operands prepared by first kernels (gemm/prepare.py), which read any pitch; their
         # launches laid out once per shape
@@ -361,7 +379,8 @@ class FastCall:
                 return None
             r_ptr, r_ld = pr[PTR], rm[2]
         s_ptrs = [0, 0]
-        for at, (vec, length) in enumerate(zip(scales, (M, N))):
+        for at, (vec, length) in enumerate(zip(scales, (1 if self.scalar_scales[0] else M,
+                                                        1 if self.scalar_scales[1] else N))):
             if vec is not None:
                 pv = interop.library(vec) is lib and lib.probe(vec)
                 if (not pv or pv[DTYPE] != "float32" or pv[DEVICE] != device or tuple(pv[SHAPE]) != (length,)
@@ -755,8 +774,9 @@ def _run_host(kernel, A, B, out, alpha, beta, bias, residual, memory, scales=NO_
             if residual.shape != (M, N):
                 raise LaunchError(f"residual has shape {residual.shape}; expected ({M}, {N})")
             args["R_ptr"], args["R_ld"] = memory.put(np.ascontiguousarray(residual)), N
-        for vec, name, length in ((scales[0], "scale_a", M), (scales[1], "scale_b", N)):
+        for vec, name, length in zip(scales, ("scale_a", "scale_b"), scale_lengths(spec, M, N)):
             if vec is not None:
+                vec = vec.reshape(-1) if length == 1 else vec   # (a per-tensor scale: any one-element shape)
                 _check_host(vec, name, np.dtype(np.float32), "f32", ndim=1)
                 if vec.shape[0] != length:
                     raise LaunchError(f"{name} has {vec.shape[0]} elements; it scales each of the {length} "
@@ -1163,8 +1183,9 @@ def _run_device(kernel, A, B, out, alpha, beta, bias, residual, repitch=False, s
     if residual is not None:
         r = runtime.describe_array(residual, name="residual", dtype=out_dt, shape=(M, N), layout="row")
         args["R_ptr"], args["R_ld"] = r.ptr, r.ld
-    for vec, name, length in ((scales[0], "scale_a", M), (scales[1], "scale_b", N)):
+    for vec, name, length in zip(scales, ("scale_a", "scale_b"), scale_lengths(spec, M, N)):
         if vec is not None:
+            vec = vec.reshape(-1) if length == 1 else vec   # (a per-tensor scale: any one-element shape)
             if tuple(getattr(vec, "shape", ())) != (length,):
                 raise LaunchError(f"{name} must have shape ({length},), got {tuple(getattr(vec, 'shape', ()))}")
             args[f"{name}_ptr"] = runtime.describe_array(vec.reshape(1, length), name=name, dtype=np.float32,

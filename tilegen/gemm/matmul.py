@@ -319,9 +319,15 @@ def explain(A, B, *, bias=None, activation=None, residual=None, out=None, allow_
         else:
             raise LaunchError(f"bias must be 1-D with N={N} (per column) or M={M} (per row) elements, "
                               f"got shape {tuple(getattr(bias, 'shape', ()))}")
+    rows_scaled, cols_scaled = _vector_scale(scale_a, M, "scale_a") is not None, \
+        _vector_scale(scale_b, N, "scale_b") is not None
+    device_a = not rows_scaled and _device_scale(scale_a) is not None
+    device_b = not cols_scaled and _device_scale(scale_b) is not None
+    if device_a or device_b:
+        why.append("per-tensor scales in GPU memory, read by the kernel (no read-back; capturable)")
     epilogue = Epilogue(bias=bias_axis, activation=activation or "none", residual=residual is not None,
-                        scale_rows=_vector_scale(scale_a, M, "scale_a") is not None,
-                        scale_cols=_vector_scale(scale_b, N, "scale_b") is not None)
+                        scale_rows=rows_scaled, scale_cols=cols_scaled, device_scale_a=device_a,
+                        device_scale_b=device_b)
     # fp8 host arrays (K-major views of any strides) are copied into the layouts the kernel reads
     a_layout, b_layout = ("row", "col") if dtype in FP8 and host else (_layout(A), _layout(B))
     target = _target()
@@ -542,7 +548,7 @@ def _fast_matmul(lib, A, B, out, bias, activation, residual, alpha, beta, allow_
     tf32 = _allow_tf32(allow_tf32) if pa[DTYPE] == "float32" else None
     exact = (pa[SHAPE], pa[STRIDES], pa[DTYPE], pa[DEVICE], pb[SHAPE], pb[STRIDES], pb[DTYPE],
              pc[DTYPE] if pc else None, None if bias is None else bias.shape, activation, residual is not None, tf32,
-             scales[0] is not None, scales[1] is not None)
+             *_scale_kinds(scales))
     kernel = _exact.get(exact) if _store_unchanged() else None
     if kernel is None:
         kernel = _choose(lib, A, B, out, pa, pb, pc, bias, activation, residual, tf32, scales)
@@ -613,6 +619,12 @@ def _stack_key(lib, pa, pb, out, bias, activation, allow_tf32):
     return exact, shape, count, fa, fb, fc
 
 
+def _scale_kinds(scales) -> tuple:
+    """What each of matmul's (scale_a, scale_b) is to the kernel: None (none, or folded into
+    alpha), "vector" (per row / column), "scalar" (one f32 in device memory)."""
+    return tuple(None if x is None else "vector" if int(x.shape[0]) > 1 else "scalar" for x in scales)
+
+
 def _choose(lib, A, B, out, pa, pb, pc, bias, activation, residual, tf32, scales=NO_SCALES):
     """The kernel for these probed arrays: remembered per choice key, else explain's."""
     if len(pa[SHAPE]) != 2 or len(pb[SHAPE]) != 2:
@@ -628,8 +640,7 @@ def _choose(lib, A, B, out, pa, pb, pc, bias, activation, residual, tf32, scales
         if axis is None:
             return None
     key = (pa[DTYPE], pb[DTYPE], pc[DTYPE] if pc else None, sa[1] == 1, sa[0] == 1, sb[1] == 1, sb[0] == 1,
-           size_class(M, N, K), axis, activation, residual is not None, pa[DEVICE], tf32, scales[0] is not None,
-           scales[1] is not None)
+           size_class(M, N, K), axis, activation, residual is not None, pa[DEVICE], tf32, *_scale_kinds(scales))
     kernel = _chosen.get(key)
     if kernel is None:
         choice = explain(A, B, bias=bias, activation=activation, residual=residual, out=out, allow_tf32=tf32,
@@ -657,6 +668,8 @@ def matmul(A, B, *, bias=None, activation=None, residual=None, alpha=1.0, beta=0
         rows = int(A.shape[0]) if hasattr(A, "shape") and len(A.shape) == 2 else 0
         cols = int(B.shape[1]) if hasattr(B, "shape") and len(B.shape) == 2 else 0
         va, vb = _vector_scale(scale_a, rows, "scale_a"), _vector_scale(scale_b, cols, "scale_b")
+        va = va if va is not None else _device_scale(scale_a)   # (a GPU scalar: read by the kernel)
+        vb = vb if vb is not None else _device_scale(scale_b)
         alpha = alpha * (1.0 if va is not None else _scale(scale_a, "scale_a")) \
             * (1.0 if vb is not None else _scale(scale_b, "scale_b"))
         if va is not None or vb is not None:
@@ -939,11 +952,18 @@ def zero_operands(A, B):
 
 
 def _vector_scale(x, length: int, name: str):
-    """x when it is a per-row / per-column scale (a 1-D array of `length` > 1 elements), else None
-    (a per-tensor one, or none); a 1-D array of another length is refused."""
+    """x when it is a per-row / per-column scale (a 1-D array of `length` > 1 elements, or as
+    torch._scaled_mm takes them, scale_a M x 1 and scale_b 1 x N: then a 1-D view), else None (a
+    per-tensor one, or none); a 1-D array of another length is refused."""
     if x is None or isinstance(x, (int, float, np.number)):
         return None
     shape = tuple(getattr(x, "shape", ()))
+    if len(shape) == 2 and shape == ((length, 1) if name == "scale_a" else (1, length)) and length > 1:
+        return x.reshape(length)
+    if len(shape) == 2 and max(shape) > 1 and min(shape) == 1:
+        want = f"{length} x 1 (one per row of A)" if name == "scale_a" else f"1 x {length} (one per column of B)"
+        raise LaunchError(f"{name} has shape {shape}; a per-{'row' if name == 'scale_a' else 'column'} scale is "
+                          f"1-D with {length} elements or {want}, as torch._scaled_mm takes it (or pass one number)")
     if len(shape) == 1 and shape[0] > 1:
         if shape[0] != length:
             which = "rows of A (M)" if name == "scale_a" else "columns of B (N)"
@@ -953,9 +973,22 @@ def _vector_scale(x, length: int, name: str):
     return None
 
 
+def _device_scale(x):
+    """A per-tensor scale the kernel reads where it is (a one-element view of it): a one-element
+    float32 PyTorch or CuPy array on the GPU, as torch._scaled_mm takes its scales; else None."""
+    if x is None or isinstance(x, (int, float, np.number, np.ndarray)):
+        return None
+    lib = interop.library(x)
+    if lib is None or getattr(x, "is_cuda", True) is False or str(x.dtype).replace("torch.", "") != "float32":
+        return None
+    n = x.numel() if hasattr(x, "numel") else getattr(x, "size", None)
+    return x.reshape(1) if n == 1 else None
+
+
 def _scale(x, name: str) -> float:
-    """A per-tensor scale as a float: a number, or a one-element array (a GPU tensor's value is
-    read back, which waits for the GPU: pass a Python float to avoid that)."""
+    """A per-tensor scale as a float: a number, or a one-element array (a float32 GPU array is
+    read by the kernel instead, _device_scale; another GPU array's value is read back, which
+    waits for the GPU)."""
     if x is None:
         return 1.0
     if isinstance(x, (int, float, np.number)) and not isinstance(x, bool):

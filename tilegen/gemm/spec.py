@@ -94,13 +94,18 @@ class Epilogue:
     launch arguments. bias: None, "row" (length M) or "col" (length N). activation: none, relu,
     gelu_tanh, gelu_erf, silu; "gelu" is PyTorch's default GELU and means gelu_erf. scale_rows /
     scale_cols: f32 vectors of length M / N multiplying each row / column of A @ B (the
-    per-row scales of A and per-column scales of B of a scaled fp8 GEMM).
+    per-row scales of A and per-column scales of B of a scaled fp8 GEMM). device_scale_a /
+    device_scale_b: A's / B's per-tensor scale, one f32 the kernel reads from device memory
+    (parameter scale_a_ptr / scale_b_ptr) and multiplies into alpha: torch._scaled_mm's scale
+    tensors, used where they are (no read-back to the host, so capturable in a CUDA graph).
     """
     bias: Optional[str] = None
     activation: str = "none"
     residual: bool = False
     scale_rows: bool = False
     scale_cols: bool = False
+    device_scale_a: bool = False
+    device_scale_b: bool = False
 
     def __post_init__(self):
         if self.bias not in BIAS:
@@ -109,14 +114,18 @@ class Epilogue:
         if act is None:
             raise SpecError("epilogue.activation", self.activation, activation_choices())
         object.__setattr__(self, "activation", act)
-        for name in ("residual", "scale_rows", "scale_cols"):
+        for name in ("residual", "scale_rows", "scale_cols", "device_scale_a", "device_scale_b"):
             if not isinstance(getattr(self, name), bool):
                 raise SpecError(f"epilogue.{name}", getattr(self, name), "True or False")
+        for vector, scalar in (("scale_rows", "device_scale_a"), ("scale_cols", "device_scale_b")):
+            if getattr(self, vector) and getattr(self, scalar):
+                raise SpecError(f"epilogue.{scalar}", True, f"False with {vector} (one scale per operand: a vector "
+                                                            f"or one number)")
 
     @property
     def is_plain(self) -> bool:
         return (self.bias is None and self.activation == "none" and not self.residual and not self.scale_rows
-                and not self.scale_cols)
+                and not self.scale_cols and not self.device_scale_a and not self.device_scale_b)
 
 
 @dataclass(frozen=True)

@@ -30,8 +30,19 @@ def gemm_kernel_name(spec) -> str:
 def _epilogue_suffix(epi) -> str:
     parts = ([f"bias{epi.bias}"] if epi.bias else []) + ([epi.activation] if epi.activation != "none" else [])
     parts += (["residual"] if epi.residual else []) + (["scalerows"] if epi.scale_rows else []) \
-        + (["scalecols"] if epi.scale_cols else [])
+        + (["scalecols"] if epi.scale_cols else []) + (["devscalea"] if epi.device_scale_a else []) \
+        + (["devscaleb"] if epi.device_scale_b else [])
     return "".join("_" + p for p in parts)
+
+
+def epilogue_scalars(epi) -> tuple:
+    """(alpha, beta), alpha times the per-tensor scales the kernel reads from device memory
+    (Epilogue(device_scale_a=, device_scale_b=): parameters scale_a_ptr, scale_b_ptr)."""
+    alpha, beta = tg.scalar("alpha"), tg.scalar("beta")
+    for name, on in (("scale_a", epi.device_scale_a), ("scale_b", epi.device_scale_b)):
+        if on:
+            alpha = alpha * tg.device_scalar(name)
+    return alpha, beta
 
 
 def scale_vectors(epi) -> tuple:
@@ -212,7 +223,7 @@ def gemm(spec):
     if spec.split_k == 1 or stack is not None:   # (2-D split-K: the second kernel, split_k_sum, has C and the epilogue)
         if stack is None:
             C = matrix("C", spec.out_dtype, ("M", "N"))
-        alpha, beta = tg.scalar("alpha"), tg.scalar("beta")
+        alpha, beta = epilogue_scalars(epi)
         # Fused epilogue operands have the output's dtype: a bias per column (N) or per row (M)
         # (one for every matrix of a stack) and a residual of C's shape.
         bias = tg.vector("bias", spec.out_dtype, "N" if epi.bias == "col" else "M") if epi.bias else None
@@ -351,7 +362,7 @@ def split_k_sum(spec):
     tg.launch(threads=32 * REDUCE_WARPS[0] * REDUCE_WARPS[1], grid=(tg.cdiv("M", BM) * tg.cdiv("N", BN), 1, 1))
     epi = spec.epilogue
     C = tg.tensor("C", spec.out_dtype, ("M", "N"))
-    alpha, beta = tg.scalar("alpha"), tg.scalar("beta")
+    alpha, beta = epilogue_scalars(epi)
     bias = tg.vector("bias", spec.out_dtype, "N" if epi.bias == "col" else "M") if epi.bias else None
     R = tg.tensor("R", spec.out_dtype, ("M", "N")) if epi.residual else None
     scales = scale_vectors(epi)
@@ -392,7 +403,7 @@ def stream_k_fixup(spec):
     W = tg.tensor("W", "f32", ("WM", "WN"))
     C = tg.tensor("C", spec.out_dtype, ("M", "N"))
     K = tg.scalar("K", "u32")
-    alpha, beta = tg.scalar("alpha"), tg.scalar("beta")
+    alpha, beta = epilogue_scalars(epi)
     bias = tg.vector("bias", spec.out_dtype, "N" if epi.bias == "col" else "M") if epi.bias else None
     R = tg.tensor("R", spec.out_dtype, ("M", "N")) if epi.residual else None
     scales = scale_vectors(epi)
