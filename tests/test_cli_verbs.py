@@ -288,6 +288,10 @@ def test_run_checks_scale_vectors(capsys, monkeypatch):
     assert main(["run", "--dtype", "f16", "--tile", "32x32x32", "--warps", "1x1", "--epilogue", "scale_rows=true",
                  "--m", "40", "--n", "24", "--k", "32", "--device", "sim"]) == 0
     assert _run_lines(capsys.readouterr().out)["error"].endswith(": ok")
+    assert main(["run", "--dtype", "e4m3", "--out-dtype", "f32", "--tile", "32x32x64", "--warps", "1x1", "--epilogue",
+                 "device_scale_a=true scale_cols=true", "--m", "40", "--n", "24", "--k", "64", "--device", "sim"]) == 0
+    got = _run_lines(capsys.readouterr().out)
+    assert got["error"].endswith(": ok") and "A @ B * scale_b (per column) * scale_a (in device memory)" in got["what"]
     from tilegen import GemmKernel
 
     real = GemmKernel.__call__

@@ -309,6 +309,9 @@ def _run(args) -> int:
         extra["scale_a"] = rng.uniform(0.5, 2.0, M).astype(np.float32)
     if epi.scale_cols:
         extra["scale_b"] = rng.uniform(0.5, 2.0, N).astype(np.float32)
+    for name, on in (("scale_a", epi.device_scale_a), ("scale_b", epi.device_scale_b)):
+        if on:   # one f32 the kernel reads from device memory
+            extra[name] = rng.uniform(0.5, 2.0, 1).astype(np.float32)
 
     done = _reference_ticker(M * (count or 1), N, K)
     try:
@@ -320,7 +323,7 @@ def _run(args) -> int:
     for name, axis in (("scale_a", 0), ("scale_b", 1)):
         if name in extra:
             v = extra[name].astype(np.float64)
-            v = v[:, None] if axis == 0 else v[None, :]
+            v = v if v.size == 1 else v[:, None] if axis == 0 else v[None, :]
             ref, scale = ref * v, scale * v
     if "bias" in extra:
         b = extra["bias"].astype(np.float64)
@@ -374,7 +377,9 @@ def _run(args) -> int:
 
 def _formula(epi) -> str:
     scales = "".join(f" * {name}" for name, on in (("scale_a (per row)", epi.scale_rows),
-                                                     ("scale_b (per column)", epi.scale_cols)) if on)
+                                                     ("scale_b (per column)", epi.scale_cols),
+                                                     ("scale_a (in device memory)", epi.device_scale_a),
+                                                     ("scale_b (in device memory)", epi.device_scale_b)) if on)
     x = "A @ B" + scales + (f" + bias (per {epi.bias})" if epi.bias else "")
     text = f"{epi.activation}({x})" if epi.activation != "none" else x
     return text + (" + residual" if epi.residual else "")

@@ -531,7 +531,9 @@ class GemmSpec:
             elif isinstance(v, Epilogue):
                 v = "plain" if v.is_plain else (f"bias={v.bias},act={v.activation},residual={v.residual}"
                                                 + (",scale_rows" if v.scale_rows else "")
-                                                + (",scale_cols" if v.scale_cols else ""))
+                                                + (",scale_cols" if v.scale_cols else "")
+                                                + (",device_scale_a" if v.device_scale_a else "")
+                                                + (",device_scale_b" if v.device_scale_b else ""))
             parts.append(f"{f.name}={v}")
         return "GemmSpec(" + ", ".join(parts) + ")"
 
