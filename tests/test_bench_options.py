@@ -87,8 +87,8 @@ def test_bad_spec_overrides(items, match):
 def test_invalid_spec_values_fail_up_front_with_the_spec_error():
     with pytest.raises(O.OptionError, match=r"--spec for f16 rr: swizzle='256B' is invalid; allowed:"):
         O.check_overrides(["f16"], [("row", "row")], "sm_90", O.parse_spec_overrides(["swizzle=256B"]))
-    with pytest.raises(O.OptionError, match=r"stages=13 is invalid; allowed: 2..12"):
-        O.check_overrides(["tf32"], [("row", "row")], "sm_90", {"stages": 13})
+    with pytest.raises(O.OptionError, match=r"stages=33 is invalid; allowed: 2..32"):
+        O.check_overrides(["tf32"], [("row", "row")], "sm_90", {"stages": 33})
     O.check_overrides(["tf32", "f16", "bf16"], list(O.LAYOUTS.values()), "sm_90", {"stages": 4})
 
 

@@ -157,8 +157,9 @@ def test_the_fast_paths_fold_reads_strides_as_reshape_does():
 def test_stacks_on_hopper_take_the_warp_specialized_kernel(monkeypatch):
     """On sm_90 a 16-bit stack takes the warp-specialized TMA kernel (template.TmaStack) with the
     largest STACK_TILES tile that still gives each SM a CTA, whatever its M and K and whether an
-    operand is one matrix for all; a bias per row takes the cp.async kernel, one grid row per
-    matrix."""
+    operand is one matrix for all; up to 32 rows per product and K from STACK_SWAP_MIN_K the
+    swapped kernel (C^T = B^T A^T, 16 or 32 rows as wgmma's n, STACK_SWAPPED); a bias per row
+    takes the cp.async kernel, one grid row per matrix."""
     import importlib
 
     mm = importlib.import_module("tilegen.gemm.matmul")
@@ -174,17 +175,19 @@ def test_stacks_on_hopper_take_the_warp_specialized_kernel(monkeypatch):
                                    ((64, 128, 64, 128), (64, 128, 64)), ((4, 4096, 4096, 4096), (128, 256, 64)),
                                    ((8, 100, 64, 128), narrow), ((8, 128, 100, 128), narrow),
                                    ((8, 128, 64, 128, 1), narrow),           # M, K with B row-major, one A
-                                   ((32, 1, 128, 4096), (64, 128, 64)), ((32, 16, 4096, 128), narrow),
-                                   ((34, 16, 4096, 128), (64, 128, 64)),     # (68 blocks of 64 x 64: over 66)
-                                   ((32, 16, 4096, 256), (64, 128, 64)),
+                                   ((32, 1, 128, 4096), (64, 128, 64)), ((32, 16, 4096, 128), (16, 64, 64)),
+                                   ((34, 16, 4096, 128), (16, 64, 64)), ((32, 16, 4096, 256), (16, 64, 64)),
+                                   ((32, 32, 4096, 128), (32, 64, 64)), ((32, 33, 4096, 128), narrow),
+                                   ((32, 16, 1023, 128), narrow),       # (K under STACK_SWAP_MIN_K: not swapped)
                                    ((8, 128, 128, 4096), (128, 128, 64))]:   # few rows, short K: products alone
                                                                              # take mma.sync or a non-persistent kernel
         choice = mm.explain(*stack(*args))
         spec = choice.spec
         assert spec.batched and spec.persistent and spec.copy == "tma" and tuple(spec.tile) == tile, choice
         assert "3-D tensor map" in choice.reason
-        assert ("the narrow tile" in choice.reason) == (tile == narrow) and spec.stages == (8 if tile == narrow else
-                                                                                             spec.stages), choice
+        assert spec.swap_ab == (tile[0] <= 32) and ("C^T = B^T A^T" in choice.reason) == spec.swap_ab, choice
+        assert ("the narrow tile" in choice.reason) == (tile == narrow), choice
+        assert spec.stages == {narrow: 8, (16, 64, 64): 16, (32, 64, 64): 12}.get(tile, spec.stages), choice
     A, B = stack(8, 100, 64, 128)
     spec = mm.explain(A, B, bias=np.zeros(100, np.float16)).spec   # (per row: M elements)
     assert spec.batched and not spec.persistent and spec.copy == "cp.async" and spec.epilogue.bias == "row", spec
@@ -339,25 +342,33 @@ def test_decode_stacks_split_k_on_hopper(monkeypatch):
     (long-context decoding's scores @ values: a few rows per head, K of 16K and more): slices of at
     least STACK_SLICE_K_TILES k-tiles (half that where at most a quarter of the SMs would be busy), at most
     STACK_MAX_SLICES, no more CTAs than SMs (blocks of the narrow tile, STACK_NARROW, where so few); explain
-    says so. Stacks with blocks for every SM, or K of 2048, are not split (nor 64 blocks at K = 4096)."""
+    says so. Stacks with blocks for every SM, or K of 2048, are not split (nor 64 blocks at K = 4096). The
+    swapped kernel of up to 32 rows per product splits only where its blocks keep at most a quarter of the
+    SMs busy, in slices of STACK_SLICE_K_TILES k-tiles (run 225)."""
     import importlib
 
     mm = importlib.import_module("tilegen.gemm.matmul")
     monkeypatch.setattr(mm, "_target", lambda: "sm_90")
     monkeypatch.setattr(mm, "_tuned", lambda *a, **k: None)
     monkeypatch.setattr(mm, "_sm_count", lambda: 132)
-    for (count, M, N, K), split in [((32, 1, 128, 16384), 2), ((32, 16, 128, 16384), 2), ((8, 128, 128, 65536), 4),
-                                    ((4, 64, 128, 65536), 8), ((64, 1, 64, 16384), 2), ((2, 16, 128, 12800), 6),
-                                    ((8, 16, 128, 16384), 8), ((32, 16, 128, 4096), 1), ((8, 128, 128, 4096), 2),
-                                    ((64, 1, 64, 2048), 1), ((32, 16, 4096, 16384), 1), ((8, 1000, 128, 16384), 1)]:
+    for (count, M, N, K), split in [((32, 1, 128, 16384), 1), ((32, 16, 128, 16384), 1), ((8, 128, 128, 65536), 4),
+                                    ((4, 64, 128, 65536), 8), ((64, 1, 64, 16384), 1), ((2, 16, 128, 12800), 3),
+                                    ((8, 16, 128, 16384), 4), ((8, 32, 128, 65536), 8), ((32, 16, 128, 4096), 1),
+                                    ((8, 128, 128, 4096), 2), ((64, 1, 64, 2048), 1), ((32, 16, 4096, 16384), 1),
+                                    ((8, 1000, 128, 16384), 1), ((4, 48, 128, 65536), 8)]:
         A, B = np.zeros((count, M, K), F16), np.zeros((count, K, N), F16)
         choice = mm.explain(A, B)
         assert choice.spec.batched and choice.spec.persistent and choice.spec.split_k == split, (count, M, N, K, choice)
         assert (f"K split in {split} slices" in choice.reason) == (split > 1), choice.reason
     monkeypatch.setattr(mm, "_target", lambda: "sm_90")
     monkeypatch.setattr(mm, "STACK_SLICE_K_TILES", 16)
-    A, B = _rand((3, 5, 1100), 60), _rand((3, 1100, 72), 61)     # 3 blocks, 18 k-tiles: 2 slices of 8, on the emulator
-    assert mm.explain(A, B).spec.split_k == 2
+    A, B = _rand((3, 5, 2200), 60), _rand((3, 2200, 72), 61)     # 6 swapped blocks, 35 k-tiles: 2 slices, on the emulator
+    spec = mm.explain(A, B).spec
+    assert spec.swap_ab and spec.split_k == 2
+    _check(tilegen.matmul(A, B, device="sim"), A, B)
+    A, B = _rand((2, 40, 1100), 62), _rand((2, 1100, 72), 63)   # (the narrow tile's split: 4 blocks, 18 k-tiles)
+    spec = mm.explain(A, B).spec
+    assert not spec.swap_ab and spec.split_k == 2
     _check(tilegen.matmul(A, B, device="sim"), A, B)
 
 
@@ -449,3 +460,33 @@ def test_unaligned_stacks_are_copied_once_per_distinct_matrix(monkeypatch):
     assert p[1:] == (40, 21 * 40, (37, 21)) and copies[-1][1:] == (80, 0x2002, 74, 74, 4 * 21, 7)
     (p, copy), keep = place((0x3000, (4, 64, 80), (64 * 80, 80, 1), "float16", 0))
     assert copy is None and not keep and p == (0x3000, 80, 64 * 80, (64, 80))
+
+
+@pytest.mark.parametrize("tile, warps, split", [((16, 64, 64), (1, 4), 1), ((32, 128, 64), (1, 8), 1),
+                                               ((16, 64, 64), (1, 4), 3)])
+def test_swapped_stacks_on_the_emulator(tile, warps, split):
+    """GemmSpec(swap_ab=True): the stack kernel computes C^T = B^T A^T from shared memory (B's stage
+    as wgmma's MN-major A, A's as its K-major B) and stores C transposed, through the whole epilogue
+    (alpha, beta with C read, a bias per column, GELU, a residual); ragged M, N and K, two
+    warpgroups each taking their own 64 columns, and split K added by the last slice."""
+    spec = tilegen.GemmSpec(dtype="f16", out_dtype="f16", instruction="wgmma", batched=True, copy="tma", swap_ab=True,
+                            tile=tile, warps=warps, stages=6, split_k=split,
+                            epilogue=tilegen.Epilogue(bias="col", activation="gelu_tanh", residual=True))
+    k = tilegen.compile(spec)
+    assert k.spec.store == "direct" and "_swapped" in k.name
+    count, M, N, K = 3, 13, 150, 700
+    A, B = _rand((count, M, K), 70), _rand((count, K, N), 71)
+    bias, R = _rand((N,), 72), _rand((count, M, N), 73)
+    C0 = _rand((count, M, N), 74)
+    out = C0.copy()
+    C = k(A, B, out=out, alpha=0.5, beta=-0.75, bias=bias, residual=R, device="sim")
+    A64, B64 = A.astype(np.float64), B.astype(np.float64)
+    x = 0.5 * np.matmul(A64, B64) - 0.75 * C0.astype(np.float64) + bias.astype(np.float64)
+    want = 0.5 * x * (1 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x ** 3))) + R.astype(np.float64)
+    scale = 0.5 * np.matmul(np.abs(A64), np.abs(B64)) + np.abs(x) + np.abs(want)
+    assert C is out and np.all(np.abs(C - want) <= gemm_bound("f16", K, "f16") * scale + 2.0 ** -14)
+    with pytest.raises(tilegen.SpecError, match="swap_ab"):
+        tilegen.GemmSpec(dtype="tf32", instruction="wgmma", swap_ab=True)
+    with pytest.raises(tilegen.SpecError, match="swap_ab"):
+        tilegen.GemmSpec(dtype="bf16", instruction="wgmma", swap_ab=True, tile=(16, 64, 64), warps=(1, 4),
+                         split_k=2, persistent=False)

@@ -3,7 +3,7 @@ wrong result. Usage: compute-sanitizer --tool memcheck python3 tools/sanitize_ge
 (--hopper: the sm_90a wgmma kernels instead: the warp-specialized TMA kernel with its TMA-store
 epilogue, its beta and unaligned-output paths, and the one-CTA-per-block TMA kernel; --stacks:
 batched kernels on ragged stacks, one A for every B, column-major matrices, bias and residual, and the
-warp-specialized TMA kernel on stacks through 3-D tensor maps, K split or not)."""
+warp-specialized TMA kernel on stacks through 3-D tensor maps, K split or not, swapped or not)."""
 import sys
 
 import numpy as np
@@ -113,7 +113,16 @@ STACKS = [(dict(dtype="f16", out_dtype="f16", tile=(64, 64, 32)), (3, 1), (70, 4
            ("row", "row")),
           # decoding's stacks: the narrow tile, eight stages (matmul's STACK_NARROW)
           (dict(dtype="bf16", out_dtype="bf16", instruction="wgmma", copy="tma", tile=(64, 64, 64), warps=(4, 1),
-                stages=8), (8, 8), (1, 136, 600), ("row", "row"))]
+                stages=8), (8, 8), (1, 136, 600), ("row", "row")),
+          # and the swapped kernel (C^T = B^T A^T; matmul's STACK_SWAPPED): 16 stages, then split K in 3
+          # with bias, GELU and residual, and 32 rows on two warpgroups
+          (dict(dtype="bf16", out_dtype="bf16", instruction="wgmma", copy="tma", tile=(16, 64, 64), warps=(1, 4),
+                stages=16, swap_ab=True), (8, 8), (13, 136, 1000), ("row", "row")),
+          (dict(dtype="bf16", out_dtype="bf16", instruction="wgmma", copy="tma", tile=(16, 64, 64), warps=(1, 4),
+                stages=16, swap_ab=True, split_k=3, epilogue=tilegen.Epilogue("col", "gelu_tanh", True)), (5, 1),
+           (16, 136, 1100), ("row", "row")),
+          (dict(dtype="f16", out_dtype="f16", instruction="wgmma", copy="tma", tile=(32, 128, 64), warps=(1, 8),
+                stages=8, swap_ab=True), (4, 4), (30, 200, 300), ("row", "col"))]
 
 
 def stacks() -> int:

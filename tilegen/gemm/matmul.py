@@ -727,6 +727,24 @@ STACK_TILES = (dict(tile=(128, 256, 64), warps=(8, 1), stages=4), dict(tile=(128
 # on every k-tile (docs/perf_notes.md 43); with that fixed (run 207) 6 / 8 / 9 / 12 stages ran 16.1 / 14.6 / 14.7 /
 # 15.0 us on 32x16x128x4096.
 STACK_NARROW = dict(tile=(64, 64, 64), warps=(4, 1), stages=8)
+# Stacks of at most 32 rows per product (decoding's scores and scores @ values) swap the operands: the
+# kernel computes C^T = B^T A^T, N's 64 columns filling wgmma's 64 rows and the product's few rows its
+# n (16 or 32), so a stage holds 16 or 32 rows of A instead of 64 (10 KB instead of 16 with 64-deep
+# k-tiles), and twice the stages are in flight: these stacks wait on memory, not on the tensor cores.
+# Measured on the H200 (runs 224-225, GPU time of CUDA-graph replays rotating operands past L2, bf16, BxMxNxK,
+# the 64x64 tile with 8 stages -> swapped, 16 stages; torch.matmul): 32x16x128x4096 15.0 -> 13.3 us
+# (11.8), 32x1x128x4096 15.9 -> 12.3 (11.8), 64x1x64x2048 10.5 -> 8.6 (7.4), 32x8x128x8192 26.9 -> 20.6
+# (19.7), 32x16x128x16384 42.5 -> 38.9 (37.6), 8x16x128x16384 19.4 (8 slices) -> 17.2 (4 slices; 24.4);
+# 32 rows, 12 stages: 32x32x128x4096 15.3 -> 14.6 (13.5). Sixteen stages beat 12, 14 and 18 on every
+# shape (12 / 14 / 16 / 18 on 32x16x128x4096: 13.6 / 13.8 / 13.3 / 14.3). Split K pays only where the
+# blocks keep at most a quarter of the SMs busy (32x16x128x16384: 1 / 2 / 4 slices 38.9 / 41.9 / 46.5).
+# `tilegen bench --stacks` (run 226, base / head x torch.matmul): 32x1x128x4096 0.77 -> 1.00, 32x16x128x4096
+# 0.84 -> 0.93, 64x1x64x2048 0.79 -> 0.90, 32x8x128x8192 0.79 -> 0.96, 4x16x8192x8192 0.88 -> 0.95; but at
+# K = 128 (decoding's scores, 4096 keys) 32x1x4096x128 0.81 -> 0.72 and 32x16x4096x128 0.88 -> 0.77: a block of
+# two k-tiles has no use for a deep ring. So from STACK_SWAP_MIN_K on (a ring of 16 k-tiles).
+STACK_SWAPPED = {16: dict(tile=(16, 64, 64), warps=(1, 4), stages=16, swap_ab=True, store="direct"),
+                 32: dict(tile=(32, 64, 64), warps=(1, 4), stages=12, swap_ab=True, store="direct")}
+STACK_SWAP_MIN_K = 1024
 
 
 # Split-K on a stack (the TMA stack kernel walking every block once per slice of K, the last slice
@@ -758,9 +776,14 @@ def slice_k_tiles(blocks: int, sms: int) -> int:
 def stack_split(spec, stack, sms: int) -> int:
     """Slices of K for a stack on the TMA stack kernel: 1, or where its blocks leave SMs idle and
     K is long (long-context decoding's P @ V: a few rows of each head's scores times its
-    values, 16K x 128 and more), as many as the rule above gives."""
+    values, 16K x 128 and more), as many as the rule above gives (swapped kernels: only where
+    the blocks keep at most a quarter of the SMs busy, slices of STACK_SLICE_K_TILES k-tiles)."""
     blocks = stack_blocks(stack, spec.tile.m, spec.tile.n)
     k_tiles = -(-stack.K // spec.tile.k)
+    if spec.swap_ab:
+        if 4 * blocks > sms:
+            return 1
+        return max(1, min(sms // max(blocks, 1), k_tiles // STACK_SLICE_K_TILES, STACK_MAX_SLICES))
     return max(1, min(sms // max(blocks, 1), k_tiles // slice_k_tiles(blocks, sms), STACK_MAX_SLICES))
 
 
@@ -785,12 +808,14 @@ def _batched_spec(spec, stack):
             filling = [t for t in STACK_TILES if stack_blocks(stack, *t["tile"][:2]) >= sms]
         if stack_blocks(stack, *STACK_NARROW["tile"][:2]) <= sms // 2:   # (few blocks: twice the SMs at work)
             filling = [STACK_NARROW]
+        if stack.M <= max(STACK_SWAPPED) and stack.K >= STACK_SWAP_MIN_K:   # (few rows: C^T = B^T A^T, rows as n)
+            filling = [STACK_SWAPPED[min(r for r in STACK_SWAPPED if r >= stack.M)], *filling]
         for tiles in (filling or STACK_TILES[-1:]):
             try:
-                twin = spec.replace(batched=True, copy="tma", persistent=True, cluster=(1, 1), stream_k=False,
-                                    pingpong=False, split_k=1, store="auto", instruction="wgmma", target="sm_90a",
-                                    atom=None, frag_buffers=None, promote=None, swizzle="128B", acc_dtype="f32",
-                                    **tiles)
+                twin = spec.replace(**{**dict(batched=True, copy="tma", persistent=True, cluster=(1, 1), stream_k=False,
+                                              pingpong=False, split_k=1, store="auto", instruction="wgmma",
+                                              target="sm_90a", atom=None, frag_buffers=None, promote=None,
+                                              swizzle="128B", acc_dtype="f32"), **tiles})
             except SpecError:
                 continue
             if stack_problem(twin, stack.M, stack.N, stack.K, stack.matrices) is None:
@@ -836,7 +861,10 @@ def _batched_choice(stack, flat, bias, activation, allow_tf32, first=None):
         sms = _sm_count()
         blocks = stack_blocks(stack, spec.tile.m, spec.tile.n)
         wide = stack_blocks(stack, *STACK_TILES[-1]["tile"][:2])   # (blocks of the 64x128 tile)
-        tiles = (f"{blocks} blocks of 64 x 64 for {sms} SMs: the narrow tile"
+        tiles = (f"{stack.M} rows per product: C^T = B^T A^T, {spec.tile.n} columns of N as wgmma's rows and "
+                 f"{spec.tile.m} rows of A as its n, {spec.stages} stages of {spec.tile.m} + {spec.tile.n} rows"
+                 if spec.swap_ab else
+                 f"{blocks} blocks of 64 x 64 for {sms} SMs: the narrow tile"
                  + (f", {blocks} SMs at work rather than {wide}" if blocks > wide else "")
                  if tuple(spec.tile) == STACK_NARROW["tile"] else
                  "few rows per product: 64-row tiles" if stack.M <= STACK_TILES[-1]["tile"][0] else
@@ -849,7 +877,8 @@ def _batched_choice(stack, flat, bias, activation, allow_tf32, first=None):
             how += f", K in {spec.split_k} slices, added in slice order by the last to finish each block"
             tiles += (f"; {blocks} blocks for {sms} SMs and {k_tiles} k-tiles: K split in {spec.split_k} slices of "
                       f"{per} k-tiles" + (f" (the last {last})" if last != per else "")
-                      + f", a slice per {slice_k_tiles(blocks, sms)} k-tiles at most")
+                      + f", a slice per {STACK_SLICE_K_TILES if spec.swap_ab else slice_k_tiles(blocks, sms)} "
+                        f"k-tiles at most")
         why = (f"16-bit stacks on Hopper take it{'; ' + tiles if tiles else ''}; layouts {spec.a_layout}/"
                f"{spec.b_layout} as the arrays are stored, target {spec.target}")
     else:

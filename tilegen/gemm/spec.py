@@ -27,7 +27,7 @@ OUT_DTYPES = ("f32", "f16", "bf16")
 LAYOUTS = ("row", "col")
 SWIZZLES = ("auto", *SWIZZLE_MODES, "pad", "none")
 BIAS = (None, "row", "col")
-STAGES = range(2, 13)
+STAGES = range(2, 33)
 INSTRUCTIONS = tuple(MAINLOOPS)
 COPY_BYTES = 16  # one cp.async moves 16 bytes; tile rows are built from such chunks
 COPIES = ("cp.async", "tma")
@@ -145,7 +145,7 @@ class GemmSpec:
     |            |                                                 | 256 x 128 x 32, (1, 8))  |
     | warps      | (warps along M, warps along N), 1..16 in all    | (2, 2); (8, 1) for wgmma |
     | atom       | an mma atom name taking dtype/acc_dtype         | the largest-k atom       |
-    | stages     | 2..12 shared-memory pipeline stages (as many as | 3; 4 for wgmma           |
+    | stages     | 2..32 shared-memory pipeline stages (as many as | 3; 4 for wgmma           |
     |            | the GPU's shared memory holds)                  |                          |
     | swizzle    | auto, 128B, 64B, 32B, pad, none                 | auto (widest that fits)  |
     | group_m    | CTA rows per group in the launch order (L2)     | 8                        |
@@ -206,6 +206,10 @@ class GemmSpec:
     |            | kernel walking every block of every matrix,     |                          |
     |            | each stack through a 3-D tensor map             |                          |
     |            | (template.TmaStack)                             |                          |
+    | swap_ab    | 16-bit wgmma: compute C^T = B^T A^T, so that    | False                    |
+    |            | tile.n (64 per warpgroup, warps (1, 4)) fills   |                          |
+    |            | wgmma's rows and tile.m (8..256: decoding's few |                          |
+    |            | rows) its n; stores C directly, transposed      |                          |
 
     `instruction` names the main-loop family (tilegen/gemm/mainloops/): its defaults, its
     rules and its pipeline; the wgmma family's rules are in WgmmaLoop's docstring.
@@ -236,6 +240,7 @@ class GemmSpec:
     pingpong: bool = False
     pretranspose: bool = False
     batched: bool = False
+    swap_ab: bool = False
 
     def __post_init__(self):
         set_ = lambda k, v: object.__setattr__(self, k, v)  # noqa: E731  (frozen)
@@ -606,6 +611,11 @@ class GemmSpec:
             if t.m % STREAM_K_FIXUP[0] or t.n % STREAM_K_FIXUP[1]:
                 raise SpecError("tile", (t.m, t.n, t.k), f"tile.m a multiple of {STREAM_K_FIXUP[0]} and tile.n of "
                                 f"{STREAM_K_FIXUP[1]} with stream_k (the fix-up kernel's blocks)")
+        if not isinstance(self.swap_ab, bool):
+            raise SpecError("swap_ab", self.swap_ab, "True or False")
+        if self.swap_ab and (self.instruction != "wgmma" or self.dtype not in ("f16", "bf16")):
+            raise SpecError("swap_ab", self.swap_ab, "False here", "C^T = B^T A^T is built for f16 and bf16 wgmma "
+                            "kernels (tf32 with a row-major B swaps by itself)")
         if not isinstance(self.batched, bool):
             raise SpecError("batched", self.batched, "True or False")
         if self.batched and (self.epilogue.scale_rows or self.epilogue.scale_cols):
@@ -613,7 +623,7 @@ class GemmSpec:
                             "a stack's scales would differ per matrix: scale alpha, or multiply matrix by matrix")
         by_offset = not self.persistent and self.copy == "cp.async" and self.store == "direct"
         by_tma = (self.warp_specialized and self.epilogue.bias != "row"
-                  and not self.swaps_operands)   # (C^T = B^T A^T would walk B's rows, not A's)
+                  and (self.swap_ab or not self.swaps_operands))   # (tf32's C^T = B^T A^T walks B's rows)
         if self.batched and self.split_k > 1 and not by_tma and not self.stream_k:
             raise SpecError("split_k", self.split_k, "1 for this batched kernel",
                             "a stack's K is split only on the warp-specialized TMA kernel (instruction='wgmma', "

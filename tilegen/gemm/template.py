@@ -20,7 +20,7 @@ def gemm_kernel_name(spec) -> str:
             + (f"_cluster{spec.cluster[0]}x{spec.cluster[1]}" if spec.cluster != (1, 1) else "")
             + (f"_splitk{spec.split_k}" if spec.split_k > 1 else "") + ("_streamk" if spec.stream_k else "")
             + ("_pingpong" if spec.pingpong else "") + ("_batched" if spec.batched else "")
-            + (f"_promote{spec.promote}" if spec.promote else ""))
+            + (f"_promote{spec.promote}" if spec.promote else "") + ("_swapped" if spec.swap_ab else ""))
     dtypes = spec.dtype if spec.b_dtype == spec.dtype else f"{spec.dtype}x{spec.b_dtype}"
     return (f"tilegen_gemm{kind}_{dtypes}_{spec.a_layout[0]}{spec.b_layout[0]}_{spec.out_dtype}_"
             f"{t.m}x{t.n}x{t.k}_w{w.m}x{w.n}_s{spec.stages}_{spec.swizzle}_fb{spec.frag_buffers}"
@@ -282,16 +282,20 @@ def gemm(spec):
         slices = tg.cdiv(K, per_slice)
         blocks_m, blocks_n = tg.cdiv(stack.M, spec.tile.m), tg.cdiv(stack.N, spec.tile.n)
 
+        def part(s, b, m0, n0):   # slice s's partial sums of this warp's block (of C^T where swapped)
+            w = W.batch(s * tg.size("BATCH") + b)
+            return w.T.block(n0 + wn, m0 + wm) if spec.swaps_operands else w.block(m0 + wm, n0 + wn)
+
         def store_partial(acc, row, n0):
             b = row // stack.M
             m0 = row - b * stack.M
-            tg.store(W.batch(split * tg.size("BATCH") + b).block(m0 + wm, n0 + wn), acc)
+            tg.store(part(split, b, m0, n0), acc)
             block = (b * blocks_m + m0 // spec.tile.m) * blocks_n + n0 // spec.tile.n
             with tg.if_(F.last_arrival(block, slices)):
                 total = tg.fragment(acc.atom, "C", acc.tiles, name="total")
                 for s in range(spec.split_k):
                     with tg.if_(tg.lt(s, slices)):
-                        tg.accumulate(total, W.batch(s * tg.size("BATCH") + b).block(m0 + wm, n0 + wn))
+                        tg.accumulate(total, part(s, b, m0, n0))
                 store(total, row, n0)
         pipe.operand_blocks, pipe.place = stack.operand_blocks, stack.place
         ctas = tg.num_programs()

@@ -181,8 +181,10 @@ class WgmmaLoop(MainLoop):
     def swaps_operands(self, spec) -> bool:
         """tf32 with a row-major B: the kernel computes C^T = B^T A^T, so that the N-major B
         (which wgmma cannot read from shared memory as tf32) is the A operand, fed from
-        registers, and A^T, K-major, is read from shared memory."""
-        return spec.dtype == "tf32" and spec.b_layout == "row"
+        registers, and A^T, K-major, is read from shared memory. 16-bit with swap_ab: the same
+        product with both operands from shared memory, so that a few rows of A (decoding) are
+        wgmma's n instead of 64 rows of which most are padding."""
+        return spec.swap_ab or (spec.dtype == "tf32" and spec.b_layout == "row")
 
     def register_operand(self, spec):
         """The MN-major tf32 operand that becomes wgmma's A, loaded into registers."""
@@ -247,16 +249,19 @@ class WgmmaLoop(MainLoop):
             if W.K_BY_DTYPE[spec.dtype] * esize > span:
                 raise SpecError("swizzle", spec.swizzle, "128B, 64B",
                                 f"one k-step of {W.K_BY_DTYPE[spec.dtype] * esize} bytes must fit in a swizzle span")
-        if not spec.is_k_major("B") and self.register_operand(spec) != "B" and (wn * esize) % span:
+        if not swapped and not spec.is_k_major("B") and self.register_operand(spec) != "B" and (wn * esize) % span:
             raise SpecError("tile", (t.m, t.n, t.k), f"tile.n / warps.n a multiple of {span // esize}",
                             "an N-major B splits between warpgroups on whole swizzle panels")
         if swapped and spec.stream_k:
-            raise SpecError("stream_k", spec.stream_k, "False", "tf32 with a row-major B accumulates blocks of C^T, "
-                            "which stream-K's pieces do not store transposed: use a column-major B (x @ W.T) or no "
-                            "stream_k")
+            raise SpecError("stream_k", spec.stream_k, "False", "a kernel of C^T = B^T A^T (swap_ab, or tf32 with a "
+                            "row-major B) accumulates blocks of C^T, which stream-K's pieces do not store transposed")
         if swapped and spec.cluster != (1, 1):
-            raise SpecError("cluster", spec.cluster, "(1, 1)", "tf32 with a row-major B reads B's stage into every "
-                            "math thread's registers, and a cluster releases a stage by one arrival per warpgroup")
+            raise SpecError("cluster", spec.cluster, "(1, 1)", "swap_ab's kernel multicasts no operand" if spec.swap_ab
+                            else "tf32 with a row-major B reads B's stage into every math thread's registers, and a "
+                                 "cluster releases a stage by one arrival per warpgroup")
+        if spec.swap_ab and (spec.pingpong or (spec.split_k > 1 and not spec.batched)):
+            raise SpecError("swap_ab", True, "False with pingpong or a 2-D split_k",
+                            "C^T = B^T A^T is built for one warpgroup's blocks stored directly (and stacks' split-K)")
         if spec.stages < 3:
             raise SpecError("stages", spec.stages, "3..6", "wgmma kernels keep one stage for the tensor cores "
                             "still reading the previous tile")
@@ -311,8 +316,10 @@ class WgmmaPipeline:
         self.shape = spec.mainloop.shape(spec)
         steps = spec.tile.k // self.shape.k
         # wgmma's operands and origins: (stage tile, first row) of A, (stage tile, first column) of B.
-        if spec.swaps_operands:   # C^T = B^T A^T: the warp's 16 columns of B, all rows of A
+        if spec.swaps_operands and spec.register_operand == "B":   # C^T = B^T A^T: the warp's 16 columns of B
             self.a_src, self.a_origin, self.b_src, self.b_origin = sB.T, wn, sA.T, wm
+        elif spec.swaps_operands:   # (16-bit) C^T = B^T A^T from shared memory: the warpgroup's 64 columns of B
+            self.a_src, self.a_origin, self.b_src, self.b_origin = sB.T, (warp >> 2) * WG_ROWS, sA.T, wm
         elif spec.register_operand == "A":   # the warp's 16 rows
             self.a_src, self.a_origin, self.b_src, self.b_origin = sA, wm, sB, wn
         else:  # the warpgroup's first row in the tile: warps 4g .. 4g+3 are consecutive along M

@@ -120,12 +120,13 @@ def lower_store(b, ctx, op):
 
 def lower_accumulate(b, ctx, op):
     """frag += src at each element's (row, col), elements outside src adding nothing. The
-    addressing is lower_store's, for a row-major f32 source."""
+    addressing is lower_store's, for an f32 source (a .T view: logical (r, c) at (c, r))."""
     frag, src = op.frag, op.src
-    if frag.operand != "C" or frag.reg_type != "f32" or src.dtype.name != "f32" or src.logical != "row":
-        raise IRError(f"accumulate adds a row-major f32 tensor into an f32 accumulator, not {src.dtype} "
-                      f"{src.logical}-major into {frag.reg_type}")
-    coord, row_address = _addressing(b, ctx, op.row0, op.col0, {"r": src.rows, "c": src.cols})
+    if frag.operand != "C" or frag.reg_type != "f32" or src.dtype.name != "f32":
+        raise IRError(f"accumulate adds an f32 tensor into an f32 accumulator, not {src.dtype} into {frag.reg_type}")
+    flip = src.logical == "col"
+    extent = {"r": src.cols if flip else src.rows, "c": src.rows if flip else src.cols}
+    coord, row_address = _addressing(b, ctx, op.row0, op.col0, extent)
     tm, tn = frag.tiles
     for i in range(tm):
         for j in range(tn):
@@ -133,9 +134,10 @@ def lower_accumulate(b, ctx, op):
             for r, e, ((br, bc), deltas) in _elements(frag.map):
                 rkey = ("r", (i, br, tuple(d[0] for d in deltas)))
                 ckey = ("c", (j, bc, tuple(d[1] for d in deltas)))
+                stored_row, stored_col = (ckey, rkey) if flip else (rkey, ckey)
                 inside = b.pred_and(coord(*rkey)[1], coord(*ckey)[1])
                 reg = frag.regs[(i, j)][r]
-                part = _load_f32(b, row_address(src, rkey), coord(*ckey)[0], src.dtype, inside)
+                part = _load_f32(b, row_address(src, stored_row), coord(*stored_col)[0], src.dtype, inside)
                 b.emit(Instr("add.f32", (reg,), (reg, part)))
 
 
