@@ -726,3 +726,26 @@ def test_scaled_mm_scales_are_used_where_they_are(M, N, K):
     C3 = tilegen.matmul(A, B, scale_a=ra, scale_b=sb)   # a vector for A, a GPU scalar for B
     torch.cuda.synchronize()
     assert err(C3, prod * ra.double() * sb.double(), 1.5 * 0.5) <= 2 * bound
+
+
+@pytest.mark.parametrize("M", [1, 16])
+def test_skinny_products_against_a_wide_w_t_run_swapped(M):
+    """x @ W.T with a few rows against a wide weight on Hopper: the swapped kernel (C^T = B^T A^T,
+    SKINNY_SWAPPED), as called, with a bias and GELU, equal to float64 within the bf16 bound; and
+    again on new contents (the remembered launch)."""
+    if torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("the swapped kernel is Hopper's")
+    gen = torch.Generator(device="cuda").manual_seed(11)
+    x = torch.randn(M, 520, device="cuda", dtype=torch.bfloat16, generator=gen)
+    W = torch.randn(24640, 520, device="cuda", dtype=torch.bfloat16, generator=gen)
+    b = torch.randn(24640, device="cuda", dtype=torch.bfloat16, generator=gen)
+    assert tilegen.matmul.explain(x, W.T, bias=b, activation="gelu_tanh").spec.swap_ab
+    out = torch.empty(M, 24640, device="cuda", dtype=torch.bfloat16)
+    for trial in range(2):
+        x.copy_(torch.randn(M, 520, device="cuda", dtype=torch.bfloat16, generator=gen))
+        out.fill_(float("nan"))
+        tilegen.matmul(x, W.T, bias=b, activation="gelu_tanh", out=out)
+        torch.cuda.synchronize()
+        want = torch.nn.functional.gelu(x.double() @ W.T.double() + b.double(), approximate="tanh")
+        err = float(torch.linalg.norm(out.double() - want) / torch.linalg.norm(want))
+        assert err <= 2 * _bound(torch.bfloat16, 520), (trial, err)

@@ -290,6 +290,10 @@ def test_skinny_products_on_hopper_keep_more_in_flight(monkeypatch):
     for m in (1, 16):   # many blocks: 64x128 tiles, 3 stages, two CTAs per SM
         few = mm.explain(np.zeros((m, 8192), np.float16), np.zeros((8192, 28672), np.float16)).spec
         assert (few.instruction, tuple(few.tile), few.stages) == ("mma.sync", (64, 128, 64), 3), m
+        # ... but against W.T the swapped persistent TMA kernel (C^T = B^T A^T, 16 stages; run 228)
+        c = mm.explain(np.zeros((m, 8192), np.float16), np.zeros((28672, 8192), np.float16).T)
+        assert (c.spec.instruction, tuple(c.spec.tile), c.spec.stages, c.spec.swap_ab, c.spec.copy) == \
+            ("wgmma", (16, 64, 64), 16, True, "tma") and "C^T = B^T A^T" in c.reason, m
     # past M = 64 one 128-row tile holds M: 128x256 tiles where N gives 96 of them, else 128x128 ones
     for m in (65, 96, 128):
         big = mm.explain(np.zeros((m, 8192), np.float16), np.zeros((8192, 28672), np.float16)).spec
@@ -581,3 +585,30 @@ def test_skinny_tiles_on_the_emulator(dtype, tile):
     ref = A.astype(np.float64) @ B.astype(np.float64)
     scale = np.abs(A.astype(np.float64)) @ np.abs(B.astype(np.float64))
     assert (np.abs(C - ref) <= gemm_bound("f16" if dtype in ("f16", "bf16") else dtype, K, "f32") * scale + 1e-6).all()
+
+
+def test_swapped_skinny_products_on_the_emulator():
+    """matmul's SKINNY_SWAPPED kernel (C^T = B^T A^T on the persistent TMA kernel) against W.T, with
+    the epilogue it stores directly, transposed: alpha, beta (C read), a bias per column, GELU and a
+    residual; ragged rows, columns and K over several blocks per CTA."""
+    import importlib
+
+    from bounds import gemm_bound
+
+    mm = importlib.import_module("tilegen.gemm.matmul")
+    spec = tilegen.GemmSpec(dtype="bf16", out_dtype="f32", instruction="wgmma", b_layout="col",
+                            epilogue=tilegen.Epilogue("col", "gelu_tanh", True), **mm.SKINNY_SWAPPED)
+    k = tilegen.compile(spec)
+    assert spec.warp_specialized and spec.store == "direct"
+    rng = np.random.default_rng(9)
+    M, N, K = 11, 333, 1100
+    A = rng.standard_normal((M, K)).astype(ml_dtypes.bfloat16)
+    W = rng.standard_normal((N, K)).astype(ml_dtypes.bfloat16)
+    bias, R, C0 = (rng.standard_normal(s).astype(np.float32) for s in (N, (M, N), (M, N)))
+    out = C0.copy()
+    C = k(A, W.T, out=out, alpha=1.5, beta=0.25, bias=bias, residual=R, device="sim")
+    prod = A.astype(np.float64) @ W.T.astype(np.float64)
+    x = 1.5 * prod + 0.25 * C0 + bias
+    want = 0.5 * x * (1 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x ** 3))) + R
+    scale = 1.5 * np.abs(A.astype(np.float64)) @ np.abs(W.T.astype(np.float64)) + np.abs(x) + np.abs(want)
+    assert C is out and (np.abs(C - want) <= gemm_bound("f16", K, "f32") * scale + 1e-6).all()

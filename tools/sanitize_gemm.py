@@ -47,7 +47,13 @@ HOPPER = [(dict(dtype="f16", out_dtype="f16"), (133, 270, 45), 0.0, None),
           (dict(dtype="tf32", pretranspose=True), (300, 200, 101), 0.0, None),  # tf32: K-major copies first
           (dict(dtype="tf32", pretranspose=True, a_layout="col"), (301, 203, 99), 0.5, None),
           (dict(dtype="f32"), (300, 200, 101), 0.0, None),                    # f32: tf32 parts, one product
-          (dict(dtype="f32", a_layout="col", b_layout="col"), (301, 203, 99), 0.5, None)]
+          (dict(dtype="f32", a_layout="col", b_layout="col"), (301, 203, 99), 0.5, None),
+          # fp8 with A's per-tensor scale read from device memory and B's per column
+          (dict(dtype="e4m3", out_dtype="bf16", epilogue=tilegen.Epilogue(device_scale_a=True, scale_cols=True)),
+           (260, 300, 300), 0.0, None),
+          # C^T = B^T A^T (swap_ab) on the persistent TMA kernel, a few rows, C read (beta)
+          (dict(dtype="bf16", out_dtype="bf16", swap_ab=True, copy="tma", persistent=True, tile=(16, 64, 64),
+                warps=(1, 4), stages=16), (13, 300, 700), 0.5, None)]
 
 
 def hopper() -> int:
@@ -67,10 +73,11 @@ def hopper() -> int:
             ref = A.astype(np.float64) @ B.astype(np.float64) + beta * C0.astype(np.float64)
         else:   # scales, bias, GELU (tanh) or none, residual: as the spec's epilogue says
             x, kw = A.astype(np.float64) @ B.astype(np.float64), {}
-            for on, name, n, axis in ((epi.scale_rows, "scale_a", M, 0), (epi.scale_cols, "scale_b", N, 1)):
+            for on, name, n, axis in ((epi.scale_rows, "scale_a", M, 0), (epi.scale_cols, "scale_b", N, 1),
+                                      (epi.device_scale_a, "scale_a", 1, None), (epi.device_scale_b, "scale_b", 1, None)):
                 if on:
                     kw[name] = rng.uniform(0.5, 2, n).astype(np.float32)
-                    x = x * (kw[name][:, None] if axis == 0 else kw[name][None, :])
+                    x = x * (kw[name] if axis is None else kw[name][:, None] if axis == 0 else kw[name][None, :])
             if epi.bias:
                 kw["bias"] = rng.standard_normal(N if epi.bias == "col" else M).astype(numpy_dtype(spec.out_dtype))
                 b64 = kw["bias"].astype(np.float64)

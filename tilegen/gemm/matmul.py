@@ -66,6 +66,12 @@ FP8_OUT = "bf16"   # an fp8 product's output dtype unless out / out_dtype says o
 SKINNY = 128
 SKINNY_SHORT = 32
 SKINNY_WIDE_BLOCKS = 96
+# At most 16 rows against a wide weight given as W.T (B column-major, N // 256 >= SKINNY_WIDE_BLOCKS): the
+# swapped persistent TMA kernel (C^T = B^T A^T, the rows as wgmma's n, 16 stages of 10 KB). Measured on the
+# H200 (run 228, GPU time of CUDA-graph replays rotating operands, bf16, K = 8192, mma.sync 64x128 s3 ->
+# swapped; torch.matmul): 1x28672 125.2 -> 117.4 us, 16x28672 125.2 -> 116.9 (110.0-110.7); with B
+# row-major no gain (113.3-113.8 -> 114.0-114.5), and at N = 8192 none either way (34.9-35.6 against 35.3-35.5).
+SKINNY_SWAPPED = dict(tile=(16, 64, 64), warps=(1, 4), stages=16, swap_ab=True, copy="tma", persistent=True)
 # tf32 from SKINNY_SHORT + 1 to SKINNY rows against wide weights (A row-major), on wgmma; keyed by
 # (B's layout, N // 256 >= SKINNY_WIDE_BLOCKS, M <= SMALL). Measured on the H200 (K = 8192, CUDA-graph
 # replay, x cuBLAS tf32) against what ran before: 65-128 rows (run 121, the mma.sync default's 0.36-0.62x):
@@ -415,7 +421,9 @@ def explain(A, B, *, bias=None, activation=None, residual=None, out=None, allow_
                    f"tiles, added into an f32 total every {spec.promote} k-tiles (measured faster than mma.sync's 3xTF32 "
                    f"on the H200 from {F32_PARTS_MIN} rows, columns and K and 1024^3 multiply-adds on)")
     elif skinny:
-        if M <= 16 and N // 256 >= SKINNY_WIDE_BLOCKS:
+        if M <= 16 and N // 256 >= SKINNY_WIDE_BLOCKS and b_layout == "col" and epilogue.bias != "row":
+            spec = GemmSpec(**{**base, "target": "sm_90a"}, instruction="wgmma", **SKINNY_SWAPPED)
+        elif M <= 16 and N // 256 >= SKINNY_WIDE_BLOCKS:
             spec = GemmSpec(**base, tile=(64, 128, 64), warps=(2, 2), stages=3)
         elif M <= SKINNY_SHORT and N // 256 < SKINNY_WIDE_BLOCKS:
             spec = GemmSpec(**base, tile=(_skinny_rows(M), 64, 128), warps=(1, 4), stages=6)
@@ -431,8 +439,9 @@ def explain(A, B, *, bias=None, activation=None, residual=None, out=None, allow_
             spec = GemmSpec(**{**base, "target": "sm_90a"}, instruction="wgmma", tile=(64, 128, 128), warps=(4, 1),
                             stages=4, persistent=False)
         why.append(f"skinny product on {target} (M = {M} rows against N = {N}): {spec.instruction} with "
-                   f"{spec.tile.m}x{spec.tile.n}x{spec.tile.k} tiles and {spec.stages} stages keeps more of B in "
-                   f"flight (measured on the H200)")
+                   f"{spec.tile.m}x{spec.tile.n}x{spec.tile.k} tiles and {spec.stages} stages"
+                   + (" computing C^T = B^T A^T (the rows as wgmma's n)" if spec.swap_ab else "")
+                   + " keeps more of B in flight (measured on the H200)")
     elif skinny32:
         wide = N // 256 >= SKINNY_WIDE_BLOCKS
         tile, stages = ((_skinny_rows(M), 128, 64), 4) if wide else ((_skinny_rows(M), 64, 64), 6)
