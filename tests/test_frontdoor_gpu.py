@@ -726,6 +726,13 @@ def test_scaled_mm_scales_are_used_where_they_are(M, N, K):
     C3 = tilegen.matmul(A, B, scale_a=ra, scale_b=sb)   # a vector for A, a GPU scalar for B
     torch.cuda.synchronize()
     assert err(C3, prod * ra.double() * sb.double(), 1.5 * 0.5) <= 2 * bound
+    # the same arrays again, then other scale vectors into the same out: the remembered launch names
+    # the scales it was made with, so the second call must not replay it
+    for r in (ra, ra.flip(0).contiguous() * 2, ra):
+        out.fill_(float("nan"))
+        tilegen.matmul(A, B, scale_a=r, scale_b=rb, out=out)
+        torch.cuda.synchronize()
+        assert err(out, prod * r.double() * rb.double(), 4.5) <= bound
 
 
 @pytest.mark.parametrize("M", [1, 16])

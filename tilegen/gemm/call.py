@@ -291,14 +291,16 @@ class FastCall:
 
     def run(self, lib, pa, pb, out, pc, bias, residual, alpha, beta, repitch, scales=NO_SCALES):
         last = self._last
-        if last is not None and bias is None and residual is None and scales is NO_SCALES \
+        if last is not None and bias is None and residual is None and (scales is NO_SCALES or len(last[0]) == 6) \
                 and type(alpha) in _NUMBERS and type(beta) in _NUMBERS:
             if out is None and not beta and pa and pb and \
                     last[1][:8] == (pa[1], pa[2], pa[3], pa[4], pb[1], pb[2], pb[3], pb[4]):
                 # no out: a new one like last time's, then the launch with its pointer (below)
                 out = lib.empty(last[1][8], self.out_dtype, pa[4])
                 pc = lib.probe(out)
-            if (pa, pb, pc, alpha, beta) == last[0] and (alpha or copysign(1.0, alpha) == copysign(1.0, last[0][3])):
+            same = (pa, pb, pc, alpha, beta) if scales is NO_SCALES else \
+                (pa, pb, pc, alpha, beta, tuple(None if x is None else lib.probe(x) for x in scales))
+            if same == last[0] and (alpha or copysign(1.0, alpha) == copysign(1.0, last[0][3])):
                 # the same arrays and scalars (an alpha of -0.0 is not 0.0: it signs C's zeros; a zero beta
                 # of either sign leaves C unread): the same launches (those whose arguments name a stream's
                 # scratch, on that stream only)
@@ -309,7 +311,7 @@ class FastCall:
                     for run, grid, args in last[4]:
                         run(grid, args, stream)
                     return out
-            elif pc and pa and pb and not self.prepares and not (pa[0] | pb[0] | pc[0]) % ALIGN and \
+            elif pc and pa and pb and not self.prepares and len(last[0]) == 5 and not (pa[0] | pb[0] | pc[0]) % ALIGN and \
                     last[1] == (pa[1], pa[2], pa[3], pa[4], pb[1], pb[2], pb[3], pb[4], pc[1], pc[2], pc[3], pc[4]):
                 launcher = self.kernel.launcher(pa[4])
                 if launcher is last[3]:
@@ -383,7 +385,8 @@ class FastCall:
                                                         1 if self.scalar_scales[1] else N))):
             if vec is not None:
                 pv = interop.library(vec) is lib and lib.probe(vec)
-                if (not pv or pv[DTYPE] != "float32" or pv[DEVICE] != device or tuple(pv[SHAPE]) != (length,)
+                if (not pv or pv[DTYPE] != "float32" or pv[DEVICE] != device
+                        or (tuple(pv[SHAPE]) not in ((), (1,)) if self.scalar_scales[at] else tuple(pv[SHAPE]) != (length,))
                         or (length > 1 and pv[STRIDES][0] != 1)):
                     return None
                 s_ptrs[at] = pv[PTR]
@@ -406,9 +409,11 @@ class FastCall:
         grid = self.grid(M, N, K, launcher.sm_count)
         values = (M, N, K, a_ptr, a_ld, b_ptr, b_ld, c_ptr, c_ld, alpha, beta, bias_ptr, r_ptr, r_ld, *s_ptrs)
         launches = firsts + self._launch(launcher, grid, values, stream, device, scratch)
-        if keep is None and bias is None and residual is None and scales is NO_SCALES and c_ptr % ALIGN == 0 \
+        if keep is None and bias is None and residual is None and c_ptr % ALIGN == 0 \
                 and not isinstance(scratch, _GraphScratch):
-            self._last = ((pa, pb, pc, alpha, beta),
+            # (with scales, their probes too: the launches name their pointers)
+            self._last = ((pa, pb, pc, alpha, beta) + (() if scales is NO_SCALES else (
+                              tuple(None if x is None else lib.probe(x) for x in scales),)),
                           (pa[1], pa[2], pa[3], pa[4], pb[1], pb[2], pb[3], pb[4], c_shape, c_strides, c_dtype, c_device),
                           (M, N, K, a_ld, b_ld, c_ld, grid), launcher, launches,
                           runtime.stream_key(stream) if scratch is not None else None)

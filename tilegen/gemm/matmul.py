@@ -631,7 +631,8 @@ def _stack_key(lib, pa, pb, out, bias, activation, allow_tf32):
 def _scale_kinds(scales) -> tuple:
     """What each of matmul's (scale_a, scale_b) is to the kernel: None (none, or folded into
     alpha), "vector" (per row / column), "scalar" (one f32 in device memory)."""
-    return tuple(None if x is None else "vector" if int(x.shape[0]) > 1 else "scalar" for x in scales)
+    return tuple(None if x is None else "vector" if len(x.shape) == 1 and int(x.shape[0]) > 1 else "scalar"
+                 for x in scales)
 
 
 def _choose(lib, A, B, out, pa, pb, pc, bias, activation, residual, tf32, scales=NO_SCALES):
@@ -1012,15 +1013,15 @@ def _vector_scale(x, length: int, name: str):
 
 
 def _device_scale(x):
-    """A per-tensor scale the kernel reads where it is (a one-element view of it): a one-element
-    float32 PyTorch or CuPy array on the GPU, as torch._scaled_mm takes its scales; else None."""
+    """A per-tensor scale the kernel reads where it is: a one-element float32 PyTorch or CuPy
+    array on the GPU (as torch._scaled_mm takes its scales), returned as it is; else None."""
     if x is None or isinstance(x, (int, float, np.number, np.ndarray)):
         return None
     lib = interop.library(x)
     if lib is None or getattr(x, "is_cuda", True) is False or str(x.dtype).replace("torch.", "") != "float32":
         return None
     n = x.numel() if hasattr(x, "numel") else getattr(x, "size", None)
-    return x.reshape(1) if n == 1 else None
+    return x if n == 1 else None
 
 
 def _scale(x, name: str) -> float:
