@@ -103,15 +103,22 @@ class Pred:
 
 
 class Float:
-    """An f32 kernel parameter (alpha, beta), or a product of them (`*`). Only passed to
-    primitives that take it."""
+    """An f32 kernel parameter (alpha, beta), a value read where it is used (tilegen.device_scalar:
+    `make` emits it at each use, in the code that uses it), or a product of them (`*`, itself
+    made where used when a factor is). Only passed to primitives that take it."""
 
-    __slots__ = ("raw",)
+    __slots__ = ("_raw", "_make")
 
-    def __init__(self, raw: Value):
-        self.raw = raw
+    def __init__(self, raw: Value = None, make=None):
+        self._raw, self._make = raw, make
+
+    @property
+    def raw(self) -> Value:
+        return self._raw if self._make is None else self._make()
 
     def __mul__(self, other):
         if not isinstance(other, Float):
             fail(f"a Float multiplies another Float, not {type(other).__name__}")
-        return Float(current().builder.op("mul.f32", "f32", self.raw, other.raw))
+        if self._make is None and other._make is None:
+            return Float(current().builder.op("mul.f32", "f32", self.raw, other.raw))
+        return Float(make=lambda: current().builder.op("mul.f32", "f32", self.raw, other.raw))
