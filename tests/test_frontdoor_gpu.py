@@ -726,6 +726,11 @@ def test_scaled_mm_scales_are_used_where_they_are(M, N, K):
     C3 = tilegen.matmul(A, B, scale_a=ra, scale_b=sb)   # a vector for A, a GPU scalar for B
     torch.cuda.synchronize()
     assert err(C3, prod * ra.double() * sb.double(), 1.5 * 0.5) <= 2 * bound
+    k = tilegen.compile(tilegen.matmul.explain(A, B, scale_a=ra, scale_b=rb).spec)
+    for _ in range(2):   # (remembered) ... then a number where the kernel reads a vector: the clear refusal
+        k(A, B, scale_a=ra.reshape(-1), scale_b=rb.reshape(-1), out=out)
+    with pytest.raises(tilegen.LaunchError, match="scale_b"):
+        k(A, B, scale_a=ra.reshape(-1), scale_b=2.0, out=out)
     # the same arrays again, then other scale vectors into the same out: the remembered launch names
     # the scales it was made with, so the second call must not replay it
     for r in (ra, ra.flip(0).contiguous() * 2, ra):

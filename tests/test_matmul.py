@@ -397,6 +397,9 @@ def test_per_tensor_scales_in_device_memory_on_the_emulator():
         k(A, W.T, scale_a=np.ones(2, np.float32), scale_b=np.ones(1, np.float32), device="sim")
     with pytest.raises(tilegen.SpecError, match="one scale per operand"):
         tilegen.Epilogue(scale_rows=True, device_scale_a=True)
+    with pytest.raises(tilegen.SpecError, match="scales per row or column or in device memory"):
+        tilegen.GemmSpec(dtype="bf16", instruction="wgmma", batched=True, copy="tma",
+                         epilogue=tilegen.Epilogue(device_scale_a=True))
 
 
 def test_numbers_and_arrays_that_are_not_real_are_refused():
@@ -585,6 +588,35 @@ def test_skinny_tiles_on_the_emulator(dtype, tile):
     ref = A.astype(np.float64) @ B.astype(np.float64)
     scale = np.abs(A.astype(np.float64)) @ np.abs(B.astype(np.float64))
     assert (np.abs(C - ref) <= gemm_bound("f16" if dtype in ("f16", "bf16") else dtype, K, "f32") * scale + 1e-6).all()
+
+
+def test_swapped_kernels_take_a_column_major_a(monkeypatch):
+    """swap_ab with A column-major (A's stage keeps its memory order: only tf32's register path
+    copies it transposed): matmul picks the swapped kernel for a skinny A^T view against a wide
+    W.T, and the kernel multiplies it right on the emulator, by TMA and by cp.async; a stack of such
+    products with K under STACK_SWAP_MIN_K takes an unswapped batched kernel."""
+    import importlib
+
+    mm = importlib.import_module("tilegen.gemm.matmul")
+    monkeypatch.setattr(mm, "_target", lambda: "sm_90")
+    monkeypatch.setattr(mm, "_sm_count", lambda: 132)
+    monkeypatch.setattr(mm, "_tuned", lambda *a, **k: None)
+    W = np.zeros((24576, 520), np.float16)
+    spec = mm.explain(np.zeros((520, 16), np.float16).T, W.T).spec
+    assert spec.swap_ab and spec.a_layout == "col"
+    tilegen.compile(spec)
+    stack = mm.explain(np.zeros((2, 16, 512), np.float16), np.zeros((2, 24576, 512), np.float16).transpose(0, 2, 1))
+    assert stack.spec.batched and not stack.spec.swap_ab
+    rng = np.random.default_rng(4)
+    A = rng.standard_normal((300, 13)).astype(ml_dtypes.bfloat16).T
+    Wt = rng.standard_normal((200, 300)).astype(ml_dtypes.bfloat16).T
+    ref = A.astype(np.float64) @ Wt.astype(np.float64)
+    for copy, persistent in (("tma", True), ("cp.async", False)):
+        k = tilegen.compile(tilegen.GemmSpec(dtype="bf16", out_dtype="f32", instruction="wgmma", swap_ab=True,
+                                             a_layout="col", b_layout="col", copy=copy, persistent=persistent,
+                                             tile=(16, 64, 64), warps=(1, 4), stages=8))
+        C = k(A, Wt, device="sim")
+        assert np.abs(C - ref).max() <= 2 ** -20 * np.abs(ref).max() + 1e-6, copy
 
 
 def test_swapped_skinny_products_on_the_emulator():

@@ -228,6 +228,13 @@ def run_gemm(kernel, A, B, *, out=None, alpha=1.0, beta=0.0, bias=None, residual
 
 # ---- the fast path ---------------------------------------------------------------------
 
+def _scale_probes(lib, scales) -> tuple:
+    """The probes of a call's scale arrays: None for a scale left out, False for one that is not
+    an array of `lib` (a number, another library's: no remembered call holds False, so the general
+    path runs and says what is wrong)."""
+    return tuple(None if x is None else lib.probe(x) if interop.library(x) is lib else False for x in scales)
+
+
 class FastCall:
     """A GEMM kernel's launch from PyTorch / CuPy arrays, prepared once per kernel.
 
@@ -299,7 +306,7 @@ class FastCall:
                 out = lib.empty(last[1][8], self.out_dtype, pa[4])
                 pc = lib.probe(out)
             same = (pa, pb, pc, alpha, beta) if scales is NO_SCALES else \
-                (pa, pb, pc, alpha, beta, tuple(None if x is None else lib.probe(x) for x in scales))
+                (pa, pb, pc, alpha, beta, _scale_probes(lib, scales))
             if same == last[0] and (alpha or copysign(1.0, alpha) == copysign(1.0, last[0][3])):
                 # the same arrays and scalars (an alpha of -0.0 is not 0.0: it signs C's zeros; a zero beta
                 # of either sign leaves C unread): the same launches (those whose arguments name a stream's
@@ -412,8 +419,7 @@ class FastCall:
         if keep is None and bias is None and residual is None and c_ptr % ALIGN == 0 \
                 and not isinstance(scratch, _GraphScratch):
             # (with scales, their probes too: the launches name their pointers)
-            self._last = ((pa, pb, pc, alpha, beta) + (() if scales is NO_SCALES else (
-                              tuple(None if x is None else lib.probe(x) for x in scales),)),
+            self._last = ((pa, pb, pc, alpha, beta) + (() if scales is NO_SCALES else (_scale_probes(lib, scales),)),
                           (pa[1], pa[2], pa[3], pa[4], pb[1], pb[2], pb[3], pb[4], c_shape, c_strides, c_dtype, c_device),
                           (M, N, K, a_ld, b_ld, c_ld, grid), launcher, launches,
                           runtime.stream_key(stream) if scratch is not None else None)

@@ -825,14 +825,14 @@ def _batched_spec(spec, stack):
                 twin = spec.replace(**{**dict(batched=True, copy="tma", persistent=True, cluster=(1, 1), stream_k=False,
                                               pingpong=False, split_k=1, store="auto", instruction="wgmma",
                                               target="sm_90a", atom=None, frag_buffers=None, promote=None,
-                                              swizzle="128B", acc_dtype="f32"), **tiles})
+                                              swizzle="128B", acc_dtype="f32", swap_ab=False), **tiles})
             except SpecError:
                 continue
             if stack_problem(twin, stack.M, stack.N, stack.K, stack.matrices) is None:
                 split = stack_split(twin, stack, sms)
                 return twin.replace(split_k=split) if split > 1 else twin
     reset = dict(batched=True, persistent=None, copy="auto", store="auto", cluster=(1, 1), split_k=1, stream_k=False,
-                 pingpong=False, promote=None)
+                 pingpong=False, promote=None, swap_ab=False)
     if spec.instruction == "wgmma" and spec.dtype in ("f16", "bf16"):
         sms = _sm_count()
         for tiles in STACK_TILES:
@@ -841,7 +841,7 @@ def _batched_spec(spec, stack):
         reset.update(tiles)
     for extra in ({}, {"stages": None}):   # (cp.async stages may need less shared memory)
         try:
-            twin = spec.replace(**reset, **extra)
+            twin = spec.replace(**{**reset, **extra})
         except SpecError:
             continue
         if (twin.persistent, twin.copy) != (spec.persistent, spec.copy) and stack.M * stack.N * stack.K >= STACK_LOOP_WORK:

@@ -208,8 +208,9 @@ class GemmSpec:
     |            | (template.TmaStack)                             |                          |
     | swap_ab    | 16-bit wgmma: compute C^T = B^T A^T, so that    | False                    |
     |            | tile.n (64 per warpgroup, warps (1, 4)) fills   |                          |
-    |            | wgmma's rows and tile.m (8..256: decoding's few |                          |
-    |            | rows) its n; stores C directly, transposed      |                          |
+    |            | wgmma's rows and tile.m (16..256 by 16: decod-  |                          |
+    |            | ing's few rows) its n; stores C directly,       |                          |
+    |            | transposed                                      |                          |
 
     `instruction` names the main-loop family (tilegen/gemm/mainloops/): its defaults, its
     rules and its pipeline; the wgmma family's rules are in WgmmaLoop's docstring.
@@ -618,8 +619,9 @@ class GemmSpec:
                             "kernels (tf32 with a row-major B swaps by itself)")
         if not isinstance(self.batched, bool):
             raise SpecError("batched", self.batched, "True or False")
-        if self.batched and (self.epilogue.scale_rows or self.epilogue.scale_cols):
-            raise SpecError("batched", self.batched, "False with scales per row or column",
+        epi = self.epilogue
+        if self.batched and (epi.scale_rows or epi.scale_cols or epi.device_scale_a or epi.device_scale_b):
+            raise SpecError("batched", self.batched, "False with scales per row or column or in device memory",
                             "a stack's scales would differ per matrix: scale alpha, or multiply matrix by matrix")
         by_offset = not self.persistent and self.copy == "cp.async" and self.store == "direct"
         by_tma = (self.warp_specialized and self.epilogue.bias != "row"

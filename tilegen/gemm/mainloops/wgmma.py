@@ -197,7 +197,7 @@ class WgmmaLoop(MainLoop):
     def stage_layout(self, spec, operand: str) -> str:
         """A column-major A in a swapped tf32 kernel is copied transposed: wgmma reads A^T
         K-major from shared memory."""
-        if operand == "A" and self.swaps_operands(spec):
+        if operand == "A" and self.swaps_operands(spec) and spec.dtype == "tf32":
             return "row"
         return super().stage_layout(spec, operand)
 
@@ -263,7 +263,7 @@ class WgmmaLoop(MainLoop):
             raise SpecError("swap_ab", True, "False with pingpong or a 2-D split_k",
                             "C^T = B^T A^T is built for one warpgroup's blocks stored directly (and stacks' split-K)")
         if spec.stages < 3:
-            raise SpecError("stages", spec.stages, "3..6", "wgmma kernels keep one stage for the tensor cores "
+            raise SpecError("stages", spec.stages, "3..32", "wgmma kernels keep one stage for the tensor cores "
                             "still reading the previous tile")
         if spec.store == "tma":
             why = self._tma_store_problem(spec)
