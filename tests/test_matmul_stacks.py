@@ -175,10 +175,12 @@ def test_stacks_on_hopper_take_the_warp_specialized_kernel(monkeypatch):
                                    ((64, 128, 64, 128), (64, 128, 64)), ((4, 4096, 4096, 4096), (128, 256, 64)),
                                    ((8, 100, 64, 128), narrow), ((8, 128, 100, 128), narrow),
                                    ((8, 128, 64, 128, 1), narrow),           # M, K with B row-major, one A
-                                   ((32, 1, 128, 4096), (64, 128, 64)), ((32, 16, 4096, 128), (16, 64, 64)),
+                                   ((32, 1, 128, 4096), (16, 128, 128)), ((32, 16, 4096, 128), (16, 64, 64)),
                                    ((34, 16, 4096, 128), (16, 64, 64)), ((32, 16, 4096, 256), (16, 64, 64)),
                                    ((32, 32, 4096, 128), (32, 64, 64)), ((32, 33, 4096, 128), narrow),
                                    ((32, 16, 1023, 128), narrow),       # (K under STACK_SWAP_MIN_K: not swapped)
+                                   ((8, 16, 64, 8192), (16, 128, 128)),   # (scores, K <= 128: STACK_SWAPPED_SHORT_K)
+                                   ((32, 17, 128, 4096), (64, 128, 64)),
                                    ((8, 128, 128, 4096), (128, 128, 64))]:   # few rows, short K: products alone
                                                                              # take mma.sync or a non-persistent kernel
         choice = mm.explain(*stack(*args))
@@ -187,7 +189,7 @@ def test_stacks_on_hopper_take_the_warp_specialized_kernel(monkeypatch):
         assert "3-D tensor map" in choice.reason
         assert spec.swap_ab == (tile[0] <= 32) and ("C^T = B^T A^T" in choice.reason) == spec.swap_ab, choice
         assert ("the narrow tile" in choice.reason) == (tile == narrow), choice
-        assert spec.stages == {narrow: 8, (16, 64, 64): 16, (32, 64, 64): 12}.get(tile, spec.stages), choice
+        assert spec.stages == {narrow: 8, (16, 64, 64): 16, (32, 64, 64): 12, (16, 128, 128): 6}.get(tile, spec.stages)
     A, B = stack(8, 100, 64, 128)
     spec = mm.explain(A, B, bias=np.zeros(100, np.float16)).spec   # (per row: M elements)
     assert spec.batched and not spec.persistent and spec.copy == "cp.async" and spec.epilogue.bias == "row", spec
@@ -463,7 +465,7 @@ def test_unaligned_stacks_are_copied_once_per_distinct_matrix(monkeypatch):
 
 
 @pytest.mark.parametrize("tile, warps, split", [((16, 64, 64), (1, 4), 1), ((32, 128, 64), (1, 8), 1),
-                                               ((16, 64, 64), (1, 4), 3)])
+                                               ((16, 64, 64), (1, 4), 3), ((16, 128, 128), (1, 8), 1)])
 def test_swapped_stacks_on_the_emulator(tile, warps, split):
     """GemmSpec(swap_ab=True): the stack kernel computes C^T = B^T A^T from shared memory (B's stage
     as wgmma's MN-major A, A's as its K-major B) and stores C transposed, through the whole epilogue

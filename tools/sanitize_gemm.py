@@ -129,7 +129,10 @@ STACKS = [(dict(dtype="f16", out_dtype="f16", tile=(64, 64, 32)), (3, 1), (70, 4
                 stages=16, swap_ab=True, split_k=3, epilogue=tilegen.Epilogue("col", "gelu_tanh", True)), (5, 1),
            (16, 136, 1100), ("row", "row")),
           (dict(dtype="f16", out_dtype="f16", instruction="wgmma", copy="tma", tile=(32, 128, 64), warps=(1, 8),
-                stages=8, swap_ab=True), (4, 4), (30, 200, 300), ("row", "col"))]
+                stages=8, swap_ab=True), (4, 4), (30, 200, 300), ("row", "col")),
+          # decoding's scores (matmul's STACK_SWAPPED_SHORT_K): one 128-deep k-tile a block, B as k^T
+          (dict(dtype="bf16", out_dtype="bf16", instruction="wgmma", copy="tma", tile=(16, 128, 128), warps=(1, 8),
+                stages=6, swap_ab=True), (8, 8), (1, 300, 128), ("row", "col"))]
 
 
 def stacks() -> int:

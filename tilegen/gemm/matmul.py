@@ -755,6 +755,14 @@ STACK_NARROW = dict(tile=(64, 64, 64), warps=(4, 1), stages=8)
 STACK_SWAPPED = {16: dict(tile=(16, 64, 64), warps=(1, 4), stages=16, swap_ab=True, store="direct"),
                  32: dict(tile=(32, 64, 64), warps=(1, 4), stages=12, swap_ab=True, store="direct")}
 STACK_SWAP_MIN_K = 1024
+# Decoding's scores (q @ k^T: K = the head's 64-128 dimensions, N = the context) with at most 16 rows per
+# product: the swapped kernel with 128 columns a block (two warpgroups) and one 128-deep k-tile, 6 stages.
+# Measured on the H200 (run 237, CUDA-graph replays, bf16, B x M x N x K, B row-major / as k^T; the 64x128 tile
+# with 6 stages -> this; torch.matmul): 32x1x4096x128 14.2 -> 13.1 (10.6) / 14.6 -> 13.0 (12.8), 32x1x16384x128
+# 43.2 -> 37.5 (36.0) / 43.2 -> 38.0 (36.2), 8x16x8192x128 9.5 -> 8.9 (7.9) / 9.4 -> 8.7 (7.9), 32x16x4096x128
+# 14.1 either way (12.0); the 16-stage swapped tile above was slower at this K (16.2-16.5 us on 32x1x4096x128).
+STACK_SWAPPED_SHORT_K = dict(tile=(16, 128, 128), warps=(1, 8), stages=6, swap_ab=True, store="direct")
+STACK_SHORT_K = 128
 
 
 # Split-K on a stack (the TMA stack kernel walking every block once per slice of K, the last slice
@@ -820,6 +828,8 @@ def _batched_spec(spec, stack):
             filling = [STACK_NARROW]
         if stack.M <= max(STACK_SWAPPED) and stack.K >= STACK_SWAP_MIN_K:   # (few rows: C^T = B^T A^T, rows as n)
             filling = [STACK_SWAPPED[min(r for r in STACK_SWAPPED if r >= stack.M)], *filling]
+        elif stack.M <= 16 and stack.K <= STACK_SHORT_K:   # (decoding's scores: one deep k-tile a block)
+            filling = [STACK_SWAPPED_SHORT_K, *filling]
         for tiles in (filling or STACK_TILES[-1:]):
             try:
                 twin = spec.replace(**{**dict(batched=True, copy="tma", persistent=True, cluster=(1, 1), stream_k=False,

@@ -1,0 +1,54 @@
+"""Decoding's scores (q @ k^T: K = head dim 128, N = context) as stacks, B row-major (K x N) and as k^T
+(a transposed (N, K) row-major k: column-major B): torch, tilegen.matmul's choice and swapped tiles;
+GPU time of CUDA-graph replays rotating 4 operand sets.
+
+    python3 tools/h200_decode_scores.py
+"""
+import json, sys
+import torch, tilegen
+dt = torch.bfloat16
+def graph_time(fns, n=24, reps=25):
+    s = torch.cuda.Stream(); s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for f in fns: f()
+    torch.cuda.current_stream().wait_stream(s)
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        for i in range(n): fns[i % len(fns)]()
+    g.replay(); torch.cuda.synchronize()
+    ts = []
+    for _ in range(reps):
+        e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        e0.record(); g.replay(); e1.record(); torch.cuda.synchronize()
+        ts.append(e0.elapsed_time(e1) * 1e3 / n)
+    ts.sort(); return round(ts[len(ts) // 2], 2)
+VARIANTS = {"s64x64k64_s16": dict(tile=(16, 64, 64), warps=(1, 4), stages=16),
+            "s64x64k128_s8": dict(tile=(16, 64, 128), warps=(1, 4), stages=8),
+            "s128x64k64_s12": dict(tile=(16, 128, 64), warps=(1, 8), stages=12),
+            "s128x64k128_s6": dict(tile=(16, 128, 128), warps=(1, 8), stages=6),
+            "s64x64k64_s4": dict(tile=(16, 64, 64), warps=(1, 4), stages=4)}
+for (b, m, n, k) in [(32, 1, 4096, 128), (32, 16, 4096, 128), (32, 1, 16384, 128), (8, 16, 8192, 128)]:
+    for kt in (False, True):
+        sets = []
+        for _ in range(4):
+            A = torch.randn(b, m, k, device="cuda", dtype=dt)
+            B = torch.randn(b, n, k, device="cuda", dtype=dt).transpose(1, 2) if kt else torch.randn(b, k, n, device="cuda", dtype=dt)
+            sets.append((A, B, torch.empty(b, m, n, device="cuda", dtype=dt)))
+        ref = sets[0][0].double() @ sets[0][1].double()
+        row = {"stack": [b, m, n, k], "B": "k^T" if kt else "row"}
+        row["torch"] = graph_time([lambda A=A, B=B, C=C: torch.matmul(A, B, out=C) for A, B, C in sets])
+        ch = tilegen.matmul.explain(*sets[0][:2], out=sets[0][2]).spec
+        row["matmul"] = graph_time([lambda A=A, B=B, C=C: tilegen.matmul(A, B, out=C) for A, B, C in sets])
+        row["matmul_spec"] = f"{ch.tile.m}x{ch.tile.n}x{ch.tile.k} s{ch.stages} swap{int(ch.swap_ab)}"
+        for name, kw in VARIANTS.items():
+            try:
+                spec = ch.replace(swap_ab=True, store="direct", split_k=1, **kw)
+                kern = tilegen.compile(spec)
+                A, B, C = sets[0]
+                C.fill_(float("nan")); kern(A, B, out=C); torch.cuda.synchronize()
+                err = float(torch.linalg.norm(C.double() - ref) / torch.linalg.norm(ref))
+                assert err < 1e-2, err
+                row[name] = graph_time([lambda A=A, B=B, C=C: kern(A, B, out=C) for A, B, C in sets])
+            except Exception as e:
+                row[name] = f"{type(e).__name__}: {e}"[:100]
+        print(json.dumps(row), flush=True)
