@@ -178,9 +178,11 @@ def test_stacks_on_hopper_take_the_warp_specialized_kernel(monkeypatch):
                                    ((32, 1, 128, 4096), (16, 128, 128)), ((32, 16, 4096, 128), (16, 64, 64)),
                                    ((34, 16, 4096, 128), (16, 64, 64)), ((32, 16, 4096, 256), (16, 64, 64)),
                                    ((32, 32, 4096, 128), (32, 64, 64)), ((32, 33, 4096, 128), narrow),
-                                   ((32, 16, 1023, 128), narrow),       # (K under STACK_SWAP_MIN_K: not swapped)
+                                   ((32, 17, 1023, 128), narrow),       # (K under STACK_SWAP_MIN_K: not swapped)
                                    ((8, 16, 64, 8192), (16, 128, 128)),   # (scores, K <= 128: STACK_SWAPPED_SHORT_K)
-                                   ((32, 17, 128, 4096), (64, 128, 64)),
+                                   ((32, 1, 256, 4096), (16, 128, 128)), ((32, 1, 512, 4096), (64, 128, 64)),
+                                   ((32, 1, 512, 128), (16, 64, 64)),      # (few blocks, short K: STACK_SWAPPED_FEW)
+                                   ((32, 16, 768, 128), (16, 64, 64)), ((32, 17, 128, 4096), (64, 128, 64)),
                                    ((8, 128, 128, 4096), (128, 128, 64))]:   # few rows, short K: products alone
                                                                              # take mma.sync or a non-persistent kernel
         choice = mm.explain(*stack(*args))
@@ -189,7 +191,8 @@ def test_stacks_on_hopper_take_the_warp_specialized_kernel(monkeypatch):
         assert "3-D tensor map" in choice.reason
         assert spec.swap_ab == (tile[0] <= 32) and ("C^T = B^T A^T" in choice.reason) == spec.swap_ab, choice
         assert ("the narrow tile" in choice.reason) == (tile == narrow), choice
-        assert spec.stages == {narrow: 8, (16, 64, 64): 16, (32, 64, 64): 12, (16, 128, 128): 6}.get(tile, spec.stages)
+        assert spec.stages == {narrow: 8, (16, 64, 64): 4 if args[2] < 1024 else 16, (32, 64, 64): 12,
+                               (16, 128, 128): 6}.get(tile, spec.stages), choice
     A, B = stack(8, 100, 64, 128)
     spec = mm.explain(A, B, bias=np.zeros(100, np.float16)).spec   # (per row: M elements)
     assert spec.batched and not spec.persistent and spec.copy == "cp.async" and spec.epilogue.bias == "row", spec

@@ -2,7 +2,7 @@
 (a transposed (N, K) row-major k: column-major B): torch, tilegen.matmul's choice and swapped tiles;
 GPU time of CUDA-graph replays rotating 4 operand sets.
 
-    python3 tools/h200_decode_scores.py
+    python3 tools/h200_decode_scores.py [BxMxNxK ...]
 """
 import json, sys
 import torch, tilegen
@@ -27,8 +27,10 @@ VARIANTS = {"s64x64k64_s16": dict(tile=(16, 64, 64), warps=(1, 4), stages=16),
             "s128x64k64_s12": dict(tile=(16, 128, 64), warps=(1, 8), stages=12),
             "s128x64k128_s6": dict(tile=(16, 128, 128), warps=(1, 8), stages=6),
             "s64x64k64_s4": dict(tile=(16, 64, 64), warps=(1, 4), stages=4)}
-for (b, m, n, k) in [(32, 1, 4096, 128), (32, 16, 4096, 128), (32, 1, 16384, 128), (8, 16, 8192, 128)]:
-    for kt in (False, True):
+SHAPES = [tuple(map(int, a.split("x"))) for a in sys.argv[1:]] or [(32, 1, 4096, 128), (32, 16, 4096, 128),
+                                                                   (32, 1, 16384, 128), (8, 16, 8192, 128)]
+for (b, m, n, k) in SHAPES:
+    for kt in ((False, True) if k <= 128 else (False,)):
         sets = []
         for _ in range(4):
             A = torch.randn(b, m, k, device="cuda", dtype=dt)

@@ -763,6 +763,13 @@ STACK_SWAP_MIN_K = 1024
 # 14.1 either way (12.0); the 16-stage swapped tile above was slower at this K (16.2-16.5 us on 32x1x4096x128).
 STACK_SWAPPED_SHORT_K = dict(tile=(16, 128, 128), warps=(1, 8), stages=6, swap_ab=True, store="direct")
 STACK_SHORT_K = 128
+# Between those Ks (run 240, same method): where the 16 x 64 blocks number at most the SMs (decoding's scores @
+# values over a short context), the swapped 16x64x64 tile with 4 stages: 32x1x128x256 4.03 -> 3.00 us (torch
+# 2.75), 32x1x128x512 4.48 -> 3.43 (3.41), 32x16x128x512 4.59 -> 3.40 (3.28), 32x1x128x768 5.33 -> 3.91 (3.88);
+# 16 stages there 3.9-4.7. With more blocks, up to K = 256, STACK_SWAPPED_SHORT_K: 32x1x4096x256 22.2 -> 19.9
+# (18.7), 32x16x4096x256 21.5 -> 21.2 (20.0).
+STACK_SWAPPED_FEW = dict(tile=(16, 64, 64), warps=(1, 4), stages=4, swap_ab=True, store="direct")
+STACK_SHORT_K_WIDE = 256
 
 
 # Split-K on a stack (the TMA stack kernel walking every block once per slice of K, the last slice
@@ -828,8 +835,12 @@ def _batched_spec(spec, stack):
             filling = [STACK_NARROW]
         if stack.M <= max(STACK_SWAPPED) and stack.K >= STACK_SWAP_MIN_K:   # (few rows: C^T = B^T A^T, rows as n)
             filling = [STACK_SWAPPED[min(r for r in STACK_SWAPPED if r >= stack.M)], *filling]
-        elif stack.M <= 16 and stack.K <= STACK_SHORT_K:   # (decoding's scores: one deep k-tile a block)
-            filling = [STACK_SWAPPED_SHORT_K, *filling]
+        elif stack.M <= 16:
+            few = stack_blocks(stack, *STACK_SWAPPED_FEW["tile"][:2]) <= sms
+            if few and stack.K > STACK_SHORT_K:   # (scores @ values over a short context)
+                filling = [STACK_SWAPPED_FEW, *filling]
+            elif stack.K <= (STACK_SHORT_K_WIDE if not few else STACK_SHORT_K):   # (scores: one deep k-tile a block)
+                filling = [STACK_SWAPPED_SHORT_K, *filling]
         for tiles in (filling or STACK_TILES[-1:]):
             try:
                 twin = spec.replace(**{**dict(batched=True, copy="tma", persistent=True, cluster=(1, 1), stream_k=False,
