@@ -4,24 +4,11 @@ GPU time of CUDA-graph replays rotating 4 operand sets.
 
     python3 tools/h200_decode_scores.py [BxMxNxK ...]
 """
-import json, sys
+import json, os, sys
 import torch, tilegen
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from gpu_timing import graph_us  # noqa: E402
 dt = torch.bfloat16
-def graph_time(fns, n=24, reps=25):
-    s = torch.cuda.Stream(); s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        for f in fns: f()
-    torch.cuda.current_stream().wait_stream(s)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        for i in range(n): fns[i % len(fns)]()
-    g.replay(); torch.cuda.synchronize()
-    ts = []
-    for _ in range(reps):
-        e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        e0.record(); g.replay(); e1.record(); torch.cuda.synchronize()
-        ts.append(e0.elapsed_time(e1) * 1e3 / n)
-    ts.sort(); return round(ts[len(ts) // 2], 2)
 VARIANTS = {"s64x64k64_s16": dict(tile=(16, 64, 64), warps=(1, 4), stages=16),
             "s64x64k128_s8": dict(tile=(16, 64, 128), warps=(1, 4), stages=8),
             "s128x64k64_s12": dict(tile=(16, 128, 64), warps=(1, 8), stages=12),
@@ -38,9 +25,9 @@ for (b, m, n, k) in SHAPES:
             sets.append((A, B, torch.empty(b, m, n, device="cuda", dtype=dt)))
         ref = sets[0][0].double() @ sets[0][1].double()
         row = {"stack": [b, m, n, k], "B": "k^T" if kt else "row"}
-        row["torch"] = graph_time([lambda A=A, B=B, C=C: torch.matmul(A, B, out=C) for A, B, C in sets])
+        row["torch"] = graph_us([lambda A=A, B=B, C=C: torch.matmul(A, B, out=C) for A, B, C in sets])
         ch = tilegen.matmul.explain(*sets[0][:2], out=sets[0][2]).spec
-        row["matmul"] = graph_time([lambda A=A, B=B, C=C: tilegen.matmul(A, B, out=C) for A, B, C in sets])
+        row["matmul"] = graph_us([lambda A=A, B=B, C=C: tilegen.matmul(A, B, out=C) for A, B, C in sets])
         row["matmul_spec"] = f"{ch.tile.m}x{ch.tile.n}x{ch.tile.k} s{ch.stages} swap{int(ch.swap_ab)}"
         for name, kw in VARIANTS.items():
             try:
@@ -50,7 +37,7 @@ for (b, m, n, k) in SHAPES:
                 C.fill_(float("nan")); kern(A, B, out=C); torch.cuda.synchronize()
                 err = float(torch.linalg.norm(C.double() - ref) / torch.linalg.norm(ref))
                 assert err < 1e-2, err
-                row[name] = graph_time([lambda A=A, B=B, C=C: kern(A, B, out=C) for A, B, C in sets])
+                row[name] = graph_us([lambda A=A, B=B, C=C: kern(A, B, out=C) for A, B, C in sets])
             except Exception as e:
                 row[name] = f"{type(e).__name__}: {e}"[:100]
         print(json.dumps(row), flush=True)

@@ -6,25 +6,11 @@ warps (1, 4)) with several stage counts.
 """
 import json, os, sys
 import torch, tilegen
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from gpu_timing import graph_us  # noqa: E402
 dt = torch.bfloat16
 SETS = 4
-def graph_time(fns, n=24, reps=25):
-    s = torch.cuda.Stream(); s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        for f in fns: f()
-    torch.cuda.current_stream().wait_stream(s)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        for i in range(n): fns[i % len(fns)]()
-    g.replay(); torch.cuda.synchronize()
-    ts = []
-    for _ in range(reps):
-        e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        e0.record(); g.replay(); e1.record(); torch.cuda.synchronize()
-        ts.append(e0.elapsed_time(e1) * 1e3 / n)
-    ts.sort(); return round(ts[len(ts) // 2], 2)
 rows = []
-import itertools
 SHAPES = [tuple(map(int, a.split("x"))) for a in sys.argv[1:]] or [(32, 16, 128, 4096), (32, 1, 128, 4096),
           (64, 1, 64, 2048), (8, 16, 128, 16384), (32, 16, 128, 16384), (32, 8, 128, 8192), (8, 128, 128, 4096)]
 for (b, m, n, k) in SHAPES:
@@ -32,9 +18,9 @@ for (b, m, n, k) in SHAPES:
              torch.empty(b, m, n, device="cuda", dtype=dt)) for _ in range(SETS)]
     ref = sets[0][0].double() @ sets[0][1].double()
     row = {"stack": [b, m, n, k]}
-    row["torch"] = graph_time([lambda A=A, B=B, C=C: torch.matmul(A, B, out=C) for A, B, C in sets])
+    row["torch"] = graph_us([lambda A=A, B=B, C=C: torch.matmul(A, B, out=C) for A, B, C in sets])
     choice = tilegen.matmul.explain(*sets[0][:2], out=sets[0][2]).spec
-    row["matmul"] = graph_time([lambda A=A, B=B, C=C: tilegen.matmul(A, B, out=C) for A, B, C in sets])
+    row["matmul"] = graph_us([lambda A=A, B=B, C=C: tilegen.matmul(A, B, out=C) for A, B, C in sets])
     row["matmul_spec"] = f"{choice.tile.m}x{choice.tile.n} s{choice.stages} split{choice.split_k}"
     tm = max(16, -(-m // 16) * 16)
     for stages in (12, 14, 16, 18):
@@ -48,7 +34,7 @@ for (b, m, n, k) in SHAPES:
                 C.fill_(float("nan")); kern(A, B, out=C); torch.cuda.synchronize()
                 err = float(torch.linalg.norm(C.double() - ref) / torch.linalg.norm(ref))
                 assert err < 1e-2, err
-                row[key] = graph_time([lambda A=A, B=B, C=C: kern(A, B, out=C) for A, B, C in sets])
+                row[key] = graph_us([lambda A=A, B=B, C=C: kern(A, B, out=C) for A, B, C in sets])
             except Exception as e:
                 row[key] = f"{type(e).__name__}: {e}"[:120]
     good = [(v, kk) for kk, v in row.items() if kk.startswith("swap") and isinstance(v, float)]

@@ -5,22 +5,9 @@ tilegen.matmul's choice and torch.matmul: GPU time of CUDA-graph replays rotatin
 """
 import json, os, sys
 import torch, tilegen
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from gpu_timing import graph_us  # noqa: E402
 dt = torch.bfloat16
-def graph_time(fns, n=12, reps=15):
-    s = torch.cuda.Stream(); s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        for f in fns: f()
-    torch.cuda.current_stream().wait_stream(s)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        for i in range(n): fns[i % len(fns)]()
-    g.replay(); torch.cuda.synchronize()
-    ts = []
-    for _ in range(reps):
-        e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        e0.record(); g.replay(); e1.record(); torch.cuda.synchronize()
-        ts.append(e0.elapsed_time(e1) * 1e3 / n)
-    ts.sort(); return round(ts[len(ts) // 2], 2)
 for (m, n, k) in [(1, 8192, 8192), (16, 8192, 8192), (1, 28672, 8192), (16, 28672, 8192), (32, 8192, 8192)]:
     for wt in (True, False):
         SETS = 3
@@ -31,9 +18,9 @@ for (m, n, k) in [(1, 8192, 8192), (16, 8192, 8192), (1, 28672, 8192), (16, 2867
                          torch.empty(m, n, device="cuda", dtype=dt)))
         ref = sets[0][0].double() @ sets[0][1].double()
         row = {"shape": [m, n, k], "B": "W.T" if wt else "row"}
-        row["torch"] = graph_time([lambda A=A, B=B, C=C: torch.matmul(A, B, out=C) for A, B, C in sets])
+        row["torch"] = graph_us([lambda A=A, B=B, C=C: torch.matmul(A, B, out=C) for A, B, C in sets], n=12, reps=15)
         ch = tilegen.matmul.explain(*sets[0][:2], out=sets[0][2]).spec
-        row["matmul"] = graph_time([lambda A=A, B=B, C=C: tilegen.matmul(A, B, out=C) for A, B, C in sets])
+        row["matmul"] = graph_us([lambda A=A, B=B, C=C: tilegen.matmul(A, B, out=C) for A, B, C in sets], n=12, reps=15)
         row["matmul_spec"] = f"{ch.instruction} {ch.tile.m}x{ch.tile.n}x{ch.tile.k} s{ch.stages} split{ch.split_k}"
         tm = 16 if m <= 16 else 32
         for stages in (12, 16):
@@ -47,7 +34,7 @@ for (m, n, k) in [(1, 8192, 8192), (16, 8192, 8192), (1, 28672, 8192), (16, 2867
                 C.fill_(float("nan")); kern(A, B, out=C); torch.cuda.synchronize()
                 err = float(torch.linalg.norm(C.double() - ref) / torch.linalg.norm(ref))
                 assert err < 1e-2, err
-                row[key] = graph_time([lambda A=A, B=B, C=C: kern(A, B, out=C) for A, B, C in sets])
+                row[key] = graph_us([lambda A=A, B=B, C=C: kern(A, B, out=C) for A, B, C in sets], n=12, reps=15)
             except Exception as e:
                 row[key] = f"{type(e).__name__}: {e}"[:120]
         print(json.dumps(row), flush=True)

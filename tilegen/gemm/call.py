@@ -256,6 +256,7 @@ class FastCall:
         self.residual = spec.epilogue.residual
         epi = spec.epilogue
         self.scaled = (epi.scale_rows or epi.device_scale_a, epi.scale_cols or epi.device_scale_b)
+        self.any_scaled = self.scaled[0] or self.scaled[1]   # (its remembered call's key holds the scales' probes)
         self.scalar_scales = (epi.device_scale_a, epi.device_scale_b)   # (one element each: shape (1,))
         self.c_map = _c_map(kernel)   # C's TMA-store map: rows it cannot take go to the direct-store kernel
         # operands prepared by first kernels (gemm/prepare.py), which read any pitch; their
@@ -298,7 +299,7 @@ class FastCall:
 
     def run(self, lib, pa, pb, out, pc, bias, residual, alpha, beta, repitch, scales=NO_SCALES):
         last = self._last
-        if last is not None and bias is None and residual is None and (scales is NO_SCALES or len(last[0]) == 6) \
+        if last is not None and bias is None and residual is None and (scales is NO_SCALES) != self.any_scaled \
                 and type(alpha) in _NUMBERS and type(beta) in _NUMBERS:
             if out is None and not beta and pa and pb and \
                     last[1][:8] == (pa[1], pa[2], pa[3], pa[4], pb[1], pb[2], pb[3], pb[4]):
@@ -318,7 +319,7 @@ class FastCall:
                     for run, grid, args in last[4]:
                         run(grid, args, stream)
                     return out
-            elif pc and pa and pb and not self.prepares and len(last[0]) == 5 and not (pa[0] | pb[0] | pc[0]) % ALIGN and \
+            elif pc and pa and pb and not self.prepares and not self.any_scaled and not (pa[0] | pb[0] | pc[0]) % ALIGN and \
                     last[1] == (pa[1], pa[2], pa[3], pa[4], pb[1], pb[2], pb[3], pb[4], pc[1], pc[2], pc[3], pc[4]):
                 launcher = self.kernel.launcher(pa[4])
                 if launcher is last[3]:

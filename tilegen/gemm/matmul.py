@@ -631,6 +631,8 @@ def _stack_key(lib, pa, pb, out, bias, activation, allow_tf32):
 def _scale_kinds(scales) -> tuple:
     """What each of matmul's (scale_a, scale_b) is to the kernel: None (none, or folded into
     alpha), "vector" (per row / column), "scalar" (one f32 in device memory)."""
+    if scales is NO_SCALES:   # (the common call: no generator on the hot path)
+        return NO_SCALES
     return tuple(None if x is None else "vector" if len(x.shape) == 1 and int(x.shape[0]) > 1 else "scalar"
                  for x in scales)
 
@@ -677,11 +679,8 @@ def matmul(A, B, *, bias=None, activation=None, residual=None, alpha=1.0, beta=0
                             out=out, allow_tf32=allow_tf32, device=device, scale_a=scale_a, scale_b=scale_b)
         rows = int(A.shape[0]) if hasattr(A, "shape") and len(A.shape) == 2 else 0
         cols = int(B.shape[1]) if hasattr(B, "shape") and len(B.shape) == 2 else 0
-        va, vb = _vector_scale(scale_a, rows, "scale_a"), _vector_scale(scale_b, cols, "scale_b")
-        va = va if va is not None else _device_scale(scale_a)   # (a GPU scalar: read by the kernel)
-        vb = vb if vb is not None else _device_scale(scale_b)
-        alpha = alpha * (1.0 if va is not None else _scale(scale_a, "scale_a")) \
-            * (1.0 if vb is not None else _scale(scale_b, "scale_b"))
+        (va, fa), (vb, fb) = _split_scale(scale_a, rows, "scale_a"), _split_scale(scale_b, cols, "scale_b")
+        alpha = alpha * fa * fb
         if va is not None or vb is not None:
             scales = (va, vb)
     if device is None:
@@ -817,6 +816,22 @@ def _sm_count() -> int:
     return runtime.device_info().sm_count if runtime.gpu_available() else 132
 
 
+def _swapped_tiles(stack, sms: int):
+    """The swapped kernel's tiles (C^T = B^T A^T, the few rows as wgmma's n) for a stack of few
+    rows per product, or None: STACK_SWAPPED from STACK_SWAP_MIN_K on; below it, up to 16 rows,
+    STACK_SWAPPED_FEW over a short context with few blocks, STACK_SWAPPED_SHORT_K for short K."""
+    if stack.M <= max(STACK_SWAPPED) and stack.K >= STACK_SWAP_MIN_K:
+        return STACK_SWAPPED[min(r for r in STACK_SWAPPED if r >= stack.M)]
+    if stack.M > 16:
+        return None
+    few = stack_blocks(stack, *STACK_SWAPPED_FEW["tile"][:2]) <= sms
+    if few and stack.K > STACK_SHORT_K:   # (scores @ values over a short context)
+        return STACK_SWAPPED_FEW
+    if stack.K <= (STACK_SHORT_K if few else STACK_SHORT_K_WIDE):   # (scores: one deep k-tile a block)
+        return STACK_SWAPPED_SHORT_K
+    return None
+
+
 def _batched_spec(spec, stack):
     """The batched twin of the spec matmul picks for one product of a stack, or None where the
     stack should run matrix by matrix (operands prepared by
@@ -833,14 +848,9 @@ def _batched_spec(spec, stack):
             filling = [t for t in STACK_TILES if stack_blocks(stack, *t["tile"][:2]) >= sms]
         if stack_blocks(stack, *STACK_NARROW["tile"][:2]) <= sms // 2:   # (few blocks: twice the SMs at work)
             filling = [STACK_NARROW]
-        if stack.M <= max(STACK_SWAPPED) and stack.K >= STACK_SWAP_MIN_K:   # (few rows: C^T = B^T A^T, rows as n)
-            filling = [STACK_SWAPPED[min(r for r in STACK_SWAPPED if r >= stack.M)], *filling]
-        elif stack.M <= 16:
-            few = stack_blocks(stack, *STACK_SWAPPED_FEW["tile"][:2]) <= sms
-            if few and stack.K > STACK_SHORT_K:   # (scores @ values over a short context)
-                filling = [STACK_SWAPPED_FEW, *filling]
-            elif stack.K <= (STACK_SHORT_K_WIDE if not few else STACK_SHORT_K):   # (scores: one deep k-tile a block)
-                filling = [STACK_SWAPPED_SHORT_K, *filling]
+        swapped = _swapped_tiles(stack, sms)
+        if swapped is not None:   # (tried first; the others where it cannot take the stack)
+            filling = [swapped, *filling]
         for tiles in (filling or STACK_TILES[-1:]):
             try:
                 twin = spec.replace(**{**dict(batched=True, copy="tma", persistent=True, cluster=(1, 1), stream_k=False,
@@ -1043,6 +1053,18 @@ def _device_scale(x):
         return None
     n = x.numel() if hasattr(x, "numel") else getattr(x, "size", None)
     return x if n == 1 else None
+
+
+def _split_scale(x, length: int, name: str) -> tuple:
+    """(the array the kernel reads, the factor for alpha) of a scale: (None, the number) for a
+    per-tensor one the host holds, (the vector, 1.0) for one per row or column, (the array, 1.0)
+    for a GPU scalar (_device_scale); a number costs one check."""
+    if isinstance(x, (int, float, np.number)) and not isinstance(x, bool):
+        return None, real_number(x, name)
+    v = _vector_scale(x, length, name)
+    if v is None:
+        v = _device_scale(x)
+    return (v, 1.0) if v is not None else (None, _scale(x, name))
 
 
 def _scale(x, name: str) -> float:
