@@ -740,6 +740,36 @@ def test_scaled_mm_scales_are_used_where_they_are(M, N, K):
         assert err(out, prod * r.double() * rb.double(), 4.5) <= bound
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float64])
+def test_per_tensor_scales_of_other_float_dtypes_stay_on_the_gpu(dtype):
+    """A one-element GPU scale of another float dtype than float32 is converted on the GPU for
+    the kernel, not read back (a read-back waits for the GPU, and inside torch.cuda.graph it
+    raises): the call is capturable and each replay multiplies by the scales' values then."""
+    if torch.cuda.get_device_capability() < (8, 9):
+        pytest.skip("fp8 needs an sm_89 or newer GPU")
+    M, N, K = 256, 384, 512
+    gen = torch.Generator(device="cuda").manual_seed(11)
+    A = torch.randn(M, K, device="cuda", generator=gen).to(torch.float8_e4m3fn)
+    B = torch.randn(N, K, device="cuda", generator=gen).to(torch.float8_e4m3fn).t()
+    prod, scale = A.double() @ B.double(), torch.linalg.norm(A.double().abs() @ B.double().abs())
+    bound = fp8_wgmma_bound(K, "bf16", 128)
+    sa, sb = torch.tensor(0.5, device="cuda", dtype=dtype), torch.tensor([2.0], device="cuda", dtype=dtype)
+    out = torch.empty(M, N, device="cuda", dtype=torch.bfloat16)
+    tilegen.matmul(A, B, scale_a=sa, scale_b=sb, out=out)   # (warm: nothing to load inside the capture)
+    torch.cuda.synchronize()
+    assert float(torch.linalg.norm(out.double() - prod) / scale) <= bound
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        tilegen.matmul(A, B, scale_a=sa, scale_b=sb, out=out)
+    for a, b in ((0.25, 4.0), (3.0, 0.5)):
+        sa.fill_(a)
+        sb.fill_(b)
+        out.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        assert float(torch.linalg.norm(out.double() - a * b * prod) / (scale * a * b)) <= bound, (a, b)
+
+
 @pytest.mark.parametrize("M", [1, 16])
 def test_skinny_products_against_a_wide_w_t_run_swapped(M):
     """x @ W.T with a few rows against a wide weight on Hopper: the swapped kernel (C^T = B^T A^T,

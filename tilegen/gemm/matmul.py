@@ -327,8 +327,8 @@ def explain(A, B, *, bias=None, activation=None, residual=None, out=None, allow_
                               f"got shape {tuple(getattr(bias, 'shape', ()))}")
     rows_scaled, cols_scaled = _vector_scale(scale_a, M, "scale_a") is not None, \
         _vector_scale(scale_b, N, "scale_b") is not None
-    device_a = not rows_scaled and _device_scale(scale_a) is not None
-    device_b = not cols_scaled and _device_scale(scale_b) is not None
+    device_a = not rows_scaled and _device_scale_dtype(scale_a) is not None
+    device_b = not cols_scaled and _device_scale_dtype(scale_b) is not None
     if device_a or device_b:
         why.append("per-tensor scales in GPU memory, read by the kernel (no read-back; capturable)")
     epilogue = Epilogue(bias=bias_axis, activation=activation or "none", residual=residual is not None,
@@ -1043,16 +1043,35 @@ def _vector_scale(x, length: int, name: str):
     return None
 
 
-def _device_scale(x):
-    """A per-tensor scale the kernel reads where it is: a one-element float32 PyTorch or CuPy
-    array on the GPU (as torch._scaled_mm takes its scales), returned as it is; else None."""
+# one-element GPU scales of these dtypes are converted to float32 on the GPU (exactly, or for
+# float64 rounded as the host's alpha would be) instead of read back, which waits for the GPU
+# and cannot be captured in a CUDA graph
+_CONVERTED_SCALES = ("float16", "bfloat16", "float64")
+
+
+def _device_scale_dtype(x):
+    """The dtype name of a per-tensor scale the kernel reads where it is (a one-element float32
+    PyTorch or CuPy array on the GPU, as torch._scaled_mm takes its scales, or one of
+    _CONVERTED_SCALES); else None. Looks only."""
     if x is None or isinstance(x, (int, float, np.number, np.ndarray)):
         return None
     lib = interop.library(x)
-    if lib is None or getattr(x, "is_cuda", True) is False or str(x.dtype).replace("torch.", "") != "float32":
+    if lib is None or getattr(x, "is_cuda", True) is False:
+        return None
+    name = str(x.dtype).replace("torch.", "")
+    if name != "float32" and name not in _CONVERTED_SCALES:
         return None
     n = x.numel() if hasattr(x, "numel") else getattr(x, "size", None)
-    return x if n == 1 else None
+    return name if n == 1 else None
+
+
+def _device_scale(x):
+    """The float32 GPU array the kernel reads for a per-tensor scale (_device_scale_dtype): the
+    scale itself, or its float32 copy made on its stream; else None."""
+    name = _device_scale_dtype(x)
+    if name is None or name == "float32":
+        return None if name is None else x
+    return x.float() if hasattr(x, "float") else x.astype("float32")
 
 
 def _split_scale(x, length: int, name: str) -> tuple:
@@ -1068,7 +1087,7 @@ def _split_scale(x, length: int, name: str) -> tuple:
 
 
 def _scale(x, name: str) -> float:
-    """A per-tensor scale as a float: a number, or a one-element array (a float32 GPU array is
+    """A per-tensor scale as a float: a number, or a one-element array (a float GPU array is
     read by the kernel instead, _device_scale; another GPU array's value is read back, which
     waits for the GPU)."""
     if x is None:
