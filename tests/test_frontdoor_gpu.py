@@ -682,6 +682,18 @@ def test_a_stack_called_again_on_the_same_arrays(M, persistent):
     check(matmul(A, B))
 
 
+def _replay_with_scales(graph, sa, sb, out, within):
+    """Replay a captured scaled call with the scale tensors set to new values (out poisoned
+    first); within(a, b) says whether out is right for scales a and b."""
+    for a, b in ((0.25, 4.0), (3.0, 0.5)):
+        sa.fill_(a)
+        sb.fill_(b)
+        out.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        assert within(a, b), (a, b)
+
+
 @pytest.mark.parametrize("M, N, K", [(512, 384, 256), (4096, 4096, 1024)])
 def test_scaled_mm_scales_are_used_where_they_are(M, N, K):
     """torch._scaled_mm's scales as it takes them: per-tensor 0-d f32 GPU tensors are read by the
@@ -710,13 +722,7 @@ def test_scaled_mm_scales_are_used_where_they_are(M, N, K):
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         tilegen.matmul(A, B, scale_a=sa, scale_b=sb, out=out, alpha=-1.0)
-    for a, b in ((0.25, 4.0), (3.0, 0.5)):
-        sa.fill_(a)
-        sb.fill_(b)
-        out.fill_(float("nan"))
-        graph.replay()
-        torch.cuda.synchronize()
-        assert err(out, -a * b * prod, a * b) <= bound, (a, b)
+    _replay_with_scales(graph, sa, sb, out, lambda a, b: err(out, -a * b * prod, a * b) <= bound)
     ra = torch.rand(M, 1, device="cuda", generator=gen) + 0.5
     rb = torch.rand(1, N, device="cuda", generator=gen) + 0.5
     C2 = tilegen.matmul(A, B, scale_a=ra, scale_b=rb)
@@ -761,13 +767,8 @@ def test_per_tensor_scales_of_other_float_dtypes_stay_on_the_gpu(dtype):
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         tilegen.matmul(A, B, scale_a=sa, scale_b=sb, out=out)
-    for a, b in ((0.25, 4.0), (3.0, 0.5)):
-        sa.fill_(a)
-        sb.fill_(b)
-        out.fill_(float("nan"))
-        graph.replay()
-        torch.cuda.synchronize()
-        assert float(torch.linalg.norm(out.double() - a * b * prod) / (scale * a * b)) <= bound, (a, b)
+    _replay_with_scales(graph, sa, sb, out,
+                        lambda a, b: float(torch.linalg.norm(out.double() - a * b * prod) / (scale * a * b)) <= bound)
 
 
 @pytest.mark.parametrize("M", [1, 16])
