@@ -10,7 +10,9 @@ It finds bugs and raises SimError naming the PTX line, the thread and the addres
 out-of-bounds global or shared accesses, shared-memory races across a missing bar.sync,
 reads of a cp.async still pending, writes over a stage another thread may still be
 reading (or a wgmma still in flight), wgmma reads of generic-proxy writes without
-fence.proxy.async, misaligned addresses, and control flow it cannot run (divergent branches).
+fence.proxy.async, global memory one CTA reads or writes after another CTA of the launch wrote it
+with no release-acquire chain between them (ordering.py), misaligned addresses, and control flow
+it cannot run (divergent branches).
 
     mem = tilegen.sim.GlobalMemory()
     a = mem.alloc(A.nbytes); mem.write(a, A)
@@ -25,16 +27,17 @@ Limits:
 - state spaces .param, .global, .shared only (no generic, .local, .const, textures);
   persistent kernels see EMULATOR_SM_COUNT multiprocessors (a few CTAs, each walking
   several tiles);
-  of Hopper's instructions only wgmma (f16/bf16 from shared memory, run at issue; sim/wgmma.py)
-  and fence.proxy.async, no TMA, mbarrier or clusters; no warp-level sync
-  (bar.warp.sync), so any exchange through shared memory needs a bar.sync;
+  Hopper's wgmma (run at issue; wgmma.py), TMA (tma.py), mbarriers (mbarrier.py) and clusters
+  (cluster.py); no warp-level sync (bar.warp.sync), so any exchange through shared memory
+  needs a bar.sync or an mbarrier;
 - cp.async groups are modelled per thread (each thread's commits and waits count its own
   copies, guarded or in warps that parted); the source is read when the copy is issued, the
   destination written when its group retires;
-- races are tracked in shared memory only (per byte: last writer, last reader or
-  "several", pending copies); CTAs run one after another, so races between CTAs in global
-  memory are not seen; registers and shared memory start as zeros (no uninitialised-read
-  check);
+- races are tracked in shared memory per byte (last writer, last reader or "several",
+  pending copies); in global memory between CTAs (ordering.py: CTAs run one after another, so
+  what the GPU would not order is found from the record of who wrote each byte, not from the
+  values read), not between the threads of one CTA; registers and shared memory start as zeros
+  (no uninitialised-read check);
 - mma products are exact and summed in float64 with one rounding to the accumulator
   type; the hardware's f32 accumulation differs in the last bits for general data (it is
   bit-exact for the integer-valued probes of tests/test_sim_h200.py); fma.rn.f32 rounds

@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from .memory import MemoryFault
+from .ordering import semantics
 from .program import Imm, Mem, Reg, Sym, Vec
 from .state import STORAGE, TYPE, Context, per_thread
 
@@ -103,6 +104,8 @@ def build_ld(ins, ctx: Context):
     shared = space == "shared"
     nbytes = width * count
     span = np.arange(nbytes)
+    strong, sem = semantics(ins, ins.opcode.split("."))
+    nc = "nc" in ins.opcode.split(".")
 
     def run():
         a = per_thread(addr(), n)
@@ -127,6 +130,12 @@ def build_ld(ins, ctx: Context):
                 words = ctx.memory.load(a, width, count)
         except MemoryFault as f:
             ctx.fault(ins, f, tids)
+        if not shared and ctx.order is not None:   # between CTAs (ordering.py)
+            if strong:
+                for t, at in zip(tids.tolist(), a.tolist()):
+                    ctx.order.strong(ctx, ins, t, at, reads=True, writes=False, rmw=False, sem=sem)
+            else:
+                ctx.order.read(ctx, ins, tids, a, nbytes, nc=nc)
         if act is not None:
             full = np.zeros((n, count), dtype=words.dtype)
             full[act] = words
@@ -177,6 +186,7 @@ def build_st(ins, ctx: Context):
     shared = space == "shared"
     nbytes = width * count
     span = np.arange(nbytes)
+    strong, sem = semantics(ins, ins.opcode.split("."))
 
     def run():
         a = per_thread(addr(), n)
@@ -201,6 +211,12 @@ def build_st(ins, ctx: Context):
                 ctx.memory.store(a, vals, width)
         except MemoryFault as f:
             ctx.fault(ins, f, tids)
+        if not shared and ctx.order is not None:   # between CTAs (ordering.py)
+            if strong:
+                for t, at in zip(tids.tolist(), a.tolist()):
+                    ctx.order.strong(ctx, ins, t, at, reads=False, writes=True, rmw=False, sem=sem)
+            else:
+                ctx.order.write(ctx, ins, tids, a, nbytes)
     return run
 
 
@@ -288,6 +304,8 @@ def build_cp_async(ins, ctx: Context):
                 i = int(empty[f.index])
                 ctx.fail(ins, f"cp.async with src-size 0 from an address outside every allocation "
                               f"({ctx.memory.describe(int(s[i]))})", kind="bounds", tid=tids[i], address=int(s[i]))
+        if ctx.order is not None:   # between CTAs (ordering.py)
+            ctx.order.read(ctx, ins, tids, s, size, lengths=k)
         offs = off[:, None] + span
         v = ctx.shadow.issue_async(tids, offs, ins.line)
         if v:

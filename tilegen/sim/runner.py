@@ -22,6 +22,7 @@ from .signals import END, Barrier, Diverge, Exit, Wait
 from .decode import decode
 from .errors import SimError
 from .memory import GlobalMemory
+from .ordering import GlobalOrder
 from .parser import parse_ptx
 from .program import Program
 from .state import Context
@@ -131,9 +132,11 @@ def launch(ptx, grid, threads: int, args: dict, *, memory: GlobalMemory, entry: 
     ctxs = [c for c, _ in taken]
     group = Cluster(ctxs) if size > 1 else None
     names = _barrier_names(program, ent, int(shared_base), symbols, barriers)
+    order = GlobalOrder()   # global memory between the CTAs of this launch
     for r, ctx in enumerate(ctxs):
         ctx.cluster, ctx.cluster_dims, ctx.rank = group, dims, r
         ctx.barrier_names = names
+        ctx.order = order
         ctx.bind(params, grid, memory)
     stats = LaunchStats()
     try:
@@ -153,7 +156,7 @@ def launch(ptx, grid, threads: int, args: dict, *, memory: GlobalMemory, entry: 
     finally:
         for r, (ctx, code) in enumerate(taken):
             ctx.bind({}, (1, 1, 1), None)
-            ctx.cluster, ctx.cluster_dims, ctx.rank = None, (1, 1, 1), 0
+            ctx.cluster, ctx.cluster_dims, ctx.rank, ctx.order = None, (1, 1, 1), 0, None
             with _LOCK:
                 program.decoded[key + (r,)] = (ctx, code)
     return stats

@@ -83,6 +83,7 @@ class Context:
         self.shared_size, self.shared_base = shared_size, shared_base
         self.shared: Optional[SharedMemory] = None   # allocated per launch (see bind)
         self.shadow: Optional[SharedShadow] = None
+        self.order = None                     # the launch's sim.ordering.GlobalOrder (set by the runner)
         self.R: list = [None] * len(entry.regs)
         zeros = {}
         for t in {r.type for r in entry.regs}:

@@ -179,6 +179,8 @@ def _issue(ins, ctx, tid, dst, bar_addr, desc, coords, ranks):
                 ctx.fail(ins, f"the TMA copy from {name} reads row {r} outside every allocation ({e})",
                          kind="bounds", tid=tid)
             box[r - c1, (k_lo - c0) * esize:(k_hi - c0) * esize] = got
+        if ctx.order is not None:   # between CTAs (ordering.py)
+            _order_rows(ins, ctx, tid, ptr, pitch, esize, r_lo, r_hi, k_lo, k_hi, write=False)
     for d in dests:
         v = d.shadow.issue_bulk(tid + ctx.shadow.base, offs, ins.line, foreign=True)
         if v:
@@ -250,7 +252,20 @@ def _store(ins, ctx, tid, src, desc, coords):
             ctx.memory.write(ptr + r * pitch + k_lo * esize, box[r - c1, (k_lo - c0) * esize:(k_hi - c0) * esize])
         except (MemoryFault, SimError) as e:
             ctx.fail(ins, f"the TMA store to {name} writes row {r} outside every allocation ({e})", kind="bounds", tid=tid)
+    if ctx.order is not None and r_lo < r_hi and k_lo < k_hi:   # between CTAs (ordering.py)
+        _order_rows(ins, ctx, tid, ptr, pitch, esize, r_lo, r_hi, k_lo, k_hi, write=True)
     ctx.bulk_reads.setdefault(tid, [[]])[-1].append((offs, ins.line))
+
+
+def _order_rows(ins, ctx, tid, ptr, pitch, esize, r_lo, r_hi, k_lo, k_hi, write: bool):
+    """The box's rows in global memory as thread tid's weak accesses, when issued."""
+    rows = np.arange(r_lo, r_hi, dtype=np.uint64)
+    addrs = np.uint64(ptr + k_lo * esize) + rows * np.uint64(pitch)
+    tids = np.full(rows.size, tid, dtype=np.int64)
+    if write:
+        ctx.order.write(ctx, ins, tids, addrs, (k_hi - k_lo) * esize)
+    else:
+        ctx.order.read(ctx, ins, tids, addrs, (k_hi - k_lo) * esize)
 
 
 def _build_commit(ins, ctx):

@@ -21,6 +21,7 @@ from functools import lru_cache
 import numpy as np
 
 from . import numerics as nm
+from .atomics import build_order_fence
 from .mbarrier import build_fence_mbarrier_init
 from .memory import MemoryFault
 from .program import Imm, Vec
@@ -237,6 +238,8 @@ def build_wgmma(ins, ctx: Context):
 def build_fence(ins, ctx: Context):
     if ins.opcode == "fence.mbarrier_init.release.cluster":
         return build_fence_mbarrier_init(ins, ctx)
+    if ins.opcode.split(".")[1] in ("acq_rel", "sc"):   # between CTAs, in global memory
+        return build_order_fence(ins, ctx)
     if ins.opcode != "fence.proxy.async.shared::cta":
         ctx.unsupported(ins, f"the instruction {ins.opcode} (only fence.proxy.async.shared::cta, "
                              f"fence.mbarrier_init.release.cluster)")

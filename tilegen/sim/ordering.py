@@ -1,0 +1,254 @@
+"""Order between the CTAs of one launch in global memory.
+
+The emulator runs a launch's CTAs one after another, so every load sees what every earlier
+CTA stored; the GPU runs them side by side and guarantees only what the PTX memory model
+orders. So the emulator records, for each byte of global memory an ordinary (weak) access
+wrote during the launch, which CTA and thread wrote it and when, and an ordinary read or
+write of that byte by another CTA must be ordered after the write by a release-acquire
+chain (PTX ISA, memory consistency model):
+
+  the write --(same thread, or a barrier or mbarrier arrival that the releasing thread is
+      ordered after)--> a release: a strong write or read-modify-write with .release or
+      .acq_rel, or one after a fence.acq_rel / fence.sc / membar.gl of the same thread
+  --(the location's release sequence: later read-modify-writes continue it, another plain
+      strong store ends it)--> an acquire: a strong read or read-modify-write with .acquire
+      or .acq_rel, or one followed by a fence of the same thread
+  --(same thread, or a barrier or an arrival the reader acquired after it)--> the access.
+
+Strong accesses (atom, ld / st with .relaxed / .acquire / .release / .volatile at gpu or
+system scope) are the synchronisation itself and are not checked against each other. Within a
+CTA, "ordered" is what the shared-memory race detector knows (race.py: its barrier epochs and
+the arrivals each thread acquired).
+
+Also reported: ld.global.nc (the non-coherent path, which is only defined for data no one
+writes during the kernel) of bytes written during the launch.
+
+Limits: a CTA's own global accesses are not checked against each other (shared memory is,
+race.py); a write after another CTA's read is not reported (only reads and writes after
+writes); TMA stores count as written when issued and TMA loads as read when issued, with
+no check of the proxy fences or bulk waits between them and the release.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+import numpy as np
+
+NOBODY = -1
+SEMANTICS = ("relaxed", "acquire", "release", "acq_rel")
+
+
+@dataclass
+class Grant:
+    """What thread `tid` of CTA `cta` released: its CTA's writes of epochs before `epoch`,
+    its own writes up to `clock`, and those of threads whose arrivals it acquired (`row`:
+    the latest arrival of each thread it acquired, or None)."""
+    cta: int
+    tid: int
+    epoch: int
+    clock: int
+    row: Optional[np.ndarray]
+    line: int
+
+    def covers(self, tids, epochs, clocks) -> np.ndarray:
+        ok = (epochs < self.epoch) | ((tids == self.tid) & (clocks <= self.clock))
+        if self.row is not None:
+            ok |= self.row[tids] >= clocks
+        return ok
+
+
+@dataclass
+class Known:
+    """Grants thread `tid` of this CTA acquired at (`epoch`, `clock`) of its CTA's shadow."""
+    grants: tuple
+    tid: int
+    epoch: int
+    clock: int
+
+
+class _Bytes:
+    """Per byte of one allocation: the CTA (NOBODY: not written this launch), thread, epoch,
+    clock and PTX line of the last weak write."""
+
+    def __init__(self, size: int):
+        n = max(int(size), 1)
+        self.cta = np.full(n, NOBODY, dtype=np.int32)
+        self.tid = np.zeros(n, dtype=np.int16)      # (a CTA has at most 1024 threads)
+        self.epoch = np.zeros(n, dtype=np.int32)
+        self.clock = np.zeros(n, dtype=np.int64)
+        self.line = np.zeros(n, dtype=np.int32)
+
+
+def cta_index(ctx) -> int:
+    x, y, z = ctx.cta
+    gx, gy, _ = ctx.grid
+    return int(x + gx * (y + gy * z))
+
+
+def cta_of(ctx, index: int) -> tuple:
+    gx, gy, _ = ctx.grid
+    return index % gx, index // gx % gy, index // (gx * gy)
+
+
+class GlobalOrder:
+    """One launch's record of global writes and of the release sequences of its CTAs."""
+
+    def __init__(self):
+        self.bytes: dict = {}        # allocation base -> _Bytes
+        self.sequences: dict = {}    # global address of a strong location -> [Grant] of its release sequence
+        self.known: dict = {}        # CTA -> [Known]
+        self.fenced: dict = {}       # (CTA, tid) -> the Grant its last fence made (its next strong write releases it)
+        self.pending: dict = {}      # (CTA, tid) -> grants its strong reads saw, acquired by its next fence
+
+    # -- where a thread of the running CTA stands ------------------------------------------
+    @staticmethod
+    def _grant(ctx, tid: int, line: int) -> Grant:
+        sh = ctx.shadow
+        sh.clock += 1
+        row = None
+        if sh.acquired is not None:
+            row = sh.acquired[tid + sh.base, sh.base:sh.base + ctx.threads].copy()
+        return Grant(cta_index(ctx), int(tid), sh.epoch, sh.clock, row, line)
+
+    def _acquire(self, ctx, tid: int, grants):
+        if grants:
+            sh = ctx.shadow
+            sh.clock += 1
+            self.known.setdefault(cta_index(ctx), []).append(Known(tuple(grants), int(tid), sh.epoch, sh.clock))
+
+    @staticmethod
+    def _knows(ctx, k: Known, tids: np.ndarray) -> np.ndarray:
+        """Whether threads `tids` of the running CTA are ordered after k's acquire."""
+        sh = ctx.shadow
+        ok = (tids == k.tid) | (sh.epoch > k.epoch)
+        if sh.acquired is not None:
+            ok |= sh.acquired[tids + sh.base, k.tid + sh.base] >= k.clock
+        return ok
+
+    # -- weak accesses ----------------------------------------------------------------------
+    def _spans(self, memory, addrs, width, lengths):
+        """(shadow or None, allocation, rows, byte offsets (rows, width), valid) for each
+        allocation the accesses fall in (addresses already checked by the access itself)."""
+        for a, pos, off in memory.locate(addrs, 1):
+            rows = np.arange(addrs.size) if pos is None else pos
+            offs = off[:, None] + np.arange(width)
+            valid = np.ones(offs.shape, dtype=bool) if lengths is None else np.arange(width) < lengths[rows][:, None]
+            valid &= offs < a.size
+            yield self.bytes.get(a.base), a, rows, np.minimum(offs, max(a.size - 1, 0)), valid
+
+    def _unordered(self, ctx, sh: _Bytes, tids, offs, valid) -> np.ndarray:
+        """Bytes `offs` (valid ones) another CTA wrote with no chain ordering the write before
+        threads `tids`' access now."""
+        me = cta_index(ctx)
+        writer = sh.cta[offs]
+        bad = valid & (writer != NOBODY) & (writer != me)
+        if not bad.any():
+            return bad
+        r, c = np.nonzero(bad)
+        o = offs[r, c]
+        t = tids[r]
+        w_cta, w_tid, w_epoch, w_clock = writer[r, c], sh.tid[o], sh.epoch[o], sh.clock[o]
+        ok = np.zeros(r.size, dtype=bool)
+        for k in self.known.get(me, ()):
+            knows = self._knows(ctx, k, t)
+            if not knows.any():
+                continue
+            for g in k.grants:
+                ok |= knows & (w_cta == g.cta) & g.covers(w_tid, w_epoch, w_clock)
+        bad[r[ok], c[ok]] = False
+        return bad
+
+    def _report(self, ctx, ins, what: str, sh: _Bytes, a, tids, offs, bad):
+        r, c = np.argwhere(bad)[0]
+        o = int(offs[r, c])
+        writer = cta_of(ctx, int(sh.cta[o]))
+        ctx.fail(ins, f"{what} global memory that CTA {writer} wrote (thread {int(sh.tid[o])}, PTX line "
+                      f"{int(sh.line[o])}) with nothing ordering that write before this access: CTAs run side by "
+                      f"side, so the writer must release it (its threads meet at a barrier, then one thread's "
+                      f"atom.release / atom.acq_rel, or a fence.acq_rel.gpu before a strong write) and this CTA "
+                      f"acquire it (atom.acquire / atom.acq_rel / ld.acquire, or a fence after a strong read; then "
+                      f"a barrier for its other threads) before the access",
+                 kind="order", tid=int(tids[r]), address=a.base + o)
+
+    def read(self, ctx, ins, tids, addrs, width: int, lengths=None, nc: bool = False):
+        """Weak reads of `width` bytes (the first lengths[i] of row i) at addrs by threads tids."""
+        if not self.bytes:
+            return
+        for sh, a, rows, offs, valid in self._spans(ctx.memory, addrs, width, lengths):
+            if sh is None:
+                continue
+            if nc:
+                hit = valid & (sh.cta[offs] != NOBODY)
+                if hit.any():
+                    r, c = np.argwhere(hit)[0]
+                    o = int(offs[r, c])
+                    ctx.fail(ins, f"ld.global.nc reads global memory that CTA {cta_of(ctx, int(sh.cta[o]))} wrote "
+                                  f"during this launch (thread {int(sh.tid[o])}, PTX line {int(sh.line[o])}): the "
+                                  f"non-coherent path is defined only for data no one writes while the kernel runs",
+                             kind="order", tid=int(tids[rows][r]), address=a.base + o)
+            bad = self._unordered(ctx, sh, tids[rows], offs, valid)
+            if bad.any():
+                self._report(ctx, ins, "reads", sh, a, tids[rows], offs, bad)
+
+    def write(self, ctx, ins, tids, addrs, width: int):
+        """Weak writes of `width` bytes at addrs by threads tids (checked, then recorded)."""
+        shadow = ctx.shadow
+        for sh, a, rows, offs, valid in self._spans(ctx.memory, addrs, width, None):
+            if sh is None:
+                sh = self.bytes[a.base] = _Bytes(a.size)
+            t = tids[rows]
+            bad = self._unordered(ctx, sh, t, offs, valid)
+            if bad.any():
+                self._report(ctx, ins, "writes", sh, a, t, offs, bad)
+            o = offs[valid]
+            shadow.clock += 1
+            sh.cta[o] = cta_index(ctx)
+            sh.tid[o] = np.broadcast_to(t[:, None], offs.shape)[valid]
+            sh.epoch[o] = shadow.epoch
+            sh.clock[o] = shadow.clock
+            sh.line[o] = ins.line
+
+    # -- strong accesses and fences --------------------------------------------------------
+    def strong(self, ctx, ins, tid: int, address: int, *, reads: bool, writes: bool, rmw: bool, sem: str):
+        """One thread's strong access of the location at `address`, in thread order."""
+        key = (cta_index(ctx), int(tid))
+        if reads:
+            seen = self.sequences.get(address, [])
+            if sem in ("acquire", "acq_rel"):
+                self._acquire(ctx, tid, seen)
+            elif seen:
+                self.pending.setdefault(key, []).extend(seen)
+        if writes:
+            grant = self._grant(ctx, tid, ins.line) if sem in ("release", "acq_rel") else self.fenced.get(key)
+            if rmw:
+                if grant is not None:
+                    self.sequences.setdefault(address, []).append(grant)
+            else:
+                self.sequences[address] = [grant] if grant is not None else []
+
+    def fence(self, ctx, ins, tids):
+        """fence.acq_rel / fence.sc (gpu or system scope) by threads tids: releases what each did
+        so far to its next strong write, and acquires what its strong reads before it saw."""
+        me = cta_index(ctx)
+        for t in np.asarray(tids).tolist():
+            self.fenced[(me, t)] = self._grant(ctx, t, ins.line)
+            self._acquire(ctx, t, self.pending.pop((me, t), None))
+
+
+def semantics(ins, parts) -> tuple:
+    """(strong, sem) of a global ld / st / atom from its qualifiers: strong at gpu or system
+    scope with .relaxed / .acquire / .release / .acq_rel / .volatile (atom: always, relaxed by
+    default); a .cta scope orders nothing between CTAs."""
+    quals = set(parts)
+    sem = next((s for s in SEMANTICS if s in quals), None)
+    if "volatile" in quals:
+        sem = "relaxed"
+    if parts and parts[0] == "atom" and sem is None:
+        sem = "relaxed"
+    if sem is None or "cta" in quals:
+        return False, None
+    return True, sem
+
+
+__all__ = ["GlobalOrder", "Grant", "Known", "semantics", "cta_index"]
