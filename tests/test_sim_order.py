@@ -2,7 +2,8 @@
 another, so it checks that an ordinary access of bytes another CTA of the launch wrote follows
 a release-acquire chain. A hand-written message pass (CTA 0 publishes, CTA 1 reads) with each
 link of the chain taken out in turn; the fence forms of release and acquire; ld.global.nc of
-data written during the launch; two CTAs writing one word. Then the generated kernels that
+data written during the launch; two CTAs writing one word; two threads of one CTA (the
+shared-memory rules, in global memory). Then the generated kernels that
 count arrivals (dsl/arrivals.py and the split-K stacks), with their atom weakened."""
 import re
 
@@ -148,6 +149,40 @@ def test_writes_of_an_earlier_launch_need_no_chain():
     launch(ptx, (1, 1, 1), T, {"data": data, "flag": flag}, memory=mem)   # CTA 0 only: writes
     reader = ptx.replace("setp.ne.u32 %p2, %r3, 0;", "setp.eq.u32 %p2, %r3, 0;")
     launch(reader, (1, 1, 1), T, {"data": data, "flag": flag}, memory=mem)   # CTA 0 reads
+
+
+def _exchange_in_global(barrier: bool, same_word: bool = False):
+    """One CTA: each thread stores a word of `data` (with `same_word`, threads 0 and 32 both store
+    word 0), then, after a barrier or not, reads its partner's word (thread t + 32's)."""
+    return module("\n".join([
+        "    mov.u32 %r1, %tid.x;",
+        "    ld.param.u64 %rd2, [data];", "    cvta.to.global.u64 %rd2, %rd2;",
+        "    add.u32 %r5, %r1, 32;", "    and.b32 %r5, %r5, 63;",
+        "    and.b32 %r4, %r1, 31;" if same_word else "    mov.u32 %r4, %r1;",
+        "    mul.wide.u32 %rd6, %r4, 4;", "    add.s64 %rd6, %rd2, %rd6;",
+        "    mul.wide.u32 %rd8, %r5, 4;", "    add.s64 %rd8, %rd2, %rd8;",
+        "    st.global.b32 [%rd6], %r1;",
+        "    bar.sync 0;" if barrier else "",
+        "    ld.global.b32 %r7, [%rd8];"]))
+
+
+def _one_cta(ptx):
+    mem = GlobalMemory()
+    data, flag = mem.alloc(4 * T), mem.alloc(4)
+    launch(ptx, (1, 1, 1), T, {"data": data, "flag": flag}, memory=mem)
+    return mem.read(data, 4 * T, np.uint32)
+
+
+def test_threads_of_one_cta_race_in_global_memory_without_a_barrier():
+    np.testing.assert_array_equal(_one_cta(_exchange_in_global(True)), np.arange(T))
+    ptx = _exchange_in_global(False)
+    with pytest.raises(SimError, match="global-memory race: reads bytes that thread 32 of this CTA wrote") as e:
+        _one_cta(ptx)
+    assert (e.value.kind, e.value.tid) == ("race", 0)
+    assert e.value.line == line_of(ptx, "ld.global.b32 %r7, [%rd8];")
+    with pytest.raises(SimError, match="global-memory race: threads 0 and 32 write the same bytes") as e:
+        _one_cta(_exchange_in_global(True, same_word=True))     # threads 0 and 32 store word 0 together
+    assert (e.value.kind, e.value.tid) == ("race", 32)
 
 
 # ---- generated kernels ---------------------------------------------------------------------------

@@ -23,9 +23,11 @@ the arrivals each thread acquired).
 Also reported: ld.global.nc (the non-coherent path, which is only defined for data no one
 writes during the kernel) of bytes written during the launch.
 
-Limits: a CTA's own global accesses are not checked against each other (shared memory is,
-race.py); a write after another CTA's read is not reported (only reads and writes after
-writes); TMA stores count as written when issued and TMA loads as read when issued, with
+The threads of one CTA are held to race.py's order in global memory too (a barrier, or an
+arrival acquired, between one thread's write and another's access; SimError kind "race").
+
+Limits: a write after a read (another thread's or CTA's) is not reported, only reads and
+writes after writes; TMA stores count as written when issued and TMA loads as read when issued, with
 no check of the proxy fences or bulk waits between them and the release.
 """
 from __future__ import annotations
@@ -138,20 +140,22 @@ class GlobalOrder:
             yield self.bytes.get(a.base), a, rows, np.minimum(offs, max(a.size - 1, 0)), valid
 
     def _unordered(self, ctx, sh: _Bytes, tids, offs, valid) -> np.ndarray:
-        """Bytes `offs` (valid ones) another CTA wrote with no chain ordering the write before
-        threads `tids`' access now."""
+        """Bytes `offs` (valid ones) written with nothing ordering the write before threads
+        `tids`' access now: by another CTA with no release-acquire chain, or by another thread
+        of this CTA with no barrier or acquired arrival in between (race.py's order)."""
         me = cta_index(ctx)
         writer = sh.cta[offs]
-        bad = valid & (writer != NOBODY) & (writer != me)
+        bad = valid & (writer != NOBODY)
         if not bad.any():
             return bad
         r, c = np.nonzero(bad)
         o = offs[r, c]
         t = tids[r]
         w_cta, w_tid, w_epoch, w_clock = writer[r, c], sh.tid[o], sh.epoch[o], sh.clock[o]
-        ok = np.zeros(r.size, dtype=bool)
+        mine = w_cta == me
+        ok = mine & self._ordered_here(ctx, w_tid, w_epoch, w_clock, t)
         for k in self.known.get(me, ()):
-            knows = self._knows(ctx, k, t)
+            knows = ~mine & self._knows(ctx, k, t)
             if not knows.any():
                 continue
             for g in k.grants:
@@ -159,16 +163,31 @@ class GlobalOrder:
         bad[r[ok], c[ok]] = False
         return bad
 
+    @staticmethod
+    def _ordered_here(ctx, w_tid, w_epoch, w_clock, tids) -> np.ndarray:
+        """Whether writes of this CTA's threads w_tid (at w_epoch, w_clock) come before threads
+        tids' access now: the same thread, a CTA barrier since, or an arrival of the writer
+        after the write that the accessing thread acquired."""
+        sh = ctx.shadow
+        ok = (w_tid == tids) | (w_epoch < sh.epoch)
+        if sh.acquired is not None:
+            ok |= sh.acquired[tids + sh.base, w_tid.astype(np.int64) + sh.base] >= w_clock
+        return ok
+
     def _report(self, ctx, ins, what: str, sh: _Bytes, a, tids, offs, bad):
         r, c = np.argwhere(bad)[0]
         o = int(offs[r, c])
-        writer = cta_of(ctx, int(sh.cta[o]))
-        ctx.fail(ins, f"{what} global memory that CTA {writer} wrote (thread {int(sh.tid[o])}, PTX line "
-                      f"{int(sh.line[o])}) with nothing ordering that write before this access: CTAs run side by "
-                      f"side, so the writer must release it (its threads meet at a barrier, then one thread's "
-                      f"atom.release / atom.acq_rel, or a fence.acq_rel.gpu before a strong write) and this CTA "
-                      f"acquire it (atom.acquire / atom.acq_rel / ld.acquire, or a fence after a strong read; then "
-                      f"a barrier for its other threads) before the access",
+        w_cta = int(sh.cta[o])
+        where = f"(thread {int(sh.tid[o])}, PTX line {int(sh.line[o])})"
+        if w_cta == cta_index(ctx):
+            ctx.fail(ins, f"global-memory race: {what} bytes that thread {int(sh.tid[o])} of this CTA wrote (PTX line "
+                          f"{int(sh.line[o])}) with no barrier in between (nor an mbarrier arrival after the write "
+                          f"that this thread waited for)", kind="race", tid=int(tids[r]), address=a.base + o)
+        ctx.fail(ins, f"{what} global memory that CTA {cta_of(ctx, w_cta)} wrote {where} with nothing ordering that "
+                      f"write before this access: CTAs run side by side, so the writer must release it (its threads "
+                      f"meet at a barrier, then one thread's atom.release / atom.acq_rel, or a fence.acq_rel.gpu "
+                      f"before a strong write) and this CTA acquire it (atom.acquire / atom.acq_rel / ld.acquire, or "
+                      f"a fence after a strong read; then a barrier for its other threads) before the access",
                  kind="order", tid=int(tids[r]), address=a.base + o)
 
     def read(self, ctx, ins, tids, addrs, width: int, lengths=None, nc: bool = False):
@@ -201,6 +220,7 @@ class GlobalOrder:
             bad = self._unordered(ctx, sh, t, offs, valid)
             if bad.any():
                 self._report(ctx, ins, "writes", sh, a, t, offs, bad)
+            self._same_bytes(ctx, ins, a, t, offs, valid)
             o = offs[valid]
             shadow.clock += 1
             sh.cta[o] = cta_index(ctx)
@@ -208,6 +228,21 @@ class GlobalOrder:
             sh.epoch[o] = shadow.epoch
             sh.clock[o] = shadow.clock
             sh.line[o] = ins.line
+
+    @staticmethod
+    def _same_bytes(ctx, ins, a, tids, offs, valid):
+        """Two threads of one instruction writing one byte: a race whichever value lands."""
+        who = np.broadcast_to(tids[:, None], offs.shape)[valid]
+        flat = offs[valid]
+        if flat.size < 2:
+            return
+        order = np.lexsort((who, flat))
+        f, w = flat[order], who[order]
+        clash = (f[1:] == f[:-1]) & (w[1:] != w[:-1])
+        if clash.any():
+            i = int(np.flatnonzero(clash)[0])
+            ctx.fail(ins, f"global-memory race: threads {int(w[i])} and {int(w[i + 1])} write the same bytes in one "
+                          f"instruction", kind="race", tid=int(w[i + 1]), address=a.base + int(f[i]))
 
     # -- strong accesses and fences --------------------------------------------------------
     def strong(self, ctx, ins, tid: int, address: int, *, reads: bool, writes: bool, rmw: bool, sem: str):
