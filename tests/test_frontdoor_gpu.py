@@ -252,20 +252,33 @@ class _Interface:
         self.shape = tuple(t.shape)
 
 
-def test_pretransposed_tf32_through_matmul_kernel_and_a_graph():
-    """tilegen.matmul picks the K-major copy of a row-major B for tf32 from PRETRANSPOSE_MIN rows
-    (Hopper): each call copies B again (a B changed in place changes C), any pitch of B is taken
-    (the copy reads single elements), and a captured graph replays both kernels."""
+@pytest.mark.parametrize("copied", [True, False])
+def test_tf32_with_a_row_major_b_through_matmul_kernel_and_a_graph(copied, monkeypatch):
+    """tilegen.matmul on Hopper takes a row-major B for tf32 into registers in the GEMM itself (C^T
+    = B^T A^T), or, where that kernel would spill (copied: loads_without_spills planted False), K-major
+    through a first kernel's copy: each call reads B again (a B changed in place changes C), any
+    pitch of B is taken (the copy reads single elements; the register kernel's TMA gets a
+    re-pitched copy through matmul, and a direct call says how to pass it), and a captured graph
+    replays the call."""
     if torch.cuda.get_device_capability() != (9, 0):
         pytest.skip("wgmma needs a Hopper (sm_90) GPU")
+    import importlib
+
     from bounds import gemm_bound
     from tilegen.gemm.matmul import PRETRANSPOSE_MIN
 
+    mm = importlib.import_module("tilegen.gemm.matmul")
+    for memo in ("_chosen", "_exact"):   # (choices of this test's own, forgotten after it)
+        monkeypatch.setattr(mm, memo, {})
+    if copied:
+        monkeypatch.setattr(mm, "loads_without_spills", lambda spec: False)
     M, N, K = PRETRANSPOSE_MIN + 3, 2051, 304   # (a large product: the Hopper preset; A's rows 16-byte pitched)
     A = torch.randn(M, K, device="cuda")
     B = torch.randn(K, N + 3, device="cuda")[:, :N]     # rows of 2054 floats: not 16-byte pitched
-    assert tilegen.matmul.explain(A, B, allow_tf32=True).spec.pretranspose
+    spec = tilegen.matmul.explain(A, B, allow_tf32=True).spec
+    assert spec.pretranspose == copied and (spec.register_operand == "B") != copied, spec
     bound = gemm_bound("tf32", K, truncated=True)
+    pitch = {} if copied else {"repitch": True}
 
     def err(C):
         ref = A.double() @ B.double()
@@ -278,11 +291,14 @@ def test_pretransposed_tf32_through_matmul_kernel_and_a_graph():
     tilegen.matmul(A, B, out=C, allow_tf32=True)
     assert err(C) <= bound
     kernel = tilegen.compile(tilegen.matmul.explain(A, B, allow_tf32=True).spec)
+    if not copied:
+        with pytest.raises(tilegen.LaunchError, match="B's leading dimension is 2054 elements"):
+            kernel(A, B, out=C)
     C.fill_(float("nan"))
-    kernel(A, B, out=C, alpha=0.5)
+    kernel(A, B, out=C, alpha=0.5, **pitch)
     assert err(2 * C) <= bound
     C.fill_(float("nan"))
-    kernel(A, _Interface(B), out=C)                    # the general path (no fast path for this array type)
+    kernel(A, _Interface(B), out=C, **pitch)           # the general path (no fast path for this array type)
     assert err(C) <= bound
     G = torch.full((M, N), float("nan"), device="cuda")
     side = torch.cuda.Stream()

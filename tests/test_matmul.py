@@ -176,6 +176,32 @@ def test_tf32_mn_major_operands_are_copied_k_major_first_where_the_product_is_lo
     assert mm.size_class(edge, 4096, 64) != mm.size_class(edge - 1, 4096, 64)
 
 
+def test_tf32_row_major_b_goes_through_registers_where_that_kernel_loads_without_spills(monkeypatch):
+    """A and B row-major on Hopper where the register kernel loads without spills (a GPU with
+    ptxas): the kernel that loads B's k-steps into registers from TMA stages (copy="tma", one
+    launch, B rounded) at every large size. Without such a GPU (loads_without_spills False) the
+    K-major copy first from PRETRANSPOSE_MIN rows stays."""
+    import importlib
+
+    mm = importlib.import_module("tilegen.gemm.matmul")
+    monkeypatch.setattr(mm, "_target", lambda: "sm_90")
+    monkeypatch.setattr(mm, "_tuned", lambda *a, **k: None)
+    asked = []
+    monkeypatch.setattr(mm, "loads_without_spills", lambda spec: asked.append(spec) or True)
+    z = lambda r, c: np.zeros((r, c), np.float32)  # noqa: E731
+    for M in (1024, mm.PRETRANSPOSE_MIN, 8192):
+        rr = mm.explain(z(M, 1024), z(1024, 4096), allow_tf32=True)
+        assert not rr.spec.pretranspose and rr.spec.register_operand == "B" and rr.spec.copy == "tma", (M, rr.spec)
+        assert rr.spec.warp_specialized and "into registers and rounded" in rr.reason and "B is rounded" in rr.reason
+    assert asked and all(s.copy == "tma" and s.register_operand == "B" for s in asked)
+    col = mm.explain(z(4096, 1024), np.asfortranarray(z(1024, 4096)), allow_tf32=True)   # K-major already
+    assert col.spec.register_operand is None and not col.spec.pretranspose
+    cc = mm.explain(np.asfortranarray(z(4096, 1024)), np.asfortranarray(z(1024, 4096)), allow_tf32=True)
+    assert cc.spec.transposed_operands == ("A",)   # (a column-major A keeps its copy)
+    monkeypatch.setattr(mm, "loads_without_spills", lambda spec: False)
+    assert mm.explain(z(mm.PRETRANSPOSE_MIN, 1024), z(1024, 4096), allow_tf32=True).spec.pretranspose
+
+
 def test_tf32_with_65_to_128_rows_takes_wgmma_on_hopper(monkeypatch):
     import importlib
 

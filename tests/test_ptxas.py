@@ -78,7 +78,6 @@ DEFAULTS = {
     "bf16 stream-K": dict(dtype="bf16", out_dtype="bf16", stream_k=True),
     "bf16 medium 128x128": dict(dtype="bf16", out_dtype="bf16", tile=(128, 128, 64)),
     "bf16 medium 64x128": dict(dtype="bf16", out_dtype="bf16", tile=(64, 128, 64), warps=(4, 1), stages=6),
-    "tf32 A and B row-major on TMA": dict(dtype="tf32", out_dtype="f32", copy="tma"),
 }
 
 
@@ -92,6 +91,32 @@ def test_default_hopper_kernels_fit_the_registers_the_jit_gives(name):
     found = ptxas.resources(ptx, "sm_90a")
     assert found.jit_spill_stores in (0, None), found   # (None: no setmaxnreg, so the JIT gives what ptxas does)
     assert found.spill_stores == 0, found
+    assert found.wgmma_serialized is None, found      # (ptxas would run each wgmma alone: section 47)
+
+
+@needs_ptxas
+def test_the_tf32_register_kernel_keeps_its_wgmmas_in_flight():
+    """tf32 with A and B row-major on TMA (B's k-steps into registers): no wgmma serialized by ptxas
+    (its fragments are loaded only once every wgmma retired) and no spills with setmaxnreg's
+    registers; the driver's JIT alone spills it, so matmul takes it only where it loads without
+    spills (loads_without_spills: a ptxas assembles it)."""
+    ptx = tilegen.compile(tilegen.GemmSpec(instruction="wgmma", target="sm_90a", dtype="tf32", out_dtype="f32",
+                                           copy="tma")).ptx
+    found = ptxas.resources(ptx, "sm_90a")
+    assert found.spill_stores == 0 and found.wgmma_serialized is None, found
+    assert found.jit_spill_stores > 0, found   # (if the JIT stops spilling it, matmul's guard can go)
+
+
+def test_serialized_wgmmas_are_reported():
+    """ptxas's note that it serialized a kernel's wgmmas is read into Resources and printed."""
+    report = ("ptxas info    : (C7513) Potential Performance Loss: wgmma.mma_async instructions are serialized due to "
+              "non wgmma instructions defining input registers of a wgmma between start and end of the pipeline stage "
+              "in the function 'k'\nptxas info    : Used 168 registers, used 1 barriers\n")
+    why = ptxas.wgmma_serialized(report)
+    assert why == ("due to non wgmma instructions defining input registers of a wgmma between start and end of the "
+                   "pipeline stage (C7513)")
+    assert ptxas.wgmma_serialized(report.replace("(C7513) Potential", "(C7000) Other")) is None
+    assert "wgmmas serialized: due to non wgmma" in str(ptxas.Resources("sm_90a", 168, 0, 0, 0, 0, 0, None, why))
 
 
 @needs_ptxas

@@ -69,6 +69,7 @@ class Resources:
     spill_stores: int
     spill_loads: int
     jit_spill_stores: Optional[int] = None
+    wgmma_serialized: Optional[str] = None   # why ptxas runs the kernel's wgmmas one at a time, or None
 
     def __str__(self) -> str:
         text = (f"{self.arch}: {self.registers} registers, {self.shared_static} B static + "
@@ -77,6 +78,8 @@ class Resources:
         if self.jit_spill_stores is not None:
             text += (f"; with the launch's share of registers (the driver's JIT ignores setmaxnreg): "
                      f"{self.jit_spill_stores} B spill stores")
+        if self.wgmma_serialized:
+            text += f"; wgmmas serialized: {self.wgmma_serialized}"
         return text
 
 
@@ -119,6 +122,15 @@ def spill_stores(report: str) -> int:
     return max((int(n) for n in re.findall(r"(\d+) bytes spill stores", report)), default=0)
 
 
+def wgmma_serialized(report: str) -> Optional[str]:
+    """Why ptxas serialized a kernel's wgmmas (each waits for the one before: its "Potential
+    Performance Loss" notes, C7510-C7519), or None. Such a kernel runs its tensor cores a
+    quarter below their pace or worse (docs/perf_notes.md section 47)."""
+    m = re.search(r"\((C75\d\d)\) Potential Performance Loss: wgmma\.mma_async instructions are serialized "
+                  r"(due to .*?)(?: in the function '[^']*')?$", report, re.MULTILINE)
+    return None if m is None else f"{m.group(2)} ({m.group(1)})"
+
+
 def resources(ptx: str, arch: str, dynamic_smem: int = 0) -> Resources:
     report = assemble(ptx, arch)
 
@@ -135,6 +147,7 @@ def resources(ptx: str, arch: str, dynamic_smem: int = 0) -> Resources:
         spill_stores=spill_stores(report),
         spill_loads=num(r"(\d+) bytes spill loads"),
         jit_spill_stores=_without_setmaxnreg(ptx, arch),
+        wgmma_serialized=wgmma_serialized(report),
     )
 
 

@@ -134,6 +134,17 @@ LONG_K = 2
 # 4096^3, 0.84 -> 0.99x at 4096x4096x1024, 0.79 -> 0.88x at 2048x8192x8192, 0.86 both ways at 2048^3,
 # and 0.91 -> 0.82x at 1024x4096x4096 (where the copy of the 4096^2 B outweighs the product).
 PRETRANSPOSE_MIN = 2048
+# ... except A and B row-major where the kernel that feeds B to wgmma from registers (C^T = B^T A^T,
+# B's stages through TMA: GemmSpec(copy="tma")) loads without spills (a ptxas assembles it; the
+# driver's JIT alone spills it): since its k-steps are loaded only once no wgmma is in flight (ptxas
+# had serialized every wgmma of it) and addressed as one register and immediates, it runs as fast as
+# the K-major kernel, in one launch and with B rounded instead of truncated (docs/perf_notes.md
+# section 47). Measured on the H200 (run 252, two passes, x cuBLAS tf32, register kernel / copy
+# first): 1024x4096x4096 1.15-1.19 / 0.80-0.83, 2048^3 1.06-1.15 / 0.83-0.88, 2048x8192x8192
+# 1.02-1.05 / 0.86-0.87, 4096x4096x1024 1.08-1.12 / 1.04-1.06, 4096^3 1.04 / 0.95-0.96, 4096x8192x8192
+# 1.01-1.02 / 0.93-0.94, 6144^3 1.02 / 0.96-0.97, 6144x8192x2048 1.18-1.20 / 1.16-1.17, 8192x8192x1024
+# 1.04 / 1.05, 8192^3 0.99-1.02 / 0.96.
+TF32_REGISTER_B = dict(copy="tma")
 # f32 without TF32 on Hopper below the large preset: the operands' tf32 parts on wgmma (as the preset)
 # from F32_PARTS_MIN rows and columns on, with 64x128x32 tiles (one math warpgroup, 6 stages, promoted
 # every 4 k-tiles) below MEDIUM_BLOCKS blocks of 128 x 128. Measured on the H200 against cuBLAS f32,
@@ -363,6 +374,10 @@ def explain(A, B, *, bias=None, activation=None, residual=None, out=None, allow_
     wgmma = preset["instruction"] if preset is not None else "wgmma" if medium or f32_parts or mid_tf32 else None
     transpose = (preset is not None and dtype == "tf32" and target == "sm_90" and (a_layout, b_layout) != ("row", "col")
                  and (b_layout == "col" or M >= PRETRANSPOSE_MIN) and (a_layout == "row" or N >= PRETRANSPOSE_MIN))
+    register_b = (preset is not None and dtype == "tf32" and target == "sm_90" and (a_layout, b_layout) == ("row", "row")
+                  and loads_without_spills(GemmSpec(**{**base, **preset, **TF32_REGISTER_B})))
+    if register_b:
+        transpose = False
     if tuned is not None and wgmma is not None and tuned.instruction != wgmma:
         # the autotuner searches mma.sync specs unless asked for wgmma: the wgmma kernel measured faster
         why.append(f"the autotuner's {tuned.instruction} spec skipped for the faster {wgmma} kernel")
@@ -376,7 +391,8 @@ def explain(A, B, *, bias=None, activation=None, residual=None, out=None, allow_
         why.append("tile from the autotuner's cache for this GPU and shape bucket")
     elif preset is not None:
         fused = dtype in ("f16", "bf16") and not epilogue.is_plain and (epilogue.residual or K <= PINGPONG_MAX_K)
-        spec = GemmSpec(**{**base, **preset, **(PINGPONG if fused else {}), **({"pretranspose": True} if transpose else {})})
+        spec = GemmSpec(**{**base, **preset, **(PINGPONG if fused else {}), **({"pretranspose": True} if transpose else {}),
+                           **(TF32_REGISTER_B if register_b else {})})
         wide = (dtype in FP8 and spec.warp_specialized and M * N >= FP8_WIDE_MIN_AREA and K >= FP8_WIDE_MIN_K
                 and loads_without_spills(spec.replace(tile=FP8_WIDE_TILE)))
         if wide:
@@ -395,6 +411,10 @@ def explain(A, B, *, bias=None, activation=None, residual=None, out=None, allow_
             why.append(f"f32 on wgmma: first kernels split A and B into tf32 parts side by side along K, multiplied "
                        f"as one tf32 product over three times K and added into an f32 total every {spec.promote} k-tiles "
                        f"(error below cuBLAS f32's, 2.3-2.6x its speed on the H200)")
+        if register_b:
+            why.append("tf32 A and B row-major: C^T = B^T A^T with B's k-steps loaded from its TMA stages into "
+                       "registers and rounded (wgmma reads tf32 only K-major from shared memory); one launch, measured "
+                       "on the H200 as fast as the K-major kernel and faster than copying B K-major first")
         if transpose:
             why.append(f"tf32 {' and '.join(o + (' column' if o == 'A' else ' row') + '-major' for o in spec.transposed_operands)}"
                        f" (wgmma reads tf32 only K-major): a first kernel copies it K-major at memory speed, then the "

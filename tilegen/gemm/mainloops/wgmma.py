@@ -685,32 +685,28 @@ class WarpSpecializedPipeline(TmaPipeline):
 
     def consume_registers(self, first, k_tiles):
         """consume() with wgmma's A operand from registers (tf32 with a row-major B: C^T = B^T
-        A^T, the warp's columns of B loaded from the stage and rounded to tf32), in two sets
-        of fragments by k-tile parity: k-tile t's k-steps load while k-tile t - 1's wgmmas run
-        (the set they fill was read by k-tile t - 2's, retired by then), one fence and one
-        commit per k-tile."""
+        A^T, the warp's columns of B loaded from the stage and rounded to tf32). A k-tile's
+        fragments are loaded only once every earlier wgmma of this warpgroup retired: ptxas
+        serialises every wgmma of a kernel in which a register operand is written while a wgmma
+        is in flight (its C7513), and the register loads are short next to a k-tile's wgmmas,
+        while the other consumer warpgroup's keep the tensor cores busy (docs/perf_notes.md
+        section 47). The stage's barrier is waited on first, under the previous k-tile's wgmmas."""
         spec, shape, S, full = self.spec, self.shape, self.S, self.full
         acc = tg.fragment(spec.mma, "C", (1, shape.n // spec.mma.n), name="acc")
-        steps = spec.tile.k // shape.k
-        sets = (self.frags, [tg.fragment(spec.mma, "A", (1, 1), name=f"b{kk}") for kk in range(steps)])
-
-        def k_tile(t, frags):
+        frags = self.frags
+        for kt in tg.range(k_tiles):
+            t = first + kt
             lap, stage = tg.divmod_by(t, S)
             tg.mbarrier_wait(full[stage], lap & 1)
-            for kk in range(steps):
+            tg.wgmma_wait(0)                          # k-tile t - 1 retired: its stage, the registers
+            with tg.if_(tg.ge(kt, 1)):
+                self.release(tg.divmod_by(t - 1, S)[1])
+            for kk in range(len(frags)):
                 tg.load(frags[kk], self.a_src[stage], self.a_origin, kk * shape.k, comment=f"k-step {kk} of A")
             tg.wgmma_fence()
-            for kk in range(steps):
+            for kk in range(len(frags)):
                 tg.wgmma(acc, frags[kk], self.b_src[stage], None, kk * shape.k, self.b_origin)
             tg.wgmma_commit()
-            tg.wgmma_wait(1)                          # k-tile t - 1 retired: its stage, its set
-            with tg.if_(tg.ge(t - first, 1)):
-                self.release(tg.divmod_by(t - 1, S)[1])
-
-        for pair in tg.range(tg.cdiv(k_tiles, 2)):    # two k-tiles per trip: each set named statically
-            k_tile(first + 2 * pair, sets[0])
-            with tg.if_(tg.lt(2 * pair + 1, k_tiles)):
-                k_tile(first + 2 * pair + 1, sets[1])
         tg.wgmma_wait(0)
         self.release(tg.divmod_by(first + k_tiles - 1, S)[1])       # the block's last k-tile
         return acc

@@ -56,9 +56,12 @@ def _splits(layout, row, col):
     key_shift = 7 - (span.bit_length() - 1)        # key = (row >> key_shift) & mask
     period_rows = 1 << (key_shift + swz.bits)      # rows after which the key repeats
     low = row_ct % period_rows                     # must add without carries: disjoint bits
-    if known_align(col_warp) < span or (low and known_align(row_warp) < period_rows):
+    if low and known_align(row_warp) < period_rows:
         return None
-    if any((v % span) & cm or v % span + cm >= span for v in col_values):
+    # the runtime column's warp part: its bits below the span must lie above the lane's and the
+    # compile-time chunk's (a warp 64 bytes in, a chunk 32 bytes in: disjoint, no carries)
+    col_align = min(known_align(col_warp), span)
+    if any((v % span) & cm or v % span + cm >= col_align for v in col_values):
         return None
     if any(v & low for v in row_values):
         return None

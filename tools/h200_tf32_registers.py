@@ -1,0 +1,67 @@
+"""tf32 with A and B row-major: the kernel that feeds B to wgmma from registers (C^T = B^T A^T,
+GemmSpec(copy="tma"): consume_registers), a first kernel copying B K-major before the K-major
+kernel (GemmSpec(pretranspose=True)), what tilegen.matmul runs (one of the two by its rule), and
+torch.matmul (cuBLAS tf32): GPU time per call in interleaved rounds over 3 operand sets; error of
+each against a float64 product. Also the register kernel's ptxas report (serialized wgmmas or not).
+
+    python3 tools/h200_tf32_registers.py TAG [MxNxK ...]
+"""
+import json, statistics, sys
+import torch
+import tilegen
+from tilegen.codegen import ptxas
+from tilegen.gemm.spec import GemmSpec
+
+torch.backends.cuda.matmul.allow_tf32 = True
+tag = sys.argv[1]
+shapes = sys.argv[2:] or ["1024x4096x4096", "2048x2048x2048", "2048x8192x8192", "4096x4096x1024", "4096x4096x4096",
+                          "4096x8192x8192", "6144x6144x6144", "6144x8192x2048", "8192x8192x1024", "8192x8192x8192"]
+regs = GemmSpec(dtype="tf32", out_dtype="f32", a_layout="row", b_layout="row", instruction="wgmma", target="sm_90a",
+                copy="tma")
+kr = tilegen.compile(regs)
+kc = tilegen.compile(regs.replace(copy="auto", pretranspose=True))
+out = {"tag": tag, "spec": str(regs)}
+try:
+    out["ptxas"] = str(ptxas.resources(kr.ptx, "sm_90a"))
+except ptxas.PtxasError as e:
+    out["ptxas"] = f"not run: {e}"
+print(out, flush=True)
+for sh in shapes:
+    M, N, K = map(int, sh.split("x"))
+    sets = [(torch.randn(M, K, device="cuda"), torch.randn(K, N, device="cuda"), torch.empty(M, N, device="cuda"))
+            for _ in range(3)]
+    fns = {
+        "torch": lambda s: torch.matmul(s[0], s[1], out=s[2]),
+        "matmul": lambda s: tilegen.matmul(s[0], s[1], out=s[2], allow_tf32=True),
+        "registers": lambda s: kr(s[0], s[1], out=s[2]),
+        "copy first": lambda s: kc(s[0], s[1], out=s[2]),
+    }
+    A, B, C = sets[0]
+    ref = A.double() @ B.double()
+    scale = A.double().abs() @ B.double().abs()
+    err = {}
+    for name, f in fns.items():
+        C.fill_(float("nan"))
+        f(sets[0])
+        torch.cuda.synchronize()
+        err[name] = float(((C.double() - ref).abs() / scale).max())
+    reps = max(10, int(1e11 / (M * N * K)))
+    times = {k: [] for k in fns}
+    for f in fns.values():
+        for s in sets:
+            f(s)
+    torch.cuda.synchronize()
+    for rnd in range(7):
+        for name, f in fns.items():
+            e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            e0.record()
+            for r in range(reps):
+                f(sets[r % 3])
+            e1.record(); e1.synchronize()
+            times[name].append(e0.elapsed_time(e1) * 1000 / reps)
+    med = {k: round(statistics.median(v), 2) for k, v in times.items()}
+    why = tilegen.matmul.explain(A, B, out=C, allow_tf32=True).reason
+    out[sh] = dict(matmul_takes="registers" if "into registers" in why else "copy first" if "copies it K-major" in why
+                   else why, us=med, x_torch={k: round(med["torch"] / v, 4) for k, v in med.items()}, err=err)
+    print(sh, out[sh], flush=True)
+print(json.dumps(out))
