@@ -1,5 +1,5 @@
 """Bit-identical results over repeated launches: the default Hopper GEMM (warp-specialized,
-TMA-store epilogue), and its 2-CTA cluster, split-K, stream-K fp8 and pretransposed tf32 forms, and stacks on
+TMA-store epilogue), and its 2-CTA cluster, split-K, stream-K fp8, pretransposed and register-B tf32 forms, and stacks on
 the TMA stack kernel through tilegen.matmul, launched N times on the same inputs; every result must equal the first bit for bit. Writes JSON to DIR/repeat.json.
 
     python3 tools/h200_repeat.py DIR [--launches 500]
@@ -40,6 +40,8 @@ def main() -> int:
              ("e4m3", {"out_dtype": "bf16", "epilogue": tilegen.Epilogue(scale_rows=True, scale_cols=True)},
               (4096, 4232, 1040)),       # 8-9 blocks per CTA: each next block's first k-tile under the epilogue
              ("tf32", {"out_dtype": "f32", "pretranspose": True}, (1000, 1032, 4104)),   # B copied K-major first
+             ("tf32", {"out_dtype": "f32", "copy": "tma"}, (1000, 1032, 4104)),          # B through registers
+             ("tf32", {"out_dtype": "f32", "copy": "tma"}, (4096, 4232, 1040)),          # ... walking 4-5 blocks a CTA
              ("f32", {"out_dtype": "f32"}, (1000, 1032, 4104))]                         # tf32 parts, promoted
     for dtype, extra, (M, N, K) in cases:
         k = tilegen.compile(tilegen.GemmSpec(**{"dtype": dtype, "out_dtype": dtype, "instruction": "wgmma", **extra}))
