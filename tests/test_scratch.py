@@ -43,14 +43,15 @@ def test_free_scratch_with_nothing_kept_is_a_no_op(scratch_table):
 @pytest.mark.gpu
 @requires_gpu
 def test_free_scratch_frees_and_calls_go_on(scratch_table):
-    """Calls whose launches use the stream's scratch (tf32 with B row-major: B's K-major copy; a
-    split-K stack on Hopper): free_scratch frees it all (after the device's work), the remembered
-    launches that named it are forgotten, and the same calls again allocate anew and come out right."""
+    """Calls whose launches use the stream's scratch (tf32 with A column-major: the operands' K-major
+    copies; a split-K stack on Hopper): free_scratch frees it all (after the device's work), the
+    remembered launches that named it are forgotten, and the same calls again allocate anew and come
+    out right."""
     torch = pytest.importorskip("torch")
     hopper = torch.cuda.get_device_capability() == (9, 0)
     if not hopper:
         pytest.skip("tf32's K-major copy and split stacks are Hopper's")
-    X = torch.randn(2048, 2048, device="cuda")
+    X = torch.randn(2048, 2048, device="cuda").t()      # column-major: copied K-major first
     Y = torch.randn(2048, 2048, device="cuda")
     Z = torch.empty(2048, 2048, device="cuda")
     A = torch.randn(8, 16, 16384, device="cuda", dtype=torch.bfloat16)
@@ -73,7 +74,7 @@ def test_free_scratch_frees_and_calls_go_on(scratch_table):
 
     calls()
     held = sum(s.nbytes for s in scratch_table.values())
-    assert held >= 2048 * 2048 * 4      # (B's K-major copy at least)
+    assert held >= 2048 * 2048 * 4      # (a K-major copy at least)
     assert tilegen.free_scratch() == held and not scratch_table
     calls()                             # nothing remembered names the freed memory
     assert scratch_table and tilegen.free_scratch() > 0
