@@ -212,12 +212,12 @@ def test_tf32_with_65_to_128_rows_takes_wgmma_on_hopper(monkeypatch):
     for (M, N, col), key in (((128, 8192, False), ("row", False, False)), ((65, 28672, False), ("row", True, False)),
                              ((128, 8192, True), ("col", False, False)), ((96, 28672, True), ("col", True, False)),
                              ((64, 28672, False), ("row", True, True)), ((33, 8192, True), ("col", False, True)),
-                             ((40, 28672, True), ("col", True, True))):
+                             ((40, 28672, True), ("col", True, True)), ((64, 8192, False), ("row", False, True))):
         want = mm.TF32_MID_ROWS[key]
         spec = mm.explain(z(M, 1024), z(1024, N, col), allow_tf32=True).spec
         assert (spec.instruction, tuple(spec.tile), spec.stages) == ("wgmma", want["tile"], want["stages"]), (M, N, col)
-    skinny = mm.explain(z(64, 1024), z(1024, 8192), allow_tf32=True).spec     # B row-major, narrow: mma.sync's rule
-    assert (skinny.instruction, tuple(skinny.tile)) == ("mma.sync", (64, 64, 64))
+        # B row-major: the register kernel on TMA stages (C^T = B^T A^T, B's k-steps rounded into registers)
+        assert col or (spec.copy == "tma" and spec.register_operand == "B" and spec.warp_specialized), spec
     assert mm.explain(z(32, 1024), z(1024, 8192, True), allow_tf32=True).spec.instruction == "mma.sync"   # SKINNY_SHORT
     assert mm.explain(z(129, 1024), z(1024, 8192), allow_tf32=True).spec.tile.m == 128               # past SKINNY
     assert mm.explain(z(128, 1024), z(1024, 8192)).spec.dtype == "f32"                                # not tf32
@@ -305,9 +305,9 @@ def test_skinny_products_on_hopper_keep_more_in_flight(monkeypatch):
         s = mm.explain(np.zeros((m, 8192), np.float32), np.zeros((8192, n), np.float32), allow_tf32=tf32).spec
         assert (s.dtype, tuple(s.tile), s.stages) == want and tuple(s.warps) == (1, 4), (m, n)
     assert tuple(mm.explain(np.zeros((33, 8192), np.float32), W32).spec.tile) != (32, 64, 64)
-    for m in (33, 64):   # tf32 up to 64 rows: 64x64x64 tiles, eight warps, 6 stages
+    for m in (33, 64):   # tf32 up to 64 rows, B row-major: the register kernel's 32x128 tiles (TF32_MID_ROWS)
         s = mm.explain(np.zeros((m, 8192), np.float32), W32, allow_tf32=True).spec
-        assert (tuple(s.tile), tuple(s.warps), s.stages) == ((64, 64, 64), (2, 4), 6), m
+        assert (tuple(s.tile), tuple(s.warps), s.stages, s.copy) == ((32, 128, 32), (1, 8), 8, "tma"), m
     c = mm.explain(np.zeros((128, 8192), np.float16), W)
     assert (c.spec.instruction, tuple(c.spec.tile), c.spec.stages, c.spec.persistent) == ("wgmma", (64, 128, 128), 4, False)
     assert "skinny product" in c.reason and "M = 128 rows" in c.reason
@@ -670,3 +670,69 @@ def test_swapped_skinny_products_on_the_emulator():
     want = 0.5 * x * (1 + np.tanh(np.sqrt(2 / np.pi) * (x + 0.044715 * x ** 3))) + R
     scale = 1.5 * np.abs(A.astype(np.float64)) @ np.abs(W.T.astype(np.float64)) + np.abs(x) + np.abs(want)
     assert C is out and (np.abs(C - want) <= gemm_bound("f16", K, "f32") * scale + 1e-6).all()
+
+
+@pytest.mark.parametrize("key", [k for k in __import__("tilegen.gemm.matmul", fromlist=["x"]).TF32_MID_ROWS
+                                 if k[0] == "row"])
+def test_tf32_mid_rows_register_tiles_on_the_emulator(key):
+    """Each tile TF32_MID_ROWS gives a row-major B (the register kernel on TMA stages) on the emulator,
+    ragged in every dimension, within tf32's bound (B rounded, A^T truncated)."""
+    from bounds import gemm_bound
+    from seeds import seed
+    from tilegen.gemm.matmul import TF32_MID_ROWS
+
+    spec = tilegen.GemmSpec(dtype="tf32", out_dtype="f32", instruction="wgmma", target="sm_90a", **TF32_MID_ROWS[key])
+    assert spec.register_operand == "B" and spec.warp_specialized
+    rng = np.random.default_rng(seed(*key))
+    M, N, K = spec.tile.m + 7, spec.tile.n + 21, 3 * spec.tile.k + 5
+    A = rng.standard_normal((M, K)).astype(np.float32)
+    B = rng.standard_normal((K, N)).astype(np.float32)
+    C = tilegen.compile(spec)(A, B, out=np.full((M, N), np.nan, np.float32), device="sim")
+    ref = A.astype(np.float64) @ B.astype(np.float64)
+    scale = np.abs(A).astype(np.float64) @ np.abs(B).astype(np.float64)
+    assert np.all(np.abs(C - ref) <= gemm_bound("tf32", K, truncated=True) * scale)
+
+
+def test_medium_tf32_takes_the_largest_tile_that_keeps_half_the_sms_busy(monkeypatch):
+    """tf32 below the large preset on Hopper (A row-major, past the skinny rules): warp-specialized
+    wgmma (B row-major: the register kernel), the largest of TF32_MEDIUM_TILES whose blocks fill half
+    the SMs, else the smallest; the 256-row register tile only where it loads without spills."""
+    import importlib
+
+    mm = importlib.import_module("tilegen.gemm.matmul")
+    monkeypatch.setattr(mm, "_target", lambda: "sm_90")
+    monkeypatch.setattr(mm, "_tuned", lambda *a, **k: None)
+    monkeypatch.setattr(mm, "_sm_count", lambda: 132)
+    spills = [False]
+    monkeypatch.setattr(mm, "loads_without_spills", lambda spec: not spills[0])
+    z = lambda r, c, col=False: np.asfortranarray(np.zeros((r, c), np.float32)) if col else np.zeros((r, c), np.float32)  # noqa: E731
+    for (M, N, col), want in (((512, 512, False), (64, 128)), ((1024, 2048, False), (128, 128)),
+                              ((1536, 1536, False), (256, 128)), ((256, 8192, False), (128, 128)),
+                              ((768, 4096, False), (256, 128)), ((1024, 1024, True), (64, 128)),
+                              ((512, 8192, True), (128, 256)), ((256, 8192, True), (128, 128))):
+        c = mm.explain(z(M, 1024), z(1024, N, col), allow_tf32=True)
+        s = c.spec
+        assert (s.instruction, s.warp_specialized, (s.tile.m, s.tile.n)) == ("wgmma", True, want), (M, N, col, s)
+        assert (s.register_operand == "B") != col and "medium tf32 product" in c.reason, c.reason
+    spills[0] = True   # (no ptxas: the 256-row register tile would spill under the driver's JIT)
+    assert tuple(mm.explain(z(1536, 1024), z(1024, 1536), allow_tf32=True).spec.tile)[:2] == (128, 128)
+    assert mm.explain(z(1024, 1024, True), z(1024, 1024), allow_tf32=True).spec.instruction == "mma.sync"  # A col
+    assert mm.explain(z(1024, 1024), z(1024, 1024)).spec.dtype == "f32"                                   # no tf32
+
+
+@pytest.mark.parametrize("fields", [f for f in __import__("tilegen.gemm.matmul", fromlist=["x"]).TF32_MEDIUM_TILES["col"]
+                                    if f])
+def test_medium_tf32_k_major_tiles_on_the_emulator(fields):
+    """The K-major medium tf32 tiles (TF32_MEDIUM_TILES) on the emulator, ragged, within tf32's bound."""
+    from bounds import gemm_bound
+
+    spec = tilegen.GemmSpec(dtype="tf32", out_dtype="f32", b_layout="col", instruction="wgmma", target="sm_90a",
+                            **fields)
+    rng = np.random.default_rng(spec.tile.m)
+    M, N, K = spec.tile.m + 9, spec.tile.n + 3, 2 * spec.tile.k + 7
+    A = rng.standard_normal((M, K)).astype(np.float32)
+    B = np.asfortranarray(rng.standard_normal((K, N)).astype(np.float32))
+    C = tilegen.compile(spec)(A, B, out=np.full((M, N), np.nan, np.float32), device="sim")
+    ref = A.astype(np.float64) @ B.astype(np.float64)
+    scale = np.abs(A).astype(np.float64) @ np.abs(B).astype(np.float64)
+    assert np.all(np.abs(C - ref) <= gemm_bound("tf32", K, truncated=True) * scale)

@@ -44,6 +44,8 @@ HOPPER = [(dict(dtype="f16", out_dtype="f16"), (133, 270, 45), 0.0, None),
           (dict(dtype="f16", out_dtype="f16", pingpong=True, tile=(64, 256, 64), warps=(4, 1)), (333, 520, 130), 0.5,
            None),
           (dict(dtype="tf32", copy="tma"), (300, 200, 100), 0.0, None),     # tf32 rr: B through registers
+          (dict(dtype="tf32", copy="tma", tile=(32, 128, 32), warps=(1, 8), stages=8), (47, 300, 130), 0.0, None),
+          (dict(dtype="tf32", b_layout="col", tile=(64, 128, 32), warps=(4, 1), stages=6), (200, 300, 130), 0.5, None),
           (dict(dtype="tf32", pretranspose=True), (300, 200, 101), 0.0, None),  # tf32: K-major copies first
           (dict(dtype="tf32", pretranspose=True, a_layout="col"), (301, 203, 99), 0.5, None),
           (dict(dtype="f32"), (300, 200, 101), 0.0, None),                    # f32: tf32 parts, one product

@@ -80,13 +80,34 @@ SKINNY_SWAPPED = dict(tile=(16, 64, 64), warps=(1, 4), stages=16, swap_ab=True, 
 # the warp-specialized 64x256x32. 33-64 rows (run 123): B column-major 0.77-0.79 -> 0.99 (x 8192) and
 # 0.64-0.67 -> 1.06-1.07 (x 28672) on the 64x128x64 tiles; B row-major x 28672 0.83-0.84 -> 1.03-1.05 on
 # 64x128x32 (x 8192 the mma.sync skinny rule stays: 0.75-0.77 against 0.56-0.58).
-TF32_MID_ROWS = {("row", False, False): dict(tile=(64, 128, 32), warps=(1, 8), stages=6),
-                 ("row", True, False): dict(tile=(128, 128, 32), warps=(1, 8), stages=4),
+# B row-major since run 254 (CUDA-graph replay, x cuBLAS tf32, K = 8192; what ran before -> now): the register
+# kernel on TMA stages (section 47) with these tiles: 48 / 64 rows x 8192 0.75 / 0.71 -> 0.96 / 0.98 (32x128,
+# the mma.sync rule before), x 28672 1.07 / 0.97 -> 1.27 / 1.20 (64x128); 80 / 96 / 128 rows x 8192 0.64 / 0.63 /
+# 0.61 -> 0.89 / 0.92 / 0.86 (64x128, 8 stages), x 28672 0.76 / 0.80 / 0.79 -> 0.82 / 0.89 / 0.95 (128x128).
+TF32_MID_ROWS = {("row", False, False): dict(tile=(64, 128, 32), warps=(1, 8), stages=8, copy="tma"),
+                 ("row", True, False): dict(tile=(128, 128, 32), warps=(1, 8), stages=4, copy="tma"),
                  ("col", False, False): dict(tile=(64, 128, 64), warps=(4, 1), stages=4, persistent=False),
                  ("col", True, False): dict(tile=(64, 256, 32), warps=(4, 1), stages=4),
-                 ("row", True, True): dict(tile=(64, 128, 32), warps=(1, 8), stages=6),
+                 ("row", False, True): dict(tile=(32, 128, 32), warps=(1, 8), stages=8, copy="tma"),
+                 ("row", True, True): dict(tile=(64, 128, 32), warps=(1, 8), stages=8, copy="tma"),
                  ("col", False, True): dict(tile=(64, 128, 64), warps=(4, 1), stages=4, persistent=False),
                  ("col", True, True): dict(tile=(64, 128, 64), warps=(4, 1), stages=4, persistent=False)}
+
+# tf32 below the large preset on Hopper with A row-major and more than SMALL rows and columns (past the
+# skinny rules): the warp-specialized wgmma kernels, the largest of these tiles whose blocks keep at least
+# half the SMs busy, else the smallest (B row-major: the register kernel, C^T = B^T A^T, whose 256-row tile
+# only where it loads without spills; B column-major: the K-major kernel). Measured on the H200 (run 255,
+# CUDA-graph replay, x cuBLAS tf32; the mma.sync kernel before ran 0.32-0.53x): B row-major 512^3 0.88,
+# 1024^3 0.97, 1024x1024x4096 1.01, 1024x2048x2048 0.98, 1536^3 1.05, 256x4096x4096 1.02, 256x8192x8192 0.97,
+# 512x8192x8192 1.04, 768x4096x4096 1.06; B column-major 0.95 / 1.20 / 1.24 / 0.93 / 0.94 / 1.00 / 0.87 /
+# 0.99 / 1.01 (1536^3 and 768x4096x4096 within 6% of the best tile measured).
+TF32_MEDIUM_TILES = {"row": (dict(copy="tma"),                       # (the preset's 256x128x32, 4 stages)
+                             dict(tile=(128, 128, 32), warps=(1, 8), stages=4, copy="tma"),
+                             dict(tile=(64, 128, 32), warps=(1, 8), stages=8, copy="tma")),
+                     "col": (dict(),                                   # (the preset's 128x256x32, 4 stages)
+                             dict(tile=(128, 128, 32), warps=(8, 1), stages=4),
+                             dict(tile=(64, 128, 32), warps=(4, 1), stages=6))}
+TF32_MEDIUM_AREAS = ((256, 128), (128, 128), (64, 128))   # (M x N of each row-major tile; column-major: 128x256 first)
 
 # Specs measured best on an H200 for large problems, used when this machine has no tuning cache
 # of its own: (target, dtype) -> fields. The wgmma kernel (128x256 tiles, every layout pair)
@@ -234,10 +255,33 @@ def _blocks128(M: int, N: int) -> int:
     return -(-M // 128) * -(-N // 128)
 
 
+def _tf32_medium_spec(base: dict, b_layout: str, M: int, N: int):
+    """(spec fields, blocks, SMs) for a medium tf32 product (TF32_MEDIUM_TILES): the largest tile
+    whose blocks keep half the SMs busy."""
+    sms = _sm_count()
+    options = TF32_MEDIUM_TILES[b_layout]
+    for i, fields in enumerate(options):
+        tm, tn = (128, 256) if (i, b_layout) == (0, "col") else TF32_MEDIUM_AREAS[i]
+        blocks = -(-M // tm) * -(-N // tn)
+        last = i == len(options) - 1
+        if blocks >= sms // 2 or last:
+            if i == 0 and b_layout == "row" and not loads_without_spills(
+                    GemmSpec(**{**base, "target": "sm_90a"}, instruction="wgmma", **fields)):
+                continue   # (the 256-row register tile: only where ptxas assembles it)
+            return fields, blocks, sms
+    raise AssertionError("unreachable")
+
+
+def _tf32_medium_class(M: int, N: int) -> tuple:
+    """What _tf32_medium_spec compares, for the choice memo."""
+    h = _sm_count() // 2
+    return tuple(-(-M // tm) * -(-N // tn) >= h for tm, tn in TF32_MEDIUM_AREAS + ((128, 256),))
+
+
 def size_class(M: int, N: int, K: int) -> tuple:
     """All that explain's choice reads of the shape: each dimension's power-of-two bucket
     (the tuned store's key) and every threshold a rule below compares it with."""
-    return ((M - 1).bit_length(), (N - 1).bit_length(), (K - 1).bit_length(), min(M, N) <= SMALL, is_large(M, N),
+    return _tf32_medium_class(M, N) + ((M - 1).bit_length(), (N - 1).bit_length(), (K - 1).bit_length(), min(M, N) <= SMALL, is_large(M, N),
             M <= 16, M <= SKINNY_SHORT, M <= SKINNY, N >= 4 * SKINNY, N // 256 >= SKINNY_WIDE_BLOCKS, _blocks128(M, N) >= MEDIUM_BLOCKS,
             long_k(M, N, K), K <= PINGPONG_MAX_K, M >= PRETRANSPOSE_MIN, N >= PRETRANSPOSE_MIN, min(M, N) >= F32_PARTS_MIN,
             M * N * K >= F32_PARTS_WORK, K >= F32_PARTS_MIN, M * N >= FP8_WIDE_MIN_AREA, K >= FP8_WIDE_MIN_K)
@@ -371,7 +415,10 @@ def explain(A, B, *, bias=None, activation=None, residual=None, out=None, allow_
     mid_tf32 = (target == "sm_90" and dtype == "tf32" and SKINNY_SHORT < M <= SKINNY and N >= 4 * SKINNY
                 and a_layout == "row" and (b_layout, N // 256 >= SKINNY_WIDE_BLOCKS, M <= SMALL) in TF32_MID_ROWS)
     medium = hopper16 and preset is None and not skinny and min(M, N) > SMALL
-    wgmma = preset["instruction"] if preset is not None else "wgmma" if medium or f32_parts or mid_tf32 else None
+    medium_tf32 = (target == "sm_90" and dtype == "tf32" and preset is None and a_layout == "row" and min(M, N) > SMALL
+                   and not (skinny32 or mid_tf32))
+    wgmma = preset["instruction"] if preset is not None else "wgmma" if medium or f32_parts or mid_tf32 or medium_tf32 \
+        else None
     transpose = (preset is not None and dtype == "tf32" and target == "sm_90" and (a_layout, b_layout) != ("row", "col")
                  and (b_layout == "col" or M >= PRETRANSPOSE_MIN) and (a_layout == "row" or N >= PRETRANSPOSE_MIN))
     register_b = (preset is not None and dtype == "tf32" and target == "sm_90" and (a_layout, b_layout) == ("row", "row")
@@ -433,6 +480,14 @@ def explain(A, B, *, bias=None, activation=None, residual=None, out=None, allow_
         spec = GemmSpec(**{**base, "target": "sm_90a"}, instruction="wgmma", **TF32_MID_ROWS[(b_layout, wide, M <= SMALL)])
         why.append(f"tf32 with {M} rows against N = {N}: wgmma with {spec.tile.m}x{spec.tile.n}x{spec.tile.k} tiles and "
                    f"{spec.stages} stages (measured faster than the mma.sync kernels on the H200)")
+    elif medium_tf32:
+        fields, blocks, sms = _tf32_medium_spec(base, b_layout, M, N)
+        spec = GemmSpec(**{**base, "target": "sm_90a"}, instruction="wgmma", **fields)
+        why.append(f"medium tf32 product on {target}: the warp-specialized wgmma kernel with {spec.tile.m}x{spec.tile.n}"
+                   f"x{spec.tile.k} tiles ({blocks} blocks for {sms} SMs: the largest tile that keeps half of them "
+                   f"busy, else the smallest)"
+                   + (", B's k-steps into registers (C^T = B^T A^T, B rounded)" if spec.register_operand == "B" else "")
+                   + "; measured 0.87-1.24x cuBLAS tf32 on the H200 where mma.sync ran 0.32-0.53x")
     elif f32_parts:
         few = _blocks128(M, N) < MEDIUM_BLOCKS
         spec = GemmSpec(**{**base, "target": "sm_90a"}, instruction="wgmma", **(F32_PARTS_SMALL if few else {}))
