@@ -279,14 +279,15 @@ def test_bad_tma_store_use_is_refused(body, says):
 def test_tf32_with_k_major_operands_is_warp_specialized_on_tma():
     """tf32 goes through TMA where no operand needs transposing (A row-major, B column-major):
     the warp-specialized kernel with TMA stores; A and B row-major, when asked (copy="tma"): the
-    warp-specialized kernel with B through registers (its C^T goes out with direct stores); other
-    layouts keep cp.async."""
+    warp-specialized kernel with B through registers (its C^T goes out with direct stores); both
+    column-major, when asked: A through registers, with TMA stores; A column-major with B
+    row-major keeps cp.async."""
     spec = tilegen.GemmSpec(dtype="tf32", instruction="wgmma", b_layout="col")
     assert (spec.copy, spec.warp_specialized, spec.store) == ("tma", True, "tma")
     rr = tilegen.GemmSpec(dtype="tf32", instruction="wgmma", copy="tma")
     assert (rr.copy, rr.warp_specialized, rr.store, rr.swaps_operands) == ("tma", True, "direct", True)
     assert tilegen.GemmSpec(dtype="tf32", instruction="wgmma").copy == "cp.async"
-    with pytest.raises(tilegen.SpecError, match="or both row-major in the persistent kernel"):
+    with pytest.raises(tilegen.SpecError, match="or both row-major or both column-major in the persistent kernel"):
         tilegen.GemmSpec(dtype="tf32", instruction="wgmma", persistent=False, copy="tma")
     with pytest.raises(tilegen.SpecError, match="stream-K's pieces do not store transposed"):
         tilegen.GemmSpec(dtype="tf32", instruction="wgmma", copy="tma", stream_k=True)
@@ -294,7 +295,9 @@ def test_tf32_with_k_major_operands_is_warp_specialized_on_tma():
         tilegen.GemmSpec(dtype="tf32", instruction="wgmma", copy="tma", cluster=(2, 1))
     assert tilegen.GemmSpec(dtype="tf32", instruction="wgmma", a_layout="col").copy == "cp.async"
     with pytest.raises(tilegen.SpecError, match="tf32 only with a row-major A and a column-major B"):
-        tilegen.GemmSpec(dtype="tf32", instruction="wgmma", a_layout="col", b_layout="col", copy="tma")
+        tilegen.GemmSpec(dtype="tf32", instruction="wgmma", a_layout="col", b_layout="row", copy="tma")
+    cc = tilegen.GemmSpec(dtype="tf32", instruction="wgmma", a_layout="col", b_layout="col", copy="tma")
+    assert (cc.warp_specialized, cc.store, cc.register_operand, cc.swaps_operands) == (True, "tma", "A", False)
     rng = np.random.default_rng(8)
     M, N, K = 200, 300, 70
     A = rng.standard_normal((M, K)).astype(np.float32)
@@ -303,6 +306,13 @@ def test_tf32_with_k_major_operands_is_warp_specialized_on_tma():
     ref = A.astype(np.float64) @ B.astype(np.float64)
     scale = np.abs(A.astype(np.float64)) @ np.abs(B.astype(np.float64))
     assert (np.abs(C - ref) / scale).max() <= 2 * 2.0 ** -10 + K * 2.0 ** -23   # truncated tf32 operands
+    for M, N, K in ((200, 300, 70), (257, 129, 100), (5, 40, 33)):   # cc: A rounded in registers, B truncated
+        A = np.asfortranarray(rng.standard_normal((M, K)).astype(np.float32))
+        B = np.asfortranarray(rng.standard_normal((K, N)).astype(np.float32))
+        C = tilegen.compile(cc)(A, B, out=np.full((M, N), np.nan, np.float32), device="sim")
+        ref = A.astype(np.float64) @ B.astype(np.float64)
+        scale = np.abs(A.astype(np.float64)) @ np.abs(B.astype(np.float64))
+        assert (np.abs(C - ref) / scale).max() <= 2.0 ** -11 + 2.0 ** -10 + K * 2.0 ** -23, (M, N, K)
     for M, N, K in ((200, 300, 70), (257, 129, 100), (5, 40, 33)):   # rr: B rounded in registers, A truncated
         A = rng.standard_normal((M, K)).astype(np.float32)
         B = rng.standard_normal((K, N)).astype(np.float32)

@@ -4,7 +4,9 @@ kernel (GemmSpec(pretranspose=True)), what tilegen.matmul runs (one of the two b
 torch.matmul (cuBLAS tf32): GPU time per call in interleaved rounds over 3 operand sets; error of
 each against a float64 product. Also the register kernel's ptxas report (serialized wgmmas or not).
 
-    python3 tools/h200_tf32_registers.py TAG [MxNxK ...]
+    python3 tools/h200_tf32_registers.py TAG [--cc] [MxNxK ...]
+
+--cc: A and B column-major instead (A's k-steps through registers, B K-major by descriptor).
 """
 import json, statistics, sys
 import torch
@@ -14,9 +16,11 @@ from tilegen.gemm.spec import GemmSpec
 
 torch.backends.cuda.matmul.allow_tf32 = True
 tag = sys.argv[1]
-shapes = sys.argv[2:] or ["1024x4096x4096", "2048x2048x2048", "2048x8192x8192", "4096x4096x1024", "4096x4096x4096",
+cc = "--cc" in sys.argv
+lay = "col" if cc else "row"
+shapes = [a for a in sys.argv[2:] if a != "--cc"] or ["1024x4096x4096", "2048x2048x2048", "2048x8192x8192", "4096x4096x1024", "4096x4096x4096",
                           "4096x8192x8192", "6144x6144x6144", "6144x8192x2048", "8192x8192x1024", "8192x8192x8192"]
-regs = GemmSpec(dtype="tf32", out_dtype="f32", a_layout="row", b_layout="row", instruction="wgmma", target="sm_90a",
+regs = GemmSpec(dtype="tf32", out_dtype="f32", a_layout=lay, b_layout=lay, instruction="wgmma", target="sm_90a",
                 copy="tma")
 kr = tilegen.compile(regs)
 kc = tilegen.compile(regs.replace(copy="auto", pretranspose=True))
@@ -28,8 +32,12 @@ except ptxas.PtxasError as e:
 print(out, flush=True)
 for sh in shapes:
     M, N, K = map(int, sh.split("x"))
-    sets = [(torch.randn(M, K, device="cuda"), torch.randn(K, N, device="cuda"), torch.empty(M, N, device="cuda"))
-            for _ in range(3)]
+    if cc:   # column-major views
+        sets = [(torch.randn(K, M, device="cuda").t(), torch.randn(N, K, device="cuda").t(),
+                 torch.empty(M, N, device="cuda")) for _ in range(3)]
+    else:
+        sets = [(torch.randn(M, K, device="cuda"), torch.randn(K, N, device="cuda"), torch.empty(M, N, device="cuda"))
+                for _ in range(3)]
     fns = {
         "torch": lambda s: torch.matmul(s[0], s[1], out=s[2]),
         "matmul": lambda s: tilegen.matmul(s[0], s[1], out=s[2], allow_tf32=True),
@@ -62,6 +70,6 @@ for sh in shapes:
     med = {k: round(statistics.median(v), 2) for k, v in times.items()}
     why = tilegen.matmul.explain(A, B, out=C, allow_tf32=True).reason
     out[sh] = dict(matmul_takes="registers" if "into registers" in why else "copy first" if "copies it K-major" in why
-                   else why, us=med, x_torch={k: round(med["torch"] / v, 4) for k, v in med.items()}, err=err)
+                   else why, layout="cc" if cc else "rr", us=med, x_torch={k: round(med["torch"] / v, 4) for k, v in med.items()}, err=err)
     print(sh, out[sh], flush=True)
 print(json.dumps(out))

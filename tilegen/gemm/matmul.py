@@ -166,6 +166,9 @@ PRETRANSPOSE_MIN = 2048
 # 1.01-1.02 / 0.93-0.94, 6144^3 1.02 / 0.96-0.97, 6144x8192x2048 1.18-1.20 / 1.16-1.17, 8192x8192x1024
 # 1.04 / 1.05, 8192^3 0.99-1.02 / 0.96.
 TF32_REGISTER_B = dict(copy="tma")
+# (Both column-major the same way round, A's k-steps into registers from TMA stages and B K-major by
+# descriptor, GemmSpec(a_layout="col", b_layout="col", copy="tma"), measured even with copying A first:
+# 0.86-1.11x cuBLAS tf32 against 0.84-1.07x, run 257; not taken.)
 # f32 without TF32 on Hopper below the large preset: the operands' tf32 parts on wgmma (as the preset)
 # from F32_PARTS_MIN rows and columns on, with 64x128x32 tiles (one math warpgroup, 6 stages, promoted
 # every 4 k-tiles) below MEDIUM_BLOCKS blocks of 128 x 128. Measured on the H200 against cuBLAS f32,
@@ -421,9 +424,9 @@ def explain(A, B, *, bias=None, activation=None, residual=None, out=None, allow_
         else None
     transpose = (preset is not None and dtype == "tf32" and target == "sm_90" and (a_layout, b_layout) != ("row", "col")
                  and (b_layout == "col" or M >= PRETRANSPOSE_MIN) and (a_layout == "row" or N >= PRETRANSPOSE_MIN))
-    register_b = (preset is not None and dtype == "tf32" and target == "sm_90" and (a_layout, b_layout) == ("row", "row")
-                  and loads_without_spills(GemmSpec(**{**base, **preset, **TF32_REGISTER_B})))
-    if register_b:
+    in_registers = (preset is not None and dtype == "tf32" and target == "sm_90" and (a_layout, b_layout) == ("row", "row")
+                    and loads_without_spills(GemmSpec(**{**base, **preset, **TF32_REGISTER_B})))
+    if in_registers:
         transpose = False
     if tuned is not None and wgmma is not None and tuned.instruction != wgmma:
         # the autotuner searches mma.sync specs unless asked for wgmma: the wgmma kernel measured faster
@@ -439,7 +442,7 @@ def explain(A, B, *, bias=None, activation=None, residual=None, out=None, allow_
     elif preset is not None:
         fused = dtype in ("f16", "bf16") and not epilogue.is_plain and (epilogue.residual or K <= PINGPONG_MAX_K)
         spec = GemmSpec(**{**base, **preset, **(PINGPONG if fused else {}), **({"pretranspose": True} if transpose else {}),
-                           **(TF32_REGISTER_B if register_b else {})})
+                           **(TF32_REGISTER_B if in_registers else {})})
         wide = (dtype in FP8 and spec.warp_specialized and M * N >= FP8_WIDE_MIN_AREA and K >= FP8_WIDE_MIN_K
                 and loads_without_spills(spec.replace(tile=FP8_WIDE_TILE)))
         if wide:
@@ -458,7 +461,7 @@ def explain(A, B, *, bias=None, activation=None, residual=None, out=None, allow_
             why.append(f"f32 on wgmma: first kernels split A and B into tf32 parts side by side along K, multiplied "
                        f"as one tf32 product over three times K and added into an f32 total every {spec.promote} k-tiles "
                        f"(error below cuBLAS f32's, 2.3-2.6x its speed on the H200)")
-        if register_b:
+        if in_registers:
             why.append("tf32 A and B row-major: C^T = B^T A^T with B's k-steps loaded from its TMA stages into "
                        "registers and rounded (wgmma reads tf32 only K-major from shared memory); one launch, measured "
                        "on the H200 as fast as the K-major kernel and faster than copying B K-major first")

@@ -84,25 +84,33 @@ class WgmmaLoop(MainLoop):
     def tma_copies(self, spec) -> bool:
         """Whether TMA can fill the stages as the tensors lie: 16-bit operands in any layout
         (wgmma transposes them), tf32 with both operands K-major (A row-major, B column-major:
-        wgmma reads 32-bit operands K-major only, and TMA does not transpose), or A and B
-        row-major in the warp-specialized kernel (C^T = B^T A^T: A^T is K-major, and B goes
-        through registers, consume_registers)."""
+        wgmma reads 32-bit operands K-major only, and TMA does not transpose), or, in the
+        warp-specialized kernel, the one MN-major tf32 operand going through registers
+        (consume_registers): A and B row-major (C^T = B^T A^T: A^T is K-major, B into
+        registers) or both column-major (A into registers, B K-major)."""
         if spec.batched and spec.copy != "tma":   # (a stack through TMA: template.TmaStack)
             return False
         if spec.dtype in self.TMA_DTYPES:
             return True
         if self.swaps_operands(spec):   # tf32 A and B row-major: A^T K-major, B into registers
             return spec.a_layout == "row" and spec.persistent is not False   # (the warp-specialized kernel)
+        if self.register_operand(spec) == "A":   # tf32 A column-major, B column-major: A into registers
+            return spec.b_layout == "col" and spec.persistent is not False
         return (spec.dtype in ("tf32",) + W.FP8
                 and self.register_operand(spec) is None and spec.a_layout == "row" and spec.b_layout == "col")
 
     def default_persistent(self, spec) -> bool:
         """The warp-specialized TMA kernel where TMA can copy: as fast as one CTA per block at
-        square sizes and 1.15-1.25x at short K (docs/perf_notes.md section 18). tf32 with A and
-        B row-major takes it only when asked (copy="tma"): with B through registers it ran 2%
-        behind the cp.async kernel (docs/perf_notes.md section 31)."""
+        square sizes and 1.15-1.25x at short K (docs/perf_notes.md section 18). tf32 with an
+        operand through registers takes it only when asked (copy="tma", as tilegen.matmul does
+        where a ptxas assembles it: the driver's JIT alone spills it; docs/perf_notes.md
+        section 47)."""
         return (self.tma_copies(spec) and spec.copy in ("auto", "tma") and (spec.split_k == 1 or spec.batched)
-                and (spec.copy == "tma" or not self.swaps_operands(spec)))
+                and (spec.copy == "tma" or not self._register_on_tma(spec)))
+
+    def _register_on_tma(self, spec) -> bool:
+        """tf32 whose MN-major operand would go through registers on the TMA kernel."""
+        return self.swaps_operands(spec) or self.register_operand(spec) is not None
 
     def default_store(self, spec) -> str:
         """TMA stores where they can (warp-specialized, whole-width warp tiles, room for the
@@ -164,8 +172,9 @@ class WgmmaLoop(MainLoop):
         """TMA for 16-bit operands (measured 0.89-0.92x cuBLAS against cp.async's 0.66-0.80x,
         docs/perf_notes.md section 17; persistent, it is the warp-specialized kernel); tf32
         (whose MN-major operands are transposed or go through registers) copies with cp.async,
-        but for both operands K-major, and with A and B row-major when asked (copy="tma")."""
-        return "tma" if self.tma_copies(spec) and not self.swaps_operands(spec) else "cp.async"
+        but for both operands K-major, and with an operand through registers when asked
+        (copy="tma")."""
+        return "tma" if self.tma_copies(spec) and not self._register_on_tma(spec) else "cp.async"
 
     def default_target(self, dtype: str) -> str:
         return "sm_90a"
@@ -273,7 +282,8 @@ class WgmmaLoop(MainLoop):
             if not self.tma_copies(spec):
                 raise SpecError("copy", spec.copy, "cp.async", f"{spec.dtype} wgmma kernels copy with cp.async here (TMA "
                                 f"copies {', '.join(self.TMA_DTYPES)} in any layout, tf32 only with a row-major A and a "
-                                f"column-major B, or both row-major in the persistent kernel: TMA does not transpose)")
+                                f"column-major B, or both row-major or both column-major in the persistent kernel: TMA "
+                                f"does not transpose)")
             for op in "AB":
                 rows = spec.operand_tile(op)[0]
                 if rows > 256:
