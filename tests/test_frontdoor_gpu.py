@@ -252,8 +252,8 @@ class _Interface:
         self.shape = tuple(t.shape)
 
 
-@pytest.mark.parametrize("copied", [True, False])
-def test_tf32_with_a_row_major_b_through_matmul_kernel_and_a_graph(copied, monkeypatch):
+@pytest.mark.parametrize("copied, a_col", [(True, False), (False, False), (False, True)])
+def test_tf32_with_a_row_major_b_through_matmul_kernel_and_a_graph(copied, a_col, monkeypatch):
     """tilegen.matmul on Hopper takes a row-major B for tf32 into registers in the GEMM itself (C^T
     = B^T A^T), or, where that kernel would spill (copied: loads_without_spills planted False), K-major
     through a first kernel's copy: each call reads B again (a B changed in place changes C), any
@@ -273,10 +273,11 @@ def test_tf32_with_a_row_major_b_through_matmul_kernel_and_a_graph(copied, monke
     if copied:
         monkeypatch.setattr(mm, "loads_without_spills", lambda spec: False)
     M, N, K = PRETRANSPOSE_MIN + 3, 2051, 304   # (a large product: the Hopper preset; A's rows 16-byte pitched)
-    A = torch.randn(M, K, device="cuda")
+    # (a_col: A column-major, copied K-major first, B through registers: pretranspose="A")
+    A = torch.randn(K, M, device="cuda").t() if a_col else torch.randn(M, K, device="cuda")
     B = torch.randn(K, N + 3, device="cuda")[:, :N]     # rows of 2054 floats: not 16-byte pitched
     spec = tilegen.matmul.explain(A, B, allow_tf32=True).spec
-    assert spec.pretranspose == copied and (spec.register_operand == "B") != copied, spec
+    assert spec.pretranspose == ("A" if a_col else copied) and (spec.register_operand == "B") != copied, spec
     bound = gemm_bound("tf32", K, truncated=True)
     pitch = {} if copied else {"repitch": True}
 

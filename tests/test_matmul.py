@@ -197,9 +197,15 @@ def test_tf32_row_major_b_goes_through_registers_where_that_kernel_loads_without
     col = mm.explain(z(4096, 1024), np.asfortranarray(z(1024, 4096)), allow_tf32=True)   # K-major already
     assert col.spec.register_operand is None and not col.spec.pretranspose
     cc = mm.explain(np.asfortranarray(z(4096, 1024)), np.asfortranarray(z(1024, 4096)), allow_tf32=True)
-    assert cc.spec.transposed_operands == ("A",)   # (a column-major A keeps its copy)
+    assert cc.spec.transposed_operands == ("A",) and cc.spec.register_operand is None   # (copied, then K-major)
+    for M in (1024, 4096):   # A column-major, B row-major: A copied K-major, then the register kernel
+        cr = mm.explain(np.asfortranarray(z(M, 1024)), z(1024, 4096), allow_tf32=True)
+        assert (cr.spec.pretranspose, cr.spec.transposed_operands, cr.spec.register_operand) == ("A", ("A",), "B")
+        assert "copies A K-major, then the kernel of A and B row-major" in cr.reason
     monkeypatch.setattr(mm, "loads_without_spills", lambda spec: False)
     assert mm.explain(z(mm.PRETRANSPOSE_MIN, 1024), z(1024, 4096), allow_tf32=True).spec.pretranspose
+    assert mm.explain(np.asfortranarray(z(4096, 1024)), z(1024, 4096), allow_tf32=True).spec.transposed_operands == \
+        ("A", "B")
 
 
 def test_tf32_with_65_to_128_rows_takes_wgmma_on_hopper(monkeypatch):
@@ -736,3 +742,29 @@ def test_medium_tf32_k_major_tiles_on_the_emulator(fields):
     ref = A.astype(np.float64) @ B.astype(np.float64)
     scale = np.abs(A).astype(np.float64) @ np.abs(B).astype(np.float64)
     assert np.all(np.abs(C - ref) <= gemm_bound("tf32", K, truncated=True) * scale)
+
+
+def test_pretranspose_a_copies_a_alone_then_takes_b_through_registers():
+    """GemmSpec(pretranspose="A") (A column-major, B row-major): a first kernel copies A K-major, then
+    the register kernel of A and B row-major runs; on the emulator, ragged, within tf32's bound; the
+    spec refuses other layouts and says why."""
+    from bounds import gemm_bound
+
+    spec = tilegen.GemmSpec(dtype="tf32", out_dtype="f32", a_layout="col", b_layout="row", instruction="wgmma",
+                            target="sm_90a", pretranspose="A")
+    assert spec.transposed_operands == ("A",) and spec.kernel_spec.register_operand == "B"
+    assert (spec.kernel_spec.a_layout, spec.kernel_spec.b_layout, spec.kernel_spec.copy) == ("row", "row", "tma")
+    rng = np.random.default_rng(31)
+    k = tilegen.compile(spec)
+    for M, N, K in ((70, 150, 100), (200, 300, 97)):
+        A = np.asfortranarray(rng.standard_normal((M, K)).astype(np.float32))
+        B = rng.standard_normal((K, N)).astype(np.float32)
+        C = k(A, B, out=np.full((M, N), np.nan, np.float32), device="sim")
+        ref = A.astype(np.float64) @ B.astype(np.float64)
+        scale = np.abs(A).astype(np.float64) @ np.abs(B).astype(np.float64)
+        assert np.all(np.abs(C - ref) <= gemm_bound("tf32", K, truncated=True) * scale), (M, N, K)
+    for a, b in (("row", "row"), ("col", "col")):
+        with pytest.raises(tilegen.SpecError, match="built for A column-major with B row-major"):
+            tilegen.GemmSpec(dtype="tf32", a_layout=a, b_layout=b, instruction="wgmma", pretranspose="A")
+    with pytest.raises(tilegen.SpecError, match="True, False or 'A'"):
+        tilegen.GemmSpec(dtype="tf32", a_layout="col", instruction="wgmma", pretranspose="B")

@@ -137,7 +137,7 @@ def test_a_pretranspose_spec_is_its_k_major_twin_after_the_copies():
 def test_pretranspose_refusals(kw, says):
     with pytest.raises(SpecError, match=says):
         GemmSpec(pretranspose=True, **kw)
-    with pytest.raises(SpecError, match="True or False"):
+    with pytest.raises(SpecError, match="True, False or 'A'"):
         GemmSpec(dtype="tf32", instruction="wgmma", pretranspose="yes")
 
 

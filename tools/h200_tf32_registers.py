@@ -4,9 +4,11 @@ kernel (GemmSpec(pretranspose=True)), what tilegen.matmul runs (one of the two b
 torch.matmul (cuBLAS tf32): GPU time per call in interleaved rounds over 3 operand sets; error of
 each against a float64 product. Also the register kernel's ptxas report (serialized wgmmas or not).
 
-    python3 tools/h200_tf32_registers.py TAG [--cc] [MxNxK ...]
+    python3 tools/h200_tf32_registers.py TAG [--cc | --cr] [MxNxK ...]
 
 --cc: A and B column-major instead (A's k-steps through registers, B K-major by descriptor).
+--cr: A column-major, B row-major: A copied K-major first, then the register kernel
+(GemmSpec(pretranspose="A")), against copying both first (pretranspose=True).
 """
 import json, statistics, sys
 import torch
@@ -16,14 +18,15 @@ from tilegen.gemm.spec import GemmSpec
 
 torch.backends.cuda.matmul.allow_tf32 = True
 tag = sys.argv[1]
-cc = "--cc" in sys.argv
+cc, cr = "--cc" in sys.argv, "--cr" in sys.argv
 lay = "col" if cc else "row"
-shapes = [a for a in sys.argv[2:] if a != "--cc"] or ["1024x4096x4096", "2048x2048x2048", "2048x8192x8192", "4096x4096x1024", "4096x4096x4096",
+shapes = [a for a in sys.argv[2:] if a not in ("--cc", "--cr")] or ["1024x4096x4096", "2048x2048x2048", "2048x8192x8192", "4096x4096x1024", "4096x4096x4096",
                           "4096x8192x8192", "6144x6144x6144", "6144x8192x2048", "8192x8192x1024", "8192x8192x8192"]
-regs = GemmSpec(dtype="tf32", out_dtype="f32", a_layout=lay, b_layout=lay, instruction="wgmma", target="sm_90a",
-                copy="tma")
+regs = GemmSpec(dtype="tf32", out_dtype="f32", a_layout="col" if cr else lay, b_layout=lay, instruction="wgmma",
+                target="sm_90a", **({"pretranspose": "A"} if cr else {"copy": "tma"}))
 kr = tilegen.compile(regs)
-kc = tilegen.compile(regs.replace(copy="auto", pretranspose=True))
+kc = tilegen.compile(GemmSpec(dtype="tf32", out_dtype="f32", a_layout="col" if cr else lay, b_layout=lay,
+                              instruction="wgmma", target="sm_90a", pretranspose=True))
 out = {"tag": tag, "spec": str(regs)}
 try:
     out["ptxas"] = str(ptxas.resources(kr.ptx, "sm_90a"))
@@ -32,8 +35,9 @@ except ptxas.PtxasError as e:
 print(out, flush=True)
 for sh in shapes:
     M, N, K = map(int, sh.split("x"))
-    if cc:   # column-major views
-        sets = [(torch.randn(K, M, device="cuda").t(), torch.randn(N, K, device="cuda").t(),
+    if cc or cr:   # column-major views
+        sets = [(torch.randn(K, M, device="cuda").t(),
+                 torch.randn(K, N, device="cuda") if cr else torch.randn(N, K, device="cuda").t(),
                  torch.empty(M, N, device="cuda")) for _ in range(3)]
     else:
         sets = [(torch.randn(M, K, device="cuda"), torch.randn(K, N, device="cuda"), torch.empty(M, N, device="cuda"))
@@ -70,6 +74,6 @@ for sh in shapes:
     med = {k: round(statistics.median(v), 2) for k, v in times.items()}
     why = tilegen.matmul.explain(A, B, out=C, allow_tf32=True).reason
     out[sh] = dict(matmul_takes="registers" if "into registers" in why else "copy first" if "copies it K-major" in why
-                   else why, layout="cc" if cc else "rr", us=med, x_torch={k: round(med["torch"] / v, 4) for k, v in med.items()}, err=err)
+                   else why, layout="cc" if cc else "cr" if cr else "rr", us=med, x_torch={k: round(med["torch"] / v, 4) for k, v in med.items()}, err=err)
     print(sh, out[sh], flush=True)
 print(json.dumps(out))

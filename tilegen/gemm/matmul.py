@@ -166,6 +166,11 @@ PRETRANSPOSE_MIN = 2048
 # 1.01-1.02 / 0.93-0.94, 6144^3 1.02 / 0.96-0.97, 6144x8192x2048 1.18-1.20 / 1.16-1.17, 8192x8192x1024
 # 1.04 / 1.05, 8192^3 0.99-1.02 / 0.96.
 TF32_REGISTER_B = dict(copy="tma")
+# A column-major with B row-major: A copied K-major first, then that kernel (GemmSpec(pretranspose="A")).
+# Measured (run 259, x cuBLAS tf32, against copying both first): 1024x4096x4096 1.37 / 1.01 (matmul ran
+# the cp.async register kernel there, 0.78), 2048^3 1.29 / 1.08, 4096^3 1.45 / 1.36, 4096x4096x1024 1.39 /
+# 1.32, 6144^3 1.68 / 1.57, 8192x8192x1024 1.49 / 1.49, 8192^3 1.60 / 1.47 (cuBLAS is slow in this layout).
+TF32_COPY_A = dict(pretranspose="A")
 # (Both column-major the same way round, A's k-steps into registers from TMA stages and B K-major by
 # descriptor, GemmSpec(a_layout="col", b_layout="col", copy="tma"), measured even with copying A first:
 # 0.86-1.11x cuBLAS tf32 against 0.84-1.07x, run 257; not taken.)
@@ -424,10 +429,13 @@ def explain(A, B, *, bias=None, activation=None, residual=None, out=None, allow_
         else None
     transpose = (preset is not None and dtype == "tf32" and target == "sm_90" and (a_layout, b_layout) != ("row", "col")
                  and (b_layout == "col" or M >= PRETRANSPOSE_MIN) and (a_layout == "row" or N >= PRETRANSPOSE_MIN))
-    in_registers = (preset is not None and dtype == "tf32" and target == "sm_90" and (a_layout, b_layout) == ("row", "row")
-                    and loads_without_spills(GemmSpec(**{**base, **preset, **TF32_REGISTER_B})))
+    # a row-major B through registers (the register kernel where it loads without spills): A row-major as it is,
+    # A column-major copied K-major first (pretranspose="A")
+    in_registers = (preset is not None and dtype == "tf32" and target == "sm_90" and b_layout == "row"
+                    and loads_without_spills(GemmSpec(**{**base, **preset, "a_layout": "row", **TF32_REGISTER_B})))
     if in_registers:
         transpose = False
+    registers_fields = ({} if not in_registers else TF32_REGISTER_B if a_layout == "row" else TF32_COPY_A)
     if tuned is not None and wgmma is not None and tuned.instruction != wgmma:
         # the autotuner searches mma.sync specs unless asked for wgmma: the wgmma kernel measured faster
         why.append(f"the autotuner's {tuned.instruction} spec skipped for the faster {wgmma} kernel")
@@ -442,7 +450,7 @@ def explain(A, B, *, bias=None, activation=None, residual=None, out=None, allow_
     elif preset is not None:
         fused = dtype in ("f16", "bf16") and not epilogue.is_plain and (epilogue.residual or K <= PINGPONG_MAX_K)
         spec = GemmSpec(**{**base, **preset, **(PINGPONG if fused else {}), **({"pretranspose": True} if transpose else {}),
-                           **(TF32_REGISTER_B if in_registers else {})})
+                           **registers_fields})
         wide = (dtype in FP8 and spec.warp_specialized and M * N >= FP8_WIDE_MIN_AREA and K >= FP8_WIDE_MIN_K
                 and loads_without_spills(spec.replace(tile=FP8_WIDE_TILE)))
         if wide:
@@ -461,10 +469,14 @@ def explain(A, B, *, bias=None, activation=None, residual=None, out=None, allow_
             why.append(f"f32 on wgmma: first kernels split A and B into tf32 parts side by side along K, multiplied "
                        f"as one tf32 product over three times K and added into an f32 total every {spec.promote} k-tiles "
                        f"(error below cuBLAS f32's, 2.3-2.6x its speed on the H200)")
-        if in_registers:
+        if in_registers and a_layout == "row":
             why.append("tf32 A and B row-major: C^T = B^T A^T with B's k-steps loaded from its TMA stages into "
                        "registers and rounded (wgmma reads tf32 only K-major from shared memory); one launch, measured "
                        "on the H200 as fast as the K-major kernel and faster than copying B K-major first")
+        elif in_registers:
+            why.append("tf32 A column-major, B row-major: a first kernel copies A K-major, then the kernel of A and B "
+                       "row-major runs (C^T = B^T A^T, B's k-steps into registers, rounded); measured on the H200 "
+                       "faster than copying both operands first")
         if transpose:
             why.append(f"tf32 {' and '.join(o + (' column' if o == 'A' else ' row') + '-major' for o in spec.transposed_operands)}"
                        f" (wgmma reads tf32 only K-major): a first kernel copies it K-major at memory speed, then the "

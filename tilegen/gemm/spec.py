@@ -197,7 +197,9 @@ class GemmSpec:
     |            | K-major into a stream-ordered workspace, then   |                          |
     |            | the K-major kernel runs (gemm/prepare.py);      |                          |
     |            | tile, copy and the rest default as for A row-   |                          |
-    |            | major, B column-major                           |                          |
+    |            | major, B column-major. "A" (A column-major, B   |                          |
+    |            | row-major): A alone is copied, then the kernel  |                          |
+    |            | of A and B row-major (B through registers)      |                          |
     | batched    | a stack of products C[b] = A[b] @ B[b], one     | False                    |
     |            | grid row per matrix (program_id("y")), each     |                          |
     |            | operand's matrices `<name>_batch_stride`        |                          |
@@ -239,7 +241,7 @@ class GemmSpec:
     promote: Optional[int] = None
     stream_k: bool = False
     pingpong: bool = False
-    pretranspose: bool = False
+    pretranspose: Union[bool, str] = False   # False, True, or "A"
     batched: bool = False
     swap_ab: bool = False
 
@@ -247,8 +249,8 @@ class GemmSpec:
         set_ = lambda k, v: object.__setattr__(self, k, v)  # noqa: E731  (frozen)
         if isinstance(self.cluster, list):
             set_("cluster", tuple(self.cluster))
-        if not isinstance(self.pretranspose, bool):
-            raise SpecError("pretranspose", self.pretranspose, "True or False")
+        if not (isinstance(self.pretranspose, bool) or self.pretranspose == "A"):
+            raise SpecError("pretranspose", self.pretranspose, "True, False or 'A'")
         if self.dtype not in OPERAND_DTYPES:
             raise SpecError("dtype", self.dtype, ", ".join(OPERAND_DTYPES))
         if self.pretranspose or self.splits_operands:   # the kernel that runs is another: its defaults, its rules
@@ -258,6 +260,9 @@ class GemmSpec:
             if self.splits_operands:   # f32 on wgmma: one tf32 product of the operands' parts, promoted
                 twin = replace(self, dtype="tf32", a_layout="row", b_layout="col", tile=self.tile or F32_WGMMA_TILE,
                                promote=F32_PROMOTE if self.promote is None else self.promote)
+            elif self.pretranspose == "A":   # A copied K-major; A and B row-major, B through registers on TMA
+                twin = replace(self, a_layout="row", b_layout="row", pretranspose=False,
+                               copy="tma" if self.copy == "auto" else self.copy)
             else:
                 twin = replace(self, a_layout="row", b_layout="col", pretranspose=False)
             for f in _RESOLVED:
@@ -349,6 +354,10 @@ class GemmSpec:
         if (self.a_layout, self.b_layout) == ("row", "col"):
             raise SpecError("pretranspose", True, "False for A row-major, B column-major",
                             "both operands are already K-major: there is nothing to transpose")
+        if self.pretranspose == "A" and (self.a_layout, self.b_layout) != ("col", "row"):
+            raise SpecError("pretranspose", "A", "True or False for these layouts",
+                            "'A' copies a column-major A K-major and feeds a row-major B through registers: it is "
+                            "built for A column-major with B row-major")
         if self.split_k != 1 or self.stream_k:
             raise SpecError("pretranspose", True, "False with split_k or stream_k",
                             "the transposing copy pays off on large products, which need neither")
@@ -368,13 +377,16 @@ class GemmSpec:
             return replace(self, dtype="tf32", a_layout="row", b_layout="col")
         if not self.pretranspose:
             return self
-        return replace(self, a_layout="row", b_layout="col", pretranspose=False)
+        return replace(self, a_layout="row", b_layout="row" if self.pretranspose == "A" else "col", pretranspose=False)
 
     @property
     def transposed_operands(self) -> tuple:
-        """The operands a pretranspose spec copies K-major first: "A" (column-major), "B" (row-major)."""
+        """The operands a pretranspose spec copies K-major first: "A" (column-major), "B" (row-major;
+        not with pretranspose="A", whose kernel takes B through registers)."""
         if not self.pretranspose:
             return ()
+        if self.pretranspose == "A":
+            return ("A",)
         return tuple(op for op, layout, mn in (("A", self.a_layout, "col"), ("B", self.b_layout, "row"))
                      if layout == mn)
 
