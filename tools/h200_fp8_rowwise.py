@@ -3,9 +3,12 @@ interleaved rounds, operands rotated over 3 sets. argv: tag [shapes...]
 
     python3 tools/h200_fp8_rowwise.py TAG [MxNxK ...]
 """
-import json, statistics, sys
+import json, os, sys
 import torch
-import tilegen
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import tilegen  # noqa: E402
+from gpu_timing import interleaved_us  # noqa: E402
 
 tag = sys.argv[1]
 shapes = sys.argv[2:] or ["8192x8192x1024", "8192x8192x2048", "4096x4096x4096", "8192x8192x8192"]
@@ -33,21 +36,7 @@ for sh in shapes:
     tilegen.matmul(A, B, scale_a=sa.reshape(-1), scale_b=sb.reshape(-1), out=C)
     ref = (A.double() @ B.double()) * sa.double() * sb.double()
     err = float(torch.linalg.norm(C.double() - ref) / torch.linalg.norm(ref))
-    reps = max(20, int(2e11 / (M * N * K)))
-    times = {k: [] for k in fns}
-    for f in fns.values():
-        for s in sets:
-            f(s)
-    torch.cuda.synchronize()
-    for rnd in range(7):
-        for name, f in fns.items():
-            e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            e0.record()
-            for r in range(reps):
-                f(sets[r % 3])
-            e1.record(); e1.synchronize()
-            times[name].append(e0.elapsed_time(e1) * 1000 / reps)
-    med = {k: round(statistics.median(v), 2) for k, v in times.items()}
+    med = interleaved_us(fns, sets, max(20, int(2e11 / (M * N * K))))
     out[sh] = dict(med, rw_cost=round(med["tg rw"] / med["tg pt"] - 1, 4),
                    torch_rw_cost=round(med["torch rw"] / med["torch pt"] - 1, 4),
                    x_pt=round(med["torch pt"] / med["tg pt"], 4), x_rw=round(med["torch rw"] / med["tg rw"], 4),

@@ -11,7 +11,7 @@ import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import tilegen  # noqa: E402
-from gpu_timing import graph_us  # noqa: E402
+from gpu_timing import against_torch  # noqa: E402
 from tilegen.gemm.spec import GemmSpec  # noqa: E402
 
 torch.backends.cuda.matmul.allow_tf32 = True
@@ -34,21 +34,8 @@ for M in (48, 64, 80, 96, 128):
         sets = [(torch.randn(M, K, device="cuda"), torch.randn(K, N, device="cuda"), torch.empty(M, N, device="cuda"))
                 for _ in range(3)]
         A, B, C = sets[0]
-        ref = A.double() @ B.double()
-        scale = A.double().abs() @ B.double().abs()
         row = {"matmul_takes": str(tilegen.matmul.explain(A, B, allow_tf32=True).spec)}
-        fns = {"torch": lambda s: torch.matmul(s[0], s[1], out=s[2]),
-               "matmul": lambda s: tilegen.matmul(s[0], s[1], out=s[2], allow_tf32=True)}
-        for name, k in kernels.items():
-            fns[name] = (lambda k: lambda s: k(s[0], s[1], out=s[2]))(k)
-        us, err = {}, {}
-        for name, f in fns.items():
-            C.fill_(float("nan"))
-            f(sets[0])
-            torch.cuda.synchronize()
-            err[name] = float(((C.double() - ref).abs() / scale).max())
-            us[name] = round(graph_us([(lambda f, s: lambda: f(s))(f, s) for s in sets]), 2)
-        row.update(us=us, x_torch={k: round(us["torch"] / v, 3) for k, v in us.items()}, err=err)
+        row.update(against_torch(kernels, sets, allow_tf32=True))
         out[f"{M}x{N}x{K}"] = row
         print(f"{M}x{N}x{K}", {k: v for k, v in row.items() if k != "err"}, flush=True)
 print(json.dumps(out))

@@ -10,18 +10,22 @@ each against a float64 product. Also the register kernel's ptxas report (seriali
 --cr: A column-major, B row-major: A copied K-major first, then the register kernel
 (GemmSpec(pretranspose="A")), against copying both first (pretranspose=True).
 """
-import json, statistics, sys
+import json, os, sys
 import torch
-import tilegen
-from tilegen.codegen import ptxas
-from tilegen.gemm.spec import GemmSpec
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import tilegen  # noqa: E402
+from gpu_timing import interleaved_us, max_relative_error  # noqa: E402
+from tilegen.codegen import ptxas  # noqa: E402
+from tilegen.gemm.spec import GemmSpec  # noqa: E402
 
 torch.backends.cuda.matmul.allow_tf32 = True
 tag = sys.argv[1]
 cc, cr = "--cc" in sys.argv, "--cr" in sys.argv
 lay = "col" if cc else "row"
-shapes = [a for a in sys.argv[2:] if a not in ("--cc", "--cr")] or ["1024x4096x4096", "2048x2048x2048", "2048x8192x8192", "4096x4096x1024", "4096x4096x4096",
-                          "4096x8192x8192", "6144x6144x6144", "6144x8192x2048", "8192x8192x1024", "8192x8192x8192"]
+shapes = [a for a in sys.argv[2:] if a not in ("--cc", "--cr")] or [
+    "1024x4096x4096", "2048x2048x2048", "2048x8192x8192", "4096x4096x1024", "4096x4096x4096", "4096x8192x8192",
+    "6144x6144x6144", "6144x8192x2048", "8192x8192x1024", "8192x8192x8192"]
 regs = GemmSpec(dtype="tf32", out_dtype="f32", a_layout="col" if cr else lay, b_layout=lay, instruction="wgmma",
                 target="sm_90a", **({"pretranspose": "A"} if cr else {"copy": "tma"}))
 kr = tilegen.compile(regs)
@@ -51,29 +55,11 @@ for sh in shapes:
     A, B, C = sets[0]
     ref = A.double() @ B.double()
     scale = A.double().abs() @ B.double().abs()
-    err = {}
-    for name, f in fns.items():
-        C.fill_(float("nan"))
-        f(sets[0])
-        torch.cuda.synchronize()
-        err[name] = float(((C.double() - ref).abs() / scale).max())
-    reps = max(10, int(1e11 / (M * N * K)))
-    times = {k: [] for k in fns}
-    for f in fns.values():
-        for s in sets:
-            f(s)
-    torch.cuda.synchronize()
-    for rnd in range(7):
-        for name, f in fns.items():
-            e0, e1 = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            e0.record()
-            for r in range(reps):
-                f(sets[r % 3])
-            e1.record(); e1.synchronize()
-            times[name].append(e0.elapsed_time(e1) * 1000 / reps)
-    med = {k: round(statistics.median(v), 2) for k, v in times.items()}
+    err = {name: max_relative_error(lambda f=f: f(sets[0]), C, ref, scale) for name, f in fns.items()}
+    med = interleaved_us(fns, sets, max(10, int(1e11 / (M * N * K))))
     why = tilegen.matmul.explain(A, B, out=C, allow_tf32=True).reason
     out[sh] = dict(matmul_takes="registers" if "into registers" in why else "copy first" if "copies it K-major" in why
-                   else why, layout="cc" if cc else "cr" if cr else "rr", us=med, x_torch={k: round(med["torch"] / v, 4) for k, v in med.items()}, err=err)
+                   else why, layout="cc" if cc else "cr" if cr else "rr", us=med,
+                   x_torch={k: round(med["torch"] / v, 4) for k, v in med.items()}, err=err)
     print(sh, out[sh], flush=True)
 print(json.dumps(out))
