@@ -42,6 +42,7 @@ def main() -> int:
              ("tf32", {"out_dtype": "f32", "pretranspose": True}, (1000, 1032, 4104)),   # B copied K-major first
              ("tf32", {"out_dtype": "f32", "copy": "tma"}, (1000, 1032, 4104)),          # B through registers
              ("tf32", {"out_dtype": "f32", "copy": "tma"}, (4096, 4232, 1040)),          # ... walking 4-5 blocks a CTA
+             ("tf32", {"out_dtype": "f32", "pretranspose": "A", "a_layout": "col"}, (1000, 1032, 4104)),  # A copied
              ("f32", {"out_dtype": "f32"}, (1000, 1032, 4104))]                         # tf32 parts, promoted
     for dtype, extra, (M, N, K) in cases:
         k = tilegen.compile(tilegen.GemmSpec(**{"dtype": dtype, "out_dtype": dtype, "instruction": "wgmma", **extra}))
@@ -50,7 +51,8 @@ def main() -> int:
             B = torch.randn(N, K, device="cuda").to(torch.float8_e4m3fn).t()
         else:
             tdt = {"f16": torch.float16, "bf16": torch.bfloat16, "tf32": torch.float32, "f32": torch.float32}[dtype]
-            A = torch.randn(M, K, device="cuda", dtype=tdt)
+            A = torch.randn(K, M, device="cuda", dtype=tdt).t() if extra.get("a_layout") == "col" else \
+                torch.randn(M, K, device="cuda", dtype=tdt)
             B = torch.randn(K, N, device="cuda", dtype=tdt)
         epi = k.spec.epilogue
         kw = {}
