@@ -252,6 +252,47 @@ class _Interface:
         self.shape = tuple(t.shape)
 
 
+def test_tf32_with_both_operands_column_major_through_matmul_and_a_graph():
+    """tilegen.matmul on Hopper takes A and B column-major for tf32 with A's k-steps through
+    registers (no copy, direct stores) where that kernel loads without spills: within the bound,
+    re-read after an in-place change, and replayed from a CUDA graph."""
+    if torch.cuda.get_device_capability() != (9, 0):
+        pytest.skip("wgmma needs a Hopper (sm_90) GPU")
+    from bounds import gemm_bound
+
+    M, N, K = 2051, 2053, 304
+    A = torch.randn(K, M + 1, device="cuda")[:, :M].t()   # column-major, columns 2052 floats apart (16-byte pitched)
+    B = torch.randn(N, K, device="cuda").t()
+    spec = tilegen.matmul.explain(A, B, allow_tf32=True).spec
+    assert (spec.register_operand, spec.prepared_operands, spec.store) == ("A", (), "direct"), spec
+    bound = gemm_bound("tf32", K, truncated=True)
+
+    def err(C):
+        ref = A.double() @ B.double()
+        return float(torch.linalg.norm(C.double() - ref) / torch.linalg.norm(A.double().abs() @ B.double().abs()))
+
+    C = torch.full((M, N), float("nan"), device="cuda")
+    tilegen.matmul(A, B, out=C, allow_tf32=True)
+    assert err(C) <= bound
+    A.mul_(-2.0)
+    tilegen.matmul(A, B, out=C, allow_tf32=True)
+    assert err(C) <= bound
+    G = torch.full((M, N), float("nan"), device="cuda")
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        tilegen.matmul(A, B, out=G, allow_tf32=True)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        tilegen.matmul(A, B, out=G, allow_tf32=True)
+    B.copy_(torch.randn_like(B))
+    G.fill_(float("nan"))
+    graph.replay()
+    torch.cuda.synchronize()
+    assert err(G) <= bound
+
+
 @pytest.mark.parametrize("copied, a_col", [(True, False), (False, False), (False, True)])
 def test_tf32_with_a_row_major_b_through_matmul_kernel_and_a_graph(copied, a_col, monkeypatch):
     """tilegen.matmul on Hopper takes a row-major B for tf32 into registers in the GEMM itself (C^T

@@ -179,8 +179,9 @@ def test_tf32_mn_major_operands_are_copied_k_major_first_where_the_product_is_lo
 def test_tf32_row_major_b_goes_through_registers_where_that_kernel_loads_without_spills(monkeypatch):
     """A and B row-major on Hopper where the register kernel loads without spills (a GPU with
     ptxas): the kernel that loads B's k-steps into registers from TMA stages (copy="tma", one
-    launch, B rounded) at every large size. Without such a GPU (loads_without_spills False) the
-    K-major copy first from PRETRANSPOSE_MIN rows stays."""
+    launch, B rounded) at every large size; A column-major with B row-major: A copied first, then
+    that kernel; both column-major: A through registers, direct stores. Without such a GPU
+    (loads_without_spills False) the K-major copies first from PRETRANSPOSE_MIN rows stay."""
     import importlib
 
     mm = importlib.import_module("tilegen.gemm.matmul")
@@ -197,7 +198,8 @@ def test_tf32_row_major_b_goes_through_registers_where_that_kernel_loads_without
     col = mm.explain(z(4096, 1024), np.asfortranarray(z(1024, 4096)), allow_tf32=True)   # K-major already
     assert col.spec.register_operand is None and not col.spec.pretranspose
     cc = mm.explain(np.asfortranarray(z(4096, 1024)), np.asfortranarray(z(1024, 4096)), allow_tf32=True)
-    assert cc.spec.transposed_operands == ("A",) and cc.spec.register_operand is None   # (copied, then K-major)
+    assert (cc.spec.transposed_operands, cc.spec.register_operand, cc.spec.copy, cc.spec.store) == \
+        ((), "A", "tma", "direct") and "A's k-steps loaded from its TMA stages into registers" in cc.reason
     for M in (1024, 4096):   # A column-major, B row-major: A copied K-major, then the register kernel
         cr = mm.explain(np.asfortranarray(z(M, 1024)), z(1024, 4096), allow_tf32=True)
         assert (cr.spec.pretranspose, cr.spec.transposed_operands, cr.spec.register_operand) == ("A", ("A",), "B")
@@ -206,6 +208,8 @@ def test_tf32_row_major_b_goes_through_registers_where_that_kernel_loads_without
     assert mm.explain(z(mm.PRETRANSPOSE_MIN, 1024), z(1024, 4096), allow_tf32=True).spec.pretranspose
     assert mm.explain(np.asfortranarray(z(4096, 1024)), z(1024, 4096), allow_tf32=True).spec.transposed_operands == \
         ("A", "B")
+    cc = mm.explain(np.asfortranarray(z(4096, 1024)), np.asfortranarray(z(1024, 4096)), allow_tf32=True)
+    assert cc.spec.transposed_operands == ("A",) and cc.spec.register_operand is None   # (copied, then K-major)
 
 
 def test_tf32_with_65_to_128_rows_takes_wgmma_on_hopper(monkeypatch):

@@ -43,6 +43,8 @@ def main() -> int:
              ("tf32", {"out_dtype": "f32", "copy": "tma"}, (1000, 1032, 4104)),          # B through registers
              ("tf32", {"out_dtype": "f32", "copy": "tma"}, (4096, 4232, 1040)),          # ... walking 4-5 blocks a CTA
              ("tf32", {"out_dtype": "f32", "pretranspose": "A", "a_layout": "col"}, (1000, 1032, 4104)),  # A copied
+             ("tf32", {"out_dtype": "f32", "a_layout": "col", "b_layout": "col", "copy": "tma", "store": "direct"},
+              (1000, 1032, 4104)),                                                       # A through registers
              ("f32", {"out_dtype": "f32"}, (1000, 1032, 4104))]                         # tf32 parts, promoted
     for dtype, extra, (M, N, K) in cases:
         k = tilegen.compile(tilegen.GemmSpec(**{"dtype": dtype, "out_dtype": dtype, "instruction": "wgmma", **extra}))
@@ -53,7 +55,8 @@ def main() -> int:
             tdt = {"f16": torch.float16, "bf16": torch.bfloat16, "tf32": torch.float32, "f32": torch.float32}[dtype]
             A = torch.randn(K, M, device="cuda", dtype=tdt).t() if extra.get("a_layout") == "col" else \
                 torch.randn(M, K, device="cuda", dtype=tdt)
-            B = torch.randn(K, N, device="cuda", dtype=tdt)
+            B = torch.randn(N, K, device="cuda", dtype=tdt).t() if extra.get("b_layout") == "col" else \
+                torch.randn(K, N, device="cuda", dtype=tdt)
         epi = k.spec.epilogue
         kw = {}
         if epi.bias:

@@ -49,6 +49,7 @@ HOPPER = [(dict(dtype="f16", out_dtype="f16"), (133, 270, 45), 0.0, None),
           (dict(dtype="tf32", pretranspose=True), (300, 200, 101), 0.0, None),  # tf32: K-major copies first
           (dict(dtype="tf32", pretranspose=True, a_layout="col"), (301, 203, 99), 0.5, None),
           (dict(dtype="tf32", pretranspose="A", a_layout="col"), (301, 203, 99), 0.5, None),   # A copied, B in registers
+          (dict(dtype="tf32", a_layout="col", b_layout="col", copy="tma", store="direct"), (301, 203, 99), 0.5, None),
           (dict(dtype="f32"), (300, 200, 101), 0.0, None),                    # f32: tf32 parts, one product
           (dict(dtype="f32", a_layout="col", b_layout="col"), (301, 203, 99), 0.5, None),
           # fp8 with A's per-tensor scale read from device memory and B's per column

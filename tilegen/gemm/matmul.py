@@ -171,9 +171,13 @@ TF32_REGISTER_B = dict(copy="tma")
 # the cp.async register kernel there, 0.78), 2048^3 1.29 / 1.08, 4096^3 1.45 / 1.36, 4096x4096x1024 1.39 /
 # 1.32, 6144^3 1.68 / 1.57, 8192x8192x1024 1.49 / 1.49, 8192^3 1.60 / 1.47 (cuBLAS is slow in this layout).
 TF32_COPY_A = dict(pretranspose="A")
-# (Both column-major the same way round, A's k-steps into registers from TMA stages and B K-major by
-# descriptor, GemmSpec(a_layout="col", b_layout="col", copy="tma"), measured even with copying A first:
-# 0.86-1.11x cuBLAS tf32 against 0.84-1.07x, run 257; not taken.)
+# Both column-major the same way round, A's k-steps into registers from TMA stages and B K-major by
+# descriptor (no swap: wgmma's A may come from registers in any layout), with direct stores: its TMA-store
+# epilogue ran 1-14% slower (run 262, 2048^3 57.1 -> 50.2 us, 4096^3 417 -> 390, 8192^3 3573 -> 3467) and
+# then only even with copying A first (run 257). Direct: 1.01-1.10x cuBLAS tf32 in that layout and within
+# 5% of the row-major kernel's time (2048^3 50.2 / 49.7 us, 4096^3 390 / 416, 8192^3 3467 / 3305,
+# 4096x4096x1024 126.9 / 124.5); copying A first 61.4 / 422 / 3626 / 133.8.
+TF32_REGISTER_A = dict(copy="tma", store="direct")
 # f32 without TF32 on Hopper below the large preset: the operands' tf32 parts on wgmma (as the preset)
 # from F32_PARTS_MIN rows and columns on, with 64x128x32 tiles (one math warpgroup, 6 stages, promoted
 # every 4 k-tiles) below MEDIUM_BLOCKS blocks of 128 x 128. Measured on the H200 against cuBLAS f32,
@@ -431,11 +435,15 @@ def explain(A, B, *, bias=None, activation=None, residual=None, out=None, allow_
                  and (b_layout == "col" or M >= PRETRANSPOSE_MIN) and (a_layout == "row" or N >= PRETRANSPOSE_MIN))
     # a row-major B through registers (the register kernel where it loads without spills): A row-major as it is,
     # A column-major copied K-major first (pretranspose="A")
-    in_registers = (preset is not None and dtype == "tf32" and target == "sm_90" and b_layout == "row"
-                    and loads_without_spills(GemmSpec(**{**base, **preset, "a_layout": "row", **TF32_REGISTER_B})))
+    # ... and with both column-major, A through registers: (the spec's fields, the register kernel's; that kernel
+    # takes A in B's layout: row-major after A's copy, column-major beside a column-major B)
+    register_path = {("row", "row"): (TF32_REGISTER_B, TF32_REGISTER_B), ("col", "row"): (TF32_COPY_A, TF32_REGISTER_B),
+                     ("col", "col"): (TF32_REGISTER_A, TF32_REGISTER_A)}.get((a_layout, b_layout))
+    in_registers = (preset is not None and dtype == "tf32" and target == "sm_90" and register_path is not None
+                    and loads_without_spills(GemmSpec(**{**base, **preset, "a_layout": b_layout, **register_path[1]})))
     if in_registers:
         transpose = False
-    registers_fields = ({} if not in_registers else TF32_REGISTER_B if a_layout == "row" else TF32_COPY_A)
+    registers_fields = register_path[0] if in_registers else {}
     if tuned is not None and wgmma is not None and tuned.instruction != wgmma:
         # the autotuner searches mma.sync specs unless asked for wgmma: the wgmma kernel measured faster
         why.append(f"the autotuner's {tuned.instruction} spec skipped for the faster {wgmma} kernel")
@@ -473,10 +481,14 @@ def explain(A, B, *, bias=None, activation=None, residual=None, out=None, allow_
             why.append("tf32 A and B row-major: C^T = B^T A^T with B's k-steps loaded from its TMA stages into "
                        "registers and rounded (wgmma reads tf32 only K-major from shared memory); one launch, measured "
                        "on the H200 as fast as the K-major kernel and faster than copying B K-major first")
-        elif in_registers:
+        elif in_registers and b_layout == "row":
             why.append("tf32 A column-major, B row-major: a first kernel copies A K-major, then the kernel of A and B "
                        "row-major runs (C^T = B^T A^T, B's k-steps into registers, rounded); measured on the H200 "
                        "faster than copying both operands first")
+        elif in_registers:
+            why.append("tf32 A and B column-major: A's k-steps loaded from its TMA stages into registers and rounded "
+                       "(wgmma reads tf32 only K-major from shared memory), B K-major by descriptor, C stored "
+                       "directly; one launch, measured on the H200 faster than copying A K-major first")
         if transpose:
             why.append(f"tf32 {' and '.join(o + (' column' if o == 'A' else ' row') + '-major' for o in spec.transposed_operands)}"
                        f" (wgmma reads tf32 only K-major): a first kernel copies it K-major at memory speed, then the "
