@@ -252,6 +252,46 @@ class _Interface:
         self.shape = tuple(t.shape)
 
 
+def _tf32_error(A, B):
+    """err(C): C's normwise error as a tf32 product of A and B, against float64 (A and B read when called)."""
+    def err(C):
+        ref = A.double() @ B.double()
+        return float(torch.linalg.norm(C.double() - ref) / torch.linalg.norm(A.double().abs() @ B.double().abs()))
+    return err
+
+
+def _called_again_after_a_change(A, B, changed, err, bound):
+    """tilegen.matmul(A, B, out=C) (tf32), then again after `changed` (A or B) is scaled in place: within
+    the bound both times (the second call reads the new contents). C."""
+    C = torch.full((A.shape[0], B.shape[1]), float("nan"), device="cuda")
+    tilegen.matmul(A, B, out=C, allow_tf32=True)
+    assert err(C) <= bound
+    changed.mul_(-2.0)
+    tilegen.matmul(A, B, out=C, allow_tf32=True)
+    assert err(C) <= bound
+    return C
+
+
+def _replayed_with_a_new_b(A, B, err, bound):
+    """tilegen.matmul(A, B, out=G) (tf32) captured in a CUDA graph after a first call on a side stream
+    (as torch's graph docs ask), B's contents changed in place, the graph replayed: G within the bound."""
+    G = torch.full((A.shape[0], B.shape[1]), float("nan"), device="cuda")
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        tilegen.matmul(A, B, out=G, allow_tf32=True)
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        tilegen.matmul(A, B, out=G, allow_tf32=True)
+    B.copy_(torch.randn_like(B))
+    G.fill_(float("nan"))
+    graph.replay()
+    torch.cuda.synchronize()
+    assert err(G) <= bound
+    return G
+
+
 def test_tf32_with_both_operands_column_major_through_matmul_and_a_graph():
     """tilegen.matmul on Hopper takes A and B column-major for tf32 with A's k-steps through
     registers (no copy, direct stores) where that kernel loads without spills: within the bound,
@@ -267,30 +307,9 @@ def test_tf32_with_both_operands_column_major_through_matmul_and_a_graph():
     assert (spec.register_operand, spec.prepared_operands, spec.store) == ("A", (), "direct"), spec
     bound = gemm_bound("tf32", K, truncated=True)
 
-    def err(C):
-        ref = A.double() @ B.double()
-        return float(torch.linalg.norm(C.double() - ref) / torch.linalg.norm(A.double().abs() @ B.double().abs()))
-
-    C = torch.full((M, N), float("nan"), device="cuda")
-    tilegen.matmul(A, B, out=C, allow_tf32=True)
-    assert err(C) <= bound
-    A.mul_(-2.0)
-    tilegen.matmul(A, B, out=C, allow_tf32=True)
-    assert err(C) <= bound
-    G = torch.full((M, N), float("nan"), device="cuda")
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):
-        tilegen.matmul(A, B, out=G, allow_tf32=True)
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        tilegen.matmul(A, B, out=G, allow_tf32=True)
-    B.copy_(torch.randn_like(B))
-    G.fill_(float("nan"))
-    graph.replay()
-    torch.cuda.synchronize()
-    assert err(G) <= bound
+    err = _tf32_error(A, B)
+    _called_again_after_a_change(A, B, A, err, bound)
+    _replayed_with_a_new_b(A, B, err, bound)
 
 
 @pytest.mark.parametrize("copied, a_col", [(True, False), (False, False), (False, True)])
@@ -322,16 +341,8 @@ def test_tf32_with_a_row_major_b_through_matmul_kernel_and_a_graph(copied, a_col
     bound = gemm_bound("tf32", K, truncated=True)
     pitch = {} if copied else {"repitch": True}
 
-    def err(C):
-        ref = A.double() @ B.double()
-        return float(torch.linalg.norm(C.double() - ref) / torch.linalg.norm(A.double().abs() @ B.double().abs()))
-
-    C = torch.full((M, N), float("nan"), device="cuda")
-    tilegen.matmul(A, B, out=C, allow_tf32=True)
-    assert err(C) <= bound
-    B.mul_(-2.0)                                        # same arrays, new contents: copied again
-    tilegen.matmul(A, B, out=C, allow_tf32=True)
-    assert err(C) <= bound
+    err = _tf32_error(A, B)
+    C = _called_again_after_a_change(A, B, B, err, bound)   # same arrays, new contents: read (copied) again
     kernel = tilegen.compile(tilegen.matmul.explain(A, B, allow_tf32=True).spec)
     if not copied:
         with pytest.raises(tilegen.LaunchError, match="B's leading dimension is 2054 elements"):
@@ -342,20 +353,7 @@ def test_tf32_with_a_row_major_b_through_matmul_kernel_and_a_graph(copied, a_col
     C.fill_(float("nan"))
     kernel(A, _Interface(B), out=C, **pitch)           # the general path (no fast path for this array type)
     assert err(C) <= bound
-    G = torch.full((M, N), float("nan"), device="cuda")
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(side):   # warm-up on a side stream, as torch's graph docs ask
-        tilegen.matmul(A, B, out=G, allow_tf32=True)
-    torch.cuda.current_stream().wait_stream(side)
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph):
-        tilegen.matmul(A, B, out=G, allow_tf32=True)
-    B.copy_(torch.randn_like(B))
-    G.fill_(float("nan"))
-    graph.replay()
-    torch.cuda.synchronize()
-    assert err(G) <= bound
+    G = _replayed_with_a_new_b(A, B, err, bound)
     record("pretranspose_matmul", shape=[M, N, K], error_over_bound=err(G) / bound)
 
 
