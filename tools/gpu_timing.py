@@ -6,7 +6,9 @@ taking the functions in turn (operand sets rotated), replayed `reps` times, the 
 taking turns with the others' (each round `reps` calls over the operand sets in rotation), the
 median. `max_relative_error(f, C, ref, scale)`: runs f once into a poisoned C, max |C - ref| /
 scale. `against_torch(kernels, sets, **kw)`: torch.matmul, tilegen.matmul(**kw) and each compiled
-kernel on operand sets (A, B, C): graph_us times, ratios to torch and errors against float64."""
+kernel on operand sets (A, B, C): graph_us times, ratios to torch and errors against float64.
+`checked_spec_us(spec, sets, ref)`: a spec's kernel checked on the first set against ref (normwise,
+below 1e-2), then graph_us over the sets; or the error's first words when it fails or is refused."""
 from __future__ import annotations
 
 import statistics
@@ -99,3 +101,21 @@ def against_torch(kernels: dict, sets, **matmul_kw) -> dict:
     err = {name: max_relative_error(lambda f=f: f(sets[0]), C, ref, scale) for name, f in fns.items()}
     us = {name: round(graph_us([(lambda f, s: lambda: f(s))(f, s) for s in sets]), 2) for name, f in fns.items()}
     return dict(us=us, x_torch={k: round(us["torch"] / v, 3) for k, v in us.items()}, err=err)
+
+
+def checked_spec_us(spec, sets, ref, tol: float = 1e-2):
+    import torch
+
+    import tilegen
+
+    try:
+        kern = tilegen.compile(spec)
+        A, B, C = sets[0]
+        C.fill_(float("nan"))
+        kern(A, B, out=C)
+        torch.cuda.synchronize()
+        err = float(torch.linalg.norm(C.double() - ref) / torch.linalg.norm(ref))
+        assert err < tol, err
+        return graph_us([lambda A=A, B=B, C=C: kern(A, B, out=C) for A, B, C in sets])
+    except Exception as e:  # noqa: BLE001  (a refused or wrong variant is a row entry, not a stop)
+        return f"{type(e).__name__}: {e}"[:120]

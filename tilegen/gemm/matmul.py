@@ -101,13 +101,13 @@ TF32_MID_ROWS = {("row", False, False): dict(tile=(64, 128, 32), warps=(1, 8), s
 # 1024^3 0.97, 1024x1024x4096 1.01, 1024x2048x2048 0.98, 1536^3 1.05, 256x4096x4096 1.02, 256x8192x8192 0.97,
 # 512x8192x8192 1.04, 768x4096x4096 1.06; B column-major 0.95 / 1.20 / 1.24 / 0.93 / 0.94 / 1.00 / 0.87 /
 # 0.99 / 1.01 (1536^3 and 768x4096x4096 within 6% of the best tile measured).
-TF32_MEDIUM_TILES = {"row": (dict(copy="tma"),                       # (the preset's 256x128x32, 4 stages)
+TF32_MEDIUM_TILES = {"row": (dict(tile=(256, 128, 32), warps=(1, 8), stages=4, copy="tma"),   # (the preset's)
                              dict(tile=(128, 128, 32), warps=(1, 8), stages=4, copy="tma"),
                              dict(tile=(64, 128, 32), warps=(1, 8), stages=8, copy="tma")),
-                     "col": (dict(),                                   # (the preset's 128x256x32, 4 stages)
+                     "col": (dict(tile=(128, 256, 32), warps=(8, 1), stages=4),                # (the preset's)
                              dict(tile=(128, 128, 32), warps=(8, 1), stages=4),
                              dict(tile=(64, 128, 32), warps=(4, 1), stages=6))}
-TF32_MEDIUM_AREAS = ((256, 128), (128, 128), (64, 128))   # (M x N of each row-major tile; column-major: 128x256 first)
+_TF32_MEDIUM_AREAS = tuple(sorted({f["tile"][:2] for tiles in TF32_MEDIUM_TILES.values() for f in tiles}))
 
 # Specs measured best on an H200 for large problems, used when this machine has no tuning cache
 # of its own: (target, dtype) -> fields. The wgmma kernel (128x256 tiles, every layout pair)
@@ -273,7 +273,7 @@ def _tf32_medium_spec(base: dict, b_layout: str, M: int, N: int):
     sms = _sm_count()
     options = TF32_MEDIUM_TILES[b_layout]
     for i, fields in enumerate(options):
-        tm, tn = (128, 256) if (i, b_layout) == (0, "col") else TF32_MEDIUM_AREAS[i]
+        tm, tn, _ = fields["tile"]
         blocks = -(-M // tm) * -(-N // tn)
         last = i == len(options) - 1
         if blocks >= sms // 2 or last:
@@ -287,7 +287,7 @@ def _tf32_medium_spec(base: dict, b_layout: str, M: int, N: int):
 def _tf32_medium_class(M: int, N: int) -> tuple:
     """What _tf32_medium_spec compares, for the choice memo."""
     h = _sm_count() // 2
-    return tuple(-(-M // tm) * -(-N // tn) >= h for tm, tn in TF32_MEDIUM_AREAS + ((128, 256),))
+    return tuple(-(-M // tm) * -(-N // tn) >= h for tm, tn in _TF32_MEDIUM_AREAS)
 
 
 def size_class(M: int, N: int, K: int) -> tuple:
@@ -433,10 +433,9 @@ def explain(A, B, *, bias=None, activation=None, residual=None, out=None, allow_
         else None
     transpose = (preset is not None and dtype == "tf32" and target == "sm_90" and (a_layout, b_layout) != ("row", "col")
                  and (b_layout == "col" or M >= PRETRANSPOSE_MIN) and (a_layout == "row" or N >= PRETRANSPOSE_MIN))
-    # a row-major B through registers (the register kernel where it loads without spills): A row-major as it is,
-    # A column-major copied K-major first (pretranspose="A")
-    # ... and with both column-major, A through registers: (the spec's fields, the register kernel's; that kernel
-    # takes A in B's layout: row-major after A's copy, column-major beside a column-major B)
+    # An MN-major operand through registers where the register kernel loads without spills: a row-major B (A
+    # row-major as it is, A column-major copied K-major first), or A beside a column-major B. Per layout: (the
+    # spec's fields, the register kernel's; that kernel takes A in B's layout)
     register_path = {("row", "row"): (TF32_REGISTER_B, TF32_REGISTER_B), ("col", "row"): (TF32_COPY_A, TF32_REGISTER_B),
                      ("col", "col"): (TF32_REGISTER_A, TF32_REGISTER_A)}.get((a_layout, b_layout))
     in_registers = (preset is not None and dtype == "tf32" and target == "sm_90" and register_path is not None

@@ -28,7 +28,7 @@ def build_atom(ins, ctx: Context):
     if len(quals) != 3 or quals[0] != "global" or quals[1] not in _OPS or quals[2] not in _TYPES[quals[1]]:
         ctx.unsupported(ins, f"{ins.opcode} (the emulator runs atom.global.add.u32 / .s32 and atom.global.exch.b32)")
     op, t = _OPS[quals[1]], np.uint32
-    strong, sem = semantics(ins, ins.opcode.split("."))
+    strong, sem = semantics(ins.opcode.split("."))
     if len(ins.operands) != 3 or not isinstance(ins.operands[0], Reg):
         ctx.unsupported(ins, f"{ins.opcode} with operands {ins.operands!r}")
     dst, where, value = ins.operands

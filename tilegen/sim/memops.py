@@ -104,7 +104,7 @@ def build_ld(ins, ctx: Context):
     shared = space == "shared"
     nbytes = width * count
     span = np.arange(nbytes)
-    strong, sem = semantics(ins, ins.opcode.split("."))
+    strong, sem = semantics(ins.opcode.split("."))
     nc = "nc" in ins.opcode.split(".")
 
     def run():
@@ -186,7 +186,7 @@ def build_st(ins, ctx: Context):
     shared = space == "shared"
     nbytes = width * count
     span = np.arange(nbytes)
-    strong, sem = semantics(ins, ins.opcode.split("."))
+    strong, sem = semantics(ins.opcode.split("."))
 
     def run():
         a = per_thread(addr(), n)

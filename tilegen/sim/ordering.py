@@ -271,7 +271,7 @@ class GlobalOrder:
             self._acquire(ctx, t, self.pending.pop((me, t), None))
 
 
-def semantics(ins, parts) -> tuple:
+def semantics(parts) -> tuple:
     """(strong, sem) of a global ld / st / atom from its qualifiers: strong at gpu or system
     scope with .relaxed / .acquire / .release / .acq_rel / .volatile (atom: always, relaxed by
     default); a .cta scope orders nothing between CTAs."""
