@@ -285,3 +285,16 @@ def test_names_that_are_no_identifiers_are_refused(declare):
 
     with pytest.raises(tilegen.DSLError, match="a name must be an ASCII identifier"):
         tilegen.compile(k)
+
+
+
+def test_the_warp_index_is_computed_once_at_the_entry():
+    """tg.warp_id() is called in the GEMM template and again inside the producer's role branch:
+    one redux.sync (which ptxas reads as warp-uniform, keeping wgmma descriptors in uniform
+    registers), ahead of every branch, where all threads of each warp take part."""
+    spec = tilegen.GemmSpec(dtype="bf16", b_layout="col", tile=(128, 256, 64), warps=(8, 1), stages=4,
+                            instruction="wgmma", target="sm_90a", persistent=True, copy="tma", store="tma")
+    lines = tilegen.compile(spec).ptx.splitlines()
+    redux = [i for i, line in enumerate(lines) if "redux.sync.min.u32" in line]
+    first_branch = next(i for i, line in enumerate(lines) if " bra" in line)
+    assert len(redux) == 1 and redux[0] < first_branch

@@ -64,6 +64,7 @@ FEATURE_PTX = {
     "stmatrix": (7, 8),
     "cp.async": (7, 0),
     "cvt.rna.tf32": (7, 0),
+    "cvt.rn.tf32": (7, 8),   # one instruction on sm_90 where .rna takes three (ptx.md 3.3)
     "wgmma": (8, 0),
     "fence.proxy.async": (8, 0),
     "mbarrier": (8, 0),   # arrive.expect_tx, try_wait.parity (ptx.md 6.6)
@@ -74,8 +75,8 @@ FEATURE_PTX = {
 
 
 # Lowest target of the features that are not on every sm_80+ target.
-FEATURE_SM = {"mma.fp8": 89, "stmatrix": 90, "wgmma": 90, "fence.proxy.async": 90, "mbarrier": 90, "tma": 90,
-              "setmaxnreg": 90, "cluster": 90}
+FEATURE_SM = {"mma.fp8": 89, "cvt.rn.tf32": 90, "stmatrix": 90, "wgmma": 90, "fence.proxy.async": 90,
+              "mbarrier": 90, "tma": 90, "setmaxnreg": 90, "cluster": 90}
 # Features of the arch-specific targets only (sm_90a).
 FEATURE_ARCH_SPECIFIC = {"wgmma", "setmaxnreg"}
 

@@ -23,6 +23,7 @@ KNOWN = {
     "shl", "shr", "setp", "selp", "cvt", "cvta", "ld", "st", "ldmatrix", "stmatrix", "mma",
     "bar", "fma", "neg", "abs", "ex2", "rcp", "tanh", "cp.async",
     "shfl",  # shfl.sync.bfly: row reductions of accumulator fragments (ir/lower/elementwise.py)
+    "redux",  # redux.sync.min: the warp index, marked warp-uniform for ptxas (dsl/kernel.py)
     "wgmma", "fence",  # sm_90a: warpgroup mma from shared memory and its proxy fence (ir/lower/wgmma.py)
     "mbarrier",  # sm_90: mbarriers that TMA copies complete on (ir/lower/mbarrier.py); cp.async.bulk is cp.async's family
     "setmaxnreg",  # sm_90a: warp roles move registers between warpgroups (dsl/roles.py)

@@ -15,6 +15,23 @@ class _Trace:
     def __init__(self, kernel: KernelIR):
         self.kernel = kernel
         self.builder = Builder(kernel.body)
+        self._entry: list = []   # computed once at the kernel's entry, where every thread runs (warp_index)
+        self._warp = None
+
+    def warp_index(self):
+        """tid / 32, computed once at the entry and passed through redux.sync.min: ptxas takes
+        that as warp-uniform and keeps what derives from it (wgmma descriptors, stage
+        addresses) in uniform registers instead of moving it there before every wgmma."""
+        if self._warp is None:
+            entry = Builder(self._entry)
+            self._warp = entry.op("redux.sync.min.u32", "b32", entry.shr(entry.special("%tid.x", "tid"), 5),
+                                  0xFFFFFFFF, hint="warp", comment="the warp index, warp-uniform")
+        return self._warp
+
+    def finish(self):
+        """Put the entry's instructions first (launch() takes whole warps only, as redux.sync
+        needs)."""
+        self.kernel.body[0:0] = self._entry
 
 
 class KernelFunction:
@@ -32,11 +49,13 @@ class KernelFunction:
         except TypeError as e:
             raise DSLError(f"{self.name}: {e} (compile-time arguments: {', '.join(sig.parameters) or 'none'})") from None
         kernel = KernelIR(name=name or self.name, threads=128, target=target)
-        trace.begin(_Trace(kernel))
+        tr = _Trace(kernel)
+        trace.begin(tr)
         try:
             self.fn(**constants)
         finally:
             trace.end()
+        tr.finish()
         if kernel.grid is None:
             raise DSLError(f"{self.name}: call tilegen.launch(threads=..., grid=...) in the kernel body")
         return kernel

@@ -139,8 +139,9 @@ def thread_id() -> Int:
 
 
 def warp_id() -> Int:
-    """The warp's index in the CTA (tid / 32), uniform across the warp."""
-    return thread_id() >> 5
+    """The warp's index in the CTA (tid / 32), uniform across the warp (kernel.py's
+    _Trace.warp_index: computed once, at the entry)."""
+    return Int(current().warp_index())
 
 
 def lane_id() -> Int:

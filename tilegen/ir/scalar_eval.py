@@ -67,6 +67,9 @@ class ScalarEval:
             op = parts[0]
             if op == "mov" and len(args) == 1:
                 result = args[0]
+            elif op == "redux" and parts[2] in ("min", "max") and len(args) == 2:
+                # tilegen reduces only warp-uniform values (the warp index): the thread's own
+                result = args[0]
             elif op == "mad" and len(args) == 3:
                 result = args[0] * args[1] + args[2]
             elif op == "mul" and parts[1:] == ["hi", "u32"] and len(args) == 2:   # (builder._div_by_constant)

@@ -334,9 +334,10 @@ def build_cvt(ins, ctx: Context):
     _n_operands(ctx, ins, 2)
     d, a = ins.operands
     if (dst_t, src_t) == ("tf32", "f32"):
-        _need(ctx, ins, mods == {"rna"}, f"{ins.opcode} (only .rna rounds to tf32 on sm_80)")
+        _need(ctx, ins, mods in ({"rna"}, {"rn"}), f"{ins.opcode} (.rna, or .rn on sm_90)")
         ra, put = ctx.reader(ins, a, np.uint32), ctx.writer(ins, d, np.uint32)
-        return lambda: put(nm.tf32_rna(ra()))
+        rounding = nm.tf32_rna if mods == {"rna"} else nm.tf32_rn
+        return lambda: put(rounding(ra()))
     if (dst_t, src_t) in (("f16", "f32"), ("bf16", "f32")):
         _need(ctx, ins, mods <= {"rn"}, f"{ins.opcode} (only round-to-nearest)")
         conv = nm.f32_to_f16_bits if dst_t == "f16" else nm.f32_to_bf16_bits

@@ -16,14 +16,29 @@ def tf32_rna(bits: np.ndarray) -> np.ndarray:
 
     Adding half an ulp to the magnitude bits rounds ties away because f32 is sign-magnitude;
     a carry into the exponent is the correct round-up (to inf past the largest tf32).
-    NaN and inf pass through (a NaN keeps a mantissa bit so it stays a NaN)."""
+    inf and NaN are truncated, as the H200 does (tests/test_conversions_gpu.py): a NaN whose
+    payload lies in the low 13 bits only comes out as inf, as the tensor cores read it anyway."""
     bits = np.asarray(bits, dtype=np.uint32)
     rounded = (bits + np.uint32(0x1000)) & TF32_KEEP
     special = (bits & F32_EXP) == F32_EXP
-    if special.any():
-        nan = special & ((bits & np.uint32(0x7FFFFF)) != 0)
-        rounded = np.where(special, np.where(nan, bits | np.uint32(0x400000), bits) & TF32_KEEP, rounded)
-    return rounded
+    return np.where(special, bits & TF32_KEEP, rounded) if special.any() else rounded
+
+
+TF32_NAN = np.uint32(0x7FFFE000)   # the NaN cvt.rn.tf32.f32 gives for every NaN (H200)
+
+
+def tf32_rn(bits: np.ndarray) -> np.ndarray:
+    """cvt.rn.tf32.f32 (sm_90): round to 10 mantissa bits, ties to even (low 13 bits zero);
+    past the largest tf32 to inf. inf passes through; every NaN becomes TF32_NAN, as on the
+    H200 (tests/test_conversions_gpu.py)."""
+    bits = np.asarray(bits, dtype=np.uint32)
+    odd = (bits >> np.uint32(13)) & np.uint32(1)
+    rounded = (bits + np.uint32(0xFFF) + odd) & TF32_KEEP
+    special = (bits & F32_EXP) == F32_EXP
+    if not special.any():
+        return rounded
+    nan = special & ((bits & np.uint32(0x7FFFFF)) != 0)
+    return np.where(nan, TF32_NAN, np.where(special, bits, rounded))
 
 
 def tf32_operand(bits: np.ndarray) -> np.ndarray:

@@ -59,11 +59,12 @@ MAX_THREADS_PER_SM = 2048
 MAX_CTAS_PER_SM = 32
 
 # Registers a GEMM thread needs besides accumulators and fragments (addresses, loop counters,
-# predicates, epilogue temporaries). ptxas 13.0 on sm_90, over every shape of the space for f16
-# and tf32, used at least this many more than accumulators + fragments (the smallest warp
-# tiles; 64x64 warp tiles use 30-90 more), so the estimate stays at or below ptxas's count and
-# pruning by it only drops points ptxas would refuse or spill anyway.
-REG_OVERHEAD = 20
+# predicates, epilogue temporaries). ptxas 13.0, over the shapes of the space for f16, bf16 and
+# tf32 on sm_80 and sm_90, used at least 10 more than accumulators + fragments (the smallest warp
+# tiles on sm_90, where what derives from the warp index sits in uniform registers; 64x64 warp
+# tiles use 30-90 more), so the estimate stays at or below ptxas's count and pruning by it only
+# drops points ptxas would refuse or spill anyway.
+REG_OVERHEAD = 8
 
 
 @dataclass(frozen=True)

@@ -3,6 +3,7 @@ rounding; Mma -> mma.sync; FillFragment -> mov."""
 from __future__ import annotations
 
 from ...arch.ldmatrix import matrix_op
+from ...arch.targets import target
 from ...errors import IRError
 from ..access import fragment_accesses, register_list
 from ..instr import Instr
@@ -47,10 +48,12 @@ def lower_load_fragment(b, ctx, op):
         else:
             b.emit(Instr("ld.shared.b32", outs, (Addr(addr, disp),)))
     if frag.atom.a_type.name == "tf32" and op.round_tf32:
-        ctx.kernel.features.add("cvt.rna.tf32")
+        # sm_90 rounds to nearest even in one instruction; .rna (ties away) takes three there
+        rounding = "rn" if target(ctx.kernel.target).sm >= 90 else "rna"
+        ctx.kernel.features.add(f"cvt.{rounding}.tf32")
         for (i, j, r) in register_list(frag):
             v = frag.regs[(i, j)][r]
-            b.emit(Instr("cvt.rna.tf32.f32", (v,), (v,)))
+            b.emit(Instr(f"cvt.{rounding}.tf32.f32", (v,), (v,)))
 
 
 TF32_MASK = 0xFFFFE000   # the bits tf32 keeps of an f32
