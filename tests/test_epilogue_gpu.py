@@ -64,9 +64,9 @@ def _padded(torch, rows, cols, dtype):
 
 
 def _tf32(torch, x):
-    """Round f32 to tf32 as cvt.rna does (nearest, ties away from zero) on the 13 low bits."""
+    """Round f32 to tf32 as sm_90 kernels do (cvt.rn: nearest, ties to even) on the 13 low bits."""
     bits = x.contiguous().view(torch.int32)
-    rounded = ((bits + 0x1000) & ~0x1FFF).to(torch.int32)
+    rounded = ((bits + 0xFFF + ((bits >> 13) & 1)) & ~0x1FFF).to(torch.int32)
     return rounded.view(torch.float32)
 
 

@@ -563,18 +563,24 @@ def truncate_tf32(x):
 
 
 def round_tf32(x):
-    """f32 values rounded to tf32, to nearest with ties away (cvt.rna)."""
+    """f32 values rounded to tf32, to nearest with ties to even (cvt.rn, what sm_90 kernels use)."""
     b = np.asarray(x, np.float32).view(np.uint32).astype(np.uint64)
-    return ((b + 0x1000) & 0xFFFFE000).astype(np.uint32).view(np.float32)
+    return ((b + 0xFFF + ((b >> 13) & 1)) & 0xFFFFE000).astype(np.uint32).view(np.float32)
 
 
 def tf32_copy_problems(rng, M=192, N=300, K=72):
     """(A, B, C, source) with one exact 1.0 in each sum of A @ B, so C copies elements of
     the other operand, `source` ("A" or "B"): X @ P selects columns of X, Q @ Y rows of Y. A
     kernel computes C = the selected elements as its tensor cores read them; X and Y carry
-    full 23-bit mantissas, so reading by truncation and by rounding differ for about half."""
-    X = rng.standard_normal((M, K)).astype(np.float32)
-    Y = rng.standard_normal((K, N)).astype(np.float32)
+    full 23-bit mantissas, so reading by truncation and by rounding differ for about half;
+    a quarter of them sit exactly halfway between two tf32 values, where ties to even and
+    ties away (cvt.rn and cvt.rna) differ for half."""
+    def operand(shape):
+        x = rng.standard_normal(shape).astype(np.float32).view(np.uint32)
+        tie = rng.random(shape) < 0.25
+        x[tie] = (x[tie] & np.uint32(0xFFFFE000)) | np.uint32(0x1000)
+        return x.view(np.float32)
+    X, Y = operand((M, K)), operand((K, N))
     cols = rng.integers(0, K, size=N)
     P = np.zeros((K, N), np.float32)
     P[cols, np.arange(N)] = 1.0
@@ -584,6 +590,8 @@ def tf32_copy_problems(rng, M=192, N=300, K=72):
     out = [(X, P, X[:, cols], "A"), (Q, Y, Y[rows, :], "B")]
     for _, _, want, _ in out:
         assert (truncate_tf32(want) != round_tf32(want)).mean() > 0.3
+        ties_away = ((want.view(np.uint32) + np.uint32(0x1000)) & np.uint32(0xFFFFE000)).view(np.float32)
+        assert (ties_away != round_tf32(want)).mean() > 0.05
     return out
 
 
