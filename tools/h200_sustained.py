@@ -1,7 +1,8 @@
 """Sustained back-to-back calls (about 2.5 s each) of torch.matmul and tilegen.matmul at 4096^3, alternating
 twice: GPU time per call over the second half of each stretch, and the SM clock and board power NVML reports
 over that half (where a long run settles at the power cap), after a check of both results against float64.
-argv: case, tf32rr (default), tf32rc or bf16rc (A row-major; B row- or column-major), and a tag for the rows.
+argv: case, {tf32,bf16,f16}{rr,rc} (A row-major; B row- or column-major; default tf32rr), a tag for the rows
+and the size n (default 4096).
 Run it once per tree in alternating processes to compare two trees (run 273; runs 266-267 timed the whole
 stretch with an earlier version).
 
@@ -15,10 +16,10 @@ try:
     pynvml.nvmlInit(); h = pynvml.nvmlDeviceGetHandleByIndex(0)
 except Exception:
     pynvml = None
-n = 4096
 which = sys.argv[1] if len(sys.argv) > 1 else "tf32rr"
 tag = sys.argv[2] if len(sys.argv) > 2 else ""
-dt = torch.bfloat16 if which.startswith("bf16") else torch.float32
+n = int(sys.argv[3]) if len(sys.argv) > 3 else 4096
+dt = {"bf16": torch.bfloat16, "f16": torch.float16, "tf32": torch.float32}[which[:-2]]
 def mk():
     B = torch.randn(n, n, device="cuda", dtype=dt)
     return torch.randn(n, n, device="cuda", dtype=dt), (B.t() if which.endswith("rc") else B), torch.empty(n, n, device="cuda", dtype=dt)
@@ -39,7 +40,7 @@ for rnd in range(2):
                     samples.append((pynvml.nvmlDeviceGetClockInfo(h, pynvml.NVML_CLOCK_SM), pynvml.nvmlDeviceGetPowerUsage(h) / 1000))
                 time.sleep(0.05)
         t = threading.Thread(target=sample); t.start()
-        calls = int(2.5 / (400e-6 if dt == torch.float32 else 190e-6))
+        calls = int(2.5 / ((400e-6 if dt == torch.float32 else 190e-6) * (n / 4096) ** 3))
         ev = [torch.cuda.Event(enable_timing=True) for _ in range(3)]
         ev[0].record()
         for i in range(calls):
@@ -51,7 +52,7 @@ for rnd in range(2):
         us = ev[1].elapsed_time(ev[2]) * 1000 / (calls - calls // 2)
         tail = samples[len(samples) // 2:]
         mhz = sum(s[0] for s in tail) / max(len(tail), 1)
-        row = dict(tree=tag, case=which, round=rnd, fn=name, us_2nd_half=round(us, 2), sm_mhz_2nd_half=round(mhz),
+        row = dict(tree=tag, case=which, n=n, round=rnd, fn=name, us_2nd_half=round(us, 2), sm_mhz_2nd_half=round(mhz),
                    watts_2nd_half=round(sum(s[1] for s in tail) / max(len(tail), 1), 1), mcycles=round(us * mhz / 1e6, 4))
         out.append(row); print(row, flush=True)
         time.sleep(0.7)
