@@ -96,6 +96,31 @@ def test_large_16bit_problems_on_hopper_take_the_wgmma_kernel(monkeypatch):
     assert mm.explain(A[:128, :512].astype(np.float32), B[:512, :512].astype(np.float32)).spec.instruction == "mma.sync"
 
 
+def test_hopper_presets_walk_blocks_in_groups_of_16_rows_but_not_the_tf32_register_kernels(monkeypatch):
+    """GROUP_M block rows per group for the 128x256 presets (less DRAM traffic: faster at the
+    power cap); the tf32 register kernels (256-row blocks) and ping-pong keep 8, as measured."""
+    import importlib
+
+    mm = importlib.import_module("tilegen.gemm.matmul")
+    monkeypatch.setattr(mm, "_target", lambda: "sm_90")
+    monkeypatch.setattr(mm, "_tuned", lambda *a, **k: None)
+    monkeypatch.setattr(mm, "loads_without_spills", lambda spec: True)
+    z = lambda r, c, dt: np.zeros((r, c), dt)  # noqa: E731
+    f = np.asfortranarray
+    for dt in (np.float16, ml_dtypes.bfloat16):
+        for B in (z(4096, 4096, dt), f(z(4096, 4096, dt))):
+            assert mm.explain(z(4096, 4096, dt), B).spec.group_m == mm.GROUP_M == 16
+    tf32 = lambda A, B: mm.explain(A, B, allow_tf32=True).spec  # noqa: E731
+    A, B = z(4096, 4096, np.float32), z(4096, 4096, np.float32)
+    assert tf32(A, f(B)).group_m == 16                                   # K-major
+    assert (tf32(A, B).copy, tf32(A, B).group_m) == ("tma", 8)          # B's k-steps through registers
+    assert (tf32(f(A), B).pretranspose, tf32(f(A), B).group_m) == ("A", 8)
+    assert (tf32(f(A), f(B)).store, tf32(f(A), f(B)).group_m) == ("direct", 8)
+    bias = np.zeros(4096, np.float16)
+    fused = mm.explain(z(4096, 1024, np.float16), z(1024, 4096, np.float16), bias=bias, activation="gelu_tanh").spec
+    assert fused.pingpong and fused.group_m == 8
+
+
 def test_medium_16bit_problems_on_hopper_take_smaller_wgmma_tiles(monkeypatch):
     """Below the preset's size: the warp-specialized wgmma kernel with 128x128 tiles while they
     give MEDIUM_BLOCKS blocks, 64x128 below; a side of SMALL or less keeps mma.sync's 64x64."""

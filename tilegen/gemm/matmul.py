@@ -112,10 +112,15 @@ _TF32_MEDIUM_AREAS = tuple(sorted({f["tile"][:2] for tiles in TF32_MEDIUM_TILES.
 # Specs measured best on an H200 for large problems, used when this machine has no tuning cache
 # of its own: (target, dtype) -> fields. The wgmma kernel (128x256 tiles, every layout pair)
 # against the best mma.sync spec: docs/results/2026-11-21-h200-run9.md.
+# The 128x256 presets walk blocks in groups of 16 block rows (GROUP_M): held at the power cap
+# (run 279, 2.5 s back to back) 0.6-1.0% faster than groups of 8 at 4096^3 (bf16 rr / rc, tf32 K-major)
+# and 8192^3 (bf16 rc), reading 22% fewer DRAM bytes a call (bf16 4096^3: 186 -> 145 MB, run 271); the
+# tf32 register kernels (256-row blocks) ran 1.8% slower so, and keep 8.
+GROUP_M = 16
 PRESETS = {
-    ("sm_90", "f16"): dict(instruction="wgmma", target="sm_90a"),
-    ("sm_90", "bf16"): dict(instruction="wgmma", target="sm_90a"),
-    ("sm_90", "tf32"): dict(instruction="wgmma", target="sm_90a"),
+    ("sm_90", "f16"): dict(instruction="wgmma", target="sm_90a", group_m=GROUP_M),
+    ("sm_90", "bf16"): dict(instruction="wgmma", target="sm_90a", group_m=GROUP_M),
+    ("sm_90", "tf32"): dict(instruction="wgmma", target="sm_90a", group_m=GROUP_M),
     ("sm_90", "f32"): dict(instruction="wgmma", target="sm_90a"),    # 3xTF32 as one tf32 product of the parts
     ("sm_90", "e4m3"): dict(instruction="wgmma", target="sm_90a"),
     ("sm_90", "e5m2"): dict(instruction="wgmma", target="sm_90a"),
@@ -127,7 +132,7 @@ PRESETS = {
 # bias + GELU 1.10-1.24x at K = 1024 but 0.96-1.02x at K = 4096; with a residual 1.15-1.22x at
 # K = 1024 and 1.06-1.14x at K = 4096; plain products 0.94-1.03x (not taken). Its 64-row blocks load
 # B twice as often, which the longer main loops of a large K feel more than they gain.
-PINGPONG = dict(pingpong=True, tile=(64, 256, 64), warps=(4, 1))
+PINGPONG = dict(pingpong=True, tile=(64, 256, 64), warps=(4, 1), group_m=8)   # (as measured)
 PINGPONG_MAX_K = 2048
 # The Hopper presets' 128x256 tiles fill the GPU from about 2048 x 2048 outputs on; measured on the
 # H200 at 1024x4096x4096 the wgmma preset ran 500-527 TFLOP/s (bf16/f16) against mma.sync's
@@ -165,19 +170,19 @@ PRETRANSPOSE_MIN = 2048
 # 1.02-1.05 / 0.86-0.87, 4096x4096x1024 1.08-1.12 / 1.04-1.06, 4096^3 1.04 / 0.95-0.96, 4096x8192x8192
 # 1.01-1.02 / 0.93-0.94, 6144^3 1.02 / 0.96-0.97, 6144x8192x2048 1.18-1.20 / 1.16-1.17, 8192x8192x1024
 # 1.04 / 1.05, 8192^3 0.99-1.02 / 0.96.
-TF32_REGISTER_B = dict(copy="tma")
+TF32_REGISTER_B = dict(copy="tma", group_m=8)   # (GROUP_M: 16 ran slower here)
 # A column-major with B row-major: A copied K-major first, then that kernel (GemmSpec(pretranspose="A")).
 # Measured (run 259, x cuBLAS tf32, against copying both first): 1024x4096x4096 1.37 / 1.01 (matmul ran
 # the cp.async register kernel there, 0.78), 2048^3 1.29 / 1.08, 4096^3 1.45 / 1.36, 4096x4096x1024 1.39 /
 # 1.32, 6144^3 1.68 / 1.57, 8192x8192x1024 1.49 / 1.49, 8192^3 1.60 / 1.47 (cuBLAS is slow in this layout).
-TF32_COPY_A = dict(pretranspose="A")
+TF32_COPY_A = dict(pretranspose="A", group_m=8)
 # Both column-major the same way round, A's k-steps into registers from TMA stages and B K-major by
 # descriptor (no swap: wgmma's A may come from registers in any layout), with direct stores: its TMA-store
 # epilogue ran 1-14% slower (run 262, 2048^3 57.1 -> 50.2 us, 4096^3 417 -> 390, 8192^3 3573 -> 3467) and
 # then only even with copying A first (run 257). Direct: 1.01-1.10x cuBLAS tf32 in that layout and within
 # 5% of the row-major kernel's time (2048^3 50.2 / 49.7 us, 4096^3 390 / 416, 8192^3 3467 / 3305,
 # 4096x4096x1024 126.9 / 124.5); copying A first 61.4 / 422 / 3626 / 133.8.
-TF32_REGISTER_A = dict(copy="tma", store="direct")
+TF32_REGISTER_A = dict(copy="tma", store="direct", group_m=8)
 # f32 without TF32 on Hopper below the large preset: the operands' tf32 parts on wgmma (as the preset)
 # from F32_PARTS_MIN rows and columns on, with 64x128x32 tiles (one math warpgroup, 6 stages, promoted
 # every 4 k-tiles) below MEDIUM_BLOCKS blocks of 128 x 128. Measured on the H200 against cuBLAS f32,
