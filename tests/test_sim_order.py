@@ -2,8 +2,8 @@
 another, so it checks that an ordinary access of bytes another CTA of the launch wrote follows
 a release-acquire chain. A hand-written message pass (CTA 0 publishes, CTA 1 reads) with each
 link of the chain taken out in turn; the fence forms of release and acquire; ld.global.nc of
-data written during the launch; two CTAs writing one word; two threads of one CTA (the
-shared-memory rules, in global memory). Then the generated kernels that
+data written during the launch; two CTAs writing one word; a write after another CTA's read;
+two threads of one CTA (the shared-memory rules, in global memory). Then the generated kernels that
 count arrivals (dsl/arrivals.py and the split-K stacks), with their atom weakened."""
 import re
 
@@ -171,6 +171,58 @@ def _one_cta(ptx):
     data, flag = mem.alloc(4 * T), mem.alloc(4)
     launch(ptx, (1, 1, 1), T, {"data": data, "flag": flag}, memory=mem)
     return mem.read(data, 4 * T, np.uint32)
+
+
+READER_RELEASE = "    @%p1 atom.release.gpu.global.add.u32 %r6, [%rd4], 1;"
+
+
+def read_then_overwrite(reader_release=READER_RELEASE, reader_barrier=True):
+    """CTA 0 publishes a word per thread (as message_pass); CTA 1 acquires them and every
+    thread reads its partner's word, then (a barrier and) thread 0 releases on the same flag,
+    an atom that continues its release sequence; CTA 2 acquires the flag and overwrites every
+    word. On the GPU CTA 2 may run first: its stores must wait until CTA 1 released its reads."""
+    return module("\n".join([
+        "    mov.u32 %r1, %tid.x;", "    mov.u32 %r3, %ctaid.x;",
+        "    ld.param.u64 %rd2, [data];", "    cvta.to.global.u64 %rd2, %rd2;",
+        "    ld.param.u64 %rd4, [flag];", "    cvta.to.global.u64 %rd4, %rd4;",
+        "    add.u32 %r5, %r1, 32;", "    and.b32 %r5, %r5, 63;",
+        "    mul.wide.u32 %rd6, %r1, 4;", "    add.s64 %rd6, %rd2, %rd6;",
+        "    mul.wide.u32 %rd8, %r5, 4;", "    add.s64 %rd8, %rd2, %rd8;",
+        "    setp.eq.u32 %p1, %r1, 0;", "    setp.eq.u32 %p2, %r3, 1;", "    setp.eq.u32 %p3, %r3, 2;",
+        "    @%p2 bra READER;", "    @%p3 bra OVERWRITER;",
+        "    st.global.b32 [%rd6], %r1;", "    bar.sync 0;", RELEASE, "    bra DONE;",
+        "READER:", ACQUIRE, "    bar.sync 0;", "    ld.global.b32 %r7, [%rd8];",
+        "    bar.sync 0;" if reader_barrier else "", reader_release, "    bra DONE;",
+        "OVERWRITER:", ACQUIRE, "    bar.sync 0;", "    add.u32 %r8, %r1, 100;", "    st.global.b32 [%rd6], %r8;",
+        "DONE:"]))
+
+
+def run3(ptx):
+    mem = GlobalMemory()
+    data, flag = mem.alloc(4 * T), mem.alloc(4)
+    mem.write(data, np.full(T, 7, np.uint32))
+    mem.write(flag, np.zeros(1, np.uint32))
+    launch(ptx, (3, 1, 1), T, {"data": data, "flag": flag}, memory=mem)
+    return mem.read(data, 4 * T, np.uint32)
+
+
+def test_a_write_after_another_ctas_read_waits_for_its_release():
+    np.testing.assert_array_equal(run3(read_then_overwrite()), np.arange(T) + 100)
+
+
+@pytest.mark.parametrize("case, kw, writer", [
+    ("no release after the reads", dict(reader_release=""), 0),
+    ("relaxed release", dict(reader_release=READER_RELEASE.replace("release", "relaxed")), 0),
+    ("no barrier before the release", dict(reader_barrier=False), 0),   # thread 32's read of word 0
+])
+def test_a_write_after_an_unreleased_read_is_reported(case, kw, writer):
+    ptx = read_then_overwrite(**kw)
+    with pytest.raises(SimError) as e:
+        run3(ptx)
+    err = e.value
+    assert err.kind == "order" and err.cta == (2, 0, 0) and err.tid == writer, (case, err)
+    assert err.line == line_of(ptx, "st.global.b32 [%rd6], %r8;")
+    assert "writes global memory that CTA (1, 0, 0) read" in str(err), (case, str(err))
 
 
 def test_threads_of_one_cta_race_in_global_memory_without_a_barrier():

@@ -26,9 +26,15 @@ writes during the kernel) of bytes written during the launch.
 The threads of one CTA are held to race.py's order in global memory too (a barrier, or an
 arrival acquired, between one thread's write and another's access; SimError kind "race").
 
-Limits: a write after a read (another thread's or CTA's) is not reported, only reads and
-writes after writes; TMA stores count as written when issued and TMA loads as read when issued, with
-no check of the proxy fences or bulk waits between them and the release.
+A write after another CTA's read is held to the same rule the other way round: the reader must
+release what it read (its reads ordered before its release as writes are) and the writer acquire
+it, else the write may land before the read on the GPU (kind "order", naming the reading CTA).
+
+Limits: reads are recorded in allocations the launch has written to by then (outputs, partial
+sums, counters; never-written inputs cost nothing), and per byte only the last CTA to read it
+since its last write; within a CTA a write after another thread's read of global memory is not
+checked. TMA stores count as written when issued and TMA loads as read when issued, with no
+check of the proxy fences or bulk waits between them and the release.
 """
 from __future__ import annotations
 
@@ -69,17 +75,29 @@ class Known:
     clock: int
 
 
-class _Bytes:
-    """Per byte of one allocation: the CTA (NOBODY: not written this launch), thread, epoch,
-    clock and PTX line of the last weak write."""
+class _Accesses:
+    """Per byte of one allocation: the CTA (NOBODY: none), thread, epoch, clock and PTX line of
+    the last access of one kind."""
 
-    def __init__(self, size: int):
-        n = max(int(size), 1)
+    def __init__(self, n: int):
         self.cta = np.full(n, NOBODY, dtype=np.int32)
         self.tid = np.zeros(n, dtype=np.int16)      # (a CTA has at most 1024 threads)
         self.epoch = np.zeros(n, dtype=np.int32)
         self.clock = np.zeros(n, dtype=np.int64)
         self.line = np.zeros(n, dtype=np.int32)
+
+    def record(self, o, cta: int, tids, epoch: int, clock: int, line: int):
+        self.cta[o], self.tid[o], self.epoch[o], self.clock[o], self.line[o] = cta, tids, epoch, clock, line
+
+
+class _Bytes(_Accesses):
+    """The last weak write of each byte of one allocation (the fields of _Accesses), and in
+    `read` the last weak read since that write (NOBODY: none)."""
+
+    def __init__(self, size: int):
+        n = max(int(size), 1)
+        super().__init__(n)
+        self.read = _Accesses(n)
 
 
 def cta_index(ctx) -> int:
@@ -139,13 +157,16 @@ class GlobalOrder:
             valid &= offs < a.size
             yield self.bytes.get(a.base), a, rows, np.minimum(offs, max(a.size - 1, 0)), valid
 
-    def _unordered(self, ctx, sh: _Bytes, tids, offs, valid) -> np.ndarray:
-        """Bytes `offs` (valid ones) written with nothing ordering the write before threads
-        `tids`' access now: by another CTA with no release-acquire chain, or by another thread
-        of this CTA with no barrier or acquired arrival in between (race.py's order)."""
+    def _unordered(self, ctx, sh: _Accesses, tids, offs, valid, foreign: bool = False) -> np.ndarray:
+        """Bytes `offs` (valid ones) whose access recorded in `sh` nothing orders before threads
+        `tids`' access now: another CTA's with no release-acquire chain, or (not `foreign`)
+        another thread's of this CTA with no barrier or acquired arrival in between (race.py's
+        order)."""
         me = cta_index(ctx)
         writer = sh.cta[offs]
         bad = valid & (writer != NOBODY)
+        if foreign:
+            bad &= writer != me
         if not bad.any():
             return bad
         r, c = np.nonzero(bad)
@@ -174,7 +195,7 @@ class GlobalOrder:
             ok |= sh.acquired[tids + sh.base, w_tid.astype(np.int64) + sh.base] >= w_clock
         return ok
 
-    def _report(self, ctx, ins, what: str, sh: _Bytes, a, tids, offs, bad):
+    def _report(self, ctx, ins, what: str, sh: _Accesses, a, tids, offs, bad, did: str = "wrote"):
         r, c = np.argwhere(bad)[0]
         o = int(offs[r, c])
         w_cta = int(sh.cta[o])
@@ -183,11 +204,12 @@ class GlobalOrder:
             ctx.fail(ins, f"global-memory race: {what} bytes that thread {int(sh.tid[o])} of this CTA wrote (PTX line "
                           f"{int(sh.line[o])}) with no barrier in between (nor an mbarrier arrival after the write "
                           f"that this thread waited for)", kind="race", tid=int(tids[r]), address=a.base + o)
-        ctx.fail(ins, f"{what} global memory that CTA {cta_of(ctx, w_cta)} wrote {where} with nothing ordering that "
-                      f"write before this access: CTAs run side by side, so the writer must release it (its threads "
-                      f"meet at a barrier, then one thread's atom.release / atom.acq_rel, or a fence.acq_rel.gpu "
-                      f"before a strong write) and this CTA acquire it (atom.acquire / atom.acq_rel / ld.acquire, or "
-                      f"a fence after a strong read; then a barrier for its other threads) before the access",
+        ctx.fail(ins, f"{what} global memory that CTA {cta_of(ctx, w_cta)} {did} {where} with nothing ordering that "
+                      f"{'write' if did == 'wrote' else 'read'} before this access: CTAs run side by side, so the "
+                      f"{'writer' if did == 'wrote' else 'reader'} must release it (its threads meet at a barrier, "
+                      f"then one thread's atom.release / atom.acq_rel, or a fence.acq_rel.gpu before a strong write) "
+                      f"and this CTA acquire it (atom.acquire / atom.acq_rel / ld.acquire, or a fence after a strong "
+                      f"read; then a barrier for its other threads) before the access",
                  kind="order", tid=int(tids[r]), address=a.base + o)
 
     def read(self, ctx, ins, tids, addrs, width: int, lengths=None, nc: bool = False):
@@ -209,6 +231,9 @@ class GlobalOrder:
             bad = self._unordered(ctx, sh, tids[rows], offs, valid)
             if bad.any():
                 self._report(ctx, ins, "reads", sh, a, tids[rows], offs, bad)
+            ctx.shadow.clock += 1
+            sh.read.record(offs[valid], cta_index(ctx), np.broadcast_to(tids[rows][:, None], offs.shape)[valid],
+                           ctx.shadow.epoch, ctx.shadow.clock, ins.line)
 
     def write(self, ctx, ins, tids, addrs, width: int):
         """Weak writes of `width` bytes at addrs by threads tids (checked, then recorded)."""
@@ -220,14 +245,15 @@ class GlobalOrder:
             bad = self._unordered(ctx, sh, t, offs, valid)
             if bad.any():
                 self._report(ctx, ins, "writes", sh, a, t, offs, bad)
+            bad = self._unordered(ctx, sh.read, t, offs, valid, foreign=True)
+            if bad.any():
+                self._report(ctx, ins, "writes", sh.read, a, t, offs, bad, did="read")
             self._same_bytes(ctx, ins, a, t, offs, valid)
             o = offs[valid]
             shadow.clock += 1
-            sh.cta[o] = cta_index(ctx)
-            sh.tid[o] = np.broadcast_to(t[:, None], offs.shape)[valid]
-            sh.epoch[o] = shadow.epoch
-            sh.clock[o] = shadow.clock
-            sh.line[o] = ins.line
+            sh.record(o, cta_index(ctx), np.broadcast_to(t[:, None], offs.shape)[valid], shadow.epoch, shadow.clock,
+                      ins.line)
+            sh.read.cta[o] = NOBODY   # later reads read this write
 
     @staticmethod
     def _same_bytes(ctx, ins, a, tids, offs, valid):
