@@ -3,7 +3,8 @@ another, so it checks that an ordinary access of bytes another CTA of the launch
 a release-acquire chain. A hand-written message pass (CTA 0 publishes, CTA 1 reads) with each
 link of the chain taken out in turn; the fence forms of release and acquire; ld.global.nc of
 data written during the launch; two CTAs writing one word; a write after another CTA's read;
-two threads of one CTA (the shared-memory rules, in global memory). Then the generated kernels that
+two threads of one CTA (the shared-memory rules, in global memory, for reads after writes and
+writes after reads). Then the generated kernels that
 count arrivals (dsl/arrivals.py and the split-K stacks), with their atom weakened."""
 import re
 
@@ -151,9 +152,10 @@ def test_writes_of_an_earlier_launch_need_no_chain():
     launch(reader, (1, 1, 1), T, {"data": data, "flag": flag}, memory=mem)   # CTA 0 reads
 
 
-def _exchange_in_global(barrier: bool, same_word: bool = False):
+def _exchange_in_global(barrier: bool, same_word: bool = False, rewrite: str = ""):
     """One CTA: each thread stores a word of `data` (with `same_word`, threads 0 and 32 both store
-    word 0), then, after a barrier or not, reads its partner's word (thread t + 32's)."""
+    word 0), then, after a barrier or not, reads its partner's word (thread t + 32's); with
+    `rewrite` ("barrier" or "none"), then stores its own word again, after a barrier or not."""
     return module("\n".join([
         "    mov.u32 %r1, %tid.x;",
         "    ld.param.u64 %rd2, [data];", "    cvta.to.global.u64 %rd2, %rd2;",
@@ -163,7 +165,9 @@ def _exchange_in_global(barrier: bool, same_word: bool = False):
         "    mul.wide.u32 %rd8, %r5, 4;", "    add.s64 %rd8, %rd2, %rd8;",
         "    st.global.b32 [%rd6], %r1;",
         "    bar.sync 0;" if barrier else "",
-        "    ld.global.b32 %r7, [%rd8];"]))
+        "    ld.global.b32 %r7, [%rd8];",
+        "    bar.sync 0;" if rewrite == "barrier" else "",
+        "    add.u32 %r9, %r1, 100;\n    st.global.b32 [%rd6], %r9;" if rewrite else ""]))
 
 
 def _one_cta(ptx):
@@ -235,6 +239,15 @@ def test_threads_of_one_cta_race_in_global_memory_without_a_barrier():
     with pytest.raises(SimError, match="global-memory race: threads 0 and 32 write the same bytes") as e:
         _one_cta(_exchange_in_global(True, same_word=True))     # threads 0 and 32 store word 0 together
     assert (e.value.kind, e.value.tid) == ("race", 32)
+
+
+def test_a_thread_may_not_overwrite_what_another_thread_of_its_cta_read_without_a_barrier():
+    np.testing.assert_array_equal(_one_cta(_exchange_in_global(True, rewrite="barrier")), np.arange(T) + 100)
+    ptx = _exchange_in_global(True, rewrite="none")
+    with pytest.raises(SimError, match="global-memory race: writes bytes that thread 32 of this CTA read") as e:
+        _one_cta(ptx)
+    assert (e.value.kind, e.value.tid) == ("race", 0)
+    assert e.value.line == line_of(ptx, "st.global.b32 [%rd6], %r9;")
 
 
 # ---- generated kernels ---------------------------------------------------------------------------

@@ -24,17 +24,17 @@ Also reported: ld.global.nc (the non-coherent path, which is only defined for da
 writes during the kernel) of bytes written during the launch.
 
 The threads of one CTA are held to race.py's order in global memory too (a barrier, or an
-arrival acquired, between one thread's write and another's access; SimError kind "race").
+arrival acquired, between one thread's write and another's access, and between one thread's
+read and another's write; SimError kind "race").
 
 A write after another CTA's read is held to the same rule the other way round: the reader must
 release what it read (its reads ordered before its release as writes are) and the writer acquire
 it, else the write may land before the read on the GPU (kind "order", naming the reading CTA).
 
 Limits: reads are recorded in allocations the launch has written to by then (outputs, partial
-sums, counters; never-written inputs cost nothing), and per byte only the last CTA to read it
-since its last write; within a CTA a write after another thread's read of global memory is not
-checked. TMA stores count as written when issued and TMA loads as read when issued, with no
-check of the proxy fences or bulk waits between them and the release.
+sums, counters; never-written inputs cost nothing), and per byte only the last read since its
+last write (one CTA's, one thread's). TMA stores count as written when issued and TMA loads as
+read when issued, with no check of the proxy fences or bulk waits between them and the release.
 """
 from __future__ import annotations
 
@@ -157,16 +157,13 @@ class GlobalOrder:
             valid &= offs < a.size
             yield self.bytes.get(a.base), a, rows, np.minimum(offs, max(a.size - 1, 0)), valid
 
-    def _unordered(self, ctx, sh: _Accesses, tids, offs, valid, foreign: bool = False) -> np.ndarray:
+    def _unordered(self, ctx, sh: _Accesses, tids, offs, valid) -> np.ndarray:
         """Bytes `offs` (valid ones) whose access recorded in `sh` nothing orders before threads
-        `tids`' access now: another CTA's with no release-acquire chain, or (not `foreign`)
-        another thread's of this CTA with no barrier or acquired arrival in between (race.py's
-        order)."""
+        `tids`' access now: another CTA's with no release-acquire chain, or another thread's of
+        this CTA with no barrier or acquired arrival in between (race.py's order)."""
         me = cta_index(ctx)
         writer = sh.cta[offs]
         bad = valid & (writer != NOBODY)
-        if foreign:
-            bad &= writer != me
         if not bad.any():
             return bad
         r, c = np.nonzero(bad)
@@ -201,9 +198,10 @@ class GlobalOrder:
         w_cta = int(sh.cta[o])
         where = f"(thread {int(sh.tid[o])}, PTX line {int(sh.line[o])})"
         if w_cta == cta_index(ctx):
-            ctx.fail(ins, f"global-memory race: {what} bytes that thread {int(sh.tid[o])} of this CTA wrote (PTX line "
-                          f"{int(sh.line[o])}) with no barrier in between (nor an mbarrier arrival after the write "
-                          f"that this thread waited for)", kind="race", tid=int(tids[r]), address=a.base + o)
+            ctx.fail(ins, f"global-memory race: {what} bytes that thread {int(sh.tid[o])} of this CTA {did} (PTX line "
+                          f"{int(sh.line[o])}) with no barrier in between (nor an mbarrier arrival after the "
+                          f"{'write' if did == 'wrote' else 'read'} that this thread waited for)", kind="race",
+                     tid=int(tids[r]), address=a.base + o)
         ctx.fail(ins, f"{what} global memory that CTA {cta_of(ctx, w_cta)} {did} {where} with nothing ordering that "
                       f"{'write' if did == 'wrote' else 'read'} before this access: CTAs run side by side, so the "
                       f"{'writer' if did == 'wrote' else 'reader'} must release it (its threads meet at a barrier, "
@@ -245,7 +243,7 @@ class GlobalOrder:
             bad = self._unordered(ctx, sh, t, offs, valid)
             if bad.any():
                 self._report(ctx, ins, "writes", sh, a, t, offs, bad)
-            bad = self._unordered(ctx, sh.read, t, offs, valid, foreign=True)
+            bad = self._unordered(ctx, sh.read, t, offs, valid)
             if bad.any():
                 self._report(ctx, ins, "writes", sh.read, a, t, offs, bad, did="read")
             self._same_bytes(ctx, ins, a, t, offs, valid)
