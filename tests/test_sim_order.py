@@ -29,19 +29,25 @@ RELEASE = "    @%p1 atom.release.gpu.global.add.u32 %r6, [%rd4], 1;"
 ACQUIRE = "    @%p1 ld.acquire.gpu.global.u32 %r6, [%rd4];"
 
 
+# Every thread's word of `data` (%rd6) and its partner's, thread t + 32's mod 64 (%rd8); %r1 the
+# thread, %r3 the CTA, %rd4 the flag, %p1 thread 0.
+WORDS = [
+    "    mov.u32 %r1, %tid.x;", "    mov.u32 %r3, %ctaid.x;",
+    "    ld.param.u64 %rd2, [data];", "    cvta.to.global.u64 %rd2, %rd2;",
+    "    ld.param.u64 %rd4, [flag];", "    cvta.to.global.u64 %rd4, %rd4;",
+    "    add.u32 %r5, %r1, 32;", "    and.b32 %r5, %r5, 63;",
+    "    mul.wide.u32 %rd6, %r1, 4;", "    add.s64 %rd6, %rd2, %rd6;",
+    "    mul.wide.u32 %rd8, %r5, 4;", "    add.s64 %rd8, %rd2, %rd8;",
+    "    setp.eq.u32 %p1, %r1, 0;"]
+
+
 def message_pass(release=RELEASE, acquire=ACQUIRE, writer_barrier=True, reader_barrier=True,
                  read="ld.global.b32"):
     """CTA 0: every thread stores a word of `data`, they meet at a barrier, thread 0 releases on
     `flag`. CTA 1: thread 0 acquires on `flag`, a barrier, every thread reads another thread's
     word (so the reads cross warps as well as CTAs)."""
-    return module("\n".join([
-        "    mov.u32 %r1, %tid.x;", "    mov.u32 %r3, %ctaid.x;",
-        "    ld.param.u64 %rd2, [data];", "    cvta.to.global.u64 %rd2, %rd2;",
-        "    ld.param.u64 %rd4, [flag];", "    cvta.to.global.u64 %rd4, %rd4;",
-        "    add.u32 %r5, %r1, 32;", "    and.b32 %r5, %r5, 63;",
-        "    mul.wide.u32 %rd6, %r1, 4;", "    add.s64 %rd6, %rd2, %rd6;",     # my word
-        "    mul.wide.u32 %rd8, %r5, 4;", "    add.s64 %rd8, %rd2, %rd8;",     # my partner's
-        "    setp.eq.u32 %p1, %r1, 0;", "    setp.ne.u32 %p2, %r3, 0;",
+    return module("\n".join(WORDS + [
+        "    setp.ne.u32 %p2, %r3, 0;",
         "    @%p2 bra READER;",
         "    st.global.b32 [%rd6], %r1;",
         "    bar.sync 0;" if writer_barrier else "",
@@ -54,12 +60,12 @@ def message_pass(release=RELEASE, acquire=ACQUIRE, writer_barrier=True, reader_b
         "DONE:"]))
 
 
-def run(ptx):
+def run(ptx, ctas: int = 2):
     mem = GlobalMemory()
     data, flag = mem.alloc(4 * T), mem.alloc(4)
     mem.write(data, np.full(T, 7, np.uint32))
     mem.write(flag, np.zeros(1, np.uint32))
-    launch(ptx, (2, 1, 1), T, {"data": data, "flag": flag}, memory=mem)
+    launch(ptx, (ctas, 1, 1), T, {"data": data, "flag": flag}, memory=mem)
     return mem, data
 
 
@@ -185,14 +191,8 @@ def read_then_overwrite(reader_release=READER_RELEASE, reader_barrier=True):
     thread reads its partner's word, then (a barrier and) thread 0 releases on the same flag,
     an atom that continues its release sequence; CTA 2 acquires the flag and overwrites every
     word. On the GPU CTA 2 may run first: its stores must wait until CTA 1 released its reads."""
-    return module("\n".join([
-        "    mov.u32 %r1, %tid.x;", "    mov.u32 %r3, %ctaid.x;",
-        "    ld.param.u64 %rd2, [data];", "    cvta.to.global.u64 %rd2, %rd2;",
-        "    ld.param.u64 %rd4, [flag];", "    cvta.to.global.u64 %rd4, %rd4;",
-        "    add.u32 %r5, %r1, 32;", "    and.b32 %r5, %r5, 63;",
-        "    mul.wide.u32 %rd6, %r1, 4;", "    add.s64 %rd6, %rd2, %rd6;",
-        "    mul.wide.u32 %rd8, %r5, 4;", "    add.s64 %rd8, %rd2, %rd8;",
-        "    setp.eq.u32 %p1, %r1, 0;", "    setp.eq.u32 %p2, %r3, 1;", "    setp.eq.u32 %p3, %r3, 2;",
+    return module("\n".join(WORDS + [
+        "    setp.eq.u32 %p2, %r3, 1;", "    setp.eq.u32 %p3, %r3, 2;",
         "    @%p2 bra READER;", "    @%p3 bra OVERWRITER;",
         "    st.global.b32 [%rd6], %r1;", "    bar.sync 0;", RELEASE, "    bra DONE;",
         "READER:", ACQUIRE, "    bar.sync 0;", "    ld.global.b32 %r7, [%rd8];",
@@ -202,11 +202,7 @@ def read_then_overwrite(reader_release=READER_RELEASE, reader_barrier=True):
 
 
 def run3(ptx):
-    mem = GlobalMemory()
-    data, flag = mem.alloc(4 * T), mem.alloc(4)
-    mem.write(data, np.full(T, 7, np.uint32))
-    mem.write(flag, np.zeros(1, np.uint32))
-    launch(ptx, (3, 1, 1), T, {"data": data, "flag": flag}, memory=mem)
+    mem, data = run(ptx, ctas=3)
     return mem.read(data, 4 * T, np.uint32)
 
 
