@@ -1,7 +1,9 @@
 """Arrival counters (tilegen.counters, dsl/arrivals.py): the PTX of the handshake, the
 emulator's atom and bar.red, and a kernel whose CTAs each publish a part while the last to
 arrive adds them all, run twice on the same counters (the last arrival resets them); a count
-too high leaves C unwritten, one too low is caught by the emulator's order check."""
+too high leaves C unwritten, one too low is caught by the emulator's order check. The parts
+also go out through TMA stores, published once complete (tma_store_wait(writes=True)); the
+wait for the stores' shared reads alone is caught."""
 import numpy as np
 import pytest
 
@@ -13,10 +15,12 @@ from tilegen.sim import GlobalMemory, SimError, run_kernel
 ATOM = "m16n8k16.f16.f32"
 
 
-def make_kernel(arrivals_off: int = 0, reset: bool = True):
+def make_kernel(arrivals_off: int = 0, reset: bool = True, tma: str = ""):
     """CTA c adds its 16 x 8 block of X into slot c of W; the last CTA to arrive sums every
     slot, in slot order, into C. The CTA's first warp is a role that does nothing, so the
-    counting runs in a role of its own (its named barrier)."""
+    counting runs in a role of its own (its named barrier). tma="complete": the CTA's 32 x 8
+    slot goes out through shared memory and one TMA store, waited for until complete before
+    the arrival; tma="read": (planted) waited for only until it read shared memory."""
     @tg.kernel
     def publish_and_sum():
         tg.launch(threads=96, grid=("G", 1, 1))
@@ -26,19 +30,28 @@ def make_kernel(arrivals_off: int = 0, reset: bool = True):
         F = tg.counters("F")
         G = tg.size("G")
         pid = tg.program_id()
+        sW = tg.shared("sW", "f32", 32, 8, swizzle="none") if tma else None
         with tg.role("idle", warps=(0, 1)):
             pass
         with tg.role("work", warps=(1, 3)):
             row = pid * 32 + (tg.warp_id() - 1) * 16
             part = tg.fragment(ATOM, "C", (1, 1))
             tg.accumulate(part, X.block(row, 0))
-            tg.store(W.block(row, 0), part)
+            if tma:
+                tg.store_stage(sW[0], part, (tg.warp_id() - 1) * 16)
+                tg.fence_proxy_async()
+                tg.barrier()
+                tg.tma_store(W.block(pid * 32, 0), sW[0])
+                tg.tma_store_commit()
+                tg.tma_store_wait(0, writes=tma == "complete")
+            else:
+                tg.store(W.block(row, 0), part)
             with tg.if_(F.last_arrival(0, G - 1 if arrivals_off < 0 else G + arrivals_off)):
                 total = tg.fragment(ATOM, "C", (1, 1))
                 for c in tg.range(G):
                     tg.accumulate(total, W.block(c * 32 + (tg.warp_id() - 1) * 16, 0))
                 tg.store(C.block((tg.warp_id() - 1) * 16, 0), total)
-    kernel = tilegen.compile(publish_and_sum)
+    kernel = tilegen.compile(publish_and_sum, **({"target": "sm_90a"} if tma else {}))
     if not reset:   # (planted: the last arrival leaves its count behind)
         lines = [ln for ln in kernel.ptx.splitlines() if "st.relaxed.gpu.global.u32" not in ln]
         kernel = _with_ptx(kernel, "\n".join(lines) + "\n")
@@ -133,6 +146,47 @@ def test_planted_count_too_low_sums_a_slot_before_its_cta_wrote_it():
         run(make_kernel(arrivals_off=-1), 3, mem, counters_at(mem), 1)
     assert e.value.kind == "order" and e.value.cta == (2, 0, 0)
     assert "writes global memory that CTA (1, 0, 0) read" in str(e.value)
+
+
+def test_tma_stores_complete_before_the_arrival_in_ptx():
+    for tma, wait in (("complete", "cp.async.bulk.wait_group 0;"), ("read", "cp.async.bulk.wait_group.read 0;")):
+        body = make_kernel(tma=tma).ptx
+        body = body[body.index("// role work"):]
+        store, waited = body.index("cp.async.bulk.tensor.2d.global.shared::cta"), body.index(wait)
+        assert store < waited < body.index("bar.sync 2, 64;", waited) < body.index("atom.acq_rel.gpu.global.add.u32", waited)
+    assert "wait_group.read" not in make_kernel(tma="complete").ptx
+
+
+@needs_ptxas
+def test_the_tma_store_wait_for_writes_assembles():
+    assert_assembles(make_kernel(tma="complete").ptx, "sm_90a")
+
+
+@pytest.mark.parametrize("G", [1, 3])
+def test_parts_published_through_complete_tma_stores(G):
+    kernel, mem = make_kernel(tma="complete"), GlobalMemory()
+    F = counters_at(mem)
+    for seed in (1, 2):
+        C, want = run(kernel, G, mem, F, seed)
+        np.testing.assert_array_equal(C, want)
+        assert read_counters(mem, F).tolist() == [0, 0, 0, 0]
+
+
+@pytest.mark.parametrize("G, kind, cta, writer", [(3, "order", (2, 0, 0), "CTA (0, 0, 0)"),
+                                                  (1, "race", (0, 0, 0), "this CTA")])
+def test_planted_tma_store_published_before_it_completed(G, kind, cta, writer):
+    """wait_group.read frees the store's shared source only: its global writes may still be in
+    flight when the arrival releases them. The last CTA's first read of a slot is reported,
+    naming the TMA store (its thread and PTX line); with one CTA the reader is its own CTA."""
+    kernel, mem = make_kernel(tma="read"), GlobalMemory()
+    with pytest.raises(SimError) as e:
+        run(kernel, G, mem, counters_at(mem), 1)
+    err = e.value
+    store_line = next(i + 1 for i, ln in enumerate(kernel.ptx.splitlines())
+                      if "cp.async.bulk.tensor.2d.global.shared::cta" in ln)
+    assert (err.kind, err.cta) == (kind, cta), str(err)
+    assert f"a TMA store of {writer} (thread 32, PTX line {store_line}) may still be writing" in str(err)
+    assert "ld.global" in kernel.ptx.splitlines()[err.line - 1]
 
 
 def test_atom_returns_each_threads_old_value_in_thread_order():

@@ -385,11 +385,17 @@ def tma_store_commit():
     tile_op(T.TmaStoreCommit())
 
 
-def tma_store_wait(pending: int = 0):
-    """Wait until at most `pending` bulk groups still read their shared stages."""
-    if not isinstance(pending, int) or pending < 0:
+def tma_store_wait(pending: int = 0, *, writes: bool = False):
+    """Wait until at most `pending` bulk groups still read their shared stages (the stages may
+    then be written again). With writes=True, until at most `pending` are not complete: their
+    writes to global memory are done and visible to the storing thread, which may then publish
+    them to other CTAs (a barrier, then a release such as counters' last_arrival). Waiting for
+    the reads alone publishes nothing: the writes may still be in flight."""
+    if not isinstance(pending, int) or isinstance(pending, bool) or pending < 0:
         fail(f"tma_store_wait({pending!r}): the number of groups left pending must be an int >= 0")
-    tile_op(T.TmaStoreWait(pending))
+    if not isinstance(writes, bool):
+        fail(f"tma_store_wait(writes={writes!r}): writes must be True or False")
+    tile_op(T.TmaStoreWait(pending, writes))
 
 
 __all__ = ["MBarrier", "BarrierStage", "mbarrier", "arrive", "mbarrier_wait", "tma_load", "store_stage", "tma_store",

@@ -29,7 +29,8 @@ class SmemLayout:
         if self.mode in SWIZZLE_MODES:
             span = SWIZZLE_MODES[self.mode].span
             if self.row_bytes % span:
-                raise ValueError(f"rows of {self.row_bytes} bytes are not a multiple of the {self.mode} span")
+                raise ValueError(f"rows of {self.row_bytes} bytes are not a multiple of the {self.mode} span; allowed: "
+                                 f"rows of a multiple of {span} bytes, or a narrower swizzle, 'pad' or 'none'")
             if (self.rows * span) % SWIZZLE_MODES[self.mode].period:
                 raise ValueError(f"{self.rows} rows do not fill whole {self.mode} swizzle periods")
         elif self.mode not in ("pad", "none"):

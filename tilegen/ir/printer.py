@@ -164,7 +164,7 @@ TEXT = {
     T.FetchVector: lambda n, t: (f"fetch {n.sv.name}[{t.val(n.buffer)}] = {n.sv.vec.name}[{t.val(n.origin)}..+"
                                  f"{n.sv.length}] (threads {n.sv.first_thread}..+{n.sv.threads})"),
     T.ParkVector: lambda n, t: f"park {n.sv.name}[{t.val(n.buffer)}] -> {n.sv.tile.name}",
-    T.TmaStoreWait: lambda n, t: f"tma store wait.read {n.pending}",
+    T.TmaStoreWait: lambda n, t: f"tma store wait{'' if n.writes else '.read'} {n.pending}",
     T.SetMaxRegisters: lambda n, t: f"setmaxnreg {'inc' if n.increase else 'dec'} {n.count}",
     T.MBarrierWait: lambda n, t: f"wait {n.bar.name}[{t.val(n.stage)}] parity {t.val(n.parity)}",
     T.TmaLoad: _tma_load,

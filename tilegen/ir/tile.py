@@ -322,9 +322,12 @@ class TmaStoreCommit(TileOp):
 @dataclass(eq=False)
 class TmaStoreWait(TileOp):
     """Wait until at most `pending` of this thread's bulk groups still read shared memory
-    (their sources may then be written again)."""
+    (their sources may then be written again), or with `writes`, until at most `pending`
+    are not complete (their writes to global memory done and visible to this thread, which
+    may then publish them to other CTAs)."""
 
     pending: int = 0
+    writes: bool = False
 
 
 @dataclass(eq=False)

@@ -12,6 +12,7 @@ reads of a cp.async still pending, writes over a stage another thread may still 
 reading (or a wgmma still in flight), wgmma reads of generic-proxy writes without
 fence.proxy.async, global memory one CTA reads or writes after another CTA of the launch wrote it,
 or writes after another CTA read it, with no release-acquire chain between them (ordering.py),
+TMA stores published before a wait_group (without .read) completed them,
 misaligned addresses, and control flow
 it cannot run (divergent branches).
 
@@ -37,7 +38,8 @@ Limits:
 - races are tracked in shared memory per byte (last writer, last reader or "several",
   pending copies); in global memory between CTAs (ordering.py: CTAs run one after another, so
   what the GPU would not order is found from the record of who wrote each byte, not from the
-  values read), not between the threads of one CTA; registers and shared memory start as zeros
+  values read), and between the threads of one CTA by the rules of shared memory; registers
+  and shared memory start as zeros
   (no uninitialised-read check);
 - mma products are exact and summed in float64 with one rounding to the accumulator
   type; the hardware's f32 accumulation differs in the last bits for general data (it is

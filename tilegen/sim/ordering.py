@@ -31,10 +31,15 @@ A write after another CTA's read is held to the same rule the other way round: t
 release what it read (its reads ordered before its release as writes are) and the writer acquire
 it, else the write may land before the read on the GPU (kind "order", naming the reading CTA).
 
+A TMA store's writes are in flight from its issue until a cp.async.bulk.wait_group (without
+.read) of the issuing thread completes its bulk group (sim/tma.py): then they count as that
+thread's writes at that point. Before, nothing orders them before any access, the issuing
+thread's own included: a release before the completion does not publish them (kind "order"
+for another CTA's access, "race" for one of this CTA).
+
 Limits: reads are recorded in allocations the launch has written to by then (outputs, partial
 sums, counters; never-written inputs cost nothing), and per byte only the last read since its
-last write (one CTA's, one thread's). TMA stores count as written when issued and TMA loads as
-read when issued, with no check of the proxy fences or bulk waits between them and the release.
+last write (one CTA's, one thread's). TMA loads count as read when issued.
 """
 from __future__ import annotations
 
@@ -44,6 +49,8 @@ from typing import Optional
 import numpy as np
 
 NOBODY = -1
+IN_FLIGHT_EPOCH = np.iinfo(np.int32).max   # a TMA store's write not complete yet: no epoch,
+IN_FLIGHT = np.iinfo(np.int64).max          # no clock comes after it
 SEMANTICS = ("relaxed", "acquire", "release", "acq_rel")
 
 
@@ -187,7 +194,7 @@ class GlobalOrder:
         tids' access now: the same thread, a CTA barrier since, or an arrival of the writer
         after the write that the accessing thread acquired."""
         sh = ctx.shadow
-        ok = (w_tid == tids) | (w_epoch < sh.epoch)
+        ok = ((w_tid == tids) & (w_clock != IN_FLIGHT)) | (w_epoch < sh.epoch)
         if sh.acquired is not None:
             ok |= sh.acquired[tids + sh.base, w_tid.astype(np.int64) + sh.base] >= w_clock
         return ok
@@ -197,6 +204,14 @@ class GlobalOrder:
         o = int(offs[r, c])
         w_cta = int(sh.cta[o])
         where = f"(thread {int(sh.tid[o])}, PTX line {int(sh.line[o])})"
+        if did == "wrote" and int(sh.clock[o]) == IN_FLIGHT:
+            mine = w_cta == cta_index(ctx)
+            ctx.fail(ins, f"{what} global memory that a TMA store of {'this CTA' if mine else f'CTA {cta_of(ctx, w_cta)}'} "
+                          f"{where} may still be writing: no cp.async.bulk.wait_group (without .read) of thread "
+                          f"{int(sh.tid[o])} completed it before this access was ordered after it (wait_group.read "
+                          f"only frees the store's shared source; tma_store_wait(0, writes=True) waits for the "
+                          f"writes, then {'a barrier or an arrival publishes' if mine else 'a barrier and a release publish'} them)",
+                     kind="race" if mine else "order", tid=int(tids[r]), address=a.base + o)
         if w_cta == cta_index(ctx):
             ctx.fail(ins, f"global-memory race: {what} bytes that thread {int(sh.tid[o])} of this CTA {did} (PTX line "
                           f"{int(sh.line[o])}) with no barrier in between (nor an mbarrier arrival after the "
@@ -233,8 +248,9 @@ class GlobalOrder:
             sh.read.record(offs[valid], cta_index(ctx), np.broadcast_to(tids[rows][:, None], offs.shape)[valid],
                            ctx.shadow.epoch, ctx.shadow.clock, ins.line)
 
-    def write(self, ctx, ins, tids, addrs, width: int):
-        """Weak writes of `width` bytes at addrs by threads tids (checked, then recorded)."""
+    def write(self, ctx, ins, tids, addrs, width: int, in_flight: bool = False):
+        """Weak writes of `width` bytes at addrs by threads tids (checked, then recorded); with
+        `in_flight`, a TMA store's, recorded as not complete (complete() completes them)."""
         shadow = ctx.shadow
         for sh, a, rows, offs, valid in self._spans(ctx.memory, addrs, width, None):
             if sh is None:
@@ -249,9 +265,22 @@ class GlobalOrder:
             self._same_bytes(ctx, ins, a, t, offs, valid)
             o = offs[valid]
             shadow.clock += 1
-            sh.record(o, cta_index(ctx), np.broadcast_to(t[:, None], offs.shape)[valid], shadow.epoch, shadow.clock,
-                      ins.line)
+            sh.record(o, cta_index(ctx), np.broadcast_to(t[:, None], offs.shape)[valid],
+                      IN_FLIGHT_EPOCH if in_flight else shadow.epoch, IN_FLIGHT if in_flight else shadow.clock, ins.line)
             sh.read.cta[o] = NOBODY   # later reads read this write
+
+    def complete(self, ctx, tid: int, addrs, width: int):
+        """Thread tid's wait_group completed its TMA stores' writes of `width` bytes at addrs:
+        those still recorded as in flight become its writes now (its own later accesses, a
+        barrier or its release then order them)."""
+        shadow = ctx.shadow
+        shadow.clock += 1
+        for sh, a, rows, offs, valid in self._spans(ctx.memory, addrs, width, None):
+            if sh is None:
+                continue
+            o = offs[valid]
+            mine = o[(sh.cta[o] == cta_index(ctx)) & (sh.tid[o] == tid) & (sh.clock[o] == IN_FLIGHT)]
+            sh.epoch[mine], sh.clock[mine] = shadow.epoch, shadow.clock
 
     @staticmethod
     def _same_bytes(ctx, ins, a, tids, offs, valid):

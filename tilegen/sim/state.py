@@ -106,6 +106,7 @@ class Context:
         self.mbarriers: dict = {}             # shared offset -> sim.mbarrier.MBarrierState
         self.bulk: list = []                  # TMA copies issued, not yet landed (sim/tma.py)
         self.bulk_reads: dict = {}            # thread -> its TMA stores' bulk groups, the last still open
+        self.bulk_writes: dict = {}           # thread -> the global rows of those groups not yet complete
         self.barrier_names: dict = {}         # shared offset -> "name[stage]", for messages
         self.masked = False                   # decoding the code for warps that have parted
         self.active: Optional[np.ndarray] = None   # at run time, the running group's threads
@@ -144,6 +145,7 @@ class Context:
         self.mbarriers = {}
         self.bulk = []
         self.bulk_reads = {}
+        self.bulk_writes = {}
         self.cluster_phase = {}   # thread -> the cluster-barrier phase it arrived in (sim/cluster.py)
         self.solo_barrier = None
         n = self.threads

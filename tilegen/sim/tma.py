@@ -17,7 +17,11 @@ A store reads its box from shared memory (unswizzling it) and writes the element
 matrix to global memory when issued; its shared bytes count as read by the async proxy until
 a wait_group.read of the issuing thread retires its bulk group: writing them before is
 reported, and so is reading bytes the threads wrote without fence.proxy.async or without a
-barrier ordering them before the issuing thread (SharedShadow.issue_bulk_read).
+barrier ordering them before the issuing thread (SharedShadow.issue_bulk_read). Its global
+writes count as in flight until a wait_group without .read of the issuing thread retires the
+group (the completion makes them visible to that thread, PTX ISA, cp.async.bulk.wait_group):
+until then nothing orders them before any access, the issuing thread's own included, so a
+release before that completion publishes nothing (sim/ordering.py).
 """
 from __future__ import annotations
 
@@ -252,20 +256,24 @@ def _store(ins, ctx, tid, src, desc, coords):
             ctx.memory.write(ptr + r * pitch + k_lo * esize, box[r - c1, (k_lo - c0) * esize:(k_hi - c0) * esize])
         except (MemoryFault, SimError) as e:
             ctx.fail(ins, f"the TMA store to {name} writes row {r} outside every allocation ({e})", kind="bounds", tid=tid)
-    if ctx.order is not None and r_lo < r_hi and k_lo < k_hi:   # between CTAs (ordering.py)
-        _order_rows(ins, ctx, tid, ptr, pitch, esize, r_lo, r_hi, k_lo, k_hi, write=True)
+    if ctx.order is not None and r_lo < r_hi and k_lo < k_hi:   # between CTAs (ordering.py): in flight
+        rows = _order_rows(ins, ctx, tid, ptr, pitch, esize, r_lo, r_hi, k_lo, k_hi, write=True)
+        ctx.bulk_writes.setdefault(tid, [[]])[-1].append(rows)
     ctx.bulk_reads.setdefault(tid, [[]])[-1].append((offs, ins.line))
 
 
 def _order_rows(ins, ctx, tid, ptr, pitch, esize, r_lo, r_hi, k_lo, k_hi, write: bool):
-    """The box's rows in global memory as thread tid's weak accesses, when issued."""
+    """The box's rows in global memory as thread tid's weak accesses, when issued (a store's
+    writes in flight); (their addresses, bytes per row)."""
     rows = np.arange(r_lo, r_hi, dtype=np.uint64)
     addrs = np.uint64(ptr + k_lo * esize) + rows * np.uint64(pitch)
     tids = np.full(rows.size, tid, dtype=np.int64)
+    width = (k_hi - k_lo) * esize
     if write:
-        ctx.order.write(ctx, ins, tids, addrs, (k_hi - k_lo) * esize)
+        ctx.order.write(ctx, ins, tids, addrs, width, in_flight=True)
     else:
-        ctx.order.read(ctx, ins, tids, addrs, (k_hi - k_lo) * esize)
+        ctx.order.read(ctx, ins, tids, addrs, width)
+    return addrs, width
 
 
 def _build_commit(ins, ctx):
@@ -275,6 +283,7 @@ def _build_commit(ins, ctx):
         tids = ctx.all_tids if guard is None else ctx.all_tids[guard()]
         for t in tids.tolist():
             ctx.bulk_reads.setdefault(t, [[]]).append([])
+            ctx.bulk_writes.setdefault(t, [[]]).append([])
     return run
 
 
@@ -282,20 +291,32 @@ def _build_wait(ins, ctx):
     if len(ins.operands) != 1 or not isinstance(ins.operands[0], Imm):
         ctx.unsupported(ins, f"{ins.opcode} without an immediate count")
     keep = int(ins.operands[0].value)
+    complete = not ins.opcode.endswith(".read")   # the writes done too, not only the shared reads
     guard = ctx.guard(ins)
 
     def run():
         tids = ctx.all_tids if guard is None else ctx.all_tids[guard()]
         for t in tids.tolist():
-            groups = ctx.bulk_reads.get(t)
-            if not groups:
-                continue
-            closed = groups[:-1]   # the last list collects stores not yet committed
-            while len(closed) > keep:
-                for offs, line in closed.pop(0):
-                    ctx.shadow.retire_bulk_read(t, offs, line)
-            ctx.bulk_reads[t] = closed + groups[-1:]
+            for offs, line in _retire(ctx.bulk_reads, t, keep):
+                ctx.shadow.retire_bulk_read(t, offs, line)
+            if complete:
+                for addrs, width in _retire(ctx.bulk_writes, t, keep):
+                    if ctx.order is not None:
+                        ctx.order.complete(ctx, t, addrs, width)
     return run
+
+
+def _retire(groups_of: dict, t: int, keep: int) -> list:
+    """The entries of thread t's committed groups past the newest `keep`, taken out (the last
+    list collects entries not yet committed)."""
+    groups = groups_of.get(t)
+    if not groups:
+        return []
+    closed, out = groups[:-1], []
+    while len(closed) > keep:
+        out.extend(closed.pop(0))
+    groups_of[t] = closed + groups[-1:]
+    return out
 
 
 def pending_store_reads(ctx):

@@ -80,5 +80,9 @@ def lower_tma_store_commit(b, ctx, op):
 
 
 def lower_tma_store_wait(b, ctx, op):
+    if op.writes:
+        b.emit(Instr("cp.async.bulk.wait_group", (), (op.pending,), pred=first_thread(ctx),
+                     comment="the stores are complete: their global writes are visible to this thread"))
+        return
     b.emit(Instr("cp.async.bulk.wait_group.read", (), (op.pending,), pred=first_thread(ctx),
                  comment="the stores' shared sources may be written again"))
