@@ -10,7 +10,8 @@ ATOM = "m16n8k16.f16.f32"
 
 
 @tg.kernel
-def pipeline(stages, wait_pending=None, barrier=True, ahead=None, final_wait=True, barrier_after=False):
+def pipeline(stages, wait_pending=None, barrier=True, ahead=None, final_wait=True, barrier_after=False,
+             modulo=True):
     """A one-warp GEMM main loop with the knobs a mistake would turn."""
     S = stages
     tg.launch(threads=32, grid=(1, 1, 1))
@@ -27,7 +28,7 @@ def pipeline(stages, wait_pending=None, barrier=True, ahead=None, final_wait=Tru
         tg.copy_async(sB[s], B.block(s * 64, 0))
         tg.commit()
     for kt in tg.range(tg.cdiv(A.shape[1], 64)):
-        stage = kt % S
+        stage = kt % S if modulo else kt
         tg.wait(S - 2 if wait_pending is None else wait_pending)
         if barrier:
             tg.barrier()
@@ -80,6 +81,13 @@ def test_prefetching_into_the_stage_being_read_is_caught(stages):
     # S tiles ahead lands in stage kt % S, which this iteration just read: no barrier since.
     with pytest.raises(HazardError, match=r"overwrites a stage other warps may still be reading.*test_hazards\.py:\d+"):
         tilegen.compile(pipeline, stages=stages, ahead=stages)
+
+
+def test_a_stage_index_past_the_tile_is_caught():
+    """sA[kt] without the modulo: on the third k-tile the load would read past sA, in sB; the
+    check names the stage and the tile instead of wrapping the index round."""
+    with pytest.raises(HazardError, match=r"stage 2 of sA, which has 2 stages \(0\.\.1\) \(test_hazards\.py:\d+\)"):
+        tilegen.compile(pipeline, stages=2, modulo=False)
 
 
 def test_ending_with_copies_in_flight_is_caught():

@@ -156,3 +156,61 @@ def test_single_thread_ops_use_the_roles_first_thread():
     assert "setp.eq.u32 %p" in kernel.ptx and ", 256;" in kernel.ptx
     err, bound, _ = common.check(kernel, 130, 260, 64 * 5 + 1, device="sim", seed=4)
     assert err <= bound
+
+
+# ---- a branch on the warp index outside roles --------------------------------------------------
+
+def _one_warp_multiplies(guard):
+    """Two warps copy a 16 x 32 A and a 32 x 16 B into shared memory; under `guard` (of the warp
+    index or the thread index) warps load fragments (ldmatrix), multiply and store C."""
+    @tg.kernel
+    def one_warp():
+        tg.launch(threads=64, grid=(1, 1, 1))
+        A = tg.tensor("A", "f16", ("M", "K"))
+        B = tg.tensor("B", "f16", ("K", "N"), layout="col")
+        C = tg.tensor("C", "f32", ("M", "N"))
+        sA = tg.shared("sA", "f16", 16, 32, swizzle="64B")
+        sB = tg.shared("sB", "f16", 16, 32, swizzle="64B", logical="col")
+        tg.copy_async(sA[0], A.block(0, 0))
+        tg.copy_async(sB[0], B.block(0, 0))
+        tg.commit()
+        tg.wait(0)
+        tg.barrier()
+        with tg.if_(guard()):
+            a, b = tg.fragment(ATOM, "A", (1, 1)), tg.fragment(ATOM, "B", (1, 2))
+            acc = tg.fragment(ATOM, "C", (1, 2))
+            for kk in range(2):
+                tg.load(a, sA[0], 0, kk * 16)
+                tg.load(b, sB[0], kk * 16, 0)
+                tg.mma(acc, a, b)
+            tg.store(C.block(0, 0), acc)
+    return tilegen.compile(one_warp)
+
+
+ATOM = "m16n8k16.f16.f32"
+
+
+def test_whole_warps_may_load_fragments_in_a_branch_of_their_own():
+    """ldmatrix is .aligned per warp: a branch that keeps whole warps (warp 0 here) runs on
+    the emulator, the other warp's shared reads and registers untouched; one that splits a
+    warp is refused, naming a thread of the split warp."""
+    import numpy as np
+    rng = np.random.default_rng(0)
+    A = rng.standard_normal((16, 32)).astype(np.float16)
+    B = rng.standard_normal((32, 16)).astype(np.float16)
+    k = _one_warp_multiplies(lambda: tg.lt(tg.warp_id(), 1))
+    from tilegen.sim import GlobalMemory, run_kernel
+    mem = GlobalMemory()
+    ptrs = {n: mem.alloc(x.nbytes) for n, x in (("A", A), ("B", np.asfortranarray(B)), ("C", np.zeros((16, 16), np.float32)))}
+    mem.write(ptrs["A"], A.tobytes())
+    mem.write(ptrs["B"], np.asfortranarray(B).tobytes(order="F"))
+    mem.write(ptrs["C"], np.full((16, 16), np.nan, np.float32).tobytes())
+    args = {"M": 16, "N": 16, "K": 32, "A_ptr": ptrs["A"], "A_ld": 32, "B_ptr": ptrs["B"], "B_ld": 32,
+            "C_ptr": ptrs["C"], "C_ld": 16}
+    run_kernel(k, args, {"M": 16, "N": 16, "K": 32}, memory=mem)
+    C = np.frombuffer(mem.read(ptrs["C"], 16 * 16 * 4), np.float32).reshape(16, 16)
+    np.testing.assert_allclose(C, A.astype(np.float64) @ B.astype(np.float64), rtol=1e-5, atol=1e-5)
+    split = _one_warp_multiplies(lambda: tg.lt(tg.thread_id(), 16))
+    with pytest.raises(SimError) as e:
+        run_kernel(split, args, {"M": 16, "N": 16, "K": 32}, memory=mem)
+    assert e.value.kind == "divergence" and "ldmatrix is .sync.aligned" in str(e.value) and e.value.tid == 16

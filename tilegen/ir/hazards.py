@@ -116,7 +116,10 @@ def _stage(ev, op, tile, field: str = "stage"):
     s = ev.value(getattr(op, field))
     if s is None:
         raise HazardError(f"cannot tell which stage of {tile.name} this op touches{_where(op)}")
-    return s % tile.stages if s >= tile.stages else s
+    if not 0 <= s < tile.stages:   # the address would fall in whatever follows the tile
+        raise HazardError(f"stage {s} of {tile.name}, which has {tile.stages} stage{'s' if tile.stages > 1 else ''} "
+                          f"(0..{tile.stages - 1}){_where(op)}: take the stage index modulo the stages")
+    return s
 
 
 MAX_TRIPS = 64  # sizes whose loops run longer only repeat the steady state: skipped

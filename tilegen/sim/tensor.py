@@ -23,10 +23,12 @@ from .state import Context, per_thread
 WARP = 32
 
 
-def _aligned_guard(ins, ctx: Context, warp_partial: bool = False):
-    """.sync.aligned instructions: every thread of the CTA runs them or none does. With
-    warp_partial (mma, which only touches registers: the writes honour the guard), whole
-    warps of a group whose warps parted may run it without the others."""
+def _aligned_guard(ins, ctx: Context, warp_partial: bool = False, warp_mask: bool = False):
+    """.sync.aligned instructions: .aligned asks every thread of a warp to run them or none, so
+    the guard must be uniform in each warp. With warp_partial, whole warps may run one without
+    the others (a branch on the warp index): on() then says True for mma (only registers: the
+    writes honour the guard), or with warp_mask the warps that run it (ldmatrix / stmatrix,
+    whose shared-memory accesses must be those warps' alone). Without, the whole CTA or none."""
     g = ctx.guard(ins)
     if g is None:
         return None
@@ -40,7 +42,7 @@ def _aligned_guard(ins, ctx: Context, warp_partial: bool = False):
         if warp_partial and ctx.threads % WARP == 0:
             w = m.reshape(-1, WARP)
             if (w.all(axis=1) | ~w.any(axis=1)).all():
-                return True
+                return w.all(axis=1) if warp_mask else True
         ctx.fail(ins, f"{ins.opcode.split('.')[0]} is .sync.aligned but its guard differs between "
                       f"threads; the emulator needs it uniform across the CTA", kind="divergence",
                  tid=int(np.flatnonzero(m != m[0])[0]))
@@ -151,11 +153,12 @@ def _matrix_plan(num, trans):
     return rows, cols, addr_lane
 
 
-def _row_offsets(ins, ctx, addr, W, addr_lane):
-    """(W, 8*num) shared byte offsets of the matrix rows, checked (bounds, 16-byte alignment)."""
-    a = per_thread(addr(), ctx.threads).astype(np.uint64).reshape(W, WARP)[:, addr_lane]
+def _row_offsets(ins, ctx, addr, warps, addr_lane):
+    """(len(warps), 8*num) shared byte offsets of the matrix rows of those warps, checked
+    (bounds, 16-byte alignment)."""
+    a = per_thread(addr(), ctx.threads).astype(np.uint64).reshape(-1, WARP)[warps][:, addr_lane]
     flat = a.reshape(-1)
-    owner = (np.arange(W)[:, None] * WARP + addr_lane[None, :]).reshape(-1)
+    owner = (warps[:, None] * WARP + addr_lane[None, :]).reshape(-1)
     bad = flat % np.uint64(16) != 0
     if bad.any():
         i = int(np.flatnonzero(bad)[0])
@@ -165,7 +168,16 @@ def _row_offsets(ins, ctx, addr, W, addr_lane):
         off = ctx.shared.offsets(flat, 16)
     except MemoryFault as f:
         ctx.fault(ins, f, owner)
-    return off.reshape(W, -1)
+    return off.reshape(len(warps), -1)
+
+
+def _running_warps(on, W):
+    """The warps an ldmatrix / stmatrix runs in (all, or those its warp-uniform guard keeps),
+    or None when none does."""
+    sel = True if on is None else on()
+    if sel is False:
+        return None
+    return np.arange(W) if sel is True else np.flatnonzero(sel)
 
 
 def build_ldmatrix(ins, ctx: Context):
@@ -175,25 +187,27 @@ def build_ldmatrix(ins, ctx: Context):
     dests = _vec(ctx, ins, ins.operands[0], num, "the destination")
     addr = ctx.address(ins, ins.operands[1])
     puts = [ctx.writer(ins, d, np.uint32) for d in dests]
-    on = _aligned_guard(ins, ctx)
+    on = _aligned_guard(ins, ctx, warp_partial=True, warp_mask=True)
     n = ctx.threads
-    tids = ctx.all_tids
     lanes_rows = rows.reshape(-1)                          # (32 * num * 2,)
     lanes_cols = cols.reshape(-1)
     byte = np.arange(2)
 
     def run():
-        if on is not None and not on():
+        warps = _running_warps(on, W)
+        if warps is None:
             return
-        off = _row_offsets(ins, ctx, addr, W, addr_lane)                   # (W, 8num)
+        tids = (warps[:, None] * WARP + np.arange(WARP)).reshape(-1)
+        off = _row_offsets(ins, ctx, addr, warps, addr_lane)               # (warps, 8num)
         # Byte offsets every receiving lane reads: its row start + 2 * column (+0, +1).
-        src = off[:, lanes_rows] + 2 * lanes_cols                          # (W, 32*num*2)
-        per_lane = (src.reshape(W * WARP, -1)[:, :, None] + byte).reshape(n, -1)
+        src = off[:, lanes_rows] + 2 * lanes_cols                          # (warps, 32*num*2)
+        per_lane = (src.reshape(tids.size, -1)[:, :, None] + byte).reshape(tids.size, -1)
         v = ctx.shadow.read(tids, per_lane, ins.line)
         if v:
             ctx.violation(ins, v, tids)
-        halves = ctx.shared.words(2)[src // 2]                             # (W, 32*num*2) uint16
-        words = np.ascontiguousarray(halves).view(np.uint32).reshape(n, num)
+        halves = ctx.shared.words(2)[src // 2]                             # (warps, 32*num*2) uint16
+        words = np.zeros((n, num), dtype=np.uint32)                        # (the guard keeps the others')
+        words[tids] = np.ascontiguousarray(halves).view(np.uint32).reshape(tids.size, num)
         for i, put in enumerate(puts):
             put(np.ascontiguousarray(words[:, i]))
     return run
@@ -206,23 +220,24 @@ def build_stmatrix(ins, ctx: Context):
     addr = ctx.address(ins, ins.operands[0])
     srcs = _vec(ctx, ins, ins.operands[1], num, "the source")
     readers = [ctx.reader(ins, s, np.uint32) for s in srcs]
-    on = _aligned_guard(ins, ctx)
+    on = _aligned_guard(ins, ctx, warp_partial=True, warp_mask=True)
     n = ctx.threads
-    tids = ctx.all_tids
     lanes_rows, lanes_cols = rows.reshape(-1), cols.reshape(-1)
     byte = np.arange(2)
 
     def run():
-        if on is not None and not on():
+        warps = _running_warps(on, W)
+        if warps is None:
             return
-        off = _row_offsets(ins, ctx, addr, W, addr_lane)
-        dst = off[:, lanes_rows] + 2 * lanes_cols                          # (W, 32*num*2)
-        per_lane = (dst.reshape(W * WARP, -1)[:, :, None] + byte).reshape(n, -1)
+        tids = (warps[:, None] * WARP + np.arange(WARP)).reshape(-1)
+        off = _row_offsets(ins, ctx, addr, warps, addr_lane)
+        dst = off[:, lanes_rows] + 2 * lanes_cols                          # (warps, 32*num*2)
+        per_lane = (dst.reshape(tids.size, -1)[:, :, None] + byte).reshape(tids.size, -1)
         v = ctx.shadow.write(tids, per_lane, ins.line, "stmatrix")
         if v:
             ctx.violation(ins, v, tids)
-        words = np.stack([per_thread(r(), n) for r in readers], axis=1).astype(np.uint32)
-        halves = np.ascontiguousarray(words).view(np.uint16).reshape(W, -1)
+        words = np.stack([per_thread(r(), n) for r in readers], axis=1).astype(np.uint32)[tids]
+        halves = np.ascontiguousarray(words).view(np.uint16).reshape(warps.size, -1)
         ctx.shared.words(2)[dst // 2] = halves
     return run
 
