@@ -187,6 +187,7 @@ def test_planted_tma_store_published_before_it_completed(G, kind, cta, writer):
     assert (err.kind, err.cta) == (kind, cta), str(err)
     assert f"a TMA store of {writer} (thread 32, PTX line {store_line}) may still be writing" in str(err)
     assert "ld.global" in kernel.ptx.splitlines()[err.line - 1]
+    assert err.source.startswith("test_arrivals.py:") and "+= W" in err.source   # the DSL line of the read
 
 
 def test_atom_returns_each_threads_old_value_in_thread_order():

@@ -503,6 +503,19 @@ def test_gemm_without_edge_predication(gemm):
         run_gemm_ptx(gemm, ptx)
     assert e.value.kind == "bounds" and e.value.text.startswith("cp.async")
     assert "past the end of allocation" in str(e.value)
+    # named in the kernel's terms too: the argument the address lies past, the op's source line
+    assert re.fullmatch(r"[AB]_ptr \+ \d+ bytes", e.value.within), e.value.within
+    assert re.match(r"\w+\.py:\d+ \(", e.value.source) and f"source: {e.value.source}" in str(e.value)
+
+
+def test_sizes_that_disagree_with_the_arguments_are_refused(gemm):
+    """The grid comes from `sizes`, the kernel reads `args`: run_kernel refuses a mismatch
+    instead of leaving rows unwritten."""
+    mem = GlobalMemory()
+    with pytest.raises(SimError, match=r"M = 20 in sizes but 50 in args"):
+        run_kernel(PtxKernel(gemm, gemm.ptx), {"M": 50, "N": 8, "K": 16, "A_ptr": 0, "A_ld": 16, "B_ptr": 0,
+                                               "B_ld": 8, "C_ptr": 0, "C_ld": 8, "alpha": 1.0, "beta": 0.0},
+                   {"M": 20, "N": 8, "K": 16}, mem)
 
 
 def test_gemm_unguarded_store(gemm):

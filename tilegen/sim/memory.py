@@ -106,6 +106,11 @@ class GlobalMemory:
         a = self._allocs[i]
         return a, address - a.base
 
+    def at_or_below(self, address: int):
+        """The allocation that starts at or below `address` (nearest first), or None."""
+        i = bisect.bisect_right(self._bases, int(address)) - 1
+        return None if i < 0 else self._allocs[i]
+
     def describe(self, address: int) -> str:
         """Where an address sits relative to the allocations, for error messages."""
         i = bisect.bisect_right(self._bases, int(address)) - 1

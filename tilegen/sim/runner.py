@@ -11,6 +11,7 @@ from __future__ import annotations
 import itertools
 import math
 import numbers
+import re
 import threading
 from dataclasses import dataclass
 from typing import Optional
@@ -153,6 +154,10 @@ def launch(ptx, grid, threads: int, args: dict, *, memory: GlobalMemory, entry: 
                     ctas = [(x + i % cx, y + (i // cx) % cy, z + i // (cx * cy)) for i in range(size)]
                     stats.instructions += group.run(ctas, [c for _, c in taken], _run_cta)
                     stats.ctas += size
+    except SimError as e:
+        if e.line is not None and isinstance(ptx, str):
+            e.at_source(source_of(ptx.splitlines(), e.line))
+        raise
     finally:
         for r, (ctx, code) in enumerate(taken):
             ctx.bind({}, (1, 1, 1), None)
@@ -160,6 +165,27 @@ def launch(ptx, grid, threads: int, args: dict, *, memory: GlobalMemory, entry: 
             with _LOCK:
                 program.decoded[key + (r,)] = (ctx, code)
     return stats
+
+
+_LOCATION = re.compile(r"^\s*// \(([^()]+:\d+)\)\s*$")   # what the generator writes before an op's code
+
+
+def source_of(lines, line: int) -> str:
+    """Where PTX line `line` comes from, as the comments a tilegen kernel's PTX carries before
+    each op say it: "file.py:NN (the op)", or "" for PTX without them."""
+    what = ""
+    for i in range(min(line, len(lines)) - 2, -1, -1):
+        text = lines[i].strip()
+        if text.startswith(".visible") or text.startswith(".entry"):
+            break
+        if not text.startswith("//"):
+            continue
+        m = _LOCATION.match(lines[i])
+        if m:
+            return m.group(1) + (f" ({what})" if what else "")
+        if not what and not text.startswith("// role"):
+            what = text[2:].strip()
+    return ""
 
 
 def _cluster_dims(ent, grid, cluster) -> tuple:
@@ -421,9 +447,31 @@ def run_kernel(kernel, args: dict, sizes: dict, memory: Optional[GlobalMemory] =
     missing = [n for n in names if n not in args]
     if missing:
         raise SimError(f"{kernel.name}: missing arguments {', '.join(missing)}")
-    return launch(kernel.ptx, kernel.grid(sizes, EMULATOR_SM_COUNT), kernel.threads, {n: args[n] for n in names},
-                  memory=memory, entry=kernel.name, shared_bytes=kernel.smem_bytes, shared_base=shared_base,
-                  barriers=getattr(kernel, "barriers", ()))
+    differ = [f"{k} = {v} in sizes but {args[k]} in args" for k, v in sizes.items() if k in args and args[k] != v]
+    if differ:   # the grid would cover one problem and the kernel walk another
+        raise SimError(f"{kernel.name}: {'; '.join(differ)} (the grid is sized from sizes, the kernel reads args)")
+    try:
+        return launch(kernel.ptx, kernel.grid(sizes, EMULATOR_SM_COUNT), kernel.threads, {n: args[n] for n in names},
+                      memory=memory, entry=kernel.name, shared_bytes=kernel.smem_bytes, shared_base=shared_base,
+                      barriers=getattr(kernel, "barriers", ()))
+    except SimError as e:
+        if e.address is not None:
+            e.within_argument(_argument_at(memory, {n: args[n] for n in names if n.endswith("_ptr")}, e.address))
+        raise
+
+
+def _argument_at(memory: GlobalMemory, pointers: dict, address: int) -> str:
+    """The pointer argument whose allocation `address` falls in or lies past, as "X_ptr + n
+    bytes" (the nearest pointer at or below it), or ""."""
+    a = memory.at_or_below(address)
+    if a is None:
+        return ""
+    inside = [(n, int(v)) for n, v in pointers.items()
+              if isinstance(v, numbers.Integral) and a.base <= int(v) <= address]
+    if not inside:
+        return ""
+    name, at = max(inside, key=lambda p: p[1])
+    return f"{name} + {address - at} bytes"
 
 
 _GLOBAL: Optional[GlobalMemory] = None
