@@ -25,6 +25,37 @@ def test_f32_runs_3xtf32_unless_tf32_is_allowed(monkeypatch):
     assert tilegen.matmul.explain(A, B, allow_tf32=False).spec.dtype == "f32"
 
 
+@pytest.mark.parametrize("value, tf32", [("1", True), ("true", True), ("YES", True), ("on", True), ("0", False),
+                                         ("false", False), ("no", False), ("", False)])
+def test_the_tf32_switch_in_the_environment(monkeypatch, value, tf32):
+    A, B = _pair(100, 90, 80)
+    monkeypatch.setenv("TILEGEN_ALLOW_TF32", value)
+    assert tilegen.matmul.explain(A, B).spec.dtype == ("tf32" if tf32 else "f32")
+
+
+def test_a_tf32_switch_that_means_nothing_is_refused(monkeypatch):
+    A, B = _pair(16, 16, 16)
+    monkeypatch.setenv("TILEGEN_ALLOW_TF32", "maybe")
+    with pytest.raises(tilegen.LaunchError, match="TILEGEN_ALLOW_TF32='maybe'; allowed: 1, true"):
+        tilegen.matmul.explain(A, B)
+    monkeypatch.delenv("TILEGEN_ALLOW_TF32")
+    with pytest.raises(tilegen.LaunchError, match="allow_tf32='no'; allowed: True, False or None"):
+        tilegen.matmul.explain(*_pair(16, 16, 16, np.float16), allow_tf32="no")   # (checked for f16 too)
+
+
+def test_explain_takes_what_matmul_takes():
+    """explain's answer is the spec matmul runs for the same call: out_dtype counts, alpha /
+    beta / device are taken, and a misspelled keyword is an error, not a silent plain GEMM."""
+    A, B = _pair(40, 24, 32, np.float16, seed=2)
+    assert tilegen.matmul.explain(A, B, out_dtype=np.float32).spec.out_dtype == "f32"
+    assert tilegen.matmul.explain(A, B, out_dtype="bf16", alpha=2.0, beta=0.0, device="sim").spec.out_dtype == "bf16"
+    assert tilegen.matmul(A, B, out_dtype=np.float32, device="sim").dtype == np.float32
+    with pytest.raises(TypeError, match="bais"):
+        tilegen.matmul.explain(A, B, bais=np.ones(24, np.float16))
+    with pytest.raises(tilegen.LaunchError, match="out is float16 but out_dtype"):
+        tilegen.matmul(A, B, out=np.empty((40, 24), np.float16), out_dtype=np.float32, device="sim")
+
+
 def test_f32_accuracy_on_the_emulator(monkeypatch):
     monkeypatch.delenv("TILEGEN_ALLOW_TF32", raising=False)
     A, B = _pair(70, 66, 130, seed=1)

@@ -136,7 +136,8 @@ class Kernel:
     # -- running ----------------------------------------------------------------------------
     def __call__(self, *args, **kwargs):
         raise LaunchError(f"{self.name} is not a GEMM: launch it with kernel.launch(args, sizes), every "
-                          f"parameter by name ({', '.join(self._names) or 'none'})")
+                          f"parameter by name ({', '.join(self._names) or 'none'}); with device='sim' it runs on "
+                          f"the CPU emulator, its pointers from tilegen.sim.global_memory().alloc")
 
     def function(self, device: int = 0):
         """The loaded CUDA function (JIT-compiled by the driver on first use; loaded again
@@ -169,11 +170,16 @@ class Kernel:
         self._launchers[device] = (module_generation(), launcher)
         return launcher
 
-    def launch(self, args: dict, sizes: dict, stream=None, device: int = 0):
+    def launch(self, args: dict, sizes: dict, stream=None, device=0):
         """Launch with every parameter given by name (pointers as ints, scalars as numbers)
         and the size symbols the grid reads; on `stream` (a handle, a tilegen/torch/CuPy
         stream, or None for the default stream). A TMA kernel's tensor maps are built from
-        their tensors' arguments unless given."""
+        their tensors' arguments unless given. device="sim": on the CPU emulator
+        (tilegen.sim.run_kernel; pointers are addresses in tilegen.sim.global_memory())."""
+        if device == "sim":
+            from ..sim import run_kernel
+            run_kernel(self, args, sizes)
+            return
         if self.tensor_maps:
             args = runtime.fill_tensor_maps(self.tensor_maps, args)
         try:

@@ -4,7 +4,7 @@ slices inside the GEMM kernel, instead of a second kernel).
 
     F = tg.counters("F")                       # parameter F_ptr: u32 counters, zero between launches
     ...                                        # every thread of the role stores its part
-    with tg.if_(F.last_arrival(block, arrivals)):     
+    with tg.if_(F.last_arrival(block, arrivals)):
         ...                                    # this CTA arrived last: every part is visible
 
 last_arrival is a release-acquire handshake at GPU scope (the PTX memory model's release and

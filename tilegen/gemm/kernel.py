@@ -72,6 +72,9 @@ class GemmKernel(Kernel):
         while the stream captures a graph, the graph's own); with operands prepared first
         (pretranspose, f32 on wgmma: gemm/prepare.py), their kernels before, into workspaces from
         the stream-ordered allocator."""
+        if device == "sim":
+            raise LaunchError(f"{self.name}: kernel.launch of a GEMM runs on the GPU; on the CPU emulator call it on "
+                              f"arrays: kernel(A, B, out=C, device='sim')")
         if self.spec.prepared_operands:
             handle = int(runtime.stream_handle(stream))
             preps, K = preparations(self.spec, args)

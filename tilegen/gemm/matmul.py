@@ -332,13 +332,24 @@ def _allow_tf32(allow) -> bool:
             raise LaunchError(f"allow_tf32={allow!r}; allowed: True, False or None (TILEGEN_ALLOW_TF32=1 in the "
                               f"environment allows it)")
         return bool(allow)
-    return os.environ.get("TILEGEN_ALLOW_TF32", "") == "1"
+    env = os.environ.get("TILEGEN_ALLOW_TF32", "").strip().lower()
+    if env in _ENV_TRUE or env in _ENV_FALSE:
+        return env in _ENV_TRUE
+    raise LaunchError(f"TILEGEN_ALLOW_TF32={os.environ['TILEGEN_ALLOW_TF32']!r}; allowed: 1, true, yes, on (tf32 for f32 "
+                      f"inputs) or 0, false, no, off, unset")
 
 
-def explain(A, B, *, bias=None, activation=None, residual=None, out=None, allow_tf32=None, scale_a=None, scale_b=None,
-            **_ignored) -> Choice:
-    """The spec matmul would run for these arguments, and the reason. Runs nothing; fp8 over
-    FP8_WIDE_MIN_AREA outputs on Hopper loads the wide kernel once per process (loads_without_spills)."""
+_ENV_TRUE, _ENV_FALSE = ("1", "true", "yes", "on"), ("", "0", "false", "no", "off")
+
+
+def explain(A, B, *, bias=None, activation=None, residual=None, alpha=1.0, beta=0.0, out=None, allow_tf32=None,
+            device=None, scale_a=None, scale_b=None, out_dtype=None) -> Choice:
+    """The spec matmul would run for these arguments (matmul's own), and the reason. Runs
+    nothing (alpha, beta and device do not change the choice); fp8 over FP8_WIDE_MIN_AREA
+    outputs on Hopper loads the wide kernel once per process (loads_without_spills)."""
+    out = _out_for(A, B, out, out_dtype)
+    if allow_tf32 is not None:
+        _allow_tf32(allow_tf32)   # (checked for every dtype: it matters only for f32)
     if batch.is_stack(A, B):
         stack = batch.plan(A, B, out=out, bias=bias)
         if not stack.folded and scale_a is None and scale_b is None:
@@ -777,8 +788,7 @@ def matmul(A, B, *, bias=None, activation=None, residual=None, alpha=1.0, beta=0
     scale_a and scale_b are per-tensor (numbers or one-element tensors, multiplying alpha) or
     per row of A / per column of B (f32 vectors of length M / N, applied in the epilogue)."""
     scales = NO_SCALES
-    if out_dtype is not None and out is None:
-        out = _empty_out(A, B, _out_dtype_name(out_dtype))
+    out = _out_for(A, B, out, out_dtype)
     if scale_a is not None or scale_b is not None:   # per-tensor: into alpha; per row / column: the epilogue's
         if batch.is_stack(A, B):
             return _stacked(A, B, bias=bias, activation=activation, residual=residual, alpha=alpha, beta=beta,
@@ -1216,6 +1226,20 @@ def _out_dtype_name(dt) -> str:
     if name not in _OUT_NAMES:
         raise LaunchError(f"out_dtype={dt!r}; allowed: bf16, f16, f32 (as names, torch or numpy dtypes)")
     return _OUT_NAMES[name]
+
+
+def _out_for(A, B, out, out_dtype):
+    """out, or with out_dtype alone a new output of that dtype (out and an out_dtype it does
+    not have are refused)."""
+    if out_dtype is None:
+        return out
+    name = _out_dtype_name(out_dtype)
+    if out is None:
+        return _empty_out(A, B, name)
+    if _DTYPES.get(_dtype_name(out)) != name:
+        raise LaunchError(f"out is {_dtype_name(out)} but out_dtype={out_dtype!r}: pass one of them (out's dtype is "
+                          f"the result's)")
+    return out
 
 
 def _empty_out(A, B, name: str):
