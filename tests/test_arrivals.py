@@ -10,6 +10,7 @@ import pytest
 import tilegen
 import tilegen.dsl as tg
 from ptxas_util import assert_assembles, needs_ptxas
+from tilegen.runtime import DeviceBuffer, gpu_available, synchronize
 from tilegen.sim import GlobalMemory, SimError, run_kernel
 
 ATOM = "m16n8k16.f16.f32"
@@ -188,6 +189,31 @@ def test_planted_tma_store_published_before_it_completed(G, kind, cta, writer):
     assert f"a TMA store of {writer} (thread 32, PTX line {store_line}) may still be writing" in str(err)
     assert "ld.global" in kernel.ptx.splitlines()[err.line - 1]
     assert err.source.startswith("test_arrivals.py:") and "+= W" in err.source   # the DSL line of the read
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not gpu_available(), reason="no GPU / CUDA driver")
+def test_parts_published_through_complete_tma_stores_on_the_gpu():
+    """The same kernel on the H200 over 264 CTAs (two per SM), 20 launches on one set of
+    counters: the last CTA's sum, in slot order, is numpy's float32 sum in that order, bit for
+    bit, every time, and the counter is back at 0."""
+    G, launches = 264, 20
+    kernel = make_kernel(tma="complete")
+    rng = np.random.default_rng(5)
+    X = rng.standard_normal((32 * G, 8)).astype(np.float32)
+    want = np.zeros((32, 8), np.float32)
+    for c in range(G):
+        want += X[32 * c:32 * c + 32]
+    with DeviceBuffer.from_host(X) as bx, DeviceBuffer.from_host(np.full_like(X, np.nan)) as bw, \
+            DeviceBuffer.from_host(np.zeros(4, np.uint32)) as bf, DeviceBuffer(32 * 8 * 4) as bc:
+        args = {"G": G, "R": 32 * G, "N": 8, "M": 32, "X_ptr": bx.ptr, "W_ptr": bw.ptr, "C_ptr": bc.ptr,
+                "X_ld": 8, "W_ld": 8, "C_ld": 8, "F_ptr": bf.ptr}
+        for _ in range(launches):
+            bc.copy_from_host(np.full((32, 8), np.nan, np.float32))
+            kernel.launch(args, {"G": G})
+            synchronize()
+            np.testing.assert_array_equal(bc.copy_to_host(np.empty((32, 8), np.float32)), want)
+        assert bf.copy_to_host(np.empty(4, np.uint32)).tolist() == [0, 0, 0, 0]
 
 
 def test_atom_returns_each_threads_old_value_in_thread_order():
