@@ -828,3 +828,17 @@ def test_pretranspose_a_copies_a_alone_then_takes_b_through_registers():
             tilegen.GemmSpec(dtype="tf32", a_layout=a, b_layout=b, instruction="wgmma", pretranspose="A")
     with pytest.raises(tilegen.SpecError, match="True, False or 'A'"):
         tilegen.GemmSpec(dtype="tf32", a_layout="col", instruction="wgmma", pretranspose="B")
+
+
+def test_swap_ab_alone_takes_the_swapped_kernels_defaults():
+    """GemmSpec(swap_ab=True) and nothing else about the tile: the defaults are the swapped
+    kernel's (16 rows of A by 64 columns of B, one warpgroup: what matmul runs decoding with),
+    not the unswapped kernel's, whose warps the swapped kernel refuses."""
+    spec = tilegen.GemmSpec(dtype="bf16", instruction="wgmma", swap_ab=True)
+    assert (tuple(spec.tile), tuple(spec.warps)) == ((16, 64, 64), (1, 4))
+    rng = np.random.default_rng(6)
+    A = rng.standard_normal((5, 72)).astype(ml_dtypes.bfloat16)
+    B = rng.standard_normal((72, 70)).astype(ml_dtypes.bfloat16)
+    C = tilegen.compile(spec)(A, B, device="sim")
+    ref = A.astype(np.float64) @ B.astype(np.float64)
+    assert np.abs(C.astype(np.float64) - ref).max() <= 2 ** -20 * np.abs(ref).max() + 1e-6

@@ -290,7 +290,7 @@ class GemmSpec:
                 raise SpecError(name, getattr(self, name), "'row', 'col'")
         if not isinstance(self.epilogue, Epilogue):
             raise SpecError("epilogue", self.epilogue, "an Epilogue(...)")
-        default_tile, default_warps = family.default_tile_warps(self.dtype, self.b_layout)
+        default_tile, default_warps = family.default_tile_warps(self.dtype, self.b_layout, self.swap_ab is True)
         set_("tile", TileShape.of(self.tile if self.tile is not None else default_tile))
         set_("warps", WarpLayout.of(self.warps if self.warps is not None else default_warps))
         deeper = self.stages is None and family.default_stage_count(self.dtype) > family.default_stages

@@ -18,7 +18,7 @@ class MainLoop:
     def default_target(self, dtype: str) -> str:
         raise NotImplementedError
 
-    def default_tile_warps(self, dtype: str, b_layout: str) -> tuple:
+    def default_tile_warps(self, dtype: str, b_layout: str, swap_ab: bool = False) -> tuple:
         """(tile, warps) of a spec that gives neither."""
         raise NotImplementedError
 

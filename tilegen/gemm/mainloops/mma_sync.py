@@ -36,7 +36,7 @@ class MmaSyncLoop(MainLoop):
     def default_target(self, dtype: str) -> str:
         return "sm_89" if dtype in FP8 else "sm_80"
 
-    def default_tile_warps(self, dtype: str, b_layout: str) -> tuple:
+    def default_tile_warps(self, dtype: str, b_layout: str, swap_ab: bool = False) -> tuple:
         return DEFAULT_TILE[dtype], FP8_WARPS if dtype in FP8 else DEFAULT_WARPS
 
     def default_stage_count(self, dtype: str) -> int:

@@ -55,6 +55,7 @@ DEFAULT_WGMMA_TILE = {"f16": (128, 256, 64), "bf16": (128, 256, 64), "tf32": (12
 # tf32 with a row-major B computes C^T = B^T A^T: two warpgroups of 64 columns of C, each
 # issuing m64n256 over the tile's 256 rows, B^T from registers (docs/perf_notes.md section 15).
 TF32_ROW_B = ((256, 128, 32), (1, 8))
+SWAPPED_TILE_WARPS = ((16, 64, 64), (1, 4))   # swap_ab: 16 rows of A by 64 columns of B, one warpgroup
 
 
 class WgmmaLoop(MainLoop):
@@ -179,7 +180,9 @@ class WgmmaLoop(MainLoop):
     def default_target(self, dtype: str) -> str:
         return "sm_90a"
 
-    def default_tile_warps(self, dtype: str, b_layout: str) -> tuple:
+    def default_tile_warps(self, dtype: str, b_layout: str, swap_ab: bool = False) -> tuple:
+        if swap_ab:   # decoding's few rows of A as wgmma's n (what matmul runs them with)
+            return SWAPPED_TILE_WARPS
         if dtype == "tf32" and b_layout == "row":
             return TF32_ROW_B
         return DEFAULT_WGMMA_TILE.get(dtype) or DEFAULT_TILE[dtype], (8, 1)
