@@ -174,7 +174,7 @@ def test_no_gpu_refuses_long_emulations_at_once(monkeypatch, capsys):
     monkeypatch.setattr(tilegen.runtime, "gpu_available", lambda: False)
     A = np.ones((2048, 2048), np.float16)
     t0 = time.perf_counter()
-    with pytest.raises(tilegen.LaunchError, match=r"2048x2048x2048 GEMM would take at least \d+ min .*device='sim'"):
+    with pytest.raises(tilegen.LaunchError, match=r"2048x2048x2048 GEMM would take at least \d+ (s|min) .*device='sim'"):
         tilegen.matmul(A, A)
     k = small(dtype="f16")
     with pytest.raises(tilegen.LaunchError, match=r"would take about \d+ (min|h)"):
@@ -197,6 +197,32 @@ def test_the_emulation_estimate_counts_a_slice_of_k_per_split_k_cta(monkeypatch)
     A, B = inputs("f16", 64, 64, 320, 1)      # 10 k-tiles: slices of 4
     k(A, B, device="sim")
     assert seen[0] == 4, seen
+
+
+def test_the_emulation_estimate_counts_every_block_a_persistent_cta_walks(monkeypatch):
+    """A persistent kernel's CTAs (EMULATOR_SM_COUNT of them) each walk several blocks: the
+    estimate counts the k-tiles of all of a CTA's blocks, not of one."""
+    import tilegen.sim.estimate as estimate
+
+    seen = []
+    real = estimate.estimate_seconds
+    monkeypatch.setattr(estimate, "estimate_seconds", lambda ptx, ctas, trips: seen.append((ctas, trips)) or
+                        real(ptx, ctas, trips))
+    spec = tilegen.GemmSpec(dtype="bf16", instruction="wgmma", out_dtype="bf16", tile=(64, 128, 64), warps=(4, 1))
+    assert spec.persistent
+    A, B = inputs("bf16", 200, 300, 130, 2)   # 4 x 3 blocks of 3 k-tiles over 3 CTAs: 4 blocks each
+    tilegen.compile(spec)(A, B, device="sim")
+    assert seen[0] == (3, 3 * 4), seen
+
+
+def test_the_emulator_cost_of_an_instruction():
+    from tilegen.sim.estimate import BULK, LIGHT, weight
+
+    assert weight("@%p3 ld.global.v4.u32 {%r1, %r2, %r3, %r4}, [%rd2];") == 1.0
+    assert weight("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%f0}, {%r0}, {%r1}, {%f0};") == 1.0
+    assert weight("wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 {...};") == BULK
+    assert weight("@!%p0 cp.async.bulk.tensor.2d.shared::cluster.global.tile [%r1], [%rd1, {%r2, %r3}], [%r4];") == BULK
+    assert weight("add.u32 %r5, %r4, 1;") == LIGHT
 
 
 def test_long_emulations_report_their_progress(monkeypatch, capsys):

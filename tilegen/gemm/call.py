@@ -685,10 +685,15 @@ class _SimMemory:
         trips = -(-k_run // spec.tile.k) if spec is not None else 1
         if spec is not None and spec.split_k > 1:   # (each row of CTAs walks one slice of K)
             trips = -(-trips // spec.split_k)
+        count = args.get("BATCH", 1)
+        if spec is not None and spec.persistent and not (spec.split_k > 1 or spec.stream_k):
+            blocks = -(-sizes["M"] // spec.tile.m) * -(-sizes["N"] // spec.tile.n) * count
+            trips *= -(-blocks // max(x * y * z, 1))   # (each CTA walks its share of the blocks)
         est = estimate_seconds(kernel.ptx, x * y * z, trips)
         shape = f"{sizes['M']}x{sizes['N']}x{sizes['K']}"
+        what = f"this stack of {count} {shape} GEMMs" if count > 1 else f"this {shape} GEMM"
         if not self.explicit and est > EMULATOR_LIMIT_S:
-            raise LaunchError(f"no GPU found, and this {shape} GEMM would take about {_duration(est)} on the CPU "
+            raise LaunchError(f"no GPU found, and {what} would take about {_duration(est)} on the CPU "
                               f"emulator (more than {EMULATOR_LIMIT_S:.0f} s): pass device='sim' to run it there "
                               f"anyway (tilegen run: --device sim), or run it on a machine with an NVIDIA GPU")
         if prepared:   # the operands' first kernels

@@ -1,34 +1,53 @@
 """How long the emulator will take, said before it starts.
 
-The emulator runs about RATE CTA-wide instructions per second (measured on a 2-core CI
-machine: 10^4 for GEMM kernels, whose steps are warp-wide mma and ldmatrix). A kernel's
-dynamic instruction count is estimated from its PTX: the instructions outside loops run
-once per CTA, those of a loop once per trip; GEMM loops walk the k-tiles, so a launch of
+A kernel's dynamic instruction count is estimated from its PTX: the instructions outside loops
+run once per CTA, those of a loop once per trip; GEMM loops walk the k-tiles, so a launch of
 `ctas` CTAs over `trips` k-tiles costs about ctas * (outside + trips * loop) steps, plus the
-parse of the PTX (once per text).
+parse of the PTX (once per text). Steps are weighed by what the emulator spends on them
+(measured on a 2-core machine over the mma.sync and wgmma GEMMs, f32 to fp8): an instruction
+that touches memory or the tensor cores (ld / st / cp.async / ldmatrix / mma / barriers) is one
+unit, at RATE units a second; a wgmma or a TMA copy (a warpgroup's or a box's worth of work)
+BULK units; scalar arithmetic next to nothing (LIGHT). The model's counts match the emulator's
+executed instructions within a few percent; its times within about 25%.
 """
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
 
-RATE = 10_000.0        # CTA-wide instructions per second
+RATE = 12_500.0        # memory / tensor instructions (CTA-wide) per second
+BULK = 50.0            # a wgmma or TMA copy, in those units
+LIGHT = 0.02           # scalar arithmetic, in those units
 PARSE_S = 0.3          # parsing and decoding one GEMM's PTX
-# A GEMM's floating-point operations per second on the emulator: the fastest kernels seen
-# (16-bit, large tiles) reach this; 3xTF32 runs ten times slower. Used to say "at least".
-GEMM_FLOPS_MAX = 5e7
+# A GEMM's floating-point operations per second on the emulator, above what any kernel reaches
+# (the fastest, 16-bit mma.sync with large tiles, ran 1.1e8 on the 2-core machine): what "at
+# least" is said with before anything is compiled.
+GEMM_FLOPS_MAX = 2.5e8
 _LABEL = re.compile(r"^\$loop_\d+:$")
 _BACK = re.compile(r"bra(\.uni)?\s+(\$loop_\d+);")
+_GUARD = re.compile(r"^@!?%\w+\s+")
+_UNIT = ("ld.", "st.", "cp.async", "ldmatrix", "stmatrix", "mma.", "bar.", "barrier.", "mbarrier.", "atom.", "red.",
+         "fence.", "redux.")
+_BULK = ("wgmma.mma_async", "cp.async.bulk.tensor")
+
+
+def weight(line: str) -> float:
+    """What one PTX instruction costs the emulator, in units of a memory or mma instruction."""
+    op = _GUARD.sub("", line)
+    if op.startswith(_BULK):
+        return BULK
+    return 1.0 if op.startswith(_UNIT) else LIGHT
 
 
 @dataclass(frozen=True)
 class Steps:
-    outside: int    # instructions outside any loop
-    loop: int       # instructions of the largest loop body (innermost loops counted once)
+    outside: float    # weighed instructions outside any loop
+    loop: float       # weighed instructions of the largest loop body (innermost loops counted once)
 
 
 def static_steps(ptx: str) -> Steps:
-    """Instruction counts of a PTX module: outside loops, and the largest loop body."""
+    """Weighed instruction counts of a PTX module (weight()): outside loops, and the largest
+    loop body."""
     depth_open: list = []   # loop labels open, innermost last
     bodies: dict = {}
     outside = 0
@@ -42,10 +61,11 @@ def static_steps(ptx: str) -> Steps:
             continue
         if line.endswith(":"):
             continue
+        w = weight(line)
         if depth_open:
-            bodies[depth_open[-1]] += 1
+            bodies[depth_open[-1]] += w
         else:
-            outside += 1
+            outside += w
         back = _BACK.search(line)
         if back and back.group(2) in depth_open:
             depth_open.remove(back.group(2))
@@ -63,4 +83,4 @@ def gemm_seconds_at_least(M: int, N: int, K: int) -> float:
     return 2.0 * M * N * K / GEMM_FLOPS_MAX
 
 
-__all__ = ["RATE", "GEMM_FLOPS_MAX", "Steps", "static_steps", "estimate_seconds", "gemm_seconds_at_least"]
+__all__ = ["RATE", "GEMM_FLOPS_MAX", "Steps", "weight", "static_steps", "estimate_seconds", "gemm_seconds_at_least"]
