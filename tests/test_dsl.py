@@ -311,3 +311,52 @@ def test_the_warp_index_is_computed_once_at_the_entry():
     redux = [i for i, line in enumerate(lines) if "redux.sync.min.u32" in line]
     first_branch = next(i for i, line in enumerate(lines) if " bra" in line)
     assert len(redux) == 1 and redux[0] < first_branch
+
+
+@tg.kernel
+def strided_sum():
+    """C (16 x 8) = (2 a - 1) * the sum of X's 16 x 8 blocks at columns 0, 8, 16, ... (a
+    runtime loop with a step) below W, by one warp."""
+    tg.launch(threads=32, grid=(1, 1, 1))
+    X = tg.tensor("X", "f32", ("R", "W"))
+    C = tg.tensor("C", "f32", ("M", "N"))
+    a = tg.scalar("a")
+    acc = tg.fragment(ATOM, "C", (1, 1))
+    for c in tg.range(0, X.shape[1], 8):
+        tg.accumulate(acc, X.block(0, c))
+    tg.store(C.block(0, 0), tg.scale(acc, 2.0 * a - 1.0))
+
+
+def test_a_runtime_loop_with_a_step_and_float_arithmetic():
+    """tg.range(start, stop, step) steps through start, start + step, ... (its trips: the
+    ceiling of (stop - start) / step, W = 44 here: 6 blocks, the last ragged); a Float takes
+    Python numbers and other Floats through * + - (2.0 * a - 1.0)."""
+    from tilegen.sim import GlobalMemory, run_kernel
+
+    k = tilegen.compile(strided_sum)
+    rng = np.random.default_rng(3)
+    X = rng.integers(-4, 5, (16, 44)).astype(np.float32)
+    mem = GlobalMemory()
+    px, pc = mem.alloc(X.nbytes), mem.alloc(16 * 8 * 4)
+    mem.write(px, X.tobytes())
+    run_kernel(k, {"R": 16, "W": 44, "M": 16, "N": 8, "X_ptr": px, "X_ld": 44, "C_ptr": pc, "C_ld": 8, "a": 1.75},
+               {"R": 16, "W": 44, "M": 16, "N": 8}, memory=mem)
+    C = np.frombuffer(mem.read(pc, 16 * 8 * 4), np.float32).reshape(16, 8)
+    padded = np.zeros((16, 48), np.float32)
+    padded[:, :44] = X
+    want = (2 * 1.75 - 1) * sum(padded[:, c:c + 8] for c in range(0, 48, 8))
+    np.testing.assert_array_equal(C, want)
+
+
+@pytest.mark.parametrize("body, message", [
+    (lambda: list(tg.range(0, 8, 0)), r"step=0\): the step must be a Python int >= 1"),
+    (lambda: tg.scalar("a") * "x", "a Float combines with another Float or a Python number, not str"),
+])
+def test_steps_and_float_operands_that_make_no_sense_are_explained(body, message):
+    @tg.kernel
+    def bad():
+        tg.launch(threads=32, grid=(1, 1, 1))
+        body()
+
+    with pytest.raises(DSLError, match=message):
+        tilegen.compile(bad)

@@ -588,13 +588,22 @@ def accumulate(acc: Fragment, src: Block):
     tile_op(T.AccumulateFragment(src.tensor.ir, acc.ir, raw(src.row), raw(src.col)))
 
 
-def range_(start, stop=None):
-    """A runtime loop: the body is traced once and runs stop - start times on the GPU."""
+def range_(start, stop=None, step: int = 1):
+    """A runtime loop, range(stop) or range(start, stop[, step]): the body is traced once and
+    runs for start, start + step, ... below stop on the GPU (step a Python int >= 1)."""
     if stop is None:
         start, stop = 0, start
+    if not isinstance(step, int) or isinstance(step, bool) or step < 1:
+        fail(f"tilegen.range(start, stop, step={step!r}): the step must be a Python int >= 1 (a runtime loop "
+             f"counts up)")
     tr = current()
-    with tr.builder.loop(raw(start), raw(stop), hint="kt") as counter:
-        yield Int(counter)
+    if step == 1:
+        with tr.builder.loop(raw(start), raw(stop), hint="kt") as counter:
+            yield Int(counter)
+        return
+    trips = cdiv(stop if isinstance(start, int) and start == 0 else wrap(stop) - start, step)
+    with tr.builder.loop(0, raw(trips), hint="kt") as counter:
+        yield Int(counter) * step + start
 
 
 MAX_CLUSTER = 8   # CTAs per cluster without the non-portable attribute (ptx.md 6.9)

@@ -2,7 +2,7 @@
 usual operators. Arithmetic on two Python ints folds at trace time."""
 from __future__ import annotations
 
-from ..ir.values import Value
+from ..ir.values import Imm, Value
 from .trace import current, fail
 
 
@@ -116,9 +116,21 @@ class Float:
     def raw(self) -> Value:
         return self._raw if self._make is None else self._make()
 
-    def __mul__(self, other):
+    def _with(self, other, opcode: str, swap: bool = False) -> "Float":
+        """self (op) other, other a Float or a Python number (an f32 immediate)."""
+        if isinstance(other, bool) or not isinstance(other, (Float, int, float)):
+            fail(f"a Float combines with another Float or a Python number, not {type(other).__name__}")
         if not isinstance(other, Float):
-            fail(f"a Float multiplies another Float, not {type(other).__name__}")
+            other = Float(Imm(float(other), "f32"))
+        a, b = (other, self) if swap else (self, other)
         if self._make is None and other._make is None:
-            return Float(current().builder.op("mul.f32", "f32", self.raw, other.raw))
-        return Float(make=lambda: current().builder.op("mul.f32", "f32", self.raw, other.raw))
+            return Float(current().builder.op(opcode, "f32", a.raw, b.raw))
+        return Float(make=lambda: current().builder.op(opcode, "f32", a.raw, b.raw))
+
+    def __mul__(self, other): return self._with(other, "mul.f32")
+    def __rmul__(self, other): return self._with(other, "mul.f32", swap=True)
+    def __add__(self, other): return self._with(other, "add.f32")
+    def __radd__(self, other): return self._with(other, "add.f32", swap=True)
+    def __sub__(self, other): return self._with(other, "sub.f32")
+    def __rsub__(self, other): return self._with(other, "sub.f32", swap=True)
+    def __neg__(self): return self._with(-1.0, "mul.f32")
