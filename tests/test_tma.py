@@ -187,7 +187,9 @@ def test_tma_kernels_assemble(one_stage, pipeline):
 # ---- the static check: planted mistakes -----------------------------------------------------------
 
 @pytest.mark.parametrize("knobs, says", [
-    (dict(parity_offset=1), "before waiting on the mbarrier"),   # parity 1 first: passes at once, too early
+    # parity 1 first: passes at once, too early; the report names the wait and both parities
+    (dict(parity_offset=1), "asked for parity 1, which a new mbarrier counts as complete (the phase before its "
+                            "first), so it returned at once; the copy completes phase 0 (parity 0)"),
     (dict(arrive=False), "0 of its 1 arrivals came"),              # a deadlock
     (dict(expect=8192), "announced 8192 bytes and its TMA copies deliver 24576"),
     (dict(wait=False), "before waiting on the mbarrier"),
@@ -231,6 +233,7 @@ def test_emulator_reports_a_wait_on_the_wrong_parity(one_stage):
     with pytest.raises(SimError) as e:
         run_sim(one_stage, 128, 64, 192, ptx=_wait_parity_flipped(one_stage.ptx))
     assert e.value.kind == "pending" and "TMA copy" in str(e.value) and "no mbarrier wait" in str(e.value)
+    assert "(full[0]: the copy completes its phase 0, parity 0)" in str(e.value)   # the barrier, by name
 
 
 def test_emulator_reports_a_spin_loop_that_exits_early(one_stage):

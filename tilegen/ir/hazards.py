@@ -56,6 +56,8 @@ class _State:
         self.phases: dict = {}              # (barrier, stage) -> _Phase, the phase in progress
         self.completed: dict = {}           # (barrier, stage) -> phases completed so far
         self.tma_pending: dict = {}         # (tile, stage) -> the TmaLoad still landing in it
+        self.tma_barrier: dict = {}         # (tile, stage) -> the (barrier, stage) that copy completes on
+        self.passed: dict = {}              # (barrier, stage) -> (wait, parity) that returned at once since its last copy
 
     def copy(self) -> "_State":
         other = _State(self.threads)
@@ -73,6 +75,7 @@ class _State:
         other.phases = {k: v.copy() for k, v in self.phases.items()}
         other.completed = dict(self.completed)
         other.tma_pending = dict(self.tma_pending)
+        other.tma_barrier, other.passed = dict(self.tma_barrier), dict(self.passed)
         return other
 
     def phase(self, key) -> "_Phase":
@@ -321,8 +324,11 @@ def _tma_load(n, ev, st):
     # a share of the stage multicast by every CTA of the cluster fills it whole (the peers,
     # running the same code with their own part, deliver the rest)
     nbytes = n.dst.layout.bytes if n.parts == 1 or n.multicast is not None else n.dst.layout.bytes // n.parts
-    st.phase(_barrier_key(ev, n, "bar_stage")).copies.append((key, n, nbytes))
+    bkey = _barrier_key(ev, n, "bar_stage")
+    st.phase(bkey).copies.append((key, n, nbytes))
     st.tma_pending[key] = n
+    st.tma_barrier[key] = bkey
+    st.passed.pop(bkey, None)
 
 
 def _arrive(n, ev, st):
@@ -341,6 +347,7 @@ def _mbarrier_wait(n, ev, st):
         raise HazardError(f"cannot tell which parity this wait on {n.bar.name} expects{_where(n)}")
     done = st.completed.get(key, 0)
     if (done & 1) != (parity & 1):
+        st.passed[key] = (n, parity)
         return  # the phase of that parity is the one completed last: no wait
     ph = st.phase(key)
     delivered = sum(b for _, _, b in ph.copies)
@@ -419,6 +426,17 @@ def _retire(groups, pending):
 
 def _check_read(st, key, n):
     if key in st.tma_pending:
+        bkey = st.tma_barrier.get(key)
+        passed = st.passed.get(bkey)
+        if passed is not None:   # a wait ran, on the parity of a phase already complete
+            wait, parity = passed
+            done = st.completed.get(bkey, 0)
+            raise HazardError(f"reads stage {key[1]} of {key[0]}{_where(n)} before its TMA copy"
+                              f"{_where(st.tma_pending[key])} landed: the wait on {bkey[0]}[{bkey[1]}]{_where(wait)} "
+                              f"asked for parity {parity & 1}, "
+                              + (f"of phase {done - 1}, complete already" if done else
+                                 "which a new mbarrier counts as complete (the phase before its first)")
+                              + f", so it returned at once; the copy completes phase {done} (parity {done & 1})")
         raise HazardError(f"reads stage {key[1]} of {key[0]}{_where(n)} before waiting on the mbarrier that "
                           f"its TMA copy{_where(st.tma_pending[key])} completes on")
     if st.pending(key):

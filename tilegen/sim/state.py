@@ -272,7 +272,19 @@ class Context:
         self.fail(ins, f.reason, kind="bounds", tid=tids[f.index], address=f.address)
 
     def violation(self, ins: Instr, v: Violation, tids: np.ndarray):
-        self.fail(ins, v.message, kind=v.kind, tid=tids[v.row], address=self.shared.base + v.offset)
+        self.fail(ins, self.explained(v), kind=v.kind, tid=tids[v.row], address=self.shared.base + v.offset)
+
+    def explained(self, v: Violation) -> str:
+        """v's message; for a read of a TMA copy still landing, with the mbarrier it completes
+        on and that phase's number and parity (what a wait on the wrong parity did not wait for)."""
+        if v.kind != "pending":
+            return v.message
+        copy = next((c for c in self.bulk if (c.offs == v.offset).any()), None)
+        bar = self.mbarriers.get(copy.bar) if copy is not None else None
+        if bar is None:
+            return v.message
+        name = self.barrier_names.get(copy.bar, f"the mbarrier at shared offset {copy.bar}")
+        return v.message + f" ({name}: the copy completes its phase {bar.phase}, parity {bar.phase & 1})"
 
     def unsupported(self, ins: Instr, what: str):
         raise SimError(f"the emulator does not support {what}", kind="unsupported", line=ins.line,

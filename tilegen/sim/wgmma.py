@@ -201,7 +201,7 @@ def build_wgmma(ins, ctx: Context):
         flat = (off[:, None] + np.arange(esize)).reshape(-1)
         v = ctx.shadow.issue_async_read(g, flat, ins.line)
         if v:
-            ctx.fail(ins, v.message, kind=v.kind, tid=g * GROUP, address=ctx.shared.base + v.offset)
+            ctx.fail(ins, ctx.explained(v), kind=v.kind, tid=g * GROUP, address=ctx.shared.base + v.offset)
         ctx.wgmma_uncommitted.setdefault(g, []).append((flat, ins.line))
         if (off % esize).any():
             ctx.fail(ins, f"a wgmma operand element not aligned to its {esize} bytes", kind="misaligned", tid=g * GROUP)
