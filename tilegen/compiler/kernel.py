@@ -136,8 +136,8 @@ class Kernel:
     # -- running ----------------------------------------------------------------------------
     def __call__(self, *args, **kwargs):
         raise LaunchError(f"{self.name} is not a GEMM: launch it with kernel.launch(args, sizes), every "
-                          f"parameter by name ({', '.join(self._names) or 'none'}); with device='sim' it runs on "
-                          f"the CPU emulator, its pointers from tilegen.sim.global_memory().alloc")
+                          f"parameter by name ({', '.join(self._names) or 'none'}), or on the CPU emulator with "
+                          f"tilegen.sim.run_kernel(kernel, args, sizes, memory)")
 
     def function(self, device: int = 0):
         """The loaded CUDA function (JIT-compiled by the driver on first use; loaded again
@@ -174,12 +174,12 @@ class Kernel:
         """Launch with every parameter given by name (pointers as ints, scalars as numbers)
         and the size symbols the grid reads; on `stream` (a handle, a tilegen/torch/CuPy
         stream, or None for the default stream). A TMA kernel's tensor maps are built from
-        their tensors' arguments unless given. device="sim": on the CPU emulator
-        (tilegen.sim.run_kernel; pointers are addresses in tilegen.sim.global_memory())."""
+        their tensors' arguments unless given. On the CPU emulator the same arguments go to
+        tilegen.sim.run_kernel(kernel, args, sizes, memory)."""
         if device == "sim":
-            from ..sim import run_kernel
-            run_kernel(self, args, sizes)
-            return
+            raise LaunchError(f"{self.name}: kernel.launch runs on the GPU; on the CPU emulator: "
+                              f"tilegen.sim.run_kernel(kernel, args, sizes, memory), the pointers addresses in memory "
+                              f"(a tilegen.sim.GlobalMemory)")
         if self.tensor_maps:
             args = runtime.fill_tensor_maps(self.tensor_maps, args)
         try:

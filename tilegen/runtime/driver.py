@@ -14,7 +14,8 @@ from dataclasses import dataclass
 
 from ..errors import DeviceError
 
-SIM_HINT = "pass device='sim' to run the CPU emulator instead"
+SIM_HINT = ("pass device='sim' to run the CPU emulator instead (kernel(A, B), tilegen.matmul; a kernel's "
+            "launch(args, sizes): tilegen.sim.run_kernel(kernel, args, sizes, memory))")
 NO_DRIVER = "CUDA driver not detected"
 NO_GPU = "no GPU found"
 

@@ -15,7 +15,6 @@ class LowerContext:
         self.pro = Builder(prologue)  # instructions hoisted to the kernel entry
         self.tid = self.pro.special("%tid.x", "tid")
         self.lane = self.pro.and_(self.tid, 31)
-        self.warp = self.pro.shr(self.tid, 5)
         raw = self.pro.op("mov.u32", "b32", Sym(SMEM_SYMBOL), hint="smem_raw")
         # The dynamic shared window is only guaranteed 16-byte aligned: round up to 1024
         # so every swizzle period starts on its boundary (the allocation has 1 KB slack).
