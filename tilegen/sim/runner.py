@@ -447,7 +447,8 @@ def run_kernel(kernel, args: dict, sizes: dict, memory: Optional[GlobalMemory] =
     missing = [n for n in names if n not in args]
     if missing:
         raise SimError(f"{kernel.name}: missing arguments {', '.join(missing)}")
-    differ = [f"{k} = {v} in sizes but {args[k]} in args" for k, v in sizes.items() if k in args and args[k] != v]
+    differ = [f"{k} = {v} in sizes but {args[k]} in args" for k, v in sizes.items()
+              if isinstance(args.get(k), numbers.Integral) and not isinstance(args[k], bool) and args[k] != v]
     if differ:   # the grid would cover one problem and the kernel walk another
         raise SimError(f"{kernel.name}: {'; '.join(differ)} (the grid is sized from sizes, the kernel reads args)")
     try:
