@@ -100,6 +100,25 @@ def test_help_flag_exits_zero(capsys):
     assert "demo" in capsys.readouterr().out
 
 
+def test_a_misspelled_option_is_named_with_the_nearest_one(capsys):
+    assert main(["compile", "--stagez", "3"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("tilegen compile: error: unrecognized arguments: --stagez (did you mean --stages?)")
+    assert "`tilegen compile --help` lists the options" in err
+    assert main(["compile", "--emit", "tg", "--zzz"]) == 2
+    assert "unrecognized arguments: --zzz;" in capsys.readouterr().err   # nothing near: no guess
+
+
+def test_ptxas_failing_says_what_ptxas_said(capsys, monkeypatch, tmp_path):
+    fake = tmp_path / "ptxas"
+    fake.write_text("#!/bin/sh\necho 'ptxas fatal: planted failure' >&2\nexit 1\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("TILEGEN_PTXAS", str(fake))
+    assert main(["compile", "--emit", "resources"]) == 1
+    err = capsys.readouterr().err
+    assert "ptxas could not assemble" in err and "ptxas fatal: planted failure" in err
+
+
 def test_demo_rejects_unknown_dtype(capsys):
     assert main(["demo", "--dtype", "f64"]) != 0
     err = capsys.readouterr().err

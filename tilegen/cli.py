@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import difflib
 import math
 import os
 import sys
@@ -30,7 +31,8 @@ import numpy as np
 
 from . import runtime, show
 from .arch.dtypes import numpy_dtype
-from .codegen.ptxas import find_ptxas
+from .codegen.ptxas import PtxasError, find_ptxas
+from .codegen.ptxas import resources as ptxas_resources
 from .errors import LaunchError, SpecError, TilegenError
 from .frontend import compile as compile_spec
 from .gemm.call import refuse_long_emulation
@@ -156,12 +158,13 @@ def _compile(args) -> int:
             if find_ptxas() is None:
                 raise UsageError("--emit resources needs ptxas (CUDA 12.8 or newer): install the CUDA toolkit "
                                  "or `pip install nvidia-cuda-nvcc`")
-            if kernel.resources is None:
-                raise TilegenError(f"ptxas could not assemble {kernel.name} for {kernel.target}: "
-                                   "see `tilegen compile ... -o k.ptx` and `ptxas -arch=<target> k.ptx`")
+            try:
+                report = ptxas_resources(kernel.ptx, kernel.target, kernel.smem_bytes)
+            except PtxasError as e:   # (its message carries ptxas's own)
+                raise TilegenError(f"ptxas could not assemble {kernel.name} for {kernel.target}: {e}") from None
             # every field as resolved: the defaults that depend on others (instruction -> target,
             # tile, warps, stages) included
-            text = f"{spec}\n{kernel.resources}"
+            text = f"{spec}\n{report}"
     if not text.endswith("\n"):
         text += "\n"
     if args.output and args.output != "-":
@@ -575,6 +578,21 @@ def _quiet_stdout():
         pass
 
 
+def _unrecognized(parser: argparse.ArgumentParser, command: str, extra: list) -> str:
+    """What argparse would say of arguments no option takes, with the command's nearest
+    option for each one that looks like a misspelled option."""
+    options = []
+    for action in parser._actions:   # (the subcommands' parsers hang off the subparsers action)
+        for name, sub in (getattr(action, "choices", None) or {}).items():
+            if name == command and isinstance(sub, argparse.ArgumentParser):
+                options = [o for a in sub._actions for o in a.option_strings]
+    said = []
+    for arg in extra:
+        near = difflib.get_close_matches(arg.split("=")[0], options, n=1) if arg.startswith("--") else []
+        said.append(f"{arg} (did you mean {near[0]}?)" if near else arg)
+    return f"unrecognized arguments: {' '.join(said)}; `tilegen {command or 'COMMAND'} --help` lists the options"
+
+
 def main(argv=None) -> int:
     """The `tilegen` command. Never a traceback: every exception becomes exit 1 or 2 with one
     line on stderr (TILEGEN_TRACEBACK=1 lets unexpected ones through)."""
@@ -585,9 +603,13 @@ def main(argv=None) -> int:
             return PASSTHROUGH[argv[0]](argv[1:])
         parser = build_parser()
         try:
-            args = parser.parse_args(argv)  # --help exits 0
+            args, extra = parser.parse_known_args(argv)  # --help exits 0
         except SystemExit as e:
             return int(e.code) if isinstance(e.code, int) else EXIT_USAGE
+        if extra:
+            print(f"tilegen{' ' + command if command else ''}: error: {_unrecognized(parser, command, extra)}",
+                  file=sys.stderr)
+            return EXIT_USAGE
         if not getattr(args, "run", None):
             parser.print_help(sys.stderr)
             print("tilegen: error: give a COMMAND", file=sys.stderr)

@@ -14,6 +14,7 @@ import re
 import shutil
 import subprocess
 import tempfile
+import warnings
 from dataclasses import dataclass
 from typing import Optional
 
@@ -22,12 +23,19 @@ OFF = ("0", "off", "none", "no")   # TILEGEN_PTXAS=off: tilegen uses no ptxas
 TIMEOUT_S = 120   # one ptxas run (the largest kernels take about a second)
 
 
+_WARNED: set = set()
+
+
 def find_ptxas() -> Optional[str]:
     env = os.environ.get("TILEGEN_PTXAS")
     if env and env.lower() in OFF:
         return None
     if env and os.path.isfile(env):
         return env
+    if env and env not in _WARNED:   # (a path that names nothing: said once, then the usual search)
+        _WARNED.add(env)
+        warnings.warn(f"TILEGEN_PTXAS={env!r} is not a file; looking for ptxas on PATH, in NVIDIA's CUDA wheels "
+                      f"and in Triton instead (TILEGEN_PTXAS=off uses none)", stacklevel=2)
     found = shutil.which("ptxas")
     if found:
         return found
