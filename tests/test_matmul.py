@@ -97,6 +97,7 @@ def test_bias_axis_from_its_length_and_the_fused_result():
     (lambda: tilegen.matmul(_pair(4, 4, 4)[0], _pair(4, 4, 4, np.float16)[1]), "one dtype"),
     (lambda: tilegen.matmul(*_pair(4, 5, 6), bias=np.zeros(7, np.float32)), "N=5 .* M=4"),
     (lambda: tilegen.matmul(np.zeros((4, 5), np.float32), np.zeros((6, 7), np.float32)), "inner dimensions"),
+    (lambda: tilegen.matmul(np.ones((4, 4), ">f2"), np.ones((4, 4), ">f2")), "not >f2 \\(byte-swapped: pass A.astype"),
 ])
 def test_bad_arguments_are_explained(call, message):
     with pytest.raises(tilegen.LaunchError, match=message):
@@ -842,3 +843,18 @@ def test_swap_ab_alone_takes_the_swapped_kernels_defaults():
     C = tilegen.compile(spec)(A, B, device="sim")
     ref = A.astype(np.float64) @ B.astype(np.float64)
     assert np.abs(C.astype(np.float64) - ref).max() <= 2 ** -20 * np.abs(ref).max() + 1e-6
+
+
+def test_host_scale_vectors_of_other_reals_are_taken_as_float32():
+    """A float64 (or integer) scale per row on the host is converted to the float32 the kernel
+    reads, as a bias is; one of booleans is refused, saying what a scale is."""
+    rng = np.random.default_rng(0)
+    A = rng.standard_normal((16, 32)).astype(ml_dtypes.float8_e4m3fn)
+    B = np.asfortranarray(rng.standard_normal((32, 24)).astype(ml_dtypes.float8_e4m3fn))
+    sa = rng.random(16) + 0.5
+    ref = sa[:, None] * (A.astype(np.float64) @ B.astype(np.float64))
+    for scale in (sa, sa.astype(np.float32)):
+        C = tilegen.matmul(A, B, scale_a=scale, device="sim")
+        assert np.abs(C.astype(np.float64) - ref).max() <= 2 ** -8 * np.abs(ref).max()
+    with pytest.raises(tilegen.LaunchError, match="scale_a is a bool vector; scales per row / column are float32"):
+        tilegen.matmul(A, B, scale_a=np.ones(16, bool), device="sim")

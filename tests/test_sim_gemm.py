@@ -296,6 +296,8 @@ def test_run_kernel_checks_each_argument_as_the_gpu_launch_does():
                                ("alpha", 1e39, "overflows float32")):
         with pytest.raises(SimError, match=message):
             run_kernel(k, {**args, name: bad}, sizes, mem)
+    with pytest.raises(SimError, match=r"A_ptr \(.u64\) takes an address, not an array \(float16 \(32, 32\)\).*memory.alloc"):
+        run_kernel(k, {**args, "A_ptr": A}, sizes, mem)
     run_kernel(k, args, sizes, mem)
     C = mem.read(args["C_ptr"], 32 * 32 * 4, np.float32).reshape(32, 32)
     assert np.all(C == 32.0)

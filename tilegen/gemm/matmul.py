@@ -374,7 +374,9 @@ def explain(A, B, *, bias=None, activation=None, residual=None, alpha=1.0, beta=
     if a_name != b_name and not mixed_fp8:
         raise LaunchError(f"A is {a_name} and B is {b_name}; matmul takes two arrays of one dtype (or two fp8 ones)")
     if a_name not in _DTYPES:
-        raise LaunchError(f"matmul takes float16, bfloat16, float32, float8_e4m3fn or float8_e5m2 arrays, not {a_name}")
+        swapped = isinstance(A, np.ndarray) and not A.dtype.isnative
+        raise LaunchError(f"matmul takes float16, bfloat16, float32, float8_e4m3fn or float8_e5m2 arrays, not {a_name}"
+                          + (f" (byte-swapped: pass A.astype(A.dtype.newbyteorder('=')))" if swapped else ""))
     why = []
     host = isinstance(A, np.ndarray) and isinstance(B, np.ndarray)
     dtype = _DTYPES[a_name]
@@ -1145,7 +1147,7 @@ def _vector_scale(x, length: int, name: str):
         return None
     shape = tuple(getattr(x, "shape", ()))
     if len(shape) == 2 and shape == ((length, 1) if name == "scale_a" else (1, length)) and length > 1:
-        return x.reshape(length)
+        return _f32_vector(x.reshape(length), name)
     if len(shape) == 2 and max(shape) > 1 and min(shape) == 1:
         want = f"{length} x 1 (one per row of A)" if name == "scale_a" else f"1 x {length} (one per column of B)"
         raise LaunchError(f"{name} has shape {shape}; a per-{'row' if name == 'scale_a' else 'column'} scale is "
@@ -1155,8 +1157,20 @@ def _vector_scale(x, length: int, name: str):
             which = "rows of A (M)" if name == "scale_a" else "columns of B (N)"
             raise LaunchError(f"{name} has {shape[0]} elements; a per-{'row' if name == 'scale_a' else 'column'} "
                               f"scale has one for each of the {length} {which} (or pass one number)")
-        return x
+        return _f32_vector(x, name)
     return None
+
+
+def _f32_vector(x, name: str):
+    """A scale vector as the kernel reads it, float32: a host array of other reals converted, a
+    GPU array of another dtype refused (converting it would cost a kernel launch)."""
+    dtype = _dtype_name(x)
+    if dtype == "float32":
+        return x
+    if isinstance(x, np.ndarray) and x.dtype.kind in "fiu" and x.dtype != np.bool_:
+        return x.astype(np.float32)
+    raise LaunchError(f"{name} is a {dtype} vector; scales per row / column are float32 (pass {name}.float() "
+                      f"or {name}.astype('float32'))")
 
 
 # one-element GPU scales of these dtypes are converted to float32 on the GPU (exactly, or for

@@ -48,6 +48,10 @@ def _pack_param(name, type_, nbytes, value) -> np.ndarray:
     if isinstance(value, (bytes, bytearray, memoryview)) or (isinstance(value, np.ndarray) and value.ndim):
         raw = np.frombuffer(bytes(value), dtype=np.uint8) if not isinstance(value, np.ndarray) \
             else np.ascontiguousarray(value).reshape(-1).view(np.uint8)
+        if raw.size != nbytes and isinstance(value, np.ndarray) and type_ in ("u64", "b64", "s64"):
+            raise SimError(f"parameter {name} (.{type_}) takes an address, not an array ({value.dtype} {value.shape}): "
+                           f"put the array in the emulator's memory (address = memory.alloc(a.nbytes); "
+                           f"memory.write(address, a)) and pass the address")
         if raw.size != nbytes:
             raise SimError(f"parameter {name} takes {nbytes} bytes, got {raw.size}")
         return raw.copy()
