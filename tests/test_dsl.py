@@ -355,3 +355,43 @@ def test_steps_and_float_operands_that_make_no_sense_are_explained(body, message
 
     with pytest.raises(DSLError, match=message):
         tilegen.compile(bad)
+
+
+def _relu_of(dtype: str, transposed: bool):
+    @tg.kernel
+    def relu16(BN=48):
+        """Y = relu(X) for a 16-bit X read into an f32 fragment (X.T where transposed), Y in X's
+        dtype; 32 rows per CTA (two warps), BN columns."""
+        tg.launch(threads=64, grid=(tg.cdiv("M", 32), tg.cdiv("N", BN), 1))
+        X = tg.tensor("X", dtype, ("N", "M") if transposed else ("M", "N"))
+        Y = tg.tensor("Y", dtype, ("M", "N"))
+        r0 = tg.program_id("x") * 32 + tg.warp_id() * 16
+        c0 = tg.program_id("y") * BN
+        x = tg.fragment(ATOM, "C", (1, BN // 8))
+        tg.accumulate(x, X.T.block(r0, c0) if transposed else X.block(r0, c0))
+        tg.store(Y.block(r0, c0), tg.maximum(x, 0.0))
+    return tilegen.compile(relu16)
+
+
+@pytest.mark.parametrize("dtype, transposed", [("f16", False), ("bf16", True)])
+def test_16_bit_tensors_are_read_into_f32_fragments(dtype, transposed):
+    """tg.accumulate widens f16 / bf16 elements to f32 (ragged edges add nothing), so a kernel
+    on 16-bit data needs no mma: relu of a 37 x 45 matrix, exact."""
+    import ml_dtypes
+
+    from tilegen.sim import GlobalMemory, run_kernel
+
+    np_dt = np.float16 if dtype == "f16" else ml_dtypes.bfloat16
+    rng = np.random.default_rng(8)
+    X = rng.standard_normal((37, 45)).astype(np_dt)
+    stored = np.ascontiguousarray(X.T) if transposed else X
+    mem = GlobalMemory()
+    px, py = mem.alloc(stored.nbytes), mem.alloc(37 * 48 * 2)
+    mem.write(px, stored.tobytes())
+    mem.write(py, np.full(37 * 48, np.nan, np_dt).tobytes())
+    sizes = {"M": 37, "N": 45}
+    run_kernel(_relu_of(dtype, transposed), {**sizes, "X_ptr": px, "X_ld": stored.shape[1], "Y_ptr": py, "Y_ld": 48},
+               sizes, memory=mem)
+    Y = np.frombuffer(mem.read(py, 37 * 48 * 2), np_dt).reshape(37, 48)
+    np.testing.assert_array_equal(Y[:, :45].astype(np.float32), np.maximum(X.astype(np.float32), 0))
+    assert np.isnan(Y[:, 45:].astype(np.float32)).all()   # past N: untouched

@@ -579,11 +579,12 @@ def store(dst: Block, acc: Fragment, *, alpha: Float = None, beta: Float = None,
 
 def accumulate(acc: Fragment, src: Block):
     """acc += src's elements at the accumulator's positions (those outside src add nothing):
-    an f32 accumulator and an f32 tensor (or its .T view), such as partial sums of split-K."""
+    an f32 accumulator and an f32, f16 or bf16 tensor (or its .T view), widened to f32: partial
+    sums of split-K, or any tensor read into registers (into a fragment filled with 0 first)."""
     if not isinstance(src, Block) or not isinstance(acc, Fragment) or acc.operand != "C":
         fail("accumulate(accumulator fragment, tensor.block(r, c))")
-    if src.tensor.dtype.name != "f32" or acc.ir.reg_type != "f32":
-        fail(f"accumulate: adds an f32 tensor into an f32 accumulator; {src.tensor.ir.name} is "
+    if src.tensor.dtype.name not in ("f32", "f16", "bf16") or acc.ir.reg_type != "f32":
+        fail(f"accumulate: adds an f32, f16 or bf16 tensor into an f32 accumulator; {src.tensor.ir.name} is "
              f"{src.tensor.dtype}, the accumulator {acc.ir.reg_type}")
     tile_op(T.AccumulateFragment(src.tensor.ir, acc.ir, raw(src.row), raw(src.col)))
 

@@ -120,10 +120,12 @@ def lower_store(b, ctx, op):
 
 def lower_accumulate(b, ctx, op):
     """frag += src at each element's (row, col), elements outside src adding nothing. The
-    addressing is lower_store's, for an f32 source (a .T view: logical (r, c) at (c, r))."""
+    addressing is lower_store's, for an f32, f16 or bf16 source widened to f32 (a .T view:
+    logical (r, c) at (c, r))."""
     frag, src = op.frag, op.src
-    if frag.operand != "C" or frag.reg_type != "f32" or src.dtype.name != "f32":
-        raise IRError(f"accumulate adds an f32 tensor into an f32 accumulator, not {src.dtype} into {frag.reg_type}")
+    if frag.operand != "C" or frag.reg_type != "f32" or src.dtype.name not in ("f32", "f16", "bf16"):
+        raise IRError(f"accumulate adds an f32, f16 or bf16 tensor into an f32 accumulator, not {src.dtype} into "
+                      f"{frag.reg_type}")
     flip = src.logical == "col"
     extent = {"r": src.cols if flip else src.rows, "c": src.rows if flip else src.cols}
     coord, row_address = _addressing(b, ctx, op.row0, op.col0, extent)
