@@ -460,3 +460,11 @@ def test_fp8_mma_sync_takes_four_stages_only_where_they_fit():
     assert GemmSpec(dtype="e5m2", b_layout="col", tile=(128, 256, 64)).stages == 4
     with pytest.raises(SpecError, match="4 stages needs 132096 bytes"):
         GemmSpec(dtype="e4m3", b_layout="col", tile=(128, 128, 128), stages=4)
+
+
+def test_a_misspelled_field_names_the_nearest_one():
+    with pytest.raises(TypeError, match=r"GemmSpec has no field 'stagez' \(did you mean 'stages'\?\); its fields: dtype,"):
+        tilegen.GemmSpec(stagez=3)
+    with pytest.raises(TypeError, match=r"Epilogue has no field 'activaton' \(did you mean 'activation'\?\)"):
+        tilegen.Epilogue(activaton="relu")
+    assert tilegen.GemmSpec(stages=3).replace(stages=4).stages == 4   # (replace builds through the same check)

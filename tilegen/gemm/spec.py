@@ -7,6 +7,8 @@ the bad value and what is allowed.
 """
 from __future__ import annotations
 
+import difflib
+import functools
 from dataclasses import dataclass, field, fields, replace
 from typing import Optional, Union
 
@@ -739,6 +741,28 @@ _DERIVED = ("b_layout", "tile", "warps", "atom", "stages", "swizzle", "frag_buff
 _DEFAULTS = {f.name: f.default for f in fields(GemmSpec) if f.name in _DERIVED}
 
 KINDS = {"gemm": GemmSpec}  # the blocks a .tg file may hold
+
+
+def _named_fields_only(cls):
+    """cls's dataclass __init__, which on a keyword that is no field says so with the nearest
+    field (GemmSpec(stagez=3): did you mean 'stages'?) and the list, instead of Python's bare
+    "unexpected keyword argument"."""
+    init, names = cls.__init__, [f.name for f in fields(cls)]
+
+    @functools.wraps(init)
+    def checked(self, *args, **kwargs):
+        unknown = [k for k in kwargs if k not in names]
+        if unknown:
+            near = difflib.get_close_matches(unknown[0], names, n=1)
+            raise TypeError(f"{cls.__name__} has no field {unknown[0]!r}" + (f" (did you mean {near[0]!r}?)" if near else "")
+                            + f"; its fields: {', '.join(names)}")
+        init(self, *args, **kwargs)
+    cls.__init__ = checked
+    return cls
+
+
+for _cls in (GemmSpec, Epilogue):
+    _named_fields_only(_cls)
 
 
 def parse_spec_text(text_or_path, overrides: Optional[dict] = None, *, source: Optional[str] = None) -> GemmSpec:
