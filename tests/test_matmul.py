@@ -98,6 +98,11 @@ def test_bias_axis_from_its_length_and_the_fused_result():
     (lambda: tilegen.matmul(*_pair(4, 5, 6), bias=np.zeros(7, np.float32)), "N=5 .* M=4"),
     (lambda: tilegen.matmul(np.zeros((4, 5), np.float32), np.zeros((6, 7), np.float32)), "inner dimensions"),
     (lambda: tilegen.matmul(np.ones((4, 4), ">f2"), np.ones((4, 4), ">f2")), "not >f2 \\(byte-swapped: pass A.astype"),
+    (lambda: tilegen.matmul(*_pair(4, 4, 4), device=-1), "device=-1; allowed: None, 'gpu' \\(or 'cuda'\\), 'sim'"),
+    (lambda: tilegen.matmul(np.ma.masked_array(_pair(4, 4, 4)[0], mask=np.eye(4, dtype=bool)), _pair(4, 4, 4)[1]),
+     "A is a numpy masked array: .*A.filled\\(0\\)"),
+    (lambda: tilegen.compile(tilegen.GemmSpec(dtype="f16"))(*_pair(16, 16, 16, np.float16), out=np.zeros((2, 16, 16),
+                                                           np.float32), device="sim"), "must be 2-D.*batched=True"),
 ])
 def test_bad_arguments_are_explained(call, message):
     with pytest.raises(tilegen.LaunchError, match=message):

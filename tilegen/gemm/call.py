@@ -95,7 +95,12 @@ def _check_host(x, name: str, want: np.dtype, dtype_name: str, ndim: int = 2):
         raise LaunchError(f"{name} must be a {ndim}-D array (numpy, or a GPU array with __cuda_array_interface__ "
                           f"or DLPack), got {type(x).__name__}")
     if x.ndim != ndim:
-        raise LaunchError(f"{name} must be {ndim}-D, got shape {x.shape}")
+        stack = " (a stack of matrices: a GemmSpec(batched=True) kernel, or tilegen.matmul, takes stacks)" \
+            if ndim == 2 and x.ndim > 2 else ""
+        raise LaunchError(f"{name} must be {ndim}-D, got shape {x.shape}{stack}")
+    if isinstance(x, np.ma.MaskedArray):
+        raise LaunchError(f"{name} is a numpy masked array: the kernel would read every element, masked or not; "
+                          f"pass {name}.filled(0) (or {name}.data to ignore the mask)")
     if x.dtype != want:
         raise LaunchError(f"{name} has dtype {x.dtype}; this kernel takes {want} ({dtype_name})")
 
@@ -162,8 +167,9 @@ def check_real_arrays(**arrays):
 
 
 def check_device(device) -> None:
-    if device not in (None, "gpu", "cuda", "sim") and not (isinstance(device, int) and not isinstance(device, bool)):
-        raise LaunchError(f"device={device!r}; allowed: None, 'gpu', 'sim' or a GPU index")
+    if device not in (None, "gpu", "cuda", "sim") and not (isinstance(device, int) and not isinstance(device, bool)
+                                                          and device >= 0):
+        raise LaunchError(f"device={device!r}; allowed: None, 'gpu' (or 'cuda'), 'sim' or a GPU index (0, 1, ...)")
 
 
 def scale_lengths(spec, M: int, N: int) -> tuple:

@@ -243,6 +243,9 @@ def _shape(x, name: str) -> tuple:
     shape = tuple(int(s) for s in x.shape)
     if len(shape) != 2:
         raise LaunchError(f"{name} must be a 2-D array, got shape {shape}")
+    if isinstance(x, np.ma.MaskedArray):
+        raise LaunchError(f"{name} is a numpy masked array: matmul would read every element, masked or not; pass "
+                          f"{name}.filled(0) (or {name}.data to ignore the mask)")
     return shape
 
 
