@@ -250,7 +250,7 @@ def test_128B_swizzle_with_64_byte_rows():
     ("tile", (128.0, 128, 64)), ("tile", (True, 128, 64)), ("tile", "128x128x64"),
     ("warps", (2,)), ("warps", (0, 2)), ("warps", (8, 4)), ("warps", "2x2"),
     ("stages", "3"), ("stages", 3.0), ("stages", True), ("group_m", 0), ("group_m", True),
-    ("epilogue", "relu"), ("epilogue", None), ("target", "sm_75"), ("target", 80),
+    ("epilogue", "relu"), ("epilogue", 0), ("target", "sm_75"), ("target", 80),
 ])
 def test_bad_field_names_itself(field, value):
     err = _error(**{field: value})
@@ -468,3 +468,10 @@ def test_a_misspelled_field_names_the_nearest_one():
     with pytest.raises(TypeError, match=r"Epilogue has no field 'activaton' \(did you mean 'activation'\?\)"):
         tilegen.Epilogue(activaton="relu")
     assert tilegen.GemmSpec(stages=3).replace(stages=4).stages == 4   # (replace builds through the same check)
+
+
+def test_no_epilogue_is_the_plain_one():
+    """epilogue=None (`epilogue = none` in a .tg file) means no epilogue: the plain one."""
+    assert GemmSpec(epilogue=None) == GemmSpec()
+    from tilegen.gemm import parse_spec_text
+    assert parse_spec_text("gemm { dtype = bf16 epilogue = none }") == GemmSpec(dtype="bf16")

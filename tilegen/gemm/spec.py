@@ -290,8 +290,11 @@ class GemmSpec:
         for name in ("a_layout", "b_layout"):
             if getattr(self, name) not in LAYOUTS:
                 raise SpecError(name, getattr(self, name), "'row', 'col'")
+        if self.epilogue is None:   # (no epilogue: the plain one; `epilogue = none` in a .tg file)
+            set_("epilogue", Epilogue())
         if not isinstance(self.epilogue, Epilogue):
-            raise SpecError("epilogue", self.epilogue, "an Epilogue(...)")
+            raise SpecError("epilogue", self.epilogue, "an Epilogue(...) (in a .tg file a block: epilogue { bias = col "
+                                                       "activation = gelu }), or None for none")
         default_tile, default_warps = family.default_tile_warps(self.dtype, self.b_layout, self.swap_ab is True)
         set_("tile", TileShape.of(self.tile if self.tile is not None else default_tile))
         set_("warps", WarpLayout.of(self.warps if self.warps is not None else default_warps))
