@@ -115,7 +115,13 @@ def test_fp8_wgmma_gemm_on_the_emulator():
             ["0", "1", "1", "1"] + ["0", "1", "1", "1"] + ["1"] * 4
         two = tilegen.compile(spec.replace(promote=1))   # every k-tile
         issues = [line for line in two.ptx.splitlines() if "wgmma.mma_async" in line]
-        assert [line.rstrip(";").split(",")[-3].strip() for line in issues] == ["0", "1", "1", "1"]
+        # warpgroup 0 restarts at each k-tile; warpgroup 1 adds the first half of a k-tile to the
+        # group begun in the middle of the one before, waits, adds into the total, and restarts
+        # at the middle (staggered by half a k-tile), a wgmma_wait(0) between the halves
+        assert [line.rstrip(";").split(",")[-3].strip() for line in issues] == ["0", "1", "1", "1"] + \
+            ["1", "1"] + ["0", "1"]
+        second = two.ptx[two.ptx.index(issues[4].strip()):two.ptx.index(issues[6].strip())]
+        assert "wgmma.wait_group.sync.aligned 0;" in second
         # 5 k-tiles (groups of two end with a lone one) on 6 blocks: each of the emulator's
         # CTAs walks two; one k-tile on 8 blocks (three each for two CTAs); 3 k-tiles on 2
         # blocks (CTAs of one block and of none)

@@ -735,8 +735,12 @@ class WarpSpecializedPipeline(TmaPipeline):
         The math warpgroups' groups are staggered: warpgroup g's first group is (g * promote) //
         warpgroups k-tiles long, so while one warpgroup drains its wgmmas and adds, the others
         still have wgmmas in flight and the tensor cores stay busy. No group is longer than
-        `promote` k-tiles, so the error bound is the same."""
+        `promote` k-tiles, so the error bound is the same. Promoting every k-tile, the
+        staggering falls inside the k-tiles (consume_promoted_halves)."""
         spec, shape, every = self.spec, self.shape, self.spec.promote
+        steps = spec.tile.k // shape.k
+        if every == 1 and spec.warps.count // W.WARPGROUP == 2 and steps % 2 == 0:
+            return self.consume_promoted_halves(first, k_tiles)
         tiles = (1, shape.n // spec.mma.n)
         total = tg.fragment(spec.mma, "C", tiles, name="total")
         acc = tg.fragment(spec.mma, "C", tiles, name="acc")
@@ -772,6 +776,50 @@ class WarpSpecializedPipeline(TmaPipeline):
                 group(0, lead, (groups - 1) * every // groups)
         for j in tg.range(tg.cdiv(k_tiles - lead, every)):
             group(lead + j * every, every, every)
+        return total
+
+    def consume_promoted_halves(self, first, k_tiles):
+        """consume_promoted() promoting every k-tile, with two math warpgroups: warpgroup 0's
+        groups are its k-tiles; warpgroup 1's run from the middle of one k-tile to the middle
+        of the next (its first and last half-k-tiles groups of their own), so that while one
+        warpgroup drains its wgmmas (wgmma_wait(0)) and adds, the other's keep the tensor cores
+        busy; with whole k-tiles both would drain at once (docs/perf_notes.md section 51). No
+        group holds more than a k-tile's products: the error bound is promotion every k-tile's."""
+        spec, shape, S, full = self.spec, self.shape, self.S, self.full
+        tiles = (1, shape.n // spec.mma.n)
+        total = tg.fragment(spec.mma, "C", tiles, name="total")
+        acc = tg.fragment(spec.mma, "C", tiles, name="acc")   # (zeros: warpgroup 1's first group adds to them)
+        steps = spec.tile.k // shape.k
+        half = steps // 2
+
+        def issue(stage, kks, restart=None):
+            tg.wgmma_fence()
+            for kk in kks:
+                tg.wgmma(acc, self.a_src[stage], self.b_src[stage], self.a_origin, kk * shape.k, self.b_origin,
+                         accumulate=kk != restart)
+            tg.wgmma_commit()
+
+        with tg.if_(tg.lt(self.warpgroup, 1)):
+            for kt in tg.range(k_tiles):
+                lap, stage = tg.divmod_by(first + kt, S)
+                tg.mbarrier_wait(full[stage], lap & 1)
+                issue(stage, range(steps), restart=0)
+                tg.wgmma_wait(0)
+                self.release(stage)
+                tg.add(total, acc, out=total)
+        with tg.else_():
+            for kt in tg.range(k_tiles):
+                lap, stage = tg.divmod_by(first + kt, S)
+                tg.mbarrier_wait(full[stage], lap & 1)
+                issue(stage, range(half))                     # ends the group begun mid k-tile kt - 1
+                tg.wgmma_wait(0)
+                with tg.if_(tg.ge(kt, 1)):
+                    self.release(tg.divmod_by(first + kt - 1, S)[1])
+                tg.add(total, acc, out=total)
+                issue(stage, range(half, steps), restart=half)   # begins the next
+            tg.wgmma_wait(0)
+            self.release(tg.divmod_by(first + k_tiles - 1, S)[1])
+            tg.add(total, acc, out=total)
         return total
 
 
