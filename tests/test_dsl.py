@@ -7,6 +7,7 @@ import pytest
 
 import tilegen
 import tilegen.dsl as tg
+from ptxas_util import assert_assembles, needs_ptxas
 from tilegen.errors import DSLError
 
 ATOM = "m16n8k16.f16.f32"
@@ -395,3 +396,60 @@ def test_16_bit_tensors_are_read_into_f32_fragments(dtype, transposed):
     Y = np.frombuffer(mem.read(py, 37 * 48 * 2), np_dt).reshape(37, 48)
     np.testing.assert_array_equal(Y[:, :45].astype(np.float32), np.maximum(X.astype(np.float32), 0))
     assert np.isnan(Y[:, 45:].astype(np.float32)).all()   # past N: untouched
+
+
+@tg.kernel
+def row_stats(BN=48):
+    """R[:, 0] = the max and R[:, 1] = the sum of each row of a ragged 16-bit X (one warp per
+    16 rows, one block of BN columns), stored as row vectors."""
+    tg.launch(threads=64, grid=(tg.cdiv("M", 32), 1, 1))
+    X = tg.tensor("X", "bf16", ("M", "N"))
+    R = tg.tensor("R", "f32", ("M", "TWO"))
+    N = X.shape[1]
+    r0 = tg.program_id("x") * 32 + tg.warp_id() * 16
+    x = tg.fragment(ATOM, "C", (1, BN // 8))
+    tg.accumulate(x, X.block(r0, 0))
+    tg.store(R.block(r0, 0), tg.row_max(tg.mask(x, r0, 0, lambda r, c: c >= N, float("-inf"))))
+    tg.store(R.block(r0, 1), tg.row_sum(x))
+
+
+def test_row_vectors_are_stored_down_a_column():
+    """tg.store(R.block(r, c), row vector): one value per row, down column c, rows past M
+    untouched, the other column untouched, one writer per row (no race on the emulator)."""
+    import ml_dtypes
+
+    from tilegen.sim import GlobalMemory, run_kernel
+
+    rng = np.random.default_rng(9)
+    X = rng.standard_normal((37, 45)).astype(ml_dtypes.bfloat16)
+    k = tilegen.compile(row_stats)
+    assert "= row vector" in k.ir
+    mem = GlobalMemory()
+    px, pr = mem.alloc(X.nbytes), mem.alloc(40 * 2 * 4)
+    mem.write(px, X.tobytes())
+    mem.write(pr, np.full(80, np.nan, np.float32).tobytes())
+    sizes = {"M": 37, "N": 45, "TWO": 2}
+    run_kernel(k, {**sizes, "X_ptr": px, "X_ld": 45, "R_ptr": pr, "R_ld": 2}, sizes, memory=mem)
+    R = np.frombuffer(mem.read(pr, 80 * 4), np.float32).reshape(40, 2)
+    x = X.astype(np.float32)
+    np.testing.assert_array_equal(R[:37, 0], x.max(axis=1))
+    np.testing.assert_allclose(R[:37, 1], x.astype(np.float64).sum(axis=1), rtol=1e-6, atol=1e-5)
+    assert np.isnan(R[37:]).all()
+
+
+def test_a_row_vector_goes_out_as_it_is():
+    @tg.kernel
+    def scaled_rows():
+        tg.launch(threads=32, grid=(1, 1, 1))
+        X = tg.tensor("X", "f32", ("M", "N"))
+        x = tg.fragment(ATOM, "C", (1, 1))
+        tg.accumulate(x, X.block(0, 0))
+        tg.store(X.block(0, 0), tg.row_sum(x), activation="relu")
+
+    with pytest.raises(DSLError, match="a row vector is stored as it is"):
+        tilegen.compile(scaled_rows)
+
+
+@needs_ptxas
+def test_row_vector_stores_assemble():
+    assert_assembles(tilegen.compile(row_stats).ptx, "sm_80")

@@ -545,9 +545,20 @@ def store(dst: Block, acc: Fragment, *, alpha: Float = None, beta: Float = None,
     """dst = act(alpha * s_row * s_col * acc + beta * dst + bias) + residual for the
     accumulator's elements inside dst's tensor. bias is a vector whose size names dst's rows
     (one value per row) or columns (one per column); residual a block of a tensor of dst's
-    shape; row_scale / col_scale f32 vectors of dst's row / column count."""
+    shape; row_scale / col_scale f32 vectors of dst's row / column count.
+
+    acc may also be a row vector (tilegen.row_sum(x), a running max): its rows go down column c
+    of dst = tensor.block(r, c), rows r.., converted to the tensor's dtype (no epilogue)."""
+    if isinstance(dst, Block) and isinstance(getattr(acc, "ir", None), T.RowVector):
+        if any(v is not None for v in (alpha, beta, bias, residual, row_scale, col_scale)) or activation != "none":
+            fail("store: a row vector is stored as it is (no alpha, beta, bias, activation, residual or scales)")
+        if dst.tensor.layout != "row":
+            fail(f"store: a row vector goes down a column of a row-major tensor; {dst.tensor.ir.name} is "
+                 f"{dst.tensor.layout}-major")
+        tile_op(T.StoreRowVector(dst.tensor.ir, acc.ir, raw(dst.row), raw(dst.col)))
+        return
     if not isinstance(dst, Block) or not isinstance(acc, Fragment) or acc.operand != "C":
-        fail("store(tensor.block(r, c), accumulator fragment)")
+        fail("store(tensor.block(r, c), accumulator fragment or row vector)")
     if (alpha is None) != (beta is None):
         fail("store: give both alpha and beta or neither")
     act = T.canonical_activation(activation)

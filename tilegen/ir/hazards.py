@@ -387,6 +387,7 @@ RULES = {
     T.Mma: _no_hazard,
     T.SplitTF32: _no_hazard,
     T.StoreFragment: _reads_accumulators,
+    T.StoreRowVector: _no_hazard,
     T.AccumulateFragment: _reads_accumulators,
     T.Wgmma: _wgmma,
     T.WgmmaFence: _wgmma_fence,

@@ -142,6 +142,7 @@ TEXT = {
     T.SplitTF32: lambda n, t: (f"{t.frag(n.hi)}, {t.frag(n.lo)}" + (f", {t.frag(n.finite_hi)}" if n.finite_hi else "")
                                + f" = split_tf32({n.hi.name})"),
     T.StoreFragment: _store,
+    T.StoreRowVector: lambda n, t: f"{n.dst.name}[{t.val(n.row0)}.., {t.val(n.col)}] = row vector {n.vec.name}",
     T.AccumulateFragment: lambda n, t: f"{n.frag.name} += {n.src.name}[{t.val(n.row0)}.., {t.val(n.col0)}..]",
     T.Wgmma: _wgmma,
     T.WgmmaFence: lambda n, t: "wgmma_fence",

@@ -416,6 +416,17 @@ class StoreFragment(TileOp):
 
 
 @dataclass(eq=False)
+class StoreRowVector(TileOp):
+    """dst[row0 + r, col] = vec's row r for the rows inside dst's tensor, converted to its
+    dtype: one lane of the lanes holding a row writes it (the one whose elements start it)."""
+
+    dst: GlobalTensor
+    vec: "RowVector"
+    row0: object
+    col: object
+
+
+@dataclass(eq=False)
 class AccumulateFragment(TileOp):
     """frag += src[row0.., col0..] for the f32 accumulator's elements inside src's rows x
     cols (those outside add nothing): partial sums written by other CTAs (split-K)."""

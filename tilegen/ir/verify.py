@@ -264,6 +264,7 @@ CHECKS = {
     T.Mma: _check_mma,
     T.SplitTF32: _nothing_more,
     T.StoreFragment: _nothing_more,
+    T.StoreRowVector: _nothing_more,
     T.AccumulateFragment: _nothing_more,
     T.Wgmma: _nothing_more,
     T.WgmmaFence: _nothing_more,

@@ -143,6 +143,28 @@ def lower_accumulate(b, ctx, op):
                 b.emit(Instr("add.f32", (reg,), (reg, part)))
 
 
+def lower_store_row_vector(b, ctx, op):
+    """dst[row0 + r, col] = the row vector's row r, inside dst: for each row the lanes hold
+    (row_slots), the lane whose elements start that row stores it (the others of its quad hold
+    the same value), converted to dst's dtype."""
+    vec, dst = op.vec, op.dst
+    if dst.logical != "row":
+        raise IRError(f"a row vector is stored into a row-major tensor; {dst.name} is {dst.logical}-major")
+    cmap = vec.atom.c
+    col_ok = b.cmp("lt", op.col, dst.cols)
+    for s, slot in enumerate(T.row_slots(vec.atom)):
+        r, e = next((r, e) for r in range(cmap.regs) for e in range(cmap.elems) if cmap.coord(0, r, e)[0] == slot)
+        _, deltas = fit_bit_linear([cmap.coord(lane, r, e) for lane in range(32)])   # per lane-id bit
+        row_deltas, col_deltas = [d[0] for d in deltas], [d[1] for d in deltas]
+        writes = b.pred_and(col_ok, b.cmp("eq", ctx.lane_term(col_deltas), 0))
+        for i in range(vec.tm):
+            b.comment(f"{vec.name} rows {vec.atom.m * i + slot}.. (m-atom {i}) -> {dst.name}")
+            row = b.add(b.add(op.row0, vec.atom.m * i + slot), ctx.lane_term(row_deltas))
+            inside = b.pred_and(writes, b.cmp("lt", row, dst.rows))
+            addr = b.wide_mad(op.col, dst.dtype.bytes, b.wide_mad(row, ctx.ld_bytes(dst), dst.ptr))
+            _store(b, vec.regs[(i, s)], addr, inside, dst.dtype.name)
+
+
 def _addressing(b, ctx, row0, col0, extent: dict):
     """coord(axis, key) -> (value, inside) of a logical row ("r") or column ("c") of a
     fragment's elements at (row0, col0), checked against extent[axis]; row_address(tensor,
