@@ -310,15 +310,15 @@ def test_the_warp_index_is_computed_once_at_the_entry():
 
 
 @tg.kernel
-def strided_sum():
-    """C (16 x 8) = (2 a - 1) * the sum of X's 16 x 8 blocks at columns 0, 8, 16, ... (a
-    runtime loop with a step) below W, by one warp."""
+def strided_sum(first=0):
+    """C (16 x 8) = (2 a - 1) * the sum of X's 16 x 8 blocks at columns first, first + 8, ...
+    (a runtime loop with a step) below W, by one warp."""
     tg.launch(threads=32, grid=(1, 1, 1))
     X = tg.tensor("X", "f32", ("R", "W"))
     C = tg.tensor("C", "f32", ("M", "N"))
     a = tg.scalar("a")
     acc = tg.fragment(ATOM, "C", (1, 1))
-    for c in tg.range(0, X.shape[1], 8):
+    for c in tg.range(first, X.shape[1], 8):
         tg.accumulate(acc, X.block(0, c))
     tg.store(C.block(0, 0), tg.scale(acc, 2.0 * a - 1.0))
 
@@ -329,19 +329,22 @@ def test_a_runtime_loop_with_a_step_and_float_arithmetic():
     Python numbers and other Floats through * + - (2.0 * a - 1.0)."""
     from tilegen.sim import GlobalMemory, run_kernel
 
-    k = tilegen.compile(strided_sum)
     rng = np.random.default_rng(3)
     X = rng.integers(-4, 5, (16, 44)).astype(np.float32)
-    mem = GlobalMemory()
-    px, pc = mem.alloc(X.nbytes), mem.alloc(16 * 8 * 4)
-    mem.write(px, X.tobytes())
-    run_kernel(k, {"R": 16, "W": 44, "M": 16, "N": 8, "X_ptr": px, "X_ld": 44, "C_ptr": pc, "C_ld": 8, "a": 1.75},
-               {"R": 16, "W": 44, "M": 16, "N": 8}, memory=mem)
-    C = np.frombuffer(mem.read(pc, 16 * 8 * 4), np.float32).reshape(16, 8)
     padded = np.zeros((16, 48), np.float32)
     padded[:, :44] = X
-    want = (2 * 1.75 - 1) * sum(padded[:, c:c + 8] for c in range(0, 48, 8))
-    np.testing.assert_array_equal(C, want)
+    for first, W in ((0, 44), (16, 44), (40, 44), (8, 4)):   # (the last: stop below start, no trip)
+        mem = GlobalMemory()
+        px, pc = mem.alloc(X.nbytes), mem.alloc(16 * 8 * 4)
+        mem.write(px, X.tobytes())
+        sizes = {"R": 16, "W": W, "M": 16, "N": 8}
+        run_kernel(tilegen.compile(strided_sum, first=first), {**sizes, "X_ptr": px, "X_ld": 44, "C_ptr": pc,
+                                                                "C_ld": 8, "a": 1.75}, sizes, memory=mem)
+        C = np.frombuffer(mem.read(pc, 16 * 8 * 4), np.float32).reshape(16, 8)
+        cols = padded[:, :W] if W < 44 else padded
+        want = (2 * 1.75 - 1) * sum((np.pad(cols, ((0, 0), (0, 8)))[:, c:c + 8] for c in range(first, W, 8)),
+                                    np.zeros((16, 8), np.float32))
+        np.testing.assert_array_equal(C, want, err_msg=f"range({first}, {W}, 8)")
 
 
 @pytest.mark.parametrize("body, message", [

@@ -56,6 +56,18 @@ def test_explain_takes_what_matmul_takes():
         tilegen.matmul(A, B, out=np.empty((40, 24), np.float16), out_dtype=np.float32, device="sim")
 
 
+def test_explain_makes_no_output_for_an_out_dtype(monkeypatch):
+    """explain runs nothing: an out_dtype alone names the output's dtype, no M x N array is made
+    (it could be GPU memory)."""
+    import importlib
+
+    mm = importlib.import_module("tilegen.gemm.matmul")
+    monkeypatch.setattr(mm, "_empty_out", lambda *a: pytest.fail("explain allocated an output"))
+    A, B = _pair(40, 24, 32, np.float16)
+    assert mm.explain(A, B, out_dtype="f32").spec.out_dtype == "f32"
+    assert mm.explain(A[:, :0], B[:0], out_dtype="bf16").spec.out_dtype == "bf16"   # (K = 0 too)
+
+
 def test_f32_accuracy_on_the_emulator(monkeypatch):
     monkeypatch.delenv("TILEGEN_ALLOW_TF32", raising=False)
     A, B = _pair(70, 66, 130, seed=1)

@@ -613,7 +613,10 @@ def range_(start, stop=None, step: int = 1):
         with tr.builder.loop(raw(start), raw(stop), hint="kt") as counter:
             yield Int(counter)
         return
-    trips = cdiv(stop if isinstance(start, int) and start == 0 else wrap(stop) - start, step)
+    if isinstance(start, int) and isinstance(stop, int):
+        trips = max(0, -(-(stop - start) // step))
+    else:   # (unsigned: from min(start, stop), so that a stop below start runs no trip, as range does)
+        trips = cdiv(stop if isinstance(start, int) and start == 0 else wrap(stop) - minimum(start, stop), step)
     with tr.builder.loop(0, raw(trips), hint="kt") as counter:
         yield Int(counter) * step + start
 

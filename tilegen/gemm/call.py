@@ -714,7 +714,6 @@ class _SimMemory:
         second = kernel.second_kernel() if hasattr(kernel, "second_kernel") else None
         if spec is not None and (spec.split_k > 1 or spec.stream_k):   # partial sums (split-K's slices, stream-K's pieces)
             check_stream_k_range(kernel.spec, sizes["M"], sizes["N"], sizes["K"], x)
-            count = args.get("BATCH", 1)
             rows, cols = workspace_shape(kernel.spec, sizes["M"], sizes["N"], x, count)
             counters = self.put(np.zeros(max(stack_counters(spec, sizes["M"], sizes["N"], count), 1), np.uint32)) \
                 if spec.batched else 0

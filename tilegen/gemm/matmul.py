@@ -34,6 +34,7 @@ from ..runtime.interop import DEVICE, DTYPE, PTR, SHAPE, STRIDES
 from . import batch, tuned
 from .call import NO_SCALES, check_real_arrays, real_number, refuse_long_emulation, run_batched, stack_problem
 from .kernel import compile_gemm
+from .mainloops.wgmma import SWAPPED_TILE_WARPS
 from .spec import Epilogue, GemmSpec
 
 _DTYPES = {"float16": "f16", "bfloat16": "bf16", "float32": "f32", "float8_e4m3fn": "e4m3", "float8_e5m2": "e5m2"}
@@ -71,7 +72,8 @@ SKINNY_WIDE_BLOCKS = 96
 # H200 (run 228, GPU time of CUDA-graph replays rotating operands, bf16, K = 8192, mma.sync 64x128 s3 ->
 # swapped; torch.matmul): 1x28672 125.2 -> 117.4 us, 16x28672 125.2 -> 116.9 (110.0-110.7); with B
 # row-major no gain (113.3-113.8 -> 114.0-114.5), and at N = 8192 none either way (34.9-35.6 against 35.3-35.5).
-SKINNY_SWAPPED = dict(tile=(16, 64, 64), warps=(1, 4), stages=16, swap_ab=True, copy="tma", persistent=True)
+SKINNY_SWAPPED = dict(tile=SWAPPED_TILE_WARPS[0], warps=SWAPPED_TILE_WARPS[1], stages=16, swap_ab=True, copy="tma",
+                      persistent=True)
 # tf32 from SKINNY_SHORT + 1 to SKINNY rows against wide weights (A row-major), on wgmma; keyed by
 # (B's layout, N // 256 >= SKINNY_WIDE_BLOCKS, M <= SMALL). Measured on the H200 (K = 8192, CUDA-graph
 # replay, x cuBLAS tf32) against what ran before: 65-128 rows (run 121, the mma.sync default's 0.36-0.62x):
@@ -335,14 +337,19 @@ def _allow_tf32(allow) -> bool:
             raise LaunchError(f"allow_tf32={allow!r}; allowed: True, False or None (TILEGEN_ALLOW_TF32=1 in the "
                               f"environment allows it)")
         return bool(allow)
-    env = os.environ.get("TILEGEN_ALLOW_TF32", "").strip().lower()
+    raw = os.environ.get("TILEGEN_ALLOW_TF32", "")
+    if raw == _ENV_READ[0]:   # (read on every f32 call: parsed once per value)
+        return _ENV_READ[1]
+    env = raw.strip().lower()
     if env in _ENV_TRUE or env in _ENV_FALSE:
-        return env in _ENV_TRUE
+        _ENV_READ[:] = [raw, env in _ENV_TRUE]
+        return _ENV_READ[1]
     raise LaunchError(f"TILEGEN_ALLOW_TF32={os.environ['TILEGEN_ALLOW_TF32']!r}; allowed: 1, true, yes, on (tf32 for f32 "
                       f"inputs) or 0, false, no, off, unset")
 
 
 _ENV_TRUE, _ENV_FALSE = ("1", "true", "yes", "on"), ("", "0", "false", "no", "off")
+_ENV_READ = [None, False]   # the last TILEGEN_ALLOW_TF32 string read and what it means
 
 
 def explain(A, B, *, bias=None, activation=None, residual=None, alpha=1.0, beta=0.0, out=None, allow_tf32=None,
@@ -350,7 +357,11 @@ def explain(A, B, *, bias=None, activation=None, residual=None, alpha=1.0, beta=
     """The spec matmul would run for these arguments (matmul's own), and the reason. Runs
     nothing (alpha, beta and device do not change the choice); fp8 over FP8_WIDE_MIN_AREA
     outputs on Hopper loads the wide kernel once per process (loads_without_spills)."""
-    out = _out_for(A, B, out, out_dtype)
+    out_name = None   # a product's out_dtype alone: only its name counts, no output is made
+    if out is None and out_dtype is not None and not batch.is_stack(A, B):
+        out_name = _out_dtype_name(out_dtype)
+    else:
+        out = _out_for(A, B, out, out_dtype)
     if allow_tf32 is not None:
         _allow_tf32(allow_tf32)   # (checked for every dtype: it matters only for f32)
     if batch.is_stack(A, B):
@@ -369,7 +380,7 @@ def explain(A, B, *, bias=None, activation=None, residual=None, alpha=1.0, beta=
         raise LaunchError(f"A is {M} x {K} but B is {K2} x {N}: inner dimensions differ")
     if K == 0:
         choice = explain(*zero_operands(A, B), bias=bias, activation=activation, residual=residual, out=out,
-                         allow_tf32=allow_tf32, scale_a=scale_a, scale_b=scale_b)
+                         allow_tf32=allow_tf32, scale_a=scale_a, scale_b=scale_b, out_dtype=out_name)
         return Choice(choice.spec, f"K = 0: A @ B is all zeros, so matmul multiplies {ZERO_K} columns of zeros "
                                    f"to apply the epilogue; {choice.reason}")
     a_name, b_name = _dtype_name(A), _dtype_name(B)
@@ -392,7 +403,7 @@ def explain(A, B, *, bias=None, activation=None, residual=None, alpha=1.0, beta=
     if out is not None and _dtype_name(out) not in _DTYPES:
         raise LaunchError(f"out has dtype {_dtype_name(out)}; matmul writes float16, bfloat16 or float32 (in the "
                           f"machine's byte order)")
-    out_dtype = _DTYPES[_dtype_name(out)] if out is not None else (
+    out_dtype = _DTYPES[_dtype_name(out)] if out is not None else out_name or (
         "f32" if dtype in ("f32", "tf32") else FP8_OUT if dtype in FP8 else dtype)
     if dtype in FP8:
         if out_dtype in FP8:
@@ -1164,12 +1175,18 @@ def _vector_scale(x, length: int, name: str):
     return None
 
 
+_IS_F32: dict = {}   # an array library's dtype object -> whether it is float32 (named once per dtype)
+
+
 def _f32_vector(x, name: str):
     """A scale vector as the kernel reads it, float32: a host array of other reals converted, a
     GPU array of another dtype refused (converting it would cost a kernel launch)."""
-    dtype = _dtype_name(x)
-    if dtype == "float32":
+    f32 = _IS_F32.get(x.dtype)
+    if f32 is None:
+        f32 = _IS_F32[x.dtype] = _dtype_name(x) == "float32"
+    if f32:
         return x
+    dtype = _dtype_name(x)
     if isinstance(x, np.ndarray) and x.dtype.kind in "fiu" and x.dtype != np.bool_:
         return x.astype(np.float32)
     raise LaunchError(f"{name} is a {dtype} vector; scales per row / column are float32 (pass {name}.float() "

@@ -746,19 +746,25 @@ _DEFAULTS = {f.name: f.default for f in fields(GemmSpec) if f.name in _DERIVED}
 KINDS = {"gemm": GemmSpec}  # the blocks a .tg file may hold
 
 
+_FIELD_NAMES: dict = {}   # class -> its dataclass fields' names
+
+
 def _named_fields_only(cls):
     """cls's dataclass __init__, which on a keyword that is no field says so with the nearest
     field (GemmSpec(stagez=3): did you mean 'stages'?) and the list, instead of Python's bare
     "unexpected keyword argument"."""
-    init, names = cls.__init__, [f.name for f in fields(cls)]
+    init = cls.__init__
 
     @functools.wraps(init)
     def checked(self, *args, **kwargs):
+        names = _FIELD_NAMES.get(type(self))
+        if names is None:
+            names = _FIELD_NAMES[type(self)] = tuple(f.name for f in fields(type(self)))
         unknown = [k for k in kwargs if k not in names]
         if unknown:
             near = difflib.get_close_matches(unknown[0], names, n=1)
-            raise TypeError(f"{cls.__name__} has no field {unknown[0]!r}" + (f" (did you mean {near[0]!r}?)" if near else "")
-                            + f"; its fields: {', '.join(names)}")
+            raise TypeError(f"{type(self).__name__} has no field {unknown[0]!r}"
+                            + (f" (did you mean {near[0]!r}?)" if near else "") + f"; its fields: {', '.join(names)}")
         init(self, *args, **kwargs)
     cls.__init__ = checked
     return cls

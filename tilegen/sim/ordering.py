@@ -206,11 +206,12 @@ class GlobalOrder:
         where = f"(thread {int(sh.tid[o])}, PTX line {int(sh.line[o])})"
         if did == "wrote" and int(sh.clock[o]) == IN_FLIGHT:
             mine = w_cta == cta_index(ctx)
-            ctx.fail(ins, f"{what} global memory that a TMA store of {'this CTA' if mine else f'CTA {cta_of(ctx, w_cta)}'} "
-                          f"{where} may still be writing: no cp.async.bulk.wait_group (without .read) of thread "
-                          f"{int(sh.tid[o])} completed it before this access was ordered after it (wait_group.read "
-                          f"only frees the store's shared source; tma_store_wait(0, writes=True) waits for the "
-                          f"writes, then {'a barrier or an arrival publishes' if mine else 'a barrier and a release publish'} them)",
+            whose = "this CTA" if mine else f"CTA {cta_of(ctx, w_cta)}"
+            publish = "a barrier or an arrival publishes" if mine else "a barrier and a release publish"
+            ctx.fail(ins, f"{what} global memory that a TMA store of {whose} {where} may still be writing: no "
+                          f"cp.async.bulk.wait_group (without .read) of thread {int(sh.tid[o])} completed it before "
+                          f"this access was ordered after it (wait_group.read only frees the store's shared source; "
+                          f"the DSL's tma_store_wait(n, writes=True) waits for the writes, then {publish} them)",
                      kind="race" if mine else "order", tid=int(tids[r]), address=a.base + o)
         if w_cta == cta_index(ctx):
             ctx.fail(ins, f"global-memory race: {what} bytes that thread {int(sh.tid[o])} of this CTA {did} (PTX line "
