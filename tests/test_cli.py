@@ -139,3 +139,13 @@ def test_demo_runs_the_gemm_and_checks_it(capsys):
     assert main(["demo", "--dtype", "bf16", "--size", "96"]) == 0
     out = capsys.readouterr().out
     assert "96x96x96" in out and "relative error" in out and "(ok)" in out
+
+
+@pytest.mark.parametrize("dt, spec_has, error", [("f32", "dtype=f32", 1e-5), ("e4m3", "b_layout=col", 1e-2)])
+def test_demo_runs_f32_and_fp8_too(capsys, dt, spec_has, error):
+    """f32 (3xTF32) and fp8 (B column-major, bf16 out, as torch._scaled_mm) run and check."""
+    assert main(["demo", "--dtype", dt, "--size", "64"]) == 0
+    out = capsys.readouterr().out
+    assert spec_has in out.splitlines()[0]
+    rel = float(out.rsplit("relative error ", 1)[1].split()[0])
+    assert rel < error and out.rstrip().endswith("(ok)")

@@ -407,7 +407,8 @@ def _demo(args) -> int:
     _size("--size", args.size)
     device = "gpu" if runtime.gpu_available() else None   # None: the emulator, within its limit
     _check_host_work(args.size, args.size, args.size, device)
-    spec = GemmSpec(dtype=args.dtype)
+    fp8 = args.dtype in ("e4m3", "e5m2")   # (both operands K-major, a 16-bit result: as torch._scaled_mm)
+    spec = GemmSpec(dtype=args.dtype, **(dict(b_layout="col", out_dtype="bf16") if fp8 else {}))
     print(spec)
     atom = spec.mma
     print(f"\nmma atom {atom.name}: {atom.instruction}")
@@ -421,6 +422,8 @@ def _demo(args) -> int:
     rng = np.random.default_rng(0)
     A = rng.standard_normal((M, K)).astype(numpy_dtype(spec.dtype))
     B = rng.standard_normal((K, N)).astype(numpy_dtype(spec.dtype))
+    if fp8:
+        B = np.asfortranarray(B)
     done = _ticker("still running on the GPU") if device == "gpu" else threading.Event()
     try:
         start = time.perf_counter()
@@ -433,8 +436,9 @@ def _demo(args) -> int:
         ref = A.astype(np.float64) @ B.astype(np.float64)
     finally:
         done.set()
-    rel = float(np.linalg.norm(C - ref) / np.linalg.norm(ref))
-    limit = 2e-3 if spec.dtype == "tf32" else 1e-4
+    rel = float(np.linalg.norm(C.astype(np.float64) - ref) / np.linalg.norm(ref))
+    # the result's own rounding: f32 out for f16 / bf16 / tf32 / f32 operands, bf16 out for fp8
+    limit = {"tf32": 2e-3, "f32": 1e-5, "e4m3": 1e-2, "e5m2": 1e-2}.get(spec.dtype, 1e-4)
     where = "GPU" if device == "gpu" else "CPU emulator"
     print(f"C = A @ B, {M}x{N}x{K}, on the {where} in {seconds:.2f} s: "
           f"relative error {rel:.2e} against numpy float64 ({'ok' if rel < limit else 'WRONG'})")
@@ -536,7 +540,9 @@ def build_parser() -> argparse.ArgumentParser:
                 "Compile the default GEMM, show its atom's fragment maps, run it on the GPU (the CPU "
                 "emulator without one) and check it against numpy.",
                 "  tilegen demo\n  tilegen demo --dtype tf32 --size 128")
-    demo.add_argument("--dtype", default="f16", choices=["tf32", "f16", "bf16"], help="operand dtype (default f16)")
+    demo.add_argument("--dtype", default="f16", choices=["f16", "bf16", "tf32", "f32", "e4m3", "e5m2"],
+                      help="operand dtype (default f16; f32 runs 3xTF32, e4m3 / e5m2 take B column-major and "
+                           "give bf16)")
     demo.add_argument("--size", type=int, default=256, help="M = N = K of the check (default 256)")
     demo.set_defaults(run=_demo)
     sub.add_parser("bench", add_help=False, help="benchmark GEMMs against cuBLAS and Triton (GPU; "
