@@ -1,6 +1,6 @@
 """fp8 promotion interval, held at the power cap: every k-tile (promote=1) against the default (every 2),
 per-tensor scales, bf16 out, against torch._scaled_mm; error (Frobenius and max) against float64 of the same fp8
-inputs. argv: the shape (n or MxNxK). Runs 285-286.
+inputs. argv: the shape (n or MxNxK), then tiles to try beside the preset's (e.g. 128x192x128). Runs 285-286, 290.
 
     python3 tools/h200_fp8_promote.py 8192x8192x1024
 """
@@ -20,9 +20,12 @@ A, B, C = sets[0]
 base = tilegen.matmul.explain(A, B, scale_a=one, scale_b=one, out=C).spec
 print("base", base, flush=True)
 fns = {"torch": lambda s: torch._scaled_mm(s[0], s[1], scale_a=one, scale_b=one, out_dtype=torch.bfloat16)}
-for p in (base.promote, 1):
-    k = tilegen.compile(base.replace(promote=p))
-    fns[f"promote{p}"] = (lambda k: (lambda s: k(s[0], s[1], out=s[2], scale_a=one, scale_b=one)))(k)
+tiles = [tuple(base.tile)] + [tuple(int(x) for x in t.split("x")) for t in sys.argv[2:]]   # more tiles to try
+for tile in dict.fromkeys(tiles):
+    for p in (base.promote, 1):
+        k = tilegen.compile(base.replace(promote=p, tile=tile))
+        name = f"promote{p}" + ("" if tile == tuple(base.tile) else f" {tile[0]}x{tile[1]}")
+        fns[name] = (lambda k: (lambda s: k(s[0], s[1], out=s[2], scale_a=one, scale_b=one)))(k)
 ref = A.double() @ B.double()
 for name, f in fns.items():
     C.fill_(float("nan")); got = f(sets[0]); got = C if name != "torch" else got; torch.cuda.synchronize()
