@@ -561,7 +561,7 @@ def test_fp8_on_hopper_takes_the_wgmma_kernel(monkeypatch):
 
 
 def test_wide_fp8_tiles_only_where_the_kernel_keeps_its_registers(monkeypatch):
-    """fp8 over 6144^2 outputs with K >= 4096: 128x192 tiles where the loaded kernel does not spill
+    """fp8 over 6144^2 outputs with K >= 1024: 128x192 tiles where the loaded kernel does not spill
     (loads_without_spills, asked about the wide spec itself), else the 128x128 preset; smaller areas
     or K never ask."""
     import importlib
@@ -578,12 +578,12 @@ def test_wide_fp8_tiles_only_where_the_kernel_keeps_its_registers(monkeypatch):
 
     monkeypatch.setattr(mm, "loads_without_spills", loads)
     f8 = lambda r, c: np.broadcast_to(ml_dtypes.float8_e4m3fn(0), (r, c))  # noqa: E731
-    wide = mm.explain(f8(6144, 4096), np.asfortranarray(f8(4096, 6144)))
+    wide = mm.explain(f8(6144, 1024), np.asfortranarray(f8(1024, 6144)))
     assert tuple(wide.spec.tile) == (128, 192, 128) and "128x192 tiles" in wide.reason and "ptxas" in wide.reason
     assert [tuple(s.tile) for s in asked] == [(128, 192, 128)] and asked[0] == wide.spec
     assert wide.spec.promote == 2 and wide.spec.warp_specialized
     asked.clear()
-    for M, N, K in ((6143, 6144, 4096), (6144, 6144, 4095), (4096, 4096, 8192), (8192, 8192, 1024)):
+    for M, N, K in ((6143, 6144, 4096), (6144, 6144, 1023), (4096, 4096, 8192), (8192, 8192, 512)):
         c = mm.explain(f8(M, K), np.asfortranarray(f8(K, N)))
         assert tuple(c.spec.tile) == (128, 128, 128) and "128x192" not in c.reason, (M, N, K)
     assert asked == []
@@ -592,7 +592,7 @@ def test_wide_fp8_tiles_only_where_the_kernel_keeps_its_registers(monkeypatch):
     assert tuple(c.spec.tile) == (128, 128, 128) and "128x192" not in c.reason
     # the thresholds are in the choice key: the fast path's memo cannot hand one side's kernel to the other
     assert mm.size_class(6144, 6144, 4096) != mm.size_class(6143, 6144, 4096)
-    assert mm.size_class(6144, 6144, 4096) != mm.size_class(6144, 6144, 4095)
+    assert mm.size_class(6144, 6144, 1024) != mm.size_class(6144, 6144, 1023)
 
 
 def test_loads_without_spills_needs_a_gpu_and_ptxas(monkeypatch):

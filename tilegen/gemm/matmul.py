@@ -204,10 +204,13 @@ F32_PARTS_SMALL = dict(tile=(64, 128, 32), warps=(4, 1), stages=6, promote=4)
 # not (it spills them: 0.50x torch._scaled_mm). So only where the loaded kernel does not spill (the
 # runtime had ptxas assemble it). H200, the ptxas cubin as kernel(A, B) (run 145, x torch._scaled_mm):
 # 8192^3 1.018 against 128x128's 0.982, 6144^3 1.019 against 0.964; behind at 4096^3 (0.925 against
-# 1.038: 5.3 waves) and 8192x8192x1024 (1.072 against 1.087).
+# 1.038: 5.3 waves) and, in that run's short loops, at 8192x8192x1024 (1.072 against 1.087). Held at the
+# power cap, as called (runs 290-291, tools/h200_fp8_promote.py): ahead from K = 1024 on, 6144x6144x1024
+# 82.0 against 86.0 us, 8192x8192x1024 145.2 against 150.9, 8192x8192x2048 251.6 against 259.8,
+# 16384x8192x1024 288.2 against 298.6 (torch._scaled_mm 85.9 / 149.2 / 256.7 / 281.3); 4096^3 still behind.
 FP8_WIDE_TILE = (128, 192, 128)
 FP8_WIDE_MIN_AREA = 6144 * 6144
-FP8_WIDE_MIN_K = 4096
+FP8_WIDE_MIN_K = 1024
 
 
 def _skinny_rows(M: int) -> int:
