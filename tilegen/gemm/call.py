@@ -98,11 +98,16 @@ def _check_host(x, name: str, want: np.dtype, dtype_name: str, ndim: int = 2):
         stack = " (a stack of matrices: a GemmSpec(batched=True) kernel, or tilegen.matmul, takes stacks)" \
             if ndim == 2 and x.ndim > 2 else ""
         raise LaunchError(f"{name} must be {ndim}-D, got shape {x.shape}{stack}")
+    refuse_masked(x, name)
+    if x.dtype != want:
+        raise LaunchError(f"{name} has dtype {x.dtype}; this kernel takes {want} ({dtype_name})")
+
+
+def refuse_masked(x, name: str) -> None:
+    """A numpy masked array is refused: its mask would be ignored, every element read."""
     if isinstance(x, np.ma.MaskedArray):
         raise LaunchError(f"{name} is a numpy masked array: the kernel would read every element, masked or not; "
                           f"pass {name}.filled(0) (or {name}.data to ignore the mask)")
-    if x.dtype != want:
-        raise LaunchError(f"{name} has dtype {x.dtype}; this kernel takes {want} ({dtype_name})")
 
 
 def _check_writable(out: np.ndarray) -> None:

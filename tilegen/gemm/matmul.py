@@ -32,7 +32,8 @@ from ..errors import LaunchError, PerformanceWarning, SpecError, TilegenError
 from ..runtime import interop
 from ..runtime.interop import DEVICE, DTYPE, PTR, SHAPE, STRIDES
 from . import batch, tuned
-from .call import NO_SCALES, check_real_arrays, real_number, refuse_long_emulation, run_batched, stack_problem
+from .call import (NO_SCALES, check_real_arrays, real_number, refuse_long_emulation, refuse_masked, run_batched,
+                   stack_problem)
 from .kernel import compile_gemm
 from .mainloops.wgmma import SWAPPED_TILE_WARPS
 from .spec import Epilogue, GemmSpec
@@ -248,9 +249,7 @@ def _shape(x, name: str) -> tuple:
     shape = tuple(int(s) for s in x.shape)
     if len(shape) != 2:
         raise LaunchError(f"{name} must be a 2-D array, got shape {shape}")
-    if isinstance(x, np.ma.MaskedArray):
-        raise LaunchError(f"{name} is a numpy masked array: matmul would read every element, masked or not; pass "
-                          f"{name}.filled(0) (or {name}.data to ignore the mask)")
+    refuse_masked(x, name)
     return shape
 
 
