@@ -115,17 +115,17 @@ def test_fp8_wgmma_gemm_on_the_emulator():
             ["0", "1", "1", "1"] + ["0", "1", "1", "1"] + ["1"] * 4
         two = tilegen.compile(spec.replace(promote=1))   # every k-tile
         issues = [line for line in two.ptx.splitlines() if "wgmma.mma_async" in line]
-        # warpgroup 0 restarts at each k-tile; warpgroup 1 adds the first half of a k-tile to the
-        # group begun in the middle of the one before, waits, adds into the total, and restarts
-        # at the middle (staggered by half a k-tile), a wgmma_wait(0) between the halves
-        assert [line.rstrip(";").split(",")[-3].strip() for line in issues] == ["0", "1", "1", "1"] + \
-            ["1", "1"] + ["0", "1"]
-        second = two.ptx[two.ptx.index(issues[4].strip()):two.ptx.index(issues[6].strip())]
-        assert "wgmma.wait_group.sync.aligned 0;" in second
+        # two accumulators take turns, each k-tile's products from zero: k-tile 0, the loop's
+        # two, an even count's last one; every accumulator is read once wgmma_wait(1) retired it
+        # (only the block's last waits for none in flight)
+        assert [line.rstrip(";").split(",")[-3].strip() for line in issues] == ["0", "1", "1", "1"] * 4
+        assert [two.ptx.count(f"wgmma.wait_group.sync.aligned {n};") for n in (0, 1)] == [2, 3]
+        assert len({line.split("{")[1].split(",")[0] for line in issues}) == 2     # two accumulators
         # 5 k-tiles (groups of two end with a lone one) on 6 blocks: each of the emulator's
         # CTAs walks two; one k-tile on 8 blocks (three each for two CTAs); 3 k-tiles on 2
-        # blocks (CTAs of one block and of none)
-        for M, N, K in ((130, 260, 300 + 128 * 2), (130, 390, 100), (70, 200, 300)):
+        # blocks (CTAs of one block and of none); 4 and 2 k-tiles (an even count: promote=1's
+        # last k-tile in the second accumulator)
+        for M, N, K in ((130, 260, 300 + 128 * 2), (130, 390, 100), (70, 200, 300), (70, 260, 500), (70, 130, 256)):
             A = rng.standard_normal((M, K)).astype(npdt)
             B = np.asfortranarray(rng.standard_normal((K, N)).astype(npdt))
             ref = 0.5 * (A.astype(np.float64) @ B.astype(np.float64))
@@ -663,3 +663,25 @@ def test_transposing_copies_and_register_loads_are_conflict_free():
         k = tilegen.compile(tilegen.GemmSpec(dtype="tf32", instruction="wgmma", **kw))
         rows = [line for line in k.bank_report().splitlines() if line.startswith("ld.shared.b32")]
         assert len(rows) == 4 and all(line.split()[-2] == "1.0x" for line in rows), k.bank_report()
+
+
+def test_emulator_reports_an_accumulator_read_while_its_wgmma_is_in_flight():
+    """The emulator runs each wgmma at issue, so a read of its accumulator before the wait_group
+    that retires it would see the final sum; the hardware promises nothing there. Planted: the
+    promoted kernel's wait for the last k-tile (an even count: acc[1]) lets one group stay in
+    flight, and its add reads acc[1]."""
+    import copy
+    import ml_dtypes
+    rng = np.random.default_rng(8)
+    k = tilegen.compile(tilegen.GemmSpec(dtype="e4m3", out_dtype="f32", instruction="wgmma", promote=1))
+    A = rng.standard_normal((70, 256)).astype(ml_dtypes.float8_e4m3fn)        # 2 k-tiles
+    B = np.asfortranarray(rng.standard_normal((256, 130)).astype(ml_dtypes.float8_e4m3fn))
+    C = np.full((70, 130), np.nan, dtype=np.float32)
+    k(A, B, out=C, device="sim")
+    np.testing.assert_allclose(C, A.astype(np.float64) @ B.astype(np.float64), rtol=1e-6, atol=1e-6)
+    planted = copy.copy(k)
+    planted.ptx = k.ptx.replace("wgmma.wait_group.sync.aligned 0;", "wgmma.wait_group.sync.aligned 1;", 1)
+    assert planted.ptx != k.ptx
+    with pytest.raises(SimError, match=r"is an accumulator of warpgroup \d's wgmma at PTX line \d+, still in flight") as e:
+        planted(A, B, out=C, device="sim")
+    assert e.value.kind == "race" and e.value.text.startswith("add.f32")

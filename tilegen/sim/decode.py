@@ -24,12 +24,16 @@ def decode(ctx: Context, masked: bool = False) -> list:
     instruction guarded by the running group's threads (sim/state.py)."""
     code = []
     ctx.masked = masked
+    accumulators = wgmma.accumulator_slots(ctx.entry)
     try:
         for ins in ctx.entry.instrs:
             build = BUILDERS.get(family(ins.opcode))
             if build is None:
                 ctx.unsupported(ins, f"the instruction {ins.opcode}")
-            code.append(build(ins, ctx))
+            run = build(ins, ctx)
+            if accumulators and family(ins.opcode) != "wgmma":
+                run = wgmma.guard_accumulators(ins, ctx, run, accumulators)
+            code.append(run)
     finally:
         ctx.masked = False
     return code

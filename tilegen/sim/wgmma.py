@@ -24,7 +24,7 @@ from . import numerics as nm
 from .atomics import build_order_fence
 from .mbarrier import build_fence_mbarrier_init
 from .memory import MemoryFault
-from .program import Imm, Vec
+from .program import Imm, Mem, Reg, Vec
 from .state import Context, per_thread
 
 GROUP = 128
@@ -129,6 +129,7 @@ def build_wgmma(ins, ctx: Context):
         def commit():
             for g in running():
                 ctx.wgmma_groups.setdefault(g, []).append(ctx.wgmma_uncommitted.pop(g, []))
+                ctx.wgmma_acc_groups.setdefault(g, []).append(ctx.wgmma_acc_uncommitted.pop(g, {}))
         return commit
     if op == "wgmma.wait_group.sync.aligned":
         if len(ins.operands) != 1 or not isinstance(ins.operands[0], Imm):
@@ -141,6 +142,8 @@ def build_wgmma(ins, ctx: Context):
                 while len(groups) > keep:
                     for flat, line in groups.pop(0):
                         ctx.shadow.retire_async_read(g, flat, line)
+                accumulators = ctx.wgmma_acc_groups.get(g, [])
+                del accumulators[:max(len(accumulators) - keep, 0)]
         return wait
     m = _MMA.match(op)
     if m is None:
@@ -216,10 +219,13 @@ def build_wgmma(ins, ctx: Context):
         A[_a_positions(k)] = decode_a(words.reshape(GROUP, 4, -1).astype(np.uint32 if esize == 4 else np.uint16))
         return A.reshape(64, k)
 
+    acc_slots = [x.slot for x in d_items]
+
     def run():
         regs = np.stack([per_thread(r(), nt) for r in accs], axis=1).astype(np.float32)   # (threads, n/2)
         out = regs.copy()
         for g in running():
+            ctx.wgmma_acc_uncommitted.setdefault(g, {}).update(dict.fromkeys(acc_slots, ins.line))
             A = registers(g) if a_regs is not None else gather(descriptor(read_a, g, "A"), 64, trans_a == 0, g,
                                                                  decode_a)
             B = gather(descriptor(read_b, g, "B"), n, trans_b == 0, g, decode_b)        # (n, k)
@@ -251,6 +257,49 @@ def build_fence(ins, ctx: Context):
         else:
             ctx.shadow.fence_async(ctx.all_tids[g()])
     return run
+
+
+def accumulator_slots(entry) -> frozenset:
+    """The register slots some wgmma of the entry accumulates into."""
+    return frozenset(x.slot for ins in entry.instrs if _MMA.match(ins.opcode) and ins.operands
+                     and isinstance(ins.operands[0], Vec) for x in ins.operands[0].items)
+
+
+def guard_accumulators(ins, ctx: Context, run, acc_slots: frozenset):
+    """`run` (a non-wgmma instruction), failing first where it reads or writes an accumulator
+    register of a wgmma still in flight in a warpgroup that runs it: until a wait_group
+    retires that wgmma's group its registers belong to the tensor cores (PTX ISA, wgmma
+    async proxy: accessing them is undefined; ptxas serialises every wgmma of a kernel where
+    it sees this). The emulator runs each wgmma at issue, so without this check such a
+    read would see the final sum the hardware does not promise."""
+    touched = {}
+    for op in ins.operands + ((ins.guard,) if ins.guard is not None else ()):
+        for x in (op.items if isinstance(op, Vec) else (op.base if isinstance(op, Mem) else op,)):
+            if isinstance(x, Reg) and x.slot in acc_slots:
+                touched[x.slot] = x.name
+    if not touched:
+        return run
+    mine = frozenset(touched)
+
+    def checked():
+        for g, pending in ctx.wgmma_acc_uncommitted.items():
+            _check(g, [pending])
+        for g, groups in ctx.wgmma_acc_groups.items():
+            _check(g, groups)
+        return run()
+
+    def _check(g, groups):
+        for pending in groups:
+            hit = mine.intersection(pending)
+            if not hit:
+                continue
+            if ctx.active is not None and not ctx.active[g * GROUP:(g + 1) * GROUP].any():
+                return
+            slot = min(hit)
+            ctx.fail(ins, f"{touched[slot]} is an accumulator of warpgroup {g}'s wgmma at PTX line {pending[slot]}, "
+                          f"still in flight: a wgmma.wait_group must retire its group before other instructions "
+                          f"read or write it", kind="race", tid=g * GROUP)
+    return checked
 
 
 BUILDERS = {"wgmma": build_wgmma, "fence": build_fence}

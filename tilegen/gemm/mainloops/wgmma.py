@@ -727,9 +727,10 @@ class WarpSpecializedPipeline(TmaPipeline):
     def consume_promoted(self, first, k_tiles):
         """consume() for fp8 with promotion (as DeepGEMM does): the tensor cores accumulate fp8
         products in fewer bits than f32, so every `spec.promote` k-tiles the accumulator's sum
-        goes into the f32 `total` and the next k-tile's wgmmas start it from zero. Only after
-        wgmma_wait(0): ptxas serialises every wgmma of a kernel that reads an accumulator while
-        another wgmma is in flight (measured 0.2x, docs/perf_notes.md section 25). Inside a group
+        goes into the f32 `total` and the next k-tile's wgmmas start it from zero. Every k-tile
+        with room for two accumulators: consume_promoted_turns. Otherwise only after
+        wgmma_wait(0) (ptxas serialises every wgmma of a kernel where it sees an accumulator read
+        with its wgmma in flight: measured 0.2x, docs/perf_notes.md section 25); inside a group
         of k-tiles one stays in flight as in consume().
 
         The math warpgroups' groups are staggered: warpgroup g's first group is (g * promote) //
@@ -739,6 +740,8 @@ class WarpSpecializedPipeline(TmaPipeline):
         staggering falls inside the k-tiles (consume_promoted_halves)."""
         spec, shape, every = self.spec, self.shape, self.spec.promote
         steps = spec.tile.k // shape.k
+        if every == 1 and _three_accumulators_fit(spec, shape):
+            return self.consume_promoted_turns(first, k_tiles)
         if every == 1 and spec.warps.count // W.WARPGROUP == 2 and steps % 2 == 0:
             return self.consume_promoted_halves(first, k_tiles)
         tiles = (1, shape.n // spec.mma.n)
@@ -776,6 +779,54 @@ class WarpSpecializedPipeline(TmaPipeline):
                 group(0, lead, (groups - 1) * every // groups)
         for j in tg.range(tg.cdiv(k_tiles - lead, every)):
             group(lead + j * every, every, every)
+        return total
+
+    def consume_promoted_turns(self, first, k_tiles):
+        """consume_promoted() promoting every k-tile with two accumulators that take turns: k-tile
+        t's wgmmas run into acc[t % 2] while k-tile t - 1's, retired by wgmma_wait(1), are added
+        into the total, so no warpgroup ever drains its wgmmas inside the block (the halves'
+        stagger only hid part of that drain: docs/perf_notes.md section 52). The k loop is
+        unrolled by two so that each accumulator is a fixed set of registers, and no wgmma sits
+        under a branch inside the loop: ptxas then sees every read of an accumulator outside
+        its wgmmas' pipeline stage and keeps them asynchronous (a version with its k-tiles
+        under branches was serialised, section 25; tests/test_wgmma.py assembles this one).
+        Same sums in the same order as consume_promoted_halves' warpgroup 0: cuBLASLt's."""
+        spec, shape, S, full = self.spec, self.shape, self.S, self.full
+        tiles = (1, shape.n // spec.mma.n)
+        total = tg.fragment(spec.mma, "C", tiles, name="total")
+        acc = [tg.fragment(spec.mma, "C", tiles, name=f"acc{b}") for b in (0, 1)]
+
+        def k_tile(t, a):
+            """k-tile t's wgmmas into `a`, from zero."""
+            lap, stage = tg.divmod_by(t, S)
+            tg.mbarrier_wait(full[stage], lap & 1)
+            tg.wgmma_fence()
+            for kk in range(spec.tile.k // shape.k):
+                tg.wgmma(a, self.a_src[stage], self.b_src[stage], self.a_origin, kk * shape.k, self.b_origin,
+                         accumulate=kk > 0)
+            tg.wgmma_commit()
+
+        def retire(t, a, in_flight):
+            """Once only `in_flight` k-tiles' wgmmas are left, k-tile t's are done: its stage
+            released, its accumulator `a` added into the total."""
+            tg.wgmma_wait(in_flight)
+            self.release(tg.divmod_by(t, S)[1])
+            tg.add(total, a, out=total)
+
+        k_tile(first, acc[0])
+        for j in tg.range((k_tiles - 1) // 2):      # k-tiles 1 + 2j (into acc[1]) and 2 + 2j (acc[0])
+            t = first + 1 + 2 * j
+            k_tile(t, acc[1])
+            retire(t - 1, acc[0], 1)
+            k_tile(t + 1, acc[0])
+            retire(t, acc[1], 1)
+        last = first + k_tiles - 1
+        with tg.if_(tg.lt(0, (k_tiles - 1) % 2)):  # an even count: the last k-tile goes into acc[1]
+            k_tile(last, acc[1])
+            retire(last - 1, acc[0], 1)
+            retire(last, acc[1], 0)
+        with tg.else_():
+            retire(last, acc[0], 0)
         return total
 
     def consume_promoted_halves(self, first, k_tiles):
@@ -821,6 +872,13 @@ class WarpSpecializedPipeline(TmaPipeline):
             self.release(tg.divmod_by(first + k_tiles - 1, S)[1])
             tg.add(total, acc, out=total)
         return total
+
+
+def _three_accumulators_fit(spec, shape) -> bool:
+    """Whether a math thread holds the total and two accumulators (consume_promoted_turns) with
+    room for the rest: 64x128 slices do (3 x 64 registers), 64x192 ones (3 x 96) spill."""
+    math = _register_split(spec)[1] or default_registers(spec.threads, spec.target_info)
+    return 3 * shape.acc_regs + 40 <= math
 
 
 def _register_split(spec) -> tuple:
