@@ -558,6 +558,12 @@ def test_fp8_on_hopper_takes_the_wgmma_kernel(monkeypatch):
     assert (c.spec.instruction, c.spec.promote, tuple(c.spec.tile)) == ("wgmma", 2, (128, 128, 128))
     assert "promoted to an f32 total every 2 k-tiles" in c.reason and c.spec.out_dtype == "bf16"
     assert mm.explain(f8(32, 4096), np.asfortranarray(f8(4096, 1000))).spec.instruction == "mma.sync"
+    # promoted every k-tile (cuBLASLt's error) where that kernel keeps its registers (ptxas assembled it)
+    asked = []
+    monkeypatch.setattr(mm, "loads_without_spills", lambda spec: asked.append(spec) or True)
+    c = mm.explain(f8(1000, 4096), np.asfortranarray(f8(4096, 1000)))
+    assert (c.spec.promote, tuple(c.spec.tile)) == (1, (128, 128, 128)) and asked == [c.spec]
+    assert "every 1 k-tiles" in c.reason and "as cuBLASLt does" in c.reason
 
 
 def test_wide_fp8_tiles_only_where_the_kernel_keeps_its_registers(monkeypatch):
@@ -580,16 +586,17 @@ def test_wide_fp8_tiles_only_where_the_kernel_keeps_its_registers(monkeypatch):
     f8 = lambda r, c: np.broadcast_to(ml_dtypes.float8_e4m3fn(0), (r, c))  # noqa: E731
     wide = mm.explain(f8(6144, 1024), np.asfortranarray(f8(1024, 6144)))
     assert tuple(wide.spec.tile) == (128, 192, 128) and "128x192 tiles" in wide.reason and "ptxas" in wide.reason
-    assert [tuple(s.tile) for s in asked] == [(128, 192, 128)] and asked[0] == wide.spec
-    assert wide.spec.promote == 2 and wide.spec.warp_specialized
+    # asked about the wide spec, then about it promoted every k-tile
+    assert [(tuple(s.tile), s.promote) for s in asked] == [((128, 192, 128), 2), ((128, 192, 128), 1)]
+    assert asked[1] == wide.spec and wide.spec.warp_specialized
     asked.clear()
     for M, N, K in ((6143, 6144, 4096), (6144, 6144, 1023), (4096, 4096, 8192), (8192, 8192, 512)):
         c = mm.explain(f8(M, K), np.asfortranarray(f8(K, N)))
         assert tuple(c.spec.tile) == (128, 128, 128) and "128x192" not in c.reason, (M, N, K)
-    assert asked == []
+    assert [(tuple(s.tile), s.promote) for s in asked] == [((128, 128, 128), 1)] * 4    # never the wide tile
     fits["answer"] = False   # a kernel that would spill (no ptxas, or ptxas spills too): the preset
     c = mm.explain(f8(8192, 8192), np.asfortranarray(f8(8192, 8192)))
-    assert tuple(c.spec.tile) == (128, 128, 128) and "128x192" not in c.reason
+    assert (tuple(c.spec.tile), c.spec.promote) == ((128, 128, 128), 2) and "128x192" not in c.reason
     # the thresholds are in the choice key: the fast path's memo cannot hand one side's kernel to the other
     assert mm.size_class(6144, 6144, 4096) != mm.size_class(6143, 6144, 4096)
     assert mm.size_class(6144, 6144, 1024) != mm.size_class(6144, 6144, 1023)

@@ -113,7 +113,8 @@ def test_fp8_wgmma_gemm_on_the_emulator():
         issues = [line for line in k.ptx.splitlines() if "wgmma.mma_async" in line]
         assert [line.rstrip(";").split(",")[-3].strip() for line in issues] == \
             ["0", "1", "1", "1"] + ["0", "1", "1", "1"] + ["1"] * 4
-        two = tilegen.compile(spec.replace(promote=1))   # every k-tile
+        two = tilegen.compile(spec.replace(promote=1))   # every k-tile (matmul's, with ptxas)
+        assert "_promote1_" in two.name
         issues = [line for line in two.ptx.splitlines() if "wgmma.mma_async" in line]
         # two accumulators take turns, each k-tile's products from zero: k-tile 0, the loop's
         # two, an even count's last one; every accumulator is read once wgmma_wait(1) retired it

@@ -159,6 +159,24 @@ def test_wgmma_500_launches_bit_identical(torch):
     assert same == 500
 
 
+def test_fp8_promoted_500_launches_bit_identical(torch):
+    """fp8 promoted every k-tile (two accumulators taking turns), 1000 x 1001 x 999 (8 k-tiles,
+    ragged edges), bf16 out NaN-poisoned before each launch: equal to the first bit for bit."""
+    gen = torch.Generator(device="cuda").manual_seed(6)
+    A = torch.randn(1000, 999, generator=gen, device="cuda").to(torch.float8_e4m3fn)
+    W = torch.randn(1001, 999, generator=gen, device="cuda").to(torch.float8_e4m3fn)
+    kernel = tilegen.compile(tilegen.GemmSpec(dtype="e4m3", out_dtype="bf16", instruction="wgmma", promote=1))
+    first = torch.empty(1000, 1001, device="cuda", dtype=torch.bfloat16)
+    kernel(A, W.t(), out=first, repitch=True)
+    out, same = torch.empty_like(first), 0
+    for _ in range(500):
+        out.fill_(float("nan"))
+        kernel(A, W.t(), out=out, repitch=True)
+        same += bool(torch.equal(out, first))
+    record("fp8_promoted_repeat", launches=500, identical=same)
+    assert same == 500
+
+
 def test_stream_k_500_launches_bit_identical(torch):
     """1000 x 1001 x 999 on 128 x 256 tiles: 32 blocks, all shared out by k-tiles across every
     SM; each block's pieces are added in CTA order by the fix-up kernel."""

@@ -22,7 +22,7 @@ print("base", base, flush=True)
 fns = {"torch": lambda s: torch._scaled_mm(s[0], s[1], scale_a=one, scale_b=one, out_dtype=torch.bfloat16)}
 tiles = [tuple(base.tile)] + [tuple(int(x) for x in t.split("x")) for t in sys.argv[2:]]   # more tiles to try
 for tile in dict.fromkeys(tiles):
-    for p in (base.promote, 1):
+    for p in dict.fromkeys((2, base.promote, 1)):
         k = tilegen.compile(base.replace(promote=p, tile=tile))
         name = f"promote{p}" + ("" if tile == tuple(base.tile) else f" {tile[0]}x{tile[1]}")
         fns[name] = (lambda k: (lambda s: k(s[0], s[1], out=s[2], scale_a=one, scale_b=one)))(k)

@@ -212,6 +212,13 @@ F32_PARTS_SMALL = dict(tile=(64, 128, 32), warps=(4, 1), stages=6, promote=4)
 FP8_WIDE_TILE = (128, 192, 128)
 FP8_WIDE_MIN_AREA = 6144 * 6144
 FP8_WIDE_MIN_K = 1024
+# fp8 on Hopper promoted every k-tile (promote=1): cuBLASLt's error bit for bit (it sums 128 products
+# per promotion), where GemmSpec's default every 2 k-tiles leaves 0.4-0.5% more (Frobenius). On 128x128
+# tiles two accumulators take turns (no drain; 3 x 64 registers a math thread), which again needs the
+# registers setmaxnreg gives, so only where the loaded kernel does not spill (as the wide tiles). Held at
+# the power cap (runs 295-297, x torch._scaled_mm): 4096^3 1.014 (every 2: 1.02), 8192x8192x1024 on
+# 128x192 1.00 (1.03), 8192^3 on 128x192 0.99 (1.025): the wide tiles promote every k-tile by halves
+# staggered across the warpgroups (3 x 96 registers do not fit).
 
 
 def _skinny_rows(M: int) -> int:
@@ -496,6 +503,10 @@ def explain(A, B, *, bias=None, activation=None, residual=None, alpha=1.0, beta=
                 and loads_without_spills(spec.replace(tile=FP8_WIDE_TILE)))
         if wide:
             spec = spec.replace(tile=FP8_WIDE_TILE)
+        every_k_tile = (dtype in FP8 and spec.warp_specialized and spec.promote > 1
+                        and loads_without_spills(spec.replace(promote=1)))
+        if every_k_tile:
+            spec = spec.replace(promote=1)
         why.append(f"large problem on {target}: the fastest {dtype} kernel measured on the H200 "
                    f"({spec.instruction}, {spec.tile.m}x{spec.tile.n} tiles"
                    + (", warp-specialized" if spec.warp_specialized else "")
@@ -506,6 +517,9 @@ def explain(A, B, *, bias=None, activation=None, residual=None, alpha=1.0, beta=
             why.append(f"fp8 over {M} x {N} outputs and K = {K}: 128x192 tiles (fewer bytes per product, a fuller last "
                        f"wave), assembled by ptxas, which gives the math warpgroups the registers setmaxnreg moves to "
                        f"them (the driver's JIT spills this kernel)")
+        if every_k_tile:
+            why.append("fp8 promoted every k-tile (128 products), as cuBLASLt does: its error, with the registers "
+                       "ptxas's assembly gives the math warpgroups (the driver's JIT alone spills this kernel)")
         if spec.splits_operands:
             why.append(f"f32 on wgmma: first kernels split A and B into tf32 parts side by side along K, multiplied "
                        f"as one tf32 product over three times K and added into an f32 total every {spec.promote} k-tiles "
