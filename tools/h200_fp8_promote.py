@@ -1,6 +1,8 @@
-"""fp8 promotion interval, held at the power cap: every k-tile (promote=1) against the default (every 2),
+"""fp8 promotion interval, held at the power cap: every k-tile (promote=1) against every 2 (and matmul's choice),
 per-tensor scales, bf16 out, against torch._scaled_mm; error (Frobenius and max) against float64 of the same fp8
-inputs. argv: the shape (n or MxNxK), then tiles to try beside the preset's (e.g. 128x192x128). Runs 285-286, 290.
+inputs. argv: the shape (n or MxNxK), then tiles to try beside the preset's (e.g. 128x192x128, or
+128x128x128:stream_k). Also tilegen.matmul as called. Runs 285-286, 290, 294-297 (run 297 by a script this one
+now holds: its matmul row and TILE:stream_k).
 
     python3 tools/h200_fp8_promote.py 8192x8192x1024
 """
@@ -19,12 +21,15 @@ sets = [mk() for _ in range(3)]
 A, B, C = sets[0]
 base = tilegen.matmul.explain(A, B, scale_a=one, scale_b=one, out=C).spec
 print("base", base, flush=True)
-fns = {"torch": lambda s: torch._scaled_mm(s[0], s[1], scale_a=one, scale_b=one, out_dtype=torch.bfloat16)}
-tiles = [tuple(base.tile)] + [tuple(int(x) for x in t.split("x")) for t in sys.argv[2:]]   # more tiles to try
-for tile in dict.fromkeys(tiles):
+fns = {"torch": lambda s: torch._scaled_mm(s[0], s[1], scale_a=one, scale_b=one, out_dtype=torch.bfloat16),
+       "matmul": lambda s: tilegen.matmul(s[0], s[1], scale_a=one, scale_b=one, out=s[2])}    # as called
+# more tiles to try: MxNxK, or MxNxK:stream_k for that tile with stream-K
+tiles = [(tuple(base.tile), False)] + [(tuple(int(x) for x in t.split(":")[0].split("x")), t.endswith(":stream_k"))
+                                       for t in sys.argv[2:]]
+for tile, stream_k in dict.fromkeys(tiles):
     for p in dict.fromkeys((2, base.promote, 1)):
-        k = tilegen.compile(base.replace(promote=p, tile=tile))
-        name = f"promote{p}" + ("" if tile == tuple(base.tile) else f" {tile[0]}x{tile[1]}")
+        k = tilegen.compile(base.replace(promote=p, tile=tile, stream_k=stream_k))
+        name = f"promote{p}" + ("" if tile == tuple(base.tile) else f" {tile[0]}x{tile[1]}") + (" stream-K" if stream_k else "")
         fns[name] = (lambda k: (lambda s: k(s[0], s[1], out=s[2], scale_a=one, scale_b=one)))(k)
 ref = A.double() @ B.double()
 for name, f in fns.items():

@@ -166,9 +166,10 @@ class GemmSpec:
     |            | tma (through shared memory and TMA stores while | specialized kernels with |
     |            | the next block's main loop runs; beta = 0)      | a plain epilogue         |
     | promote    | fp8 wgmma: every `promote` k-tiles the products | 2 for fp8 wgmma, else 0  |
-    |            | (the tensor cores keep fewer bits while they    |                          |
-    |            | accumulate fp8) are added into an f32 total in  |                          |
-    |            | registers; 0: never (True = 1, False = 0)       |                          |
+    |            | (the tensor cores keep fewer bits while they    | (matmul: 1 where ptxas   |
+    |            | accumulate fp8) are added into an f32 total in  | assembles it)            |
+    |            | registers; 0: never (True = 1, False = 0); 1:   |                          |
+    |            | cuBLASLt's error                                |                          |
     | split_k    | 1..16: K in that many slices, one CTA each per  | 1                        |
     |            | block, their f32 partial sums added in order by |                          |
     |            | a second kernel that applies the epilogue       |                          |
