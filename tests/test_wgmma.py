@@ -686,3 +686,22 @@ def test_emulator_reports_an_accumulator_read_while_its_wgmma_is_in_flight():
     with pytest.raises(SimError, match=r"is an accumulator of warpgroup \d's wgmma at PTX line \d+, still in flight") as e:
         planted(A, B, out=C, device="sim")
     assert e.value.kind == "race" and e.value.text.startswith("add.f32")
+
+
+def test_emulator_reports_a_register_a_written_while_its_wgmma_is_in_flight():
+    """A from registers (tf32 with B row-major: C^T = B^T A^T, B's k-steps loaded into registers):
+    the k loop loads the next k-tile's fragments only after wgmma_wait(0). Planted: that wait
+    keeps a group in flight, so the loads overwrite registers the previous k-tile's wgmmas read."""
+    import copy
+    rng = np.random.default_rng(9)
+    k = tilegen.compile(tilegen.GemmSpec(dtype="tf32", instruction="wgmma", b_layout="row"))
+    assert any("wgmma.mma_async" in line and "}, {%r" in line for line in k.ptx.splitlines())   # A in registers
+    A = rng.standard_normal((40, 70)).astype(np.float32)             # 3 k-tiles of 32
+    B = rng.standard_normal((70, 50)).astype(np.float32)
+    C = k(A, B, device="sim")
+    assert np.abs(C - A.astype(np.float64) @ B).max() <= 2e-2
+    planted = copy.copy(k)
+    head, wait, loop = k.ptx.partition("wgmma.wait_group.sync.aligned 0;")    # (before the first k-tile: none in flight)
+    planted.ptx = head + wait + loop.replace("wgmma.wait_group.sync.aligned 0;", "wgmma.wait_group.sync.aligned 1;", 1)
+    with pytest.raises(SimError, match=r"is a register A operand of warpgroup \d's wgmma at PTX line \d+, still in flight"):
+        planted(A, B, device="sim")

@@ -10,8 +10,8 @@ It finds bugs and raises SimError naming the PTX line, the thread and the addres
 out-of-bounds global or shared accesses, shared-memory races across a missing bar.sync,
 reads of a cp.async still pending, writes over a stage another thread may still be
 reading (or a wgmma still in flight), wgmma reads of generic-proxy writes without
-fence.proxy.async, accumulator registers read or written while their wgmma is in flight
-(before the wait_group that retires it), global memory one CTA reads or writes after another CTA of the launch wrote it,
+fence.proxy.async, accumulator registers read or written (and register A operands written)
+while their wgmma is in flight (before the wait_group that retires it), global memory one CTA reads or writes after another CTA of the launch wrote it,
 or writes after another CTA read it, with no release-acquire chain between them (ordering.py),
 TMA stores published before a wait_group (without .read) completed them,
 misaligned addresses, and control flow

@@ -24,15 +24,16 @@ def decode(ctx: Context, masked: bool = False) -> list:
     instruction guarded by the running group's threads (sim/state.py)."""
     code = []
     ctx.masked = masked
-    accumulators = wgmma.accumulator_slots(ctx.entry)
+    held = wgmma.held_slots(ctx.entry)
     try:
         for ins in ctx.entry.instrs:
             build = BUILDERS.get(family(ins.opcode))
             if build is None:
                 ctx.unsupported(ins, f"the instruction {ins.opcode}")
             run = build(ins, ctx)
-            if accumulators and family(ins.opcode) != "wgmma":
-                run = wgmma.guard_accumulators(ins, ctx, run, accumulators)
+            kind = family(ins.opcode)
+            if held and kind != "wgmma":
+                run = wgmma.guard_registers(ins, ctx, run, held, kind)
             code.append(run)
     finally:
         ctx.masked = False

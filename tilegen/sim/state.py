@@ -100,8 +100,8 @@ class Context:
         self.commits = np.zeros(threads, dtype=np.int64)   # cp.async groups each thread has committed
         self.wgmma_uncommitted: dict = {}     # warpgroup -> shared byte offsets of wgmmas not yet in a group
         self.wgmma_groups: dict = {}          # warpgroup -> its committed wgmma groups, oldest first
-        self.wgmma_acc_uncommitted: dict = {}  # warpgroup -> {accumulator slot: wgmma line} not yet in a group
-        self.wgmma_acc_groups: dict = {}      # warpgroup -> those of its committed groups, oldest first
+        self.wgmma_held_uncommitted: dict = {}  # warpgroup -> {register slot: (wgmma line, role)} not yet in a group
+        self.wgmma_held_groups: dict = {}      # warpgroup -> those of its committed groups, oldest first (sim/wgmma.py)
         # .param arrays (tensor maps) have addresses in a window of their own (mov.b64 %rd, name)
         self.param_address = {name: PARAM_WINDOW + PARAM_SLOT * i for i, (name, _, _) in enumerate(entry.params)}
         self.param_at = {a: name for name, a in self.param_address.items()}
@@ -143,8 +143,8 @@ class Context:
         self.commits[:] = 0
         self.wgmma_uncommitted = {}
         self.wgmma_groups = {}
-        self.wgmma_acc_uncommitted = {}
-        self.wgmma_acc_groups = {}
+        self.wgmma_held_uncommitted = {}
+        self.wgmma_held_groups = {}
         self.active = None
         self.mbarriers = {}
         self.bulk = []

@@ -129,7 +129,7 @@ def build_wgmma(ins, ctx: Context):
         def commit():
             for g in running():
                 ctx.wgmma_groups.setdefault(g, []).append(ctx.wgmma_uncommitted.pop(g, []))
-                ctx.wgmma_acc_groups.setdefault(g, []).append(ctx.wgmma_acc_uncommitted.pop(g, {}))
+                ctx.wgmma_held_groups.setdefault(g, []).append(ctx.wgmma_held_uncommitted.pop(g, {}))
         return commit
     if op == "wgmma.wait_group.sync.aligned":
         if len(ins.operands) != 1 or not isinstance(ins.operands[0], Imm):
@@ -142,8 +142,8 @@ def build_wgmma(ins, ctx: Context):
                 while len(groups) > keep:
                     for flat, line in groups.pop(0):
                         ctx.shadow.retire_async_read(g, flat, line)
-                accumulators = ctx.wgmma_acc_groups.get(g, [])
-                del accumulators[:max(len(accumulators) - keep, 0)]
+                held = ctx.wgmma_held_groups.get(g, [])
+                del held[:max(len(held) - keep, 0)]
         return wait
     m = _MMA.match(op)
     if m is None:
@@ -219,13 +219,16 @@ def build_wgmma(ins, ctx: Context):
         A[_a_positions(k)] = decode_a(words.reshape(GROUP, 4, -1).astype(np.uint32 if esize == 4 else np.uint16))
         return A.reshape(64, k)
 
-    acc_slots = [x.slot for x in d_items]
+    # the registers this wgmma holds until a wait_group retires it: its accumulator, and its A
+    # when A comes from registers (guard_registers)
+    held = {**{x.slot: (ins.line, ACCUMULATOR) for x in d_items},
+            **{x.slot: (ins.line, A_OPERAND) for x in (a_regs or ()) if isinstance(x, Reg)}}
 
     def run():
         regs = np.stack([per_thread(r(), nt) for r in accs], axis=1).astype(np.float32)   # (threads, n/2)
         out = regs.copy()
         for g in running():
-            ctx.wgmma_acc_uncommitted.setdefault(g, {}).update(dict.fromkeys(acc_slots, ins.line))
+            ctx.wgmma_held_uncommitted.setdefault(g, {}).update(held)
             A = registers(g) if a_regs is not None else gather(descriptor(read_a, g, "A"), 64, trans_a == 0, g,
                                                                  decode_a)
             B = gather(descriptor(read_b, g, "B"), n, trans_b == 0, g, decode_b)        # (n, k)
@@ -259,46 +262,60 @@ def build_fence(ins, ctx: Context):
     return run
 
 
-def accumulator_slots(entry) -> frozenset:
-    """The register slots some wgmma of the entry accumulates into."""
-    return frozenset(x.slot for ins in entry.instrs if _MMA.match(ins.opcode) and ins.operands
-                     and isinstance(ins.operands[0], Vec) for x in ins.operands[0].items)
+ACCUMULATOR, A_OPERAND = "an accumulator", "a register A operand"
+# opcode families whose first operand is not a register they write
+_NO_DESTINATION = ("st", "red", "cp.async", "cp.async.bulk", "mbarrier", "bra", "bar", "barrier", "fence", "stmatrix",
+                   "membar", "ret", "exit", "setmaxnreg", "griddepcontrol", "prefetch", "wgmma")
 
 
-def guard_accumulators(ins, ctx: Context, run, acc_slots: frozenset):
-    """`run` (a non-wgmma instruction), failing first where it reads or writes an accumulator
-    register of a wgmma still in flight in a warpgroup that runs it: until a wait_group
-    retires that wgmma's group its registers belong to the tensor cores (PTX ISA, wgmma
-    async proxy: accessing them is undefined; ptxas serialises every wgmma of a kernel where
-    it sees this). The emulator runs each wgmma at issue, so without this check such a
-    read would see the final sum the hardware does not promise."""
-    touched = {}
-    for op in ins.operands + ((ins.guard,) if ins.guard is not None else ()):
+def held_slots(entry) -> frozenset:
+    """The register slots some wgmma of the entry holds while in flight: accumulators and A."""
+    slots = set()
+    for ins in entry.instrs:
+        if _MMA.match(ins.opcode):
+            for op in ins.operands[:2]:
+                if isinstance(op, Vec):
+                    slots.update(x.slot for x in op.items if isinstance(x, Reg))
+    return frozenset(slots)
+
+
+def guard_registers(ins, ctx: Context, run, held: frozenset, family: str):
+    """`run` (a non-wgmma instruction), failing first where it touches a register a wgmma still
+    in flight holds, in a warpgroup that runs it: an accumulator read or written, or a register
+    A written, before a wait_group retires that wgmma's group. Until then the registers belong
+    to the tensor cores (PTX ISA, wgmma.mma_async: accessing them is undefined; ptxas
+    serialises every wgmma of a kernel where it sees it). The emulator runs each wgmma at issue,
+    so without this check an early read would see the final sum the hardware does not promise."""
+    touched, written = {}, set()
+    ops = ins.operands + ((ins.guard,) if ins.guard is not None else ())
+    for i, op in enumerate(ops):
         for x in (op.items if isinstance(op, Vec) else (op.base if isinstance(op, Mem) else op,)):
-            if isinstance(x, Reg) and x.slot in acc_slots:
+            if isinstance(x, Reg) and x.slot in held:
                 touched[x.slot] = x.name
+                if i == 0 and family not in _NO_DESTINATION:
+                    written.add(x.slot)
     if not touched:
         return run
     mine = frozenset(touched)
 
     def checked():
-        for g, pending in ctx.wgmma_acc_uncommitted.items():
-            _check(g, [pending])
-        for g, groups in ctx.wgmma_acc_groups.items():
-            _check(g, groups)
+        for g, pending in ctx.wgmma_held_uncommitted.items():
+            check(g, (pending,))
+        for g, groups in ctx.wgmma_held_groups.items():
+            check(g, groups)
         return run()
 
-    def _check(g, groups):
+    def check(g, groups):
         for pending in groups:
-            hit = mine.intersection(pending)
-            if not hit:
-                continue
-            if ctx.active is not None and not ctx.active[g * GROUP:(g + 1) * GROUP].any():
-                return
-            slot = min(hit)
-            ctx.fail(ins, f"{touched[slot]} is an accumulator of warpgroup {g}'s wgmma at PTX line {pending[slot]}, "
-                          f"still in flight: a wgmma.wait_group must retire its group before other instructions "
-                          f"read or write it", kind="race", tid=g * GROUP)
+            for slot in sorted(mine.intersection(pending)):
+                line, role = pending[slot]
+                if role == A_OPERAND and slot not in written:
+                    continue          # reading a register A in flight is harmless
+                if ctx.active is not None and not ctx.active[g * GROUP:(g + 1) * GROUP].any():
+                    return
+                ctx.fail(ins, f"{touched[slot]} is {role} of warpgroup {g}'s wgmma at PTX line {line}, still in "
+                              f"flight: a wgmma.wait_group must retire its group before other instructions "
+                              f"{'read or write' if role == ACCUMULATOR else 'write'} it", kind="race", tid=g * GROUP)
     return checked
 
 
