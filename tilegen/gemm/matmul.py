@@ -520,6 +520,12 @@ def explain(A, B, *, bias=None, activation=None, residual=None, alpha=1.0, beta=
         if every_k_tile:
             why.append("fp8 promoted every k-tile (128 products), as cuBLASLt does: its error, with the registers "
                        "ptxas's assembly gives the math warpgroups (the driver's JIT alone spills this kernel)")
+        elif dtype in FP8 and spec.warp_specialized and spec.promote > 1:
+            why.append(f"fp8 promoted every {spec.promote} k-tiles, 0.4-0.5% above cuBLASLt's error: every k-tile "
+                       f"(its error) needs the registers ptxas's assembly gives the kernel (the driver's JIT spills "
+                       f"it), and "
+                       + ("no ptxas is installed (the CUDA toolkit, `pip install nvidia-cuda-nvcc`, or Triton's copy)"
+                          if find_ptxas() is None else "it did not load here without spilling (no GPU, or it spilled)"))
         if spec.splits_operands:
             why.append(f"f32 on wgmma: first kernels split A and B into tf32 parts side by side along K, multiplied "
                        f"as one tf32 product over three times K and added into an f32 total every {spec.promote} k-tiles "
