@@ -1,7 +1,8 @@
 """Run a few ragged GEMMs for compute-sanitizer (memcheck / racecheck); exits non-zero on a
 wrong result. Usage: compute-sanitizer --tool memcheck python3 tools/sanitize_gemm.py [--hopper]
 (--hopper: the sm_90a wgmma kernels instead: the warp-specialized TMA kernel with its TMA-store
-epilogue, its beta and unaligned-output paths, and the one-CTA-per-block TMA kernel; --stacks:
+epilogue, its beta and unaligned-output paths, and the one-CTA-per-block TMA kernel; with --dtype D
+only those of dtype D; --stacks:
 batched kernels on ragged stacks, one A for every B, column-major matrices, bias and residual, and the
 warp-specialized TMA kernel on stacks through 3-D tensor maps, K split or not, swapped or not)."""
 import sys
@@ -39,6 +40,14 @@ HOPPER = [(dict(dtype="f16", out_dtype="f16"), (133, 270, 45), 0.0, None),
           (dict(dtype="f16", out_dtype="f16", stream_k=True, tile=(64, 128, 64), warps=(4, 1)), (900, 1000, 130), 0.5,
            None),
           (dict(dtype="e4m3", out_dtype="bf16", stream_k=True), (260, 300, 600), 0.0, None),
+          # fp8 promoted every k-tile (matmul's where ptxas assembles it): two accumulators taking turns, odd and
+          # even k-tile counts, 210 blocks; stream-K pieces; 128x192 tiles by staggered halves
+          (dict(dtype="e4m3", out_dtype="bf16", promote=1), (260, 300, 300), 0.0, None),
+          (dict(dtype="e4m3", out_dtype="bf16", promote=1, epilogue=tilegen.Epilogue(bias="col", scale_rows=True,
+                                                                                     scale_cols=True)),
+           (1700, 1800, 512), 0.0, None),
+          (dict(dtype="e4m3", out_dtype="bf16", promote=1, stream_k=True), (260, 300, 600), 0.0, None),
+          (dict(dtype="e4m3", out_dtype="bf16", promote=1, tile=(128, 192, 128)), (300, 500, 600), 0.0, None),
           (dict(dtype="bf16", out_dtype="bf16", pingpong=True, tile=(64, 256, 64), warps=(4, 1),               # ping-pong
                 epilogue=tilegen.Epilogue("col", "gelu_tanh", True)), (300, 700, 200), 0.0, None),
           (dict(dtype="f16", out_dtype="f16", pingpong=True, tile=(64, 256, 64), warps=(4, 1)), (333, 520, 130), 0.5,
@@ -60,10 +69,12 @@ HOPPER = [(dict(dtype="f16", out_dtype="f16"), (133, 270, 45), 0.0, None),
                 warps=(1, 4), stages=16), (13, 300, 700), 0.5, None)]
 
 
-def hopper() -> int:
+def hopper(dtype=None) -> int:
     rng = np.random.default_rng(12)
     bad = 0
     for kw, (M, N, K), beta, out_ld in HOPPER:
+        if dtype is not None and kw["dtype"] != dtype:
+            continue
         spec = tilegen.GemmSpec(instruction="wgmma", **kw)
         kernel = tilegen.compile(spec)
         A = rng.standard_normal((M, K)).astype(numpy_dtype(spec.dtype))
@@ -168,7 +179,8 @@ def stacks() -> int:
 
 def main() -> int:
     if "--hopper" in sys.argv[1:]:
-        return hopper()
+        args = sys.argv[1:]
+        return hopper(args[args.index("--dtype") + 1] if "--dtype" in args else None)
     if "--stacks" in sys.argv[1:]:
         return stacks()
     rng = np.random.default_rng(11)
