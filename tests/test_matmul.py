@@ -563,14 +563,16 @@ def test_fp8_on_hopper_takes_the_wgmma_kernel(monkeypatch):
     asked = []
     monkeypatch.setattr(mm, "loads_without_spills", lambda spec: asked.append(spec) or True)
     c = mm.explain(f8(1000, 4096), np.asfortranarray(f8(4096, 1000)))
-    assert (c.spec.promote, tuple(c.spec.tile)) == (1, (128, 128, 128)) and asked == [c.spec]
-    assert "every 1 k-tiles" in c.reason and "as cuBLASLt does" in c.reason and "above cuBLASLt" not in c.reason
+    assert (c.spec.promote, c.spec.frag_buffers, tuple(c.spec.tile)) == (1, 2, (128, 128, 128)) and asked == [c.spec]
+    assert "promoted to an f32 total every k-tile" in c.reason and "as cuBLASLt does" in c.reason
+    assert "two accumulators taking turns" in c.reason and "above cuBLASLt" not in c.reason
 
 
 def test_wide_fp8_tiles_only_where_the_kernel_keeps_its_registers(monkeypatch):
-    """fp8 over 6144^2 outputs with K >= 1024: 128x192 tiles where the loaded kernel does not spill
-    (loads_without_spills, asked about the wide spec itself), else the 128x128 preset; smaller areas
-    or K never ask."""
+    """fp8 over 6144^2 outputs with K >= 1024: 128x192 tiles promoted every k-tile (the warpgroups
+    staggered by half a k-tile) where the loaded kernel does not spill (loads_without_spills, asked
+    about that spec itself), else 128x128 promoted every k-tile (two accumulators taking turns)
+    where that one does not, else the 128x128 preset; smaller areas or K never ask about 128x192."""
     import importlib
 
     mm = importlib.import_module("tilegen.gemm.matmul")
@@ -587,17 +589,18 @@ def test_wide_fp8_tiles_only_where_the_kernel_keeps_its_registers(monkeypatch):
     f8 = lambda r, c: np.broadcast_to(ml_dtypes.float8_e4m3fn(0), (r, c))  # noqa: E731
     wide = mm.explain(f8(6144, 1024), np.asfortranarray(f8(1024, 6144)))
     assert tuple(wide.spec.tile) == (128, 192, 128) and "128x192 tiles" in wide.reason and "ptxas" in wide.reason
-    # asked about the wide spec, then about it promoted every k-tile
-    assert [(tuple(s.tile), s.promote) for s in asked] == [((128, 192, 128), 2), ((128, 192, 128), 1)]
-    assert asked[1] == wide.spec and wide.spec.warp_specialized
+    assert [(tuple(s.tile), s.promote, s.frag_buffers) for s in asked] == [((128, 192, 128), 1, 1)]
+    assert asked[0] == wide.spec and wide.spec.warp_specialized and "staggered by half a k-tile" in wide.reason
     asked.clear()
     for M, N, K in ((6143, 6144, 4096), (6144, 6144, 1023), (4096, 4096, 8192), (8192, 8192, 512)):
         c = mm.explain(f8(M, K), np.asfortranarray(f8(K, N)))
         assert tuple(c.spec.tile) == (128, 128, 128) and "128x192" not in c.reason, (M, N, K)
-    assert [(tuple(s.tile), s.promote) for s in asked] == [((128, 128, 128), 1)] * 4    # never the wide tile
+    assert [(tuple(s.tile), s.promote, s.frag_buffers) for s in asked] == [((128, 128, 128), 1, 2)] * 4
     fits["answer"] = False   # a kernel that would spill (no ptxas, or ptxas spills too): the preset
+    asked.clear()
     c = mm.explain(f8(8192, 8192), np.asfortranarray(f8(8192, 8192)))
-    assert (tuple(c.spec.tile), c.spec.promote) == ((128, 128, 128), 2) and "128x192" not in c.reason
+    assert (tuple(c.spec.tile), c.spec.promote, c.spec.frag_buffers) == ((128, 128, 128), 2, 1)
+    assert "128x192" not in c.reason and len(asked) == 2
     # the thresholds are in the choice key: the fast path's memo cannot hand one side's kernel to the other
     assert mm.size_class(6144, 6144, 4096) != mm.size_class(6143, 6144, 4096)
     assert mm.size_class(6144, 6144, 1024) != mm.size_class(6144, 6144, 1023)

@@ -63,13 +63,14 @@ def test_stream_k_on_the_emulator(kw, shape, cut):
     assert gemm_error(C, ref, A, B) <= gemm_bound(spec.dtype, shape[2], spec.out_dtype)
 
 
-@pytest.mark.parametrize("promote", [1, 2])
-def test_stream_k_fp8_with_promotion(promote):
+@pytest.mark.parametrize("promote, buffers", [(1, 2), (1, 1), (2, 1)])
+def test_stream_k_fp8_with_promotion(promote, buffers):
     """fp8 pieces run the promoted loop: every k-tile, two accumulators taking turns over pieces
-    of odd and even k-tile counts; every 2 (GemmSpec's default), groups staggered across the two
-    math warpgroups."""
+    of odd and even k-tile counts, or the warpgroups staggered by half a k-tile; every 2
+    (GemmSpec's default), groups staggered across the two math warpgroups."""
     import ml_dtypes
-    spec = tilegen.GemmSpec(dtype="e4m3", out_dtype="f32", instruction="wgmma", stream_k=True, promote=promote)
+    spec = tilegen.GemmSpec(dtype="e4m3", out_dtype="f32", instruction="wgmma", stream_k=True, promote=promote,
+                            frag_buffers=buffers)
     assert spec.promote == promote and tuple(spec.tile) == (128, 128, 128)
     N, K = 140, 128 * 12 + 7
     rng = np.random.default_rng(5)

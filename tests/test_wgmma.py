@@ -113,8 +113,8 @@ def test_fp8_wgmma_gemm_on_the_emulator():
         issues = [line for line in k.ptx.splitlines() if "wgmma.mma_async" in line]
         assert [line.rstrip(";").split(",")[-3].strip() for line in issues] == \
             ["0", "1", "1", "1"] + ["0", "1", "1", "1"] + ["1"] * 4
-        two = tilegen.compile(spec.replace(promote=1))   # every k-tile (matmul's, with ptxas)
-        assert "_promote1_" in two.name
+        two = tilegen.compile(spec.replace(promote=1, frag_buffers=2))   # every k-tile (matmul's, with ptxas)
+        assert "_promote1_" in two.name and two.name.endswith("_fb2")
         issues = [line for line in two.ptx.splitlines() if "wgmma.mma_async" in line]
         # two accumulators take turns, each k-tile's products from zero: k-tile 0, the loop's
         # two, an even count's last one; every accumulator is read once wgmma_wait(1) retired it
@@ -138,11 +138,13 @@ def test_fp8_wgmma_gemm_on_the_emulator():
 
 
 @needs_ptxas
-@pytest.mark.parametrize("promote", [1, 2])
-def test_fp8_promotion_keeps_the_wgmmas_asynchronous(promote):
-    """The accumulator is read only after wgmma_wait(0): were it read with a wgmma in flight,
+@pytest.mark.parametrize("promote, buffers", [(1, 1), (1, 2), (2, 1)])
+def test_fp8_promotion_keeps_the_wgmmas_asynchronous(promote, buffers):
+    """An accumulator is read only once the wait_group that retires it ran (wgmma_wait(0), or
+    wgmma_wait(1) with two accumulators taking turns): were it read with its wgmma in flight,
     ptxas would serialise every wgmma of the kernel (advisory C7514; 0.2x measured)."""
-    k = tilegen.compile(tilegen.GemmSpec(dtype="e4m3", out_dtype="bf16", instruction="wgmma", promote=promote))
+    k = tilegen.compile(tilegen.GemmSpec(dtype="e4m3", out_dtype="bf16", instruction="wgmma", promote=promote,
+                                         frag_buffers=buffers))
     report = assert_assembles(k.ptx, "sm_90a")
     assert "C7514" not in report and "serialized" not in report, report
 
@@ -230,7 +232,9 @@ def test_tf32_wgmma_spec_reads_mn_major_operands_through_registers():
     (dict(warps=(2, 2), tile=(128, 128, 64)), "warps", "warpgroup"),
     (dict(swizzle="pad"), "swizzle", "swizzled"),
     (dict(stages=2), "stages", "3..32"),
-    (dict(frag_buffers=2), "frag_buffers", "no fragments"),
+    (dict(frag_buffers=2), "frag_buffers", "accumulator of a product promoted every k-tile"),
+    (dict(dtype="e4m3", frag_buffers=2), "frag_buffers", "2 with promote=1"),       # (promoted every 2)
+    (dict(dtype="e4m3", promote=1, frag_buffers=2, tile=(128, 192, 128)), "frag_buffers", "3 x 96 registers"),
     (dict(tile=(128, 192, 64), warps=(8, 2)), "tile", "multiple of 64"),
     (dict(instruction="tcgen05"), "instruction", "mma.sync, wgmma"),
     (dict(copy="dma"), "copy", "auto, cp.async, tma"),
@@ -674,7 +678,7 @@ def test_emulator_reports_an_accumulator_read_while_its_wgmma_is_in_flight():
     import copy
     import ml_dtypes
     rng = np.random.default_rng(8)
-    k = tilegen.compile(tilegen.GemmSpec(dtype="e4m3", out_dtype="f32", instruction="wgmma", promote=1))
+    k = tilegen.compile(tilegen.GemmSpec(dtype="e4m3", out_dtype="f32", instruction="wgmma", promote=1, frag_buffers=2))
     A = rng.standard_normal((70, 256)).astype(ml_dtypes.float8_e4m3fn)        # 2 k-tiles
     B = np.asfortranarray(rng.standard_normal((256, 130)).astype(ml_dtypes.float8_e4m3fn))
     C = np.full((70, 130), np.nan, dtype=np.float32)
@@ -705,3 +709,30 @@ def test_emulator_reports_a_register_a_written_while_its_wgmma_is_in_flight():
     planted.ptx = head + wait + loop.replace("wgmma.wait_group.sync.aligned 0;", "wgmma.wait_group.sync.aligned 1;", 1)
     with pytest.raises(SimError, match=r"is a register A operand of warpgroup \d's wgmma at PTX line \d+, still in flight"):
         planted(A, B, device="sim")
+
+
+def test_emulator_skips_an_accumulator_access_whose_predicate_is_false():
+    """The in-flight check looks at the threads that run the instruction: a predicated move into
+    an accumulator whose wgmma is in flight is reported only when its predicate holds."""
+    import copy
+    import re
+    import ml_dtypes
+    rng = np.random.default_rng(10)
+    k = tilegen.compile(tilegen.GemmSpec(dtype="e4m3", out_dtype="f32", instruction="wgmma", promote=1, frag_buffers=2))
+    A = rng.standard_normal((70, 256)).astype(ml_dtypes.float8_e4m3fn)
+    B = np.asfortranarray(rng.standard_normal((256, 130)).astype(ml_dtypes.float8_e4m3fn))
+    count = int(re.search(r"\.reg \.pred %p<(\d+)>;", k.ptx).group(1))
+    acc = re.search(r"wgmma\.mma_async\S* \{(%f\d+),", k.ptx).group(1)
+
+    def planted(holds):
+        p = copy.copy(k)
+        ptx = k.ptx.replace(f".reg .pred %p<{count}>;", f".reg .pred %p<{count + 1}>;")
+        p.ptx = ptx.replace("wgmma.commit_group.sync.aligned;", "wgmma.commit_group.sync.aligned;\n"
+                            f"setp.{'eq' if holds else 'ne'}.s32 %p{count}, 0, 0;\n"
+                            f"@%p{count} mov.f32 {acc}, 0f00000000;", 1)
+        return p
+
+    C = planted(False)(A, B, device="sim")
+    np.testing.assert_allclose(C, A.astype(np.float64) @ B.astype(np.float64), rtol=1e-6, atol=1e-6)
+    with pytest.raises(SimError, match=f"{acc} is an accumulator of warpgroup"):
+        planted(True)(A, B, device="sim")

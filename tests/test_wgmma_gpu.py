@@ -165,7 +165,8 @@ def test_fp8_promoted_500_launches_bit_identical(torch):
     gen = torch.Generator(device="cuda").manual_seed(6)
     A = torch.randn(1000, 999, generator=gen, device="cuda").to(torch.float8_e4m3fn)
     W = torch.randn(1001, 999, generator=gen, device="cuda").to(torch.float8_e4m3fn)
-    kernel = tilegen.compile(tilegen.GemmSpec(dtype="e4m3", out_dtype="bf16", instruction="wgmma", promote=1))
+    kernel = tilegen.compile(tilegen.GemmSpec(dtype="e4m3", out_dtype="bf16", instruction="wgmma", promote=1,
+                                              frag_buffers=2))
     first = torch.empty(1000, 1001, device="cuda", dtype=torch.bfloat16)
     kernel(A, W.t(), out=first, repitch=True)
     out, same = torch.empty_like(first), 0

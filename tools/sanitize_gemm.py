@@ -42,11 +42,11 @@ HOPPER = [(dict(dtype="f16", out_dtype="f16"), (133, 270, 45), 0.0, None),
           (dict(dtype="e4m3", out_dtype="bf16", stream_k=True), (260, 300, 600), 0.0, None),
           # fp8 promoted every k-tile (matmul's where ptxas assembles it): two accumulators taking turns, odd and
           # even k-tile counts, 210 blocks; stream-K pieces; 128x192 tiles by staggered halves
-          (dict(dtype="e4m3", out_dtype="bf16", promote=1), (260, 300, 300), 0.0, None),
-          (dict(dtype="e4m3", out_dtype="bf16", promote=1, epilogue=tilegen.Epilogue(bias="col", scale_rows=True,
+          (dict(dtype="e4m3", out_dtype="bf16", promote=1, frag_buffers=2), (260, 300, 300), 0.0, None),
+          (dict(dtype="e4m3", out_dtype="bf16", promote=1, frag_buffers=2, epilogue=tilegen.Epilogue(bias="col", scale_rows=True,
                                                                                      scale_cols=True)),
            (1700, 1800, 512), 0.0, None),
-          (dict(dtype="e4m3", out_dtype="bf16", promote=1, stream_k=True), (260, 300, 600), 0.0, None),
+          (dict(dtype="e4m3", out_dtype="bf16", promote=1, frag_buffers=2, stream_k=True), (260, 300, 600), 0.0, None),
           (dict(dtype="e4m3", out_dtype="bf16", promote=1, tile=(128, 192, 128)), (300, 500, 600), 0.0, None),
           (dict(dtype="bf16", out_dtype="bf16", pingpong=True, tile=(64, 256, 64), warps=(4, 1),               # ping-pong
                 epilogue=tilegen.Epilogue("col", "gelu_tanh", True)), (300, 700, 200), 0.0, None),

@@ -214,7 +214,7 @@ FP8_WIDE_MIN_AREA = 6144 * 6144
 FP8_WIDE_MIN_K = 1024
 # fp8 on Hopper promoted every k-tile (promote=1): cuBLASLt's error bit for bit (it sums 128 products
 # per promotion), where GemmSpec's default every 2 k-tiles leaves 0.4-0.5% more (Frobenius). On 128x128
-# tiles two accumulators take turns (no drain; 3 x 64 registers a math thread), which again needs the
+# tiles two accumulators take turns (frag_buffers=2: no drain; 3 x 64 registers a math thread), which needs the
 # registers setmaxnreg gives, so only where the loaded kernel does not spill (as the wide tiles). Held at
 # the power cap (runs 295-297, x torch._scaled_mm): 4096^3 1.014 (every 2: 1.02), 8192x8192x1024 on
 # 128x192 1.00 (1.03), 8192^3 on 128x192 0.99 (1.025): the wide tiles promote every k-tile by halves
@@ -316,6 +316,15 @@ def size_class(M: int, N: int, K: int) -> tuple:
             M <= 16, M <= SKINNY_SHORT, M <= SKINNY, N >= 4 * SKINNY, N // 256 >= SKINNY_WIDE_BLOCKS, _blocks128(M, N) >= MEDIUM_BLOCKS,
             long_k(M, N, K), K <= PINGPONG_MAX_K, M >= PRETRANSPOSE_MIN, N >= PRETRANSPOSE_MIN, min(M, N) >= F32_PARTS_MIN,
             M * N * K >= F32_PARTS_WORK, K >= F32_PARTS_MIN, M * N >= FP8_WIDE_MIN_AREA, K >= FP8_WIDE_MIN_K)
+
+
+def _every_k_tile(spec: GemmSpec) -> GemmSpec:
+    """`spec` promoted every k-tile: two accumulators taking turns where they fit (frag_buffers=2),
+    else the warpgroups' promotions staggered by half a k-tile (the 128x192 tiles)."""
+    try:
+        return spec.replace(promote=1, frag_buffers=2)
+    except SpecError:
+        return spec.replace(promote=1)
 
 
 def loads_without_spills(spec: GemmSpec) -> bool:
@@ -499,18 +508,20 @@ def explain(A, B, *, bias=None, activation=None, residual=None, alpha=1.0, beta=
         fused = dtype in ("f16", "bf16") and not epilogue.is_plain and (epilogue.residual or K <= PINGPONG_MAX_K)
         spec = GemmSpec(**{**base, **preset, **(PINGPONG if fused else {}), **({"pretranspose": True} if transpose else {}),
                            **registers_fields})
-        wide = (dtype in FP8 and spec.warp_specialized and M * N >= FP8_WIDE_MIN_AREA and K >= FP8_WIDE_MIN_K
-                and loads_without_spills(spec.replace(tile=FP8_WIDE_TILE)))
-        if wide:
-            spec = spec.replace(tile=FP8_WIDE_TILE)
-        every_k_tile = (dtype in FP8 and spec.warp_specialized and spec.promote > 1
-                        and loads_without_spills(spec.replace(promote=1)))
-        if every_k_tile:
-            spec = spec.replace(promote=1)
+        # fp8: promoted every k-tile (cuBLASLt's error) on 128x192 tiles over large areas, else 128x128,
+        # where the loaded kernel keeps its registers (the runtime had ptxas assemble it); else the preset
+        wide = every_k_tile = False
+        if dtype in FP8 and spec.warp_specialized:
+            tries = ([_every_k_tile(spec.replace(tile=FP8_WIDE_TILE))] if M * N >= FP8_WIDE_MIN_AREA and
+                     K >= FP8_WIDE_MIN_K else []) + [_every_k_tile(spec)]
+            chosen = next((s for s in tries if loads_without_spills(s)), None)
+            if chosen is not None:
+                spec, every_k_tile, wide = chosen, True, tuple(chosen.tile) == FP8_WIDE_TILE
+        promoted = "every k-tile" if spec.promote == 1 else f"every {spec.promote} k-tiles"
         why.append(f"large problem on {target}: the fastest {dtype} kernel measured on the H200 "
                    f"({spec.instruction}, {spec.tile.m}x{spec.tile.n} tiles"
                    + (", warp-specialized" if spec.warp_specialized else "")
-                   + (f", the fp8 products promoted to an f32 total every {spec.promote} k-tiles" if spec.promote and dtype in FP8 else "")
+                   + (f", the fp8 products promoted to an f32 total {promoted}" if spec.promote and dtype in FP8 else "")
                    + (", the epilogue through TMA stores" if spec.store == "tma" else "")
                    + f", target {spec.target})")
         if wide:
@@ -518,8 +529,10 @@ def explain(A, B, *, bias=None, activation=None, residual=None, alpha=1.0, beta=
                        f"wave), assembled by ptxas, which gives the math warpgroups the registers setmaxnreg moves to "
                        f"them (the driver's JIT spills this kernel)")
         if every_k_tile:
-            why.append("fp8 promoted every k-tile (128 products), as cuBLASLt does: its error, with the registers "
-                       "ptxas's assembly gives the math warpgroups (the driver's JIT alone spills this kernel)")
+            why.append("fp8 promoted every k-tile (128 products), as cuBLASLt does: its error, "
+                       + ("two accumulators taking turns" if spec.frag_buffers == 2 else "the warpgroups staggered by "
+                          "half a k-tile") + ", with the registers ptxas's assembly gives the math warpgroups (the "
+                       "driver's JIT alone spills this kernel)")
         elif dtype in FP8 and spec.warp_specialized and spec.promote > 1:
             why.append(f"fp8 promoted every {spec.promote} k-tiles, 0.4-0.5% above cuBLASLt's error: every k-tile "
                        f"(its error) needs the registers ptxas's assembly gives the kernel (the driver's JIT spills "

@@ -152,6 +152,8 @@ class GemmSpec:
     | swizzle    | auto, 128B, 64B, 32B, pad, none                 | auto (widest that fits)  |
     | group_m    | CTA rows per group in the launch order (L2)     | 8                        |
     | frag_buffers | 1, or 2 to load k-step kk+1 during kk's mma   | 2; 1 for f32 (registers) |
+    |            | (wgmma: 2 with promote=1, two accumulators      | and wgmma                |
+    |            | taking turns; needs ptxas's registers)          |                          |
     | epilogue   | Epilogue(...)                                   | plain                    |
     | target     | sm_80, sm_86, sm_89, sm_90, sm_90a              | sm_80; sm_89 for fp8;    |
     |            |                                                 | sm_90a for wgmma         |

@@ -297,6 +297,7 @@ def guard_registers(ins, ctx: Context, run, held: frozenset, family: str):
     if not touched:
         return run
     mine = frozenset(touched)
+    runs_on = ctx.guard(ins)       # the threads that run it (its predicate, the running group's threads)
 
     def checked():
         for g, pending in ctx.wgmma_held_uncommitted.items():
@@ -311,7 +312,8 @@ def guard_registers(ins, ctx: Context, run, held: frozenset, family: str):
                 line, role = pending[slot]
                 if role == A_OPERAND and slot not in written:
                     continue          # reading a register A in flight is harmless
-                if ctx.active is not None and not ctx.active[g * GROUP:(g + 1) * GROUP].any():
+                threads = runs_on() if runs_on is not None else ctx.active
+                if threads is not None and not np.asarray(threads)[g * GROUP:(g + 1) * GROUP].any():
                     return
                 ctx.fail(ins, f"{touched[slot]} is {role} of warpgroup {g}'s wgmma at PTX line {line}, still in "
                               f"flight: a wgmma.wait_group must retire its group before other instructions "

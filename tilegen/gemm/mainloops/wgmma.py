@@ -233,9 +233,15 @@ class WgmmaLoop(MainLoop):
             raise SpecError("dtype", spec.dtype, ", ".join(W.K_BY_DTYPE),
                             "wgmma kernels take f16, bf16, tf32, e4m3 or e5m2 operands (and f32 as tf32 parts, "
                             "GemmSpec(dtype='f32')) and accumulate in f32")
-        if spec.frag_buffers != 1:
-            raise SpecError("frag_buffers", spec.frag_buffers, "1",
-                            "wgmma reads its operands from shared memory: there are no fragments to double-buffer")
+        if spec.frag_buffers == 2 and spec.promote == 1 and spec.warp_specialized:
+            if not _three_accumulators_fit(spec, self.shape(spec)):
+                raise SpecError("frag_buffers", 2, "1 for this tile",
+                                f"two accumulators and the f32 total take 3 x {self.shape(spec).acc_regs} registers "
+                                f"a math thread, more than the math warpgroups have")
+        elif spec.frag_buffers != 1:
+            raise SpecError("frag_buffers", spec.frag_buffers, "1, or 2 with promote=1 on the warp-specialized kernel",
+                            "wgmma reads its operands from shared memory: the one fragment it double-buffers is the "
+                            "accumulator of a product promoted every k-tile")
         swapped = self.swaps_operands(spec)
         if swapped:
             if w.m != 1 or w.n % W.WARPGROUP or t.n != 16 * w.n:
@@ -728,7 +734,7 @@ class WarpSpecializedPipeline(TmaPipeline):
         """consume() for fp8 with promotion (as DeepGEMM does): the tensor cores accumulate fp8
         products in fewer bits than f32, so every `spec.promote` k-tiles the accumulator's sum
         goes into the f32 `total` and the next k-tile's wgmmas start it from zero. Every k-tile
-        with room for two accumulators: consume_promoted_turns. Otherwise only after
+        with two accumulators (frag_buffers=2): consume_promoted_turns. Otherwise only after
         wgmma_wait(0) (ptxas serialises every wgmma of a kernel where it sees an accumulator read
         with its wgmma in flight: measured 0.2x, docs/perf_notes.md section 25); inside a group
         of k-tiles one stays in flight as in consume().
@@ -740,7 +746,7 @@ class WarpSpecializedPipeline(TmaPipeline):
         staggering falls inside the k-tiles (consume_promoted_halves)."""
         spec, shape, every = self.spec, self.shape, self.spec.promote
         steps = spec.tile.k // shape.k
-        if every == 1 and _three_accumulators_fit(spec, shape):
+        if every == 1 and spec.frag_buffers == 2:
             return self.consume_promoted_turns(first, k_tiles)
         if every == 1 and spec.warps.count // W.WARPGROUP == 2 and steps % 2 == 0:
             return self.consume_promoted_halves(first, k_tiles)
@@ -782,7 +788,8 @@ class WarpSpecializedPipeline(TmaPipeline):
         return total
 
     def consume_promoted_turns(self, first, k_tiles):
-        """consume_promoted() promoting every k-tile with two accumulators that take turns: k-tile
+        """consume_promoted() promoting every k-tile (GemmSpec(promote=1, frag_buffers=2)) with two
+        accumulators that take turns: k-tile
         t's wgmmas run into acc[t % 2] while k-tile t - 1's, retired by wgmma_wait(1), are added
         into the total, so no warpgroup ever drains its wgmmas inside the block (the halves'
         stagger only hid part of that drain: docs/perf_notes.md section 52). The k loop is
@@ -876,7 +883,9 @@ class WarpSpecializedPipeline(TmaPipeline):
 
 def _three_accumulators_fit(spec, shape) -> bool:
     """Whether a math thread holds the total and two accumulators (consume_promoted_turns) with
-    room for the rest: 64x128 slices do (3 x 64 registers), 64x192 ones (3 x 96) spill."""
+    room for the rest, in the registers setmaxnreg gives it: 64x128 slices do (3 x 64), 64x192
+    ones (3 x 96) do not. (The driver's JIT gives only the launch's share, 168: it spills the
+    64x128 kernel too, which ptxas then assembles; docs/perf_notes.md section 52.)"""
     math = _register_split(spec)[1] or default_registers(spec.threads, spec.target_info)
     return 3 * shape.acc_regs + 40 <= math
 
