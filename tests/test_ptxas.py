@@ -48,10 +48,14 @@ def test_a_ptxas_that_cannot_run_is_a_ptxas_error(monkeypatch, tmp_path):
 
 
 @needs_ptxas
-def test_the_wide_fp8_kernel_assembles_without_spills_because_of_setmaxnreg():
+@pytest.mark.parametrize("spec", [WIDE_FP8, dict(WIDE_FP8, tile=(128, 128, 128), promote=1, frag_buffers=2)],
+                         ids=["128x192", "two accumulators"])
+def test_the_wide_fp8_kernel_assembles_without_spills_because_of_setmaxnreg(spec):
     """The cubin is an ELF image with no spills; the same PTX without its setmaxnreg spills as
-    the driver's JIT did (548 bytes of spill stores): the registers come from setmaxnreg."""
-    ptx = tilegen.compile(tilegen.GemmSpec(**WIDE_FP8)).ptx
+    the driver's JIT did (548 bytes of spill stores): the registers come from setmaxnreg. The
+    same holds for fp8 promoted every k-tile by two accumulators (3 x 64 registers): so matmul
+    takes both only where ptxas assembled them (loads_without_spills)."""
+    ptx = tilegen.compile(tilegen.GemmSpec(**spec)).ptx
     cubin, report = ptxas.assemble_cubin(ptx, "sm_90a")
     assert cubin.startswith(b"\x7fELF") and ptxas.spill_stores(report) == 0, report
     assert "setmaxnreg.inc.sync.aligned.u32 232" in ptx
