@@ -27,11 +27,11 @@ def decode(ctx: Context, masked: bool = False) -> list:
     held = wgmma.held_slots(ctx.entry)
     try:
         for ins in ctx.entry.instrs:
-            build = BUILDERS.get(family(ins.opcode))
+            kind = family(ins.opcode)
+            build = BUILDERS.get(kind)
             if build is None:
                 ctx.unsupported(ins, f"the instruction {ins.opcode}")
             run = build(ins, ctx)
-            kind = family(ins.opcode)
             if held and kind != "wgmma":
                 run = wgmma.guard_registers(ins, ctx, run, held, kind)
             code.append(run)

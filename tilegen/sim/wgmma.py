@@ -142,8 +142,8 @@ def build_wgmma(ins, ctx: Context):
                 while len(groups) > keep:
                     for flat, line in groups.pop(0):
                         ctx.shadow.retire_async_read(g, flat, line)
-                held = ctx.wgmma_held_groups.get(g, [])
-                del held[:max(len(held) - keep, 0)]
+                registers = ctx.wgmma_held_groups.get(g, [])
+                del registers[:max(len(registers) - keep, 0)]
         return wait
     m = _MMA.match(op)
     if m is None:
@@ -265,7 +265,7 @@ def build_fence(ins, ctx: Context):
 ACCUMULATOR, A_OPERAND = "an accumulator", "a register A operand"
 # opcode families whose first operand is not a register they write
 _NO_DESTINATION = ("st", "red", "cp.async", "cp.async.bulk", "mbarrier", "bra", "bar", "barrier", "fence", "stmatrix",
-                   "membar", "ret", "exit", "setmaxnreg", "griddepcontrol", "prefetch", "wgmma")
+                   "membar", "ret", "exit", "setmaxnreg", "griddepcontrol", "prefetch")
 
 
 def held_slots(entry) -> frozenset:

@@ -789,10 +789,9 @@ class WarpSpecializedPipeline(TmaPipeline):
 
     def consume_promoted_turns(self, first, k_tiles):
         """consume_promoted() promoting every k-tile (GemmSpec(promote=1, frag_buffers=2)) with two
-        accumulators that take turns: k-tile
-        t's wgmmas run into acc[t % 2] while k-tile t - 1's, retired by wgmma_wait(1), are added
-        into the total, so no warpgroup ever drains its wgmmas inside the block (the halves'
-        stagger only hid part of that drain: docs/perf_notes.md section 52). The k loop is
+        accumulators that take turns: k-tile t's wgmmas run into acc[t % 2] while k-tile t - 1's,
+        retired by wgmma_wait(1), are added into the total, so no warpgroup ever drains its
+        wgmmas inside the block (the halves' stagger only hid part of that drain: docs/perf_notes.md section 52). The k loop is
         unrolled by two so that each accumulator is a fixed set of registers, and no wgmma sits
         under a branch inside the loop: ptxas then sees every read of an accumulator outside
         its wgmmas' pipeline stage and keeps them asynchronous (a version with its k-tiles
