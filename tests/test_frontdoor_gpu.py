@@ -827,6 +827,34 @@ def test_per_tensor_scales_of_other_float_dtypes_stay_on_the_gpu(dtype):
                         lambda a, b: float(torch.linalg.norm(out.double() - a * b * prod) / (scale * a * b)) <= bound)
 
 
+def test_per_tensor_integer_scales_stay_on_the_gpu():
+    """One-element integer GPU scales are converted to float32 on the GPU too (no read-back): the
+    call is capturable and each replay multiplies by the scales' values then."""
+    if torch.cuda.get_device_capability() < (8, 9):
+        pytest.skip("fp8 needs an sm_89 or newer GPU")
+    M, N, K = 256, 384, 512
+    gen = torch.Generator(device="cuda").manual_seed(12)
+    A = torch.randn(M, K, device="cuda", generator=gen).to(torch.float8_e4m3fn)
+    B = torch.randn(N, K, device="cuda", generator=gen).to(torch.float8_e4m3fn).t()
+    prod, scale = A.double() @ B.double(), torch.linalg.norm(A.double().abs() @ B.double().abs())
+    bound = fp8_wgmma_bound(K, "bf16", 128)
+    sa, sb = torch.tensor(2, device="cuda", dtype=torch.int32), torch.tensor([3], device="cuda", dtype=torch.int64)
+    out = torch.empty(M, N, device="cuda", dtype=torch.bfloat16)
+    tilegen.matmul(A, B, scale_a=sa, scale_b=sb, out=out)   # (warm: nothing to load inside the capture)
+    torch.cuda.synchronize()
+    assert float(torch.linalg.norm(out.double() - 6 * prod) / (6 * scale)) <= bound
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        tilegen.matmul(A, B, scale_a=sa, scale_b=sb, out=out)
+    for a, b in ((5, 1), (-1, 7)):
+        sa.fill_(a)
+        sb.fill_(b)
+        out.fill_(float("nan"))
+        graph.replay()
+        torch.cuda.synchronize()
+        assert float(torch.linalg.norm(out.double() - a * b * prod) / (abs(a * b) * scale)) <= bound, (a, b)
+
+
 @pytest.mark.parametrize("M", [1, 16])
 def test_skinny_products_against_a_wide_w_t_run_swapped(M):
     """x @ W.T with a few rows against a wide weight on Hopper: the swapped kernel (C^T = B^T A^T,

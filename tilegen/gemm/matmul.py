@@ -1229,9 +1229,9 @@ def _f32_vector(x, name: str):
 
 
 # one-element GPU scales of these dtypes are converted to float32 on the GPU (exactly, or for
-# float64 rounded as the host's alpha would be) instead of read back, which waits for the GPU
-# and cannot be captured in a CUDA graph
-_CONVERTED_SCALES = ("float16", "bfloat16", "float64")
+# float64 and integers past 2^24 rounded as the host's alpha would be) instead of read back, which
+# waits for the GPU and cannot be captured in a CUDA graph
+_CONVERTED_SCALES = ("float16", "bfloat16", "float64", "int8", "uint8", "int16", "int32", "int64")
 
 
 def _device_scale_dtype(x):
@@ -1272,9 +1272,9 @@ def _split_scale(x, length: int, name: str) -> tuple:
 
 
 def _scale(x, name: str) -> float:
-    """A per-tensor scale as a float: a number, or a one-element array (a float GPU array is
-    read by the kernel instead, _device_scale; another GPU array's value is read back, which
-    waits for the GPU)."""
+    """A per-tensor scale as a float: a number, or a one-element array (a float or integer GPU
+    array is read by the kernel instead, _device_scale; another GPU array's value, a bool's, is
+    read back, which waits for the GPU)."""
     if x is None:
         return 1.0
     if isinstance(x, (int, float, np.number)) and not isinstance(x, bool):
