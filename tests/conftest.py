@@ -42,3 +42,10 @@ def cdir(tmp_path, monkeypatch):
     monkeypatch.delenv("TILEGEN_CACHE", raising=False)
     compiler.forget()
     return root
+
+
+@pytest.fixture(autouse=True)
+def _fresh_host_choices():
+    """matmul's choices for numpy operands forgotten before each test: a test that replaces what
+    explain reads (the target, the tuned store) sees its own choices, not an earlier test's."""
+    importlib.import_module("tilegen.gemm.matmul")._host_specs.clear()

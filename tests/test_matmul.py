@@ -121,6 +121,35 @@ def test_bad_arguments_are_explained(call, message):
         call()
 
 
+def test_numpy_operands_ask_explain_once_per_choice_key(monkeypatch):
+    """matmul on numpy arrays remembers explain's spec per choice key (explain took milliseconds a
+    call on the H200): a second call like the first asks nothing; another shape bucket, layout or
+    dtype asks again; and what explain refuses is still refused on a remembered key."""
+    import importlib
+
+    mm = importlib.import_module("tilegen.gemm.matmul")
+    asked = []
+    real = mm.explain
+    monkeypatch.setattr(mm, "explain", lambda *a, **k: asked.append(1) or real(*a, **k))
+    A, B = _pair(40, 24, 32, np.float16, seed=3)
+    bias = np.linspace(-1, 1, 24).astype(np.float32)
+    ref = np.maximum(A.astype(np.float64) @ B.astype(np.float64) + bias, 0)
+    for _ in range(2):
+        out = tilegen.matmul(A, B, bias=bias, activation="relu", device="sim")
+        assert np.abs(out.astype(np.float64) - ref).max() <= 2e-3 * max(1, np.abs(ref).max())
+    assert len(asked) == 1
+    A2, B2 = _pair(41, 23, 31, np.float16, seed=4)   # (the same bucket and bias axis)
+    tilegen.matmul(A2, B2, bias=bias[:23], activation="relu", device="sim")
+    assert len(asked) == 1
+    tilegen.matmul(A, np.asfortranarray(B), bias=bias, activation="relu", device="sim")   # another layout
+    tilegen.matmul(*_pair(200, 24, 32, np.float16), bias=bias, activation="relu", device="sim")   # another bucket
+    assert len(asked) == 3
+    with pytest.raises(tilegen.LaunchError, match="N=23 .* M=41"):
+        tilegen.matmul(A2, B2, bias=bias, activation="relu", device="sim")   # (a bias of neither length)
+    spec = mm._host_spec(A, B, None, bias, "relu", None, None, (None, None))
+    assert spec == real(A, B, bias=bias, activation="relu").spec
+
+
 def test_matmul_fused_is_the_same_function():
     assert tilegen.matmul_fused is tilegen.matmul
 

@@ -674,6 +674,7 @@ _checked = [0.0, None]      # when the tuned store was last looked at, and its g
 RECHECK_S = 1.0             # how often a change of the tuned store on disk is looked for
 EXACT_MAX = 4096            # exact descriptions remembered (shapes that vary call to call)
 _stacks: dict = {}          # a stack call's description -> its batched GemmKernel, or None (not batched)
+_host_specs: dict = {}      # numpy operands' choice key -> explain's spec (matmul's general path)
 
 
 def _store_unchanged() -> bool:
@@ -688,8 +689,34 @@ def _store_unchanged() -> bool:
             _chosen.clear()
             _exact.clear()
             _stacks.clear()
+            _host_specs.clear()
             return False
     return True
+
+
+def _host_spec(A, B, out, bias, activation, residual, allow_tf32, scales):
+    """explain's spec for numpy operands, remembered per choice key (what explain reads of them),
+    or None where explain must look (its first call, or anything it may refuse)."""
+    if not (type(A) is np.ndarray and type(B) is np.ndarray and A.ndim == 2 == B.ndim and A.shape[1] == B.shape[0] > 0):
+        return None
+    if any(x is not None and type(x) is not np.ndarray for x in (out, bias, residual, *scales)) or \
+            (bias is not None and bias.ndim != 1):
+        return None
+    (M, K), N = A.shape, B.shape[1]
+    tf32 = _allow_tf32(allow_tf32) if A.dtype == np.float32 else None
+    # (the other arrays by what explain checks of them: dtype and whether their lengths fit)
+    fits = (None if out is None else (out.dtype, out.shape == (M, N)),
+            None if bias is None else (bias.dtype, bias.shape[0] == M, bias.shape[0] == N),
+            None if residual is None else (residual.dtype, residual.shape == (M, N)),
+            *(None if x is None else (x.dtype, x.shape == (n,)) for x, n in zip(scales, (M, N))))
+    key = ("host", A.dtype, B.dtype, _layout(A), _layout(B), _k_major(A, 1), _k_major(B, 0), size_class(M, N, K),
+           fits, activation, tf32, _target())
+    _store_unchanged()
+    spec = _host_specs.get(key)
+    if spec is None:
+        spec = _host_specs[key] = explain(A, B, bias=bias, activation=activation, residual=residual, out=out,
+                                          allow_tf32=allow_tf32, scale_a=scales[0], scale_b=scales[1]).spec
+    return spec
 
 
 def _fast_matmul(lib, A, B, out, bias, activation, residual, alpha, beta, allow_tf32, scales=NO_SCALES):
@@ -861,9 +888,10 @@ def matmul(A, B, *, bias=None, activation=None, residual=None, alpha=1.0, beta=0
                         allow_tf32=allow_tf32, device=device)
     if len(getattr(A, "shape", ())) == 2 and len(getattr(B, "shape", ())) == 2 and A.shape[1] == 0 == B.shape[0]:
         A, B = zero_operands(A, B)   # numpy's A @ B is zeros: the epilogue of a product of zeros
-    choice = explain(A, B, bias=bias, activation=activation, residual=residual, out=out, allow_tf32=allow_tf32,
-                     scale_a=scales[0], scale_b=scales[1])
-    spec = choice.spec
+    spec = _host_spec(A, B, out, bias, activation, residual, allow_tf32, scales)
+    if spec is None:
+        spec = explain(A, B, bias=bias, activation=activation, residual=residual, out=out, allow_tf32=allow_tf32,
+                       scale_a=scales[0], scale_b=scales[1]).spec
     if device is None and isinstance(A, np.ndarray) and not runtime.gpu_available():
         M, K = A.shape
         refuse_long_emulation(M, B.shape[1], K)
