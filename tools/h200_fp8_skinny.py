@@ -8,7 +8,8 @@ DIR/fp8_skinny.json.
 
     python3 tools/h200_fp8_skinny.py DIR [--shapes MxNxK ...] [--variants JSON]
 
-A variant is {"name": {GemmSpec fields replacing the choice's}} (tuples as lists).
+A variant is {"name": {GemmSpec fields replacing the choice's}} (tuples as lists). Run 301 timed the
+WS variants (those of 128 rows failed on the 128-row choice's frag_buffers=2, since set), run 302 all.
 """
 import argparse
 import json
@@ -19,7 +20,9 @@ import torch
 import tilegen
 from gpu_timing import events_ms, graph_us
 
-WS = dict(instruction="wgmma", target="sm_90a", persistent=True, copy="tma", store="auto", promote=2)
+WS = dict(instruction="wgmma", target="sm_90a", persistent=True, copy="tma", store="auto", promote=2, frag_buffers=1)
+MMA = dict(instruction="mma.sync", target="sm_90", persistent=False, copy="cp.async", store="direct", promote=0,
+           frag_buffers=2, stream_k=False)
 VARIANTS = {
     "ws 64x128x128 s8": dict(WS, tile=(64, 128, 128), warps=(4, 1), stages=8),
     "ws 64x128x128 s8 promote1": dict(WS, tile=(64, 128, 128), warps=(4, 1), stages=8, promote=1),
@@ -32,6 +35,14 @@ VARIANTS = {
     "ws 64x192x128 s5": dict(WS, tile=(64, 192, 128), warps=(4, 1), stages=5),
     "ws 128x128x128 s4 stream-K": dict(WS, tile=(128, 128, 128), warps=(8, 1), stages=4, stream_k=True),
     "ws 128x64x128 s6": dict(WS, tile=(128, 64, 128), warps=(8, 1), stages=6),
+    "ws 64x64x128 s12 promote1": dict(WS, tile=(64, 64, 128), warps=(4, 1), stages=12, promote=1),
+    "mma 16x64x128 w1x4 s6": dict(MMA, tile=(16, 64, 128), warps=(1, 4), stages=6),
+    "mma 16x64x256 w1x4 s6": dict(MMA, tile=(16, 64, 256), warps=(1, 4), stages=6),
+    "mma 32x64x256 w1x4 s6": dict(MMA, tile=(32, 64, 256), warps=(1, 4), stages=6),
+    "mma 16x128x128 w1x4 s4": dict(MMA, tile=(16, 128, 128), warps=(1, 4), stages=4),
+    "mma 16x128x256 w1x4 s4": dict(MMA, tile=(16, 128, 256), warps=(1, 4), stages=4),
+    "mma 64x128x128 w2x2 s3": dict(MMA, tile=(64, 128, 128), warps=(2, 2), stages=3),
+    "mma 64x64x128 w2x2 s6": dict(MMA, tile=(64, 64, 128), warps=(2, 2), stages=6),
 }
 SHAPES = [f"{m}x{n}x8192" for n in (8192, 28672) for m in (1, 16, 32, 64, 128)] + \
          [f"{m}x8192x28672" for m in (1, 16, 64, 128)]
