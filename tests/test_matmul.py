@@ -445,6 +445,59 @@ def test_skinny_products_on_hopper_keep_more_in_flight(monkeypatch):
     assert mm.explain(np.zeros((16, 8192), np.float16), W).spec.stages == 3
 
 
+def test_fp8_decoding_products_on_hopper_stream_the_weight(monkeypatch):
+    """fp8 with a few rows against a wide W.T on Hopper: up to 16 rows the mma.sync kernel's 16-row
+    tiles (256-deep k-tiles, or 16x128x128 where N is wide), up to SKINNY rows the warp-specialized
+    64x128x128 kernel promoted every k-tile with two accumulators where that loads without spills
+    (else every 2 k-tiles, and explain says why); past SKINNY rows, or a narrow N, as before."""
+    import importlib
+
+    mm = importlib.import_module("tilegen.gemm.matmul")
+    monkeypatch.setattr(mm, "_target", lambda: "sm_90")
+    monkeypatch.setattr(mm, "_tuned", lambda *a, **k: None)
+    monkeypatch.setattr(mm, "loads_without_spills", lambda spec: True)
+    f8 = ml_dtypes.float8_e4m3fn
+
+    def choice(m, n, k=8192):
+        return mm.explain(np.zeros((m, k), f8), np.zeros((n, k), f8).T)
+
+    for m, n, want in ((1, 8192, (16, 64, 256)), (16, 8192, (16, 64, 256)), (16, 28672, (16, 128, 128))):
+        s = choice(m, n).spec
+        assert (s.instruction, tuple(s.tile), tuple(s.warps), s.promote) == ("mma.sync", want, (1, 4), 0), (m, n)
+    for m, n in ((17, 8192), (64, 28672), (128, 8192)):
+        c = choice(m, n)
+        s = c.spec
+        assert (s.instruction, tuple(s.tile), s.stages, s.warp_specialized, s.promote, s.frag_buffers) == \
+            ("wgmma", (64, 128, 128), 8, True, 1, 2), (m, n)
+        assert "decoding's product" in c.reason and "two accumulators" in c.reason
+    assert tuple(choice(129, 8192).spec.tile) == (128, 128, 128)   # past SKINNY rows: the preset
+    assert choice(16, 256, 4096).spec.tile.m == 64                 # a narrow N: the small tile
+    monkeypatch.setattr(mm, "loads_without_spills", lambda spec: False)
+    c = choice(64, 8192)
+    assert (tuple(c.spec.tile), c.spec.promote, c.spec.frag_buffers) == ((64, 128, 128), 2, 1)
+    assert "promoted every 2 k-tiles" in c.reason
+
+
+@pytest.mark.parametrize("spec", [dict(instruction="mma.sync", target="sm_90", tile=(16, 64, 256), warps=(1, 4), stages=6),
+                                  dict(instruction="wgmma", tile=(64, 128, 128), warps=(4, 1), stages=8, promote=1,
+                                       frag_buffers=2)], ids=["mma16x64", "wgmma64x128"])
+def test_fp8_decoding_kernels_on_the_emulator(spec):
+    """The fp8 decoding kernels on ragged shapes: a few rows, several blocks along N, K over several
+    k-tiles (odd and even counts for the two accumulators taking turns), per-tensor scales as alpha."""
+    from bounds import fp8_wgmma_bound, gemm_bound
+
+    k = tilegen.compile(tilegen.GemmSpec(dtype="e4m3", out_dtype="f32", **spec))
+    rng = np.random.default_rng(8)
+    for M, N, K in ((5, 300, 3 * 128 + 40), (17, 140, 512)):
+        A = rng.standard_normal((M, K)).astype(ml_dtypes.float8_e4m3fn)
+        B = np.asfortranarray(rng.standard_normal((K, N)).astype(ml_dtypes.float8_e4m3fn))
+        C = k(A, B, out=np.full((M, N), np.nan, np.float32), alpha=0.75, device="sim")
+        ref = 0.75 * (A.astype(np.float64) @ B.astype(np.float64))
+        scale = 0.75 * (np.abs(A.astype(np.float64)) @ np.abs(B.astype(np.float64)))
+        bound = fp8_wgmma_bound(K, "f32", 128) if spec["instruction"] == "wgmma" else gemm_bound("f16", K, "f32")
+        assert (np.abs(C - ref) <= bound * scale + 1e-6).all(), (M, N, K)
+
+
 def test_the_choice_reads_the_shape_only_through_size_class(monkeypatch):
     """matmul remembers its choice per size_class, so two shapes of one class must get one spec.
     Every threshold of the rules sits at a small number or a multiple of 128: walking one
@@ -587,7 +640,7 @@ def test_fp8_on_hopper_takes_the_wgmma_kernel(monkeypatch):
     assert (c.spec.instruction, c.spec.promote, tuple(c.spec.tile)) == ("wgmma", 2, (128, 128, 128))
     assert "promoted to an f32 total every 2 k-tiles" in c.reason and c.spec.out_dtype == "bf16"
     assert "0.4-0.5% above cuBLASLt's error" in c.reason and "ptxas" in c.reason     # why not every k-tile
-    assert mm.explain(f8(32, 4096), np.asfortranarray(f8(4096, 1000))).spec.instruction == "mma.sync"
+    assert mm.explain(f8(32, 4096), np.asfortranarray(f8(4096, 256))).spec.instruction == "mma.sync"   # (small)
     # promoted every k-tile (cuBLASLt's error) where that kernel keeps its registers (ptxas assembled it)
     asked = []
     monkeypatch.setattr(mm, "loads_without_spills", lambda spec: asked.append(spec) or True)

@@ -212,6 +212,19 @@ F32_PARTS_SMALL = dict(tile=(64, 128, 32), warps=(4, 1), stages=6, promote=4)
 FP8_WIDE_TILE = (128, 192, 128)
 FP8_WIDE_MIN_AREA = 6144 * 6144
 FP8_WIDE_MIN_K = 1024
+# fp8 decoding's products on Hopper (M up to SKINNY rows against N >= 4 * SKINNY, A row-major and B = W.T, as
+# torch._scaled_mm takes them): streaming the weight is the work. Measured on the H200 (runs 301-302, GPU time of
+# CUDA-graph replays, e4m3, bf16 out, x torch._scaled_mm; M x N x K): up to 16 rows the mma.sync kernel with tiles
+# of 16 rows, four warps along N and 6 stages of 256-deep k-tiles, 1 / 16 x 8192 x 8192 0.91 / 0.93 (64x64x64
+# before: 0.41 / 0.43), x 8192 x 28672 1.09 / 0.96 (0.42 / 0.37), or where N gives SKINNY_WIDE_BLOCKS 256-wide
+# blocks 16x128x128 with 4 stages, 1 / 16 x 28672 x 8192 0.95 / 0.95 (0.49); from 17 to SKINNY rows the
+# warp-specialized wgmma kernel with 64x128x128 tiles and 8 stages, promoted every k-tile with two accumulators
+# taking turns (cuBLASLt's error, bit for bit), 32 / 64 / 128 x 8192 x 8192 0.87 / 1.01 / 1.00 (0.42 / 0.45 /
+# 0.73), x 28672 x 8192 0.87 / 0.98 / 0.89 (0.50 / 0.51 / 0.90), 64 / 128 x 8192 x 28672 1.00 / 0.99 (0.39 /
+# 0.66). The mma.sync kernel adds every product into f32: its error is below cuBLASLt's.
+FP8_SKINNY_FEW = dict(instruction="mma.sync", tile=(16, 64, 256), warps=(1, 4), stages=6)
+FP8_SKINNY_FEW_WIDE = dict(instruction="mma.sync", tile=(16, 128, 128), warps=(1, 4), stages=4)
+FP8_SKINNY = dict(instruction="wgmma", target="sm_90a", tile=(64, 128, 128), warps=(4, 1), stages=8)
 # fp8 on Hopper promoted every k-tile (promote=1): cuBLASLt's error bit for bit (it sums 128 products
 # per promotion), where GemmSpec's default every 2 k-tiles leaves 0.4-0.5% more (Frobenius). On 128x128
 # tiles two accumulators take turns (frag_buffers=2: no drain; 3 x 64 registers a math thread), which needs the
@@ -325,6 +338,12 @@ def _every_k_tile(spec: GemmSpec) -> GemmSpec:
         return spec.replace(promote=1, frag_buffers=2)
     except SpecError:
         return spec.replace(promote=1)
+
+
+def _promoted_every_k_tile(specs):
+    """The first of these fp8 warp-specialized specs that, promoted every k-tile (_every_k_tile), loads
+    without spills; or None."""
+    return next((s for s in map(_every_k_tile, specs) if loads_without_spills(s)), None)
 
 
 def loads_without_spills(spec: GemmSpec) -> bool:
@@ -465,7 +484,9 @@ def explain(A, B, *, bias=None, activation=None, residual=None, alpha=1.0, beta=
         why.append(f"B is {_DTYPES[b_name]}: a mixed fp8 pair")
     tuned = _tuned(dtype, a_layout, b_layout, M, N, K, out_dtype)
     # fp8 on Hopper: the wgmma kernel at every size past SMALL (mma.sync fp8 ran 0.2-0.4x torch._scaled_mm)
-    preset = PRESETS.get((target, dtype)) if is_large(M, N) or (dtype in FP8 and min(M, N) > SMALL) else None
+    skinny_fp8 = target == "sm_90" and dtype in FP8 and M <= SKINNY and N >= 4 * SKINNY
+    preset = PRESETS.get((target, dtype)) if (is_large(M, N) or (dtype in FP8 and min(M, N) > SMALL)) and \
+        not skinny_fp8 else None
     f32_parts = target == "sm_90" and dtype == "f32" and min(M, N, K) >= F32_PARTS_MIN and M * N * K >= F32_PARTS_WORK
     if dtype == "f32" and not f32_parts:
         preset = None   # (the tf32 parts pay for their first kernels only on enough work)
@@ -512,9 +533,9 @@ def explain(A, B, *, bias=None, activation=None, residual=None, alpha=1.0, beta=
         # where the loaded kernel keeps its registers (the runtime had ptxas assemble it); else the preset
         wide = every_k_tile = False
         if dtype in FP8 and spec.warp_specialized:
-            tries = ([_every_k_tile(spec.replace(tile=FP8_WIDE_TILE))] if M * N >= FP8_WIDE_MIN_AREA and
-                     K >= FP8_WIDE_MIN_K else []) + [_every_k_tile(spec)]
-            chosen = next((s for s in tries if loads_without_spills(s)), None)
+            tries = ([spec.replace(tile=FP8_WIDE_TILE)] if M * N >= FP8_WIDE_MIN_AREA and K >= FP8_WIDE_MIN_K else []) \
+                + [spec]
+            chosen = _promoted_every_k_tile(tries)
             if chosen is not None:
                 spec, every_k_tile, wide = chosen, True, tuple(chosen.tile) == FP8_WIDE_TILE
         promoted = "every k-tile" if spec.promote == 1 else f"every {spec.promote} k-tiles"
@@ -588,6 +609,21 @@ def explain(A, B, *, bias=None, activation=None, residual=None, alpha=1.0, beta=
                    f"along K, one tf32 wgmma product over three times K with {spec.tile.m}x{spec.tile.n}x{spec.tile.k} "
                    f"tiles, added into an f32 total every {spec.promote} k-tiles (measured faster than mma.sync's 3xTF32 "
                    f"on the H200 from {F32_PARTS_MIN} rows, columns and K and 1024^3 multiply-adds on)")
+    elif skinny_fp8:
+        if M <= 16:
+            spec = GemmSpec(**base, **(FP8_SKINNY_FEW_WIDE if N // 256 >= SKINNY_WIDE_BLOCKS else FP8_SKINNY_FEW))
+            how = "every product added into f32 (below cuBLASLt's error)"
+        else:
+            spec = GemmSpec(**{**base, **FP8_SKINNY})
+            chosen = _promoted_every_k_tile([spec])
+            spec = chosen or spec
+            how = ("promoted every k-tile, two accumulators taking turns (cuBLASLt's error)" if chosen else
+                   f"promoted every {spec.promote} k-tiles (every k-tile, cuBLASLt's error, where ptxas assembles the "
+                   f"kernel without spills: " + ("no ptxas is installed" if find_ptxas() is None else
+                                                 "it did not load so here") + ")")
+        why.append(f"fp8 decoding's product on {target} (M = {M} rows against N = {N}): {spec.instruction} with "
+                   f"{spec.tile.m}x{spec.tile.n}x{spec.tile.k} tiles and {spec.stages} stages keeps more of the weight "
+                   f"in flight, {how} (measured on the H200)")
     elif skinny:
         if M <= 16 and N // 256 >= SKINNY_WIDE_BLOCKS and b_layout == "col" and epilogue.bias != "row":
             spec = GemmSpec(**{**base, "target": "sm_90a"}, instruction="wgmma", **SKINNY_SWAPPED)
