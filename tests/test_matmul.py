@@ -447,13 +447,16 @@ def test_skinny_products_on_hopper_keep_more_in_flight(monkeypatch):
 
 def test_fp8_decoding_products_on_hopper_stream_the_weight(monkeypatch):
     """fp8 with a few rows against a wide W.T on Hopper: up to 16 rows the mma.sync kernel's 16-row
-    tiles (256-deep k-tiles, or 16x128x128 where N is wide), up to SKINNY rows the warp-specialized
-    64x128x128 kernel promoted every k-tile with two accumulators where that loads without spills
-    (else every 2 k-tiles, and explain says why); past SKINNY rows, or a narrow N, as before."""
+    tiles, the deepest whose CTAs all run at once, K in two slices where they fill at most half the
+    SMs and K is long; up to SKINNY rows the warp-specialized kernel's 64-row tiles (64x128 where they
+    make SKINNY_WIDE_BLOCKS blocks, else 64x64) promoted every k-tile with two accumulators where
+    that loads without spills (else every 2 k-tiles, and explain says why); past SKINNY rows, or a
+    narrow N, as before."""
     import importlib
 
     mm = importlib.import_module("tilegen.gemm.matmul")
     monkeypatch.setattr(mm, "_target", lambda: "sm_90")
+    monkeypatch.setattr(mm, "_sm_count", lambda: 132)
     monkeypatch.setattr(mm, "_tuned", lambda *a, **k: None)
     monkeypatch.setattr(mm, "loads_without_spills", lambda spec: True)
     f8 = ml_dtypes.float8_e4m3fn
@@ -461,26 +464,38 @@ def test_fp8_decoding_products_on_hopper_stream_the_weight(monkeypatch):
     def choice(m, n, k=8192):
         return mm.explain(np.zeros((m, k), f8), np.zeros((n, k), f8).T)
 
-    for m, n, want in ((1, 8192, (16, 64, 256)), (16, 8192, (16, 64, 256)), (16, 28672, (16, 128, 128))):
-        s = choice(m, n).spec
-        assert (s.instruction, tuple(s.tile), tuple(s.warps), s.promote) == ("mma.sync", want, (1, 4), 0), (m, n)
-    for m, n in ((17, 8192), (64, 28672), (128, 8192)):
-        c = choice(m, n)
+    for m, n, k, want in ((1, 8192, 8192, ((16, 64, 256), 6, 1)), (16, 8448, 4096, ((16, 64, 256), 6, 1)),
+                          (16, 8576, 4096, ((16, 64, 128), 6, 1)), (1, 14336, 4096, ((16, 64, 128), 6, 1)),
+                          (16, 28672, 8192, ((16, 128, 128), 4, 1)), (1, 4096, 4096, ((16, 64, 256), 6, 1)),
+                          (1, 4096, 14336, ((16, 64, 256), 6, 2)), (16, 4224, 8192, ((16, 64, 256), 6, 2)),
+                          (16, 4352, 8192, ((16, 64, 256), 6, 1))):
+        c = choice(m, n, k)
+        s = c.spec
+        assert (s.instruction, (tuple(s.tile), s.stages, s.split_k), tuple(s.warps), s.promote) == \
+            ("mma.sync", want, (1, 4), 0), (m, n, k)
+        assert "decoding's product" in c.reason and ("K in 2 slices" in c.reason) == (want[2] == 2)
+    for m, n, k, tile in ((17, 14336, 4096, (64, 128, 128)), (128, 8192, 8192, (64, 128, 128)),
+                          (64, 8192, 8192, (64, 64, 128)), (128, 4096, 4096, (64, 64, 128)), (32, 4096, 14336, (64, 64, 128))):
+        c = choice(m, n, k)
         s = c.spec
         assert (s.instruction, tuple(s.tile), s.stages, s.warp_specialized, s.promote, s.frag_buffers) == \
-            ("wgmma", (64, 128, 128), 8, True, 1, 2), (m, n)
+            ("wgmma", tile, 8 if tile[1] == 128 else 12, True, 1, 2), (m, n, k)
         assert "decoding's product" in c.reason and "two accumulators" in c.reason
     assert tuple(choice(129, 8192).spec.tile) == (128, 128, 128)   # past SKINNY rows: the preset
     assert choice(16, 256, 4096).spec.tile.m == 64                 # a narrow N: the small tile
     monkeypatch.setattr(mm, "loads_without_spills", lambda spec: False)
-    c = choice(64, 8192)
+    c = choice(64, 28672)
     assert (tuple(c.spec.tile), c.spec.promote, c.spec.frag_buffers) == ((64, 128, 128), 2, 1)
     assert "promoted every 2 k-tiles" in c.reason
 
 
 @pytest.mark.parametrize("spec", [dict(instruction="mma.sync", target="sm_90", tile=(16, 64, 256), warps=(1, 4), stages=6),
+                                  dict(instruction="mma.sync", target="sm_90", tile=(16, 64, 256), warps=(1, 4), stages=6,
+                                       split_k=2),
                                   dict(instruction="wgmma", tile=(64, 128, 128), warps=(4, 1), stages=8, promote=1,
-                                       frag_buffers=2)], ids=["mma16x64", "wgmma64x128"])
+                                       frag_buffers=2),
+                                  dict(instruction="wgmma", tile=(64, 64, 128), warps=(4, 1), stages=12, promote=1,
+                                       frag_buffers=2)], ids=["mma16x64", "mma16x64split2", "wgmma64x128", "wgmma64x64"])
 def test_fp8_decoding_kernels_on_the_emulator(spec):
     """The fp8 decoding kernels on ragged shapes: a few rows, several blocks along N, K over several
     k-tiles (odd and even counts for the two accumulators taking turns), per-tensor scales as alpha."""

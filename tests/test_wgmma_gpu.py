@@ -303,6 +303,41 @@ def test_fp8_matmul_with_row_and_column_scales(torch):
             record("fp8_rowwise", shape=[M, N, K], err=err, err_scaled_mm=err_lt)
 
 
+def test_fp8_decoding_products(torch):
+    """fp8 decoding's products through tilegen.matmul (a few rows against a wide W.T: the mma.sync
+    16-row tiles, with K in two slices; the warp-specialized 64-row tiles promoted every k-tile) on
+    ragged shapes, with per-tensor GPU scales and per-row / per-column vectors, bias and GELU,
+    NaN-poisoned outputs, against float64 products of the same fp8 inputs."""
+    import torch.nn.functional as F
+
+    gen = torch.Generator(device="cuda").manual_seed(43)
+    seen = set()
+    for M, N, K, rowwise in [(1, 4224, 8240, False), (16, 4100, 9000, True), (7, 8704, 1040, False),
+                             (13, 28800, 256, True), (17, 4096, 1100, False), (40, 12400, 2064, True),
+                             (100, 4096, 4096, False), (128, 9000, 1000, True)]:
+        A = torch.randn(M, K, generator=gen, device="cuda").to(torch.float8_e4m3fn)
+        W = torch.randn(N, K, generator=gen, device="cuda").to(torch.float8_e4m3fn)
+        if rowwise:
+            sa, sb = torch.rand(M, generator=gen, device="cuda") + 0.5, torch.rand(N, generator=gen, device="cuda") + 0.5
+            sa64, sb64 = sa.double()[:, None], sb.double()[None, :]
+        else:
+            sa, sb = torch.tensor(0.75, device="cuda"), torch.tensor([1.5], device="cuda")
+            sa64, sb64 = 0.75, 1.5
+        bias = torch.randn(N, generator=gen, device="cuda").to(torch.bfloat16)
+        C = torch.full((M, N), float("nan"), device="cuda", dtype=torch.bfloat16)
+        spec = tilegen.matmul.explain(A, W.t(), scale_a=sa, scale_b=sb, bias=bias, activation="gelu_tanh", out=C).spec
+        seen.add((spec.instruction, spec.split_k, spec.promote))
+        tilegen.matmul(A, W.t(), scale_a=sa, scale_b=sb, bias=bias, activation="gelu_tanh", out=C)
+        torch.cuda.synchronize()
+        pre = (A.double() @ W.t().double()) * sa64 * sb64 + bias.double()
+        ref = F.gelu(pre, approximate="tanh")
+        scale = (A.double().abs() @ W.t().double().abs()) * 1.5 * 1.5 + bias.double().abs()
+        err = float(((C.double() - ref).abs() / scale).max())
+        bound = fp8_wgmma_bound(K, "bf16", 128) * 1.2   # (GELU's slope is at most 1.13)
+        assert err <= bound, f"{M}x{N}x{K}: {err:.3g} over {bound:.3g} ({spec})"
+    assert {("mma.sync", 2, 0), ("mma.sync", 1, 0), ("wgmma", 1, 1)} <= seen, seen
+
+
 @pytest.mark.parametrize("a, b", [("e4m3", "e5m2"), ("e5m2", "e4m3")])
 def test_mixed_fp8_pairs(torch, a, b):
     """e4m3 x e5m2 through tilegen.matmul (the wgmma kernel with the atom naming B's type)."""

@@ -213,18 +213,26 @@ FP8_WIDE_TILE = (128, 192, 128)
 FP8_WIDE_MIN_AREA = 6144 * 6144
 FP8_WIDE_MIN_K = 1024
 # fp8 decoding's products on Hopper (M up to SKINNY rows against N >= 4 * SKINNY, A row-major and B = W.T, as
-# torch._scaled_mm takes them): streaming the weight is the work. Measured on the H200 (runs 301-302, GPU time of
-# CUDA-graph replays, e4m3, bf16 out, x torch._scaled_mm; M x N x K): up to 16 rows the mma.sync kernel with tiles
-# of 16 rows, four warps along N and 6 stages of 256-deep k-tiles, 1 / 16 x 8192 x 8192 0.91 / 0.93 (64x64x64
-# before: 0.41 / 0.43), x 8192 x 28672 1.09 / 0.96 (0.42 / 0.37), or where N gives SKINNY_WIDE_BLOCKS 256-wide
-# blocks 16x128x128 with 4 stages, 1 / 16 x 28672 x 8192 0.95 / 0.95 (0.49); from 17 to SKINNY rows the
-# warp-specialized wgmma kernel with 64x128x128 tiles and 8 stages, promoted every k-tile with two accumulators
-# taking turns (cuBLASLt's error, bit for bit), 32 / 64 / 128 x 8192 x 8192 0.87 / 1.01 / 1.00 (0.42 / 0.45 /
-# 0.73), x 28672 x 8192 0.87 / 0.98 / 0.89 (0.50 / 0.51 / 0.90), 64 / 128 x 8192 x 28672 1.00 / 0.99 (0.39 /
-# 0.66). The mma.sync kernel adds every product into f32: its error is below cuBLASLt's.
-FP8_SKINNY_FEW = dict(instruction="mma.sync", tile=(16, 64, 256), warps=(1, 4), stages=6)
-FP8_SKINNY_FEW_WIDE = dict(instruction="mma.sync", tile=(16, 128, 128), warps=(1, 4), stages=4)
-FP8_SKINNY = dict(instruction="wgmma", target="sm_90a", tile=(64, 128, 128), warps=(4, 1), stages=8)
+# torch._scaled_mm takes them): streaming the weight is the work, so what counts is how much of it is in flight
+# on how many SMs. Measured on the H200 (runs 301-304, GPU time of CUDA-graph replays, e4m3, bf16 out, x
+# torch._scaled_mm, M x N x K; the 64x64x64 mma.sync tiles before ran 0.37-0.55x). Up to 16 rows the mma.sync
+# kernel with 16-row tiles and four warps along N (every product added into f32: its error is below cuBLASLt's),
+# the deepest whose CTAs all run at once (FP8_FEW_ROWS, in order: 64 columns of 256-deep k-tiles, one CTA per SM
+# in 120 KB; 64 of 128-deep, three per SM; 128 of 128-deep): 1 / 16 x 8192 x 8192 0.96 / 0.95, x 8192 x 28672 1.03
+# / 0.96, 1 / 16 x 14336 x 4096 0.98 / 0.94 (0.80 / 0.77 for the first), 1 / 16 x 28672 x 8192 0.96 / 0.96 (0.80
+# for the first); where those CTAs fill at most half the SMs and K >= FP8_SPLIT_MIN_K, K in two slices (2 / 16 x
+# 4096 x 14336 0.67 -> 0.85 / 0.87, 1 x 4096 x 11008 0.70 -> 0.83). 4096 x 4096 stays at 0.55 in graph replays
+# (5.4 us for torch; as called both are host-bound: 0.91-0.96x). From 17 to SKINNY rows the warp-specialized
+# kernel with 64-row tiles promoted every k-tile with two accumulators taking turns (cuBLASLt's error, bit for
+# bit): 64x128x128 with 8 stages where it makes SKINNY_WIDE_BLOCKS blocks, 32 x 14336 / 28672 x 8192 0.94 / 0.94,
+# 128 x 8192 x 8192 1.00, 128 x 14336 x 4096 0.95 (0.66 for 64x64); else 64x64x128 with 12 stages, 128 x 4096 x
+# 4096 0.94 (0.87 for 64x128), 64 / 128 x 4096 x 14336 0.92 / 1.06 (0.72 / 0.90), 64 x 8192 x 8192 1.04, 32 x
+# 4096 x 4096 0.59-0.61.
+FP8_FEW_ROWS = (dict(tile=(16, 64, 256), stages=6, ctas_per_sm=1), dict(tile=(16, 64, 128), stages=6, ctas_per_sm=3),
+                dict(tile=(16, 128, 128), stages=4, ctas_per_sm=3))
+FP8_SPLIT_MIN_K = 8192
+FP8_SKINNY_WIDE = dict(tile=(64, 128, 128), stages=8)
+FP8_SKINNY_NARROW = dict(tile=(64, 64, 128), stages=12)
 # fp8 on Hopper promoted every k-tile (promote=1): cuBLASLt's error bit for bit (it sums 128 products
 # per promotion), where GemmSpec's default every 2 k-tiles leaves 0.4-0.5% more (Frobenius). On 128x128
 # tiles two accumulators take turns (frag_buffers=2: no drain; 3 x 64 registers a math thread), which needs the
@@ -232,6 +240,19 @@ FP8_SKINNY = dict(instruction="wgmma", target="sm_90a", tile=(64, 128, 128), war
 # the power cap (runs 295-297, x torch._scaled_mm): 4096^3 1.014 (every 2: 1.02), 8192x8192x1024 on
 # 128x192 1.00 (1.03), 8192^3 on 128x192 0.99 (1.025): the wide tiles promote every k-tile by halves
 # staggered across the warpgroups (3 x 96 registers do not fit).
+
+
+def _fp8_few_rows(N: int, K: int) -> tuple:
+    """(tile fields, CTAs, K slices) of an fp8 product of at most 16 rows: the first of FP8_FEW_ROWS whose
+    CTAs all run at once (else the last), K in two slices where they fill at most half the SMs and
+    K >= FP8_SPLIT_MIN_K."""
+    sms = _sm_count()
+    for i, option in enumerate(FP8_FEW_ROWS):
+        ctas = -(-N // option["tile"][1])
+        if ctas <= option["ctas_per_sm"] * sms or i == len(FP8_FEW_ROWS) - 1:
+            split = 2 if 2 * ctas <= sms and K >= FP8_SPLIT_MIN_K else 1
+            return dict(tile=option["tile"], stages=option["stages"]), ctas, split
+    raise AssertionError("unreachable")
 
 
 def _skinny_rows(M: int) -> int:
@@ -325,10 +346,12 @@ def _tf32_medium_class(M: int, N: int) -> tuple:
 def size_class(M: int, N: int, K: int) -> tuple:
     """All that explain's choice reads of the shape: each dimension's power-of-two bucket
     (the tuned store's key) and every threshold a rule below compares it with."""
+    few = _fp8_few_rows(N, K)
     return _tf32_medium_class(M, N) + ((M - 1).bit_length(), (N - 1).bit_length(), (K - 1).bit_length(), min(M, N) <= SMALL, is_large(M, N),
             M <= 16, M <= SKINNY_SHORT, M <= SKINNY, N >= 4 * SKINNY, N // 256 >= SKINNY_WIDE_BLOCKS, _blocks128(M, N) >= MEDIUM_BLOCKS,
             long_k(M, N, K), K <= PINGPONG_MAX_K, M >= PRETRANSPOSE_MIN, N >= PRETRANSPOSE_MIN, min(M, N) >= F32_PARTS_MIN,
-            M * N * K >= F32_PARTS_WORK, K >= F32_PARTS_MIN, M * N >= FP8_WIDE_MIN_AREA, K >= FP8_WIDE_MIN_K)
+            M * N * K >= F32_PARTS_WORK, K >= F32_PARTS_MIN, M * N >= FP8_WIDE_MIN_AREA, K >= FP8_WIDE_MIN_K,
+            few[0]["tile"], few[2], -(-M // 64) * -(-N // 128) >= SKINNY_WIDE_BLOCKS)
 
 
 def _every_k_tile(spec: GemmSpec) -> GemmSpec:
@@ -611,10 +634,14 @@ def explain(A, B, *, bias=None, activation=None, residual=None, alpha=1.0, beta=
                    f"on the H200 from {F32_PARTS_MIN} rows, columns and K and 1024^3 multiply-adds on)")
     elif skinny_fp8:
         if M <= 16:
-            spec = GemmSpec(**base, **(FP8_SKINNY_FEW_WIDE if N // 256 >= SKINNY_WIDE_BLOCKS else FP8_SKINNY_FEW))
-            how = "every product added into f32 (below cuBLASLt's error)"
+            fields, ctas, split = _fp8_few_rows(N, K)
+            spec = GemmSpec(**base, instruction="mma.sync", warps=(1, 4), split_k=split, **fields)
+            how = (f"{ctas} CTAs" + (f", K in {split} slices" if split > 1 else "")
+                   + ", every product added into f32 (below cuBLASLt's error)")
         else:
-            spec = GemmSpec(**{**base, **FP8_SKINNY})
+            wide = -(-M // 64) * -(-N // 128) >= SKINNY_WIDE_BLOCKS
+            spec = GemmSpec(**{**base, "target": "sm_90a"}, instruction="wgmma", warps=(4, 1),
+                            **(FP8_SKINNY_WIDE if wide else FP8_SKINNY_NARROW))
             chosen = _promoted_every_k_tile([spec])
             spec = chosen or spec
             how = ("promoted every k-tile, two accumulators taking turns (cuBLASLt's error)" if chosen else
