@@ -1350,12 +1350,20 @@ def _device_scale(x):
     return x.float() if hasattr(x, "float") else x.astype("float32")
 
 
+_ONE_ELEMENT = ((), (1,), (1, 1))
+
+
 def _split_scale(x, length: int, name: str) -> tuple:
     """(the array the kernel reads, the factor for alpha) of a scale: (None, the number) for a
     per-tensor one the host holds, (the vector, 1.0) for one per row or column, (the array, 1.0)
     for a GPU scalar (_device_scale); a number costs one check."""
     if isinstance(x, (int, float, np.number)) and not isinstance(x, bool):
         return None, real_number(x, name)
+    lib = interop.library(x)
+    if lib is not None:   # (the common GPU scale in one probe: one float32 element, read where it is)
+        p = lib.probe(x)
+        if p and p[DTYPE] == "float32" and p[SHAPE] in _ONE_ELEMENT:
+            return x, 1.0
     v = _vector_scale(x, length, name)
     if v is None:
         v = _device_scale(x)
