@@ -12,7 +12,7 @@ from tilegen.ir.layout import SmemLayout
 from tilegen.sim import SimError
 from tilegen.sim import wgmma as simw
 from tilegen.errors import SpecError
-from bounds import gemm_bound
+from bounds import fp8_wgmma_bound, gemm_bound
 from tilegen.codegen.ptxas import resources
 from ptxas_util import assert_assembles, needs_ptxas
 from test_sim_bugs import PtxKernel
@@ -135,6 +135,28 @@ def test_fp8_wgmma_gemm_on_the_emulator():
                 C = np.full((M, N), np.nan, dtype=np.float32 if out == "f32" else ml_dtypes.bfloat16)   # poisoned
                 kernel(A, B, out=C, alpha=0.5, device="sim")
                 assert np.max(np.abs(C.astype(np.float64) - ref) / (0.5 * scale.max())) <= gemm_bound("f16", K, out)
+
+
+def test_fp8_promoted_every_k_tile_with_three_warpgroups_staggered_on_the_emulator():
+    """192x128 tiles (three math warpgroups) promoted every k-tile: warpgroup w's groups run from
+    step (w * 4) // 3 of one k-tile to the same step of the next, so no two drain at once (the PTX:
+    each warpgroup restarts its accumulator at its own step); the sums stay whole k-tiles' over 1,
+    2, 3 and 5 k-tiles, one and several blocks a CTA, ragged edges, a poisoned output."""
+    import ml_dtypes
+    spec = tilegen.GemmSpec(dtype="e4m3", out_dtype="f32", instruction="wgmma", tile=(192, 128, 128),
+                            warps=(12, 1), promote=1)
+    k = tilegen.compile(spec)
+    issues = [line for line in k.ptx.splitlines() if "wgmma.mma_async" in line]
+    assert [line.rstrip(";").split(",")[-3].strip() for line in issues] == \
+        ["0", "1", "1", "1"] + ["1", "0", "1", "1"] + ["1", "1", "0", "1"]
+    rng = np.random.default_rng(6)
+    for M, N, K in ((200, 130, 100), (190, 260, 256), (390, 130, 300), (200, 390, 128 * 4 + 60)):
+        A = rng.standard_normal((M, K)).astype(ml_dtypes.float8_e4m3fn)
+        B = np.asfortranarray(rng.standard_normal((K, N)).astype(ml_dtypes.float8_e4m3fn))
+        C = k(A, B, out=np.full((M, N), np.nan, np.float32), device="sim")
+        ref = A.astype(np.float64) @ B.astype(np.float64)
+        scale = np.abs(A.astype(np.float64)) @ np.abs(B.astype(np.float64))
+        assert (np.abs(C - ref) <= fp8_wgmma_bound(K, "f32", 128) * scale + 1e-6).all(), (M, N, K)
 
 
 @needs_ptxas

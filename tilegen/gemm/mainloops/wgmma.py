@@ -743,13 +743,13 @@ class WarpSpecializedPipeline(TmaPipeline):
         warpgroups k-tiles long, so while one warpgroup drains its wgmmas and adds, the others
         still have wgmmas in flight and the tensor cores stay busy. No group is longer than
         `promote` k-tiles, so the error bound is the same. Promoting every k-tile, the
-        staggering falls inside the k-tiles (consume_promoted_halves)."""
+        staggering falls inside the k-tiles (consume_promoted_staggered)."""
         spec, shape, every = self.spec, self.shape, self.spec.promote
         steps = spec.tile.k // shape.k
         if every == 1 and spec.frag_buffers == 2:
             return self.consume_promoted_turns(first, k_tiles)
-        if every == 1 and spec.warps.count // W.WARPGROUP == 2 and steps % 2 == 0:
-            return self.consume_promoted_halves(first, k_tiles)
+        if every == 1 and 2 <= spec.warps.count // W.WARPGROUP <= steps:
+            return self.consume_promoted_staggered(first, k_tiles)
         tiles = (1, shape.n // spec.mma.n)
         total = tg.fragment(spec.mma, "C", tiles, name="total")
         acc = tg.fragment(spec.mma, "C", tiles, name="acc")
@@ -796,7 +796,7 @@ class WarpSpecializedPipeline(TmaPipeline):
         under a branch inside the loop: ptxas then sees every read of an accumulator outside
         its wgmmas' pipeline stage and keeps them asynchronous (a version with its k-tiles
         under branches was serialised, section 25; tests/test_wgmma.py assembles this one).
-        Same sums in the same order as consume_promoted_halves' warpgroup 0: cuBLASLt's."""
+        Same sums in the same order as consume_promoted_staggered's warpgroup 0: cuBLASLt's."""
         spec, shape, S, full = self.spec, self.shape, self.S, self.full
         tiles = (1, shape.n // spec.mma.n)
         total = tg.fragment(spec.mma, "C", tiles, name="total")
@@ -835,19 +835,20 @@ class WarpSpecializedPipeline(TmaPipeline):
             retire(last, acc[0], 0)
         return total
 
-    def consume_promoted_halves(self, first, k_tiles):
-        """consume_promoted() promoting every k-tile, with two math warpgroups: warpgroup 0's
-        groups are its k-tiles; warpgroup 1's run from the middle of one k-tile to the middle
-        of the next (its first and last half-k-tiles groups of their own), so that while one
-        warpgroup drains its wgmmas (wgmma_wait(0)) and adds, the other's keep the tensor cores
-        busy; with whole k-tiles both would drain at once (docs/perf_notes.md section 51). No
-        group holds more than a k-tile's products: the error bound is promotion every k-tile's."""
+    def consume_promoted_staggered(self, first, k_tiles):
+        """consume_promoted() promoting every k-tile, with several math warpgroups: warpgroup 0's
+        groups are its k-tiles; warpgroup w's run from step (w * steps) // warpgroups of one k-tile
+        to the same step of the next (its first and last partial k-tiles groups of their own), so
+        that while one warpgroup drains its wgmmas (wgmma_wait(0)) and adds, the others' keep the
+        tensor cores busy; with whole k-tiles all would drain at once (docs/perf_notes.md section
+        51). Two warpgroups: halves. No group holds more than a k-tile's products: the error bound
+        is promotion every k-tile's."""
         spec, shape, S, full = self.spec, self.shape, self.S, self.full
         tiles = (1, shape.n // spec.mma.n)
         total = tg.fragment(spec.mma, "C", tiles, name="total")
-        acc = tg.fragment(spec.mma, "C", tiles, name="acc")   # (zeros: warpgroup 1's first group adds to them)
+        acc = tg.fragment(spec.mma, "C", tiles, name="acc")   # (zeros: a staggered first group adds to them)
         steps = spec.tile.k // shape.k
-        half = steps // 2
+        groups = spec.warps.count // W.WARPGROUP
 
         def issue(stage, kks, restart=None):
             tg.wgmma_fence()
@@ -855,6 +856,29 @@ class WarpSpecializedPipeline(TmaPipeline):
                 tg.wgmma(acc, self.a_src[stage], self.b_src[stage], self.a_origin, kk * shape.k, self.b_origin,
                          accumulate=kk != restart)
             tg.wgmma_commit()
+
+        def staggered(offset):
+            for kt in tg.range(k_tiles):
+                lap, stage = tg.divmod_by(first + kt, S)
+                tg.mbarrier_wait(full[stage], lap & 1)
+                issue(stage, range(offset))                   # ends the group begun inside k-tile kt - 1
+                tg.wgmma_wait(0)
+                with tg.if_(tg.ge(kt, 1)):
+                    self.release(tg.divmod_by(first + kt - 1, S)[1])
+                tg.add(total, acc, out=total)
+                issue(stage, range(offset, steps), restart=offset)   # begins the next
+            tg.wgmma_wait(0)
+            self.release(tg.divmod_by(first + k_tiles - 1, S)[1])
+            tg.add(total, acc, out=total)
+
+        def warpgroups_from(w):
+            if w == groups - 1:
+                staggered(w * steps // groups)
+                return
+            with tg.if_(tg.lt(self.warpgroup, w + 1)):
+                staggered(w * steps // groups)
+            with tg.else_():
+                warpgroups_from(w + 1)
 
         with tg.if_(tg.lt(self.warpgroup, 1)):
             for kt in tg.range(k_tiles):
@@ -865,18 +889,7 @@ class WarpSpecializedPipeline(TmaPipeline):
                 self.release(stage)
                 tg.add(total, acc, out=total)
         with tg.else_():
-            for kt in tg.range(k_tiles):
-                lap, stage = tg.divmod_by(first + kt, S)
-                tg.mbarrier_wait(full[stage], lap & 1)
-                issue(stage, range(half))                     # ends the group begun mid k-tile kt - 1
-                tg.wgmma_wait(0)
-                with tg.if_(tg.ge(kt, 1)):
-                    self.release(tg.divmod_by(first + kt - 1, S)[1])
-                tg.add(total, acc, out=total)
-                issue(stage, range(half, steps), restart=half)   # begins the next
-            tg.wgmma_wait(0)
-            self.release(tg.divmod_by(first + k_tiles - 1, S)[1])
-            tg.add(total, acc, out=total)
+            warpgroups_from(1)
         return total
 
 
