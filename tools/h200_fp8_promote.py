@@ -29,9 +29,9 @@ tiles = [(tuple(base.tile), False)] + [(tuple(int(x) for x in t.split(":")[0].sp
 for tile, stream_k in dict.fromkeys(tiles):
     for p in dict.fromkeys((2, base.promote, 1)):
         try:      # every k-tile: two accumulators taking turns where they fit, as matmul takes it
-            spec = base.replace(promote=p, tile=tile, stream_k=stream_k, frag_buffers=2 if p == 1 else 1)
+            spec = base.replace(promote=p, tile=tile, warps=(tile[0] // 16, 1), stream_k=stream_k, frag_buffers=2 if p == 1 else 1)
         except tilegen.SpecError:
-            spec = base.replace(promote=p, tile=tile, stream_k=stream_k, frag_buffers=1)
+            spec = base.replace(promote=p, tile=tile, warps=(tile[0] // 16, 1), stream_k=stream_k, frag_buffers=1)
         k = tilegen.compile(spec)
         name = f"promote{p}" + ("" if tile == tuple(base.tile) else f" {tile[0]}x{tile[1]}") + (" stream-K" if stream_k else "")
         fns[name] = (lambda k: (lambda s: k(s[0], s[1], out=s[2], scale_a=one, scale_b=one)))(k)
