@@ -228,8 +228,9 @@ FP8_WIDE_MIN_K = 1024
 # 128 x 8192 x 8192 1.00, 128 x 14336 x 4096 0.95 (0.66 for 64x64); else 64x64x128 with 12 stages, 128 x 4096 x
 # 4096 0.94 (0.87 for 64x128), 64 / 128 x 4096 x 14336 0.92 / 1.06 (0.72 / 0.90), 64 x 8192 x 8192 1.04, 32 x
 # 4096 x 4096 0.59-0.61.
-FP8_FEW_ROWS = (dict(tile=(16, 64, 256), stages=6, ctas_per_sm=1), dict(tile=(16, 64, 128), stages=6, ctas_per_sm=3),
-                dict(tile=(16, 128, 128), stages=4, ctas_per_sm=3))
+FP8_FEW_ROWS = (dict(tile=(16, 32, 256), warps=(1, 2), stages=8, ctas_per_sm=2),
+                dict(tile=(16, 64, 128), warps=(1, 4), stages=6, ctas_per_sm=3),
+                dict(tile=(16, 128, 128), warps=(1, 4), stages=4, ctas_per_sm=3))
 FP8_SPLIT_MIN_K = 8192
 FP8_SKINNY_WIDE = dict(tile=(64, 128, 128), stages=8)
 FP8_SKINNY_NARROW = dict(tile=(64, 64, 128), stages=12)
@@ -251,7 +252,7 @@ def _fp8_few_rows(N: int, K: int) -> tuple:
         ctas = -(-N // option["tile"][1])
         if ctas <= option["ctas_per_sm"] * sms or i == len(FP8_FEW_ROWS) - 1:
             split = 2 if 2 * ctas <= sms and K >= FP8_SPLIT_MIN_K else 1
-            return dict(tile=option["tile"], stages=option["stages"]), ctas, split
+            return dict(tile=option["tile"], warps=option["warps"], stages=option["stages"]), ctas, split
     raise AssertionError("unreachable")
 
 
@@ -635,7 +636,7 @@ def explain(A, B, *, bias=None, activation=None, residual=None, alpha=1.0, beta=
     elif skinny_fp8:
         if M <= 16:
             fields, ctas, split = _fp8_few_rows(N, K)
-            spec = GemmSpec(**base, instruction="mma.sync", warps=(1, 4), split_k=split, **fields)
+            spec = GemmSpec(**base, instruction="mma.sync", split_k=split, **fields)
             how = (f"{ctas} CTAs" + (f", K in {split} slices" if split > 1 else "")
                    + ", every product added into f32 (below cuBLASLt's error)")
         else:
