@@ -447,8 +447,8 @@ def test_skinny_products_on_hopper_keep_more_in_flight(monkeypatch):
 
 def test_fp8_decoding_products_on_hopper_stream_the_weight(monkeypatch):
     """fp8 with a few rows against a wide W.T on Hopper: up to 16 rows the mma.sync kernel's 16-row
-    tiles, the deepest whose CTAs all run at once, K in two slices where they fill at most half the
-    SMs and K is long; up to SKINNY rows the warp-specialized kernel's 64-row tiles (64x128 where they
+    tiles, the first of FP8_FEW_ROWS whose CTAs all run at once, K in two slices where they fill at
+    most half the SMs and K is long; up to SKINNY rows the warp-specialized kernel's 64-row tiles (64x128 where they
     make SKINNY_WIDE_BLOCKS blocks, else 64x64) promoted every k-tile with two accumulators where
     that loads without spills (else every 2 k-tiles, and explain says why); past SKINNY rows, or a
     narrow N, as before."""
@@ -464,15 +464,15 @@ def test_fp8_decoding_products_on_hopper_stream_the_weight(monkeypatch):
     def choice(m, n, k=8192):
         return mm.explain(np.zeros((m, k), f8), np.zeros((n, k), f8).T)
 
-    for m, n, k, want in ((1, 8192, 8192, ((16, 64, 256), 6, 1)), (16, 8448, 4096, ((16, 64, 256), 6, 1)),
+    for m, n, k, want in ((1, 8192, 8192, ((16, 32, 256), 8, 1)), (16, 8448, 4096, ((16, 32, 256), 8, 1)),
                           (16, 8576, 4096, ((16, 64, 128), 6, 1)), (1, 14336, 4096, ((16, 64, 128), 6, 1)),
-                          (16, 28672, 8192, ((16, 128, 128), 4, 1)), (1, 4096, 4096, ((16, 64, 256), 6, 1)),
-                          (1, 4096, 14336, ((16, 64, 256), 6, 2)), (16, 4224, 8192, ((16, 64, 256), 6, 2)),
-                          (16, 4352, 8192, ((16, 64, 256), 6, 1))):
+                          (16, 28672, 8192, ((16, 128, 128), 4, 1)), (1, 4096, 4096, ((16, 32, 256), 8, 1)),
+                          (1, 4096, 14336, ((16, 32, 256), 8, 1)), (16, 2112, 8192, ((16, 32, 256), 8, 2)),
+                          (16, 2240, 8192, ((16, 32, 256), 8, 1)), (16, 2112, 4096, ((16, 32, 256), 8, 1))):
         c = choice(m, n, k)
         s = c.spec
-        assert (s.instruction, (tuple(s.tile), s.stages, s.split_k), tuple(s.warps), s.promote) == \
-            ("mma.sync", want, (1, 4), 0), (m, n, k)
+        assert (s.instruction, (tuple(s.tile), s.stages, s.split_k), s.promote) == ("mma.sync", want, 0), (m, n, k)
+        assert tuple(s.warps) == (1, 2 if want[0][1] == 32 else 4), (m, n, k)
         assert "decoding's product" in c.reason and ("K in 2 slices" in c.reason) == (want[2] == 2)
     for m, n, k, tile in ((17, 14336, 4096, (64, 128, 128)), (128, 8192, 8192, (64, 128, 128)),
                           (64, 8192, 8192, (64, 64, 128)), (128, 4096, 4096, (64, 64, 128)), (32, 4096, 14336, (64, 64, 128))):
@@ -489,13 +489,14 @@ def test_fp8_decoding_products_on_hopper_stream_the_weight(monkeypatch):
     assert "promoted every 2 k-tiles" in c.reason
 
 
-@pytest.mark.parametrize("spec", [dict(instruction="mma.sync", target="sm_90", tile=(16, 64, 256), warps=(1, 4), stages=6),
-                                  dict(instruction="mma.sync", target="sm_90", tile=(16, 64, 256), warps=(1, 4), stages=6,
+@pytest.mark.parametrize("spec", [dict(instruction="mma.sync", target="sm_90", tile=(16, 32, 256), warps=(1, 2), stages=8),
+                                  dict(instruction="mma.sync", target="sm_90", tile=(16, 32, 256), warps=(1, 2), stages=8,
                                        split_k=2),
+                                  dict(instruction="mma.sync", target="sm_90", tile=(16, 128, 128), warps=(1, 4), stages=4),
                                   dict(instruction="wgmma", tile=(64, 128, 128), warps=(4, 1), stages=8, promote=1,
                                        frag_buffers=2),
                                   dict(instruction="wgmma", tile=(64, 64, 128), warps=(4, 1), stages=12, promote=1,
-                                       frag_buffers=2)], ids=["mma16x64", "mma16x64split2", "wgmma64x128", "wgmma64x64"])
+                                       frag_buffers=2)], ids=["mma16x32", "mma16x32split2", "mma16x128", "wgmma64x128", "wgmma64x64"])
 def test_fp8_decoding_kernels_on_the_emulator(spec):
     """The fp8 decoding kernels on ragged shapes: a few rows, several blocks along N, K over several
     k-tiles (odd and even counts for the two accumulators taking turns), per-tensor scales as alpha."""
