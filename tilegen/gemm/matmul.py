@@ -214,20 +214,19 @@ FP8_WIDE_MIN_AREA = 6144 * 6144
 FP8_WIDE_MIN_K = 1024
 # fp8 decoding's products on Hopper (M up to SKINNY rows against N >= 4 * SKINNY, A row-major and B = W.T, as
 # torch._scaled_mm takes them): streaming the weight is the work, so what counts is how much of it is in flight
-# on how many SMs. Measured on the H200 (runs 301-304, GPU time of CUDA-graph replays, e4m3, bf16 out, x
+# on how many SMs. Measured on the H200 (runs 301-311, GPU time of CUDA-graph replays, e4m3, bf16 out, x
 # torch._scaled_mm, M x N x K; the 64x64x64 mma.sync tiles before ran 0.37-0.55x). Up to 16 rows the mma.sync
-# kernel with 16-row tiles and four warps along N (every product added into f32: its error is below cuBLASLt's),
-# the deepest whose CTAs all run at once (FP8_FEW_ROWS, in order: 64 columns of 256-deep k-tiles, one CTA per SM
-# in 120 KB; 64 of 128-deep, three per SM; 128 of 128-deep): 1 / 16 x 8192 x 8192 0.96 / 0.95, x 8192 x 28672 1.03
-# / 0.96, 1 / 16 x 14336 x 4096 0.98 / 0.94 (0.80 / 0.77 for the first), 1 / 16 x 28672 x 8192 0.96 / 0.96 (0.80
-# for the first); where those CTAs fill at most half the SMs and K >= FP8_SPLIT_MIN_K, K in two slices (2 / 16 x
-# 4096 x 14336 0.67 -> 0.85 / 0.87, 1 x 4096 x 11008 0.70 -> 0.83). 4096 x 4096 stays at 0.55 in graph replays
-# (5.4 us for torch; as called both are host-bound: 0.91-0.96x). From 17 to SKINNY rows the warp-specialized
-# kernel with 64-row tiles promoted every k-tile with two accumulators taking turns (cuBLASLt's error, bit for
-# bit): 64x128x128 with 8 stages where it makes SKINNY_WIDE_BLOCKS blocks, 32 x 14336 / 28672 x 8192 0.94 / 0.94,
-# 128 x 8192 x 8192 1.00, 128 x 14336 x 4096 0.95 (0.66 for 64x64); else 64x64x128 with 12 stages, 128 x 4096 x
-# 4096 0.94 (0.87 for 64x128), 64 / 128 x 4096 x 14336 0.92 / 1.06 (0.72 / 0.90), 64 x 8192 x 8192 1.04, 32 x
-# 4096 x 4096 0.59-0.61.
+# kernel with 16-row tiles (every product added into f32: its error is below cuBLASLt's), the first of
+# FP8_FEW_ROWS whose CTAs all run at once: 32 columns of 256-deep k-tiles, two warps, two CTAs per SM in 96 KB
+# (1 / 16 x 8192 x 8192 0.96 / 0.94, x 6144 x 4096 0.99 / 0.91, x 8192 x 28672 1.02 / 0.94, x 4096 x 14336 0.85 /
+# 0.87); 64 of 128-deep, three per SM (1 / 16 x 14336 x 4096 0.98 / 0.93, where 64x256-deep tiles took two waves:
+# 0.80); 128 of 128-deep (1 / 16 x 28672 x 8192 0.97 / 0.96). Where those CTAs fill at most half the SMs and K >=
+# FP8_SPLIT_MIN_K, K in two slices (1 x 2048 x 8192 0.48 -> 0.57-0.60). 4096 x 4096 stays at 0.62 (torch 5.5 us;
+# as called both are host-bound, tilegen's call the shorter). From 17 to SKINNY rows the warp-specialized kernel
+# with 64-row tiles promoted every k-tile with two accumulators taking turns (cuBLASLt's error, bit for bit):
+# 64x128x128 with 8 stages where it makes SKINNY_WIDE_BLOCKS blocks, 32 / 64 / 128 x 28672 x 8192 0.88 / 1.03 /
+# 0.91, 128 x 8192 x 8192 0.99, 128 x 14336 x 4096 0.94 (0.66 for 64x64); else 64x64x128 with 12 stages, 128 x
+# 4096 x 4096 0.95 (0.87 for 64x128), 64 / 128 x 4096 x 14336 0.90 / 1.04 (0.72 / 0.90), 64 x 8192 x 8192 1.00.
 FP8_FEW_ROWS = (dict(tile=(16, 32, 256), warps=(1, 2), stages=8, ctas_per_sm=2),
                 dict(tile=(16, 64, 128), warps=(1, 4), stages=6, ctas_per_sm=3),
                 dict(tile=(16, 128, 128), warps=(1, 4), stages=4, ctas_per_sm=3))
