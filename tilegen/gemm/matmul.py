@@ -221,7 +221,7 @@ FP8_WIDE_MIN_K = 1024
 # (1 / 16 x 8192 x 8192 0.96 / 0.94, x 6144 x 4096 0.99 / 0.91, x 8192 x 28672 1.02 / 0.94, x 4096 x 14336 0.85 /
 # 0.87); 64 of 128-deep, three per SM (1 / 16 x 14336 x 4096 0.98 / 0.93, where 64x256-deep tiles took two waves:
 # 0.80); 128 of 128-deep (1 / 16 x 28672 x 8192 0.97 / 0.96). Where those CTAs fill at most half the SMs and K >=
-# FP8_SPLIT_MIN_K, K in two slices (1 x 2048 x 8192 0.48 -> 0.57-0.60). 4096 x 4096 stays at 0.62 (torch 5.5 us;
+# FP8_SPLIT_MIN_K, K in two slices (1 x 2048 x 8192 0.44-0.48 -> 0.56-0.60). 4096 x 4096 stays at 0.62 (torch 5.5 us;
 # as called both are host-bound, tilegen's call the shorter). From 17 to SKINNY rows the warp-specialized kernel
 # with 64-row tiles promoted every k-tile with two accumulators taking turns (cuBLASLt's error, bit for bit):
 # 64x128x128 with 8 stages where it makes SKINNY_WIDE_BLOCKS blocks, 32 / 64 / 128 x 28672 x 8192 0.88 / 1.03 /
