@@ -15,6 +15,7 @@ def scratch_table(monkeypatch):
     """StreamScratch's table and warning as a fresh process would have them."""
     monkeypatch.setattr(runtime.StreamScratch, "_of", {})
     monkeypatch.setattr(runtime.StreamScratch, "_warned", False)
+    monkeypatch.setattr(runtime.HostCallBuffers, "_free", {})
     return runtime.StreamScratch._of
 
 
@@ -37,6 +38,47 @@ def test_many_streams_with_scratch_are_said_once(scratch_table, monkeypatch):
 
 
 def test_free_scratch_with_nothing_kept_is_a_no_op(scratch_table):
+    assert tilegen.free_scratch() == 0
+
+
+class _FakeBuffer:
+    """A DeviceBuffer's bookkeeping without a GPU."""
+    made = []
+
+    def __init__(self, nbytes, device=0):
+        import os
+        self.nbytes, self.device, self._dptr, self._pid = nbytes, device, object(), os.getpid()
+        _FakeBuffer.made.append(self)
+
+    def close(self):
+        self._dptr = None
+
+
+def test_numpy_calls_keep_their_device_buffers(scratch_table, monkeypatch):
+    """HostCallBuffers: a buffer given back is taken again by a call of a size that rounds to it (powers
+    of two from 256 bytes), per device; past KEEP_BYTES kept, or over MAX_BYTES, buffers are freed, not
+    kept; free_scratch frees what is kept and says how many bytes."""
+    from tilegen.runtime import memory
+
+    monkeypatch.setattr(memory, "DeviceBuffer", _FakeBuffer)
+    monkeypatch.setattr(_FakeBuffer, "made", [])
+    pool = runtime.HostCallBuffers
+    a = pool.take(1000, 0)
+    assert a.nbytes == 1024 and pool.take(1, 0).nbytes == 256
+    pool.give(a)
+    assert pool.take(900, 1).nbytes == 1024 and pool.take(900, 1) is not a    # (another device's)
+    assert pool.take(513, 0) is a and a._dptr is not None
+    big = pool.take(pool.MAX_BYTES + 1, 0)
+    assert big.nbytes == pool.MAX_BYTES + 1
+    pool.give(big)
+    assert big._dptr is None                                                   # freed, not kept
+    kept = [pool.take(pool.MAX_BYTES, 0) for _ in range(pool.KEEP_BYTES // pool.MAX_BYTES + 1)]
+    for b in kept:
+        pool.give(b)
+    assert [b._dptr is None for b in kept] == [False] * (len(kept) - 1) + [True]
+    pool.give(a)
+    assert a._dptr is None                                                     # (the device's share is full)
+    assert tilegen.free_scratch() == pool.KEEP_BYTES and all(b._dptr is None for b in kept)
     assert tilegen.free_scratch() == 0
 
 
@@ -78,3 +120,23 @@ def test_free_scratch_frees_and_calls_go_on(scratch_table):
     assert tilegen.free_scratch() == held and not scratch_table
     calls()                             # nothing remembered names the freed memory
     assert scratch_table and tilegen.free_scratch() > 0
+
+
+@pytest.mark.gpu
+@requires_gpu
+def test_numpy_calls_reuse_device_buffers_and_stay_right(scratch_table):
+    """Calls on numpy arrays through kept device buffers: a later call of other sizes and values, C
+    read (beta) from a reused buffer, comes out right; the buffers stay kept until free_scratch."""
+    from bounds import gemm_bound
+
+    rng = np.random.default_rng(7)
+    for M, N, K in ((300, 200, 100), (250, 190, 90), (300, 200, 100), (64, 64, 2000)):
+        A = rng.standard_normal((M, K)).astype(np.float16)
+        B = rng.standard_normal((K, N)).astype(np.float16)
+        C0 = rng.standard_normal((M, N)).astype(np.float16)
+        out = C0.copy()
+        tilegen.matmul(A, B, alpha=0.5, beta=2.0, out=out)
+        ref = 0.5 * (A.astype(np.float64) @ B.astype(np.float64)) + 2.0 * C0.astype(np.float64)
+        scale = 0.5 * (np.abs(A.astype(np.float64)) @ np.abs(B.astype(np.float64))) + 2.0 * np.abs(C0)
+        assert (np.abs(out.astype(np.float64) - ref) <= gemm_bound("f16", K, "f16") * scale + 1e-3).all(), (M, N, K)
+    assert runtime.HostCallBuffers._free and tilegen.free_scratch() > 0 and not runtime.HostCallBuffers._free

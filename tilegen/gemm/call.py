@@ -620,26 +620,28 @@ class _FirstKernel:
 # ---- host arrays: through the GPU or the emulator ----------------------------------------
 
 class _GpuMemory:
-    """Host arrays through device buffers."""
+    """Host arrays through device buffers kept between calls (runtime.HostCallBuffers)."""
 
     def __init__(self, device: int):
         self.device = device
         self.buffers = {}
 
     def put(self, host: np.ndarray) -> int:
-        buf = runtime.DeviceBuffer.from_host(host, self.device)
+        buf = runtime.HostCallBuffers.take(host.nbytes, self.device)
         self.buffers[buf.ptr] = buf
+        buf.copy_from_host(host)
         return buf.ptr
 
     def get(self, ptr: int, host: np.ndarray):
         self.buffers[ptr].copy_to_host(host)
 
     def launch(self, kernel, args, sizes):
-        kernel.launch(args, sizes, device=self.device)
+        kernel.launch(args, sizes, device=self.device)   # (the legacy default stream, as the copies)
 
     def close(self):
         for buf in self.buffers.values():
-            buf.close()
+            runtime.HostCallBuffers.give(buf)
+        self.buffers = {}
 
 
 EMULATOR_LIMIT_S = 30.0   # without a GPU, longer emulations need device="sim"

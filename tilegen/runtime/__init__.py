@@ -22,8 +22,8 @@ from .params import ARG_KINDS, check_launch_dims, pack_arg, pack_args
 from .module import Function, clear_module_cache, jit_error_line, load_module, precompile, stream_handle
 from .launch import Launcher, ParamBuffer, cluster_capacity, launch_route
 from .tensormap import fill_tensor_maps, tensor_map_bytes
-from .memory import (DeviceBuffer, Event, Stream, StreamBuffer, StreamScratch, capturing, copy_2d, elapsed_ms, free_scratch,
-                     stream_key, synchronize, zero_async)
+from .memory import (DeviceBuffer, Event, HostCallBuffers, Stream, StreamBuffer, StreamScratch, capturing, copy_2d, elapsed_ms,
+                     free_scratch, stream_key, synchronize, zero_async)
 from .arrays import OperandView, describe_array, detect_layout
 
 __all__ = [
@@ -31,6 +31,6 @@ __all__ = [
     "ARG_KINDS", "check_launch_dims", "pack_arg", "pack_args",
     "Function", "clear_module_cache", "jit_error_line", "load_module", "precompile", "stream_handle",
     "Launcher", "ParamBuffer", "cluster_capacity", "launch_route", "fill_tensor_maps", "tensor_map_bytes",
-    "DeviceBuffer", "Event", "Stream", "StreamBuffer", "StreamScratch", "capturing", "free_scratch", "stream_key", "zero_async", "copy_2d", "elapsed_ms", "synchronize",
+    "DeviceBuffer", "Event", "HostCallBuffers", "Stream", "StreamBuffer", "StreamScratch", "capturing", "free_scratch", "stream_key", "zero_async", "copy_2d", "elapsed_ms", "synchronize",
     "OperandView", "describe_array", "detect_layout",
 ]

@@ -115,6 +115,55 @@ class DeviceBuffer:
         self.close()
 
 
+class HostCallBuffers:
+    """Device buffers of calls on numpy arrays (each operand copied in, the launch, the result
+    copied back, all on the legacy default stream), kept for the next such call instead of a
+    cuMemAlloc and a cuMemFree (which waits for the whole device) per operand per call. The
+    legacy stream orders a later copy into a reused buffer after the work that read it. Buffers
+    of up to MAX_BYTES, rounded up to a power of two so that nearby sizes share them; at most
+    KEEP_BYTES kept per device; larger ones are allocated and freed per call."""
+
+    MAX_BYTES = 32 << 20
+    KEEP_BYTES = 128 << 20
+    _free: dict = {}             # device -> [DeviceBuffer] ready for the next call
+    _lock = threading.Lock()
+
+    @classmethod
+    def take(cls, nbytes: int, device: int) -> DeviceBuffer:
+        """A buffer of at least `nbytes` on `device` (contents undefined)."""
+        nbytes = max(int(nbytes), 1)
+        if nbytes > cls.MAX_BYTES:
+            return DeviceBuffer(nbytes, device)
+        size = max(256, 1 << (nbytes - 1).bit_length())
+        with cls._lock:
+            free = cls._free.get(device, ())
+            for i, buf in enumerate(free):
+                if buf.nbytes == size:
+                    return free.pop(i)
+        return DeviceBuffer(size, device)
+
+    @classmethod
+    def give(cls, buf: DeviceBuffer) -> None:
+        """`buf` back for a later call (its work enqueued on the legacy stream), or freed."""
+        if buf.nbytes <= cls.MAX_BYTES and buf._dptr is not None and buf._pid == os.getpid():
+            with cls._lock:
+                free = cls._free.setdefault(buf.device, [])
+                if sum(b.nbytes for b in free) + buf.nbytes <= cls.KEEP_BYTES:
+                    free.append(buf)
+                    return
+        buf.close()
+
+    @classmethod
+    def release(cls) -> int:
+        """Free every kept buffer; the bytes freed."""
+        with cls._lock:
+            kept = [b for free in cls._free.values() for b in free]
+            cls._free.clear()
+        for b in kept:
+            b.close()
+        return sum(b.nbytes for b in kept)
+
+
 class StreamBuffer:
     """`nbytes` of device memory allocated and freed in the order of `stream`'s work
     (cuMemAllocAsync / cuMemFreeAsync): no synchronisation, and usable inside CUDA graph
@@ -377,9 +426,10 @@ def free_scratch() -> int:
     """Free the device memory tilegen keeps per stream (split-K's partial sums and arrival
     counters, operands prepared by first kernels such as tf32's K-major copy of B), after
     waiting for every device it is on to finish its work; returns the bytes freed. The next
-    call that needs scratch allocates it again. Not while a CUDA graph is being captured, nor
-    while other threads launch tilegen work."""
-    return StreamScratch.release()
+    call that needs scratch allocates it again; and the buffers kept for calls on numpy arrays
+    (HostCallBuffers). Not while a CUDA graph is being captured, nor while other threads launch
+    tilegen work."""
+    return StreamScratch.release() + HostCallBuffers.release()
 
 
 def copy_2d(dst: int, dst_pitch: int, src: int, src_pitch: int, width_bytes: int, height: int,
