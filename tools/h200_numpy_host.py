@@ -1,7 +1,9 @@
 """matmul on numpy operands through the GPU, as called: milliseconds a call of tilegen.matmul(A, B)
 (host arrays in and out: copies, launch, read-back) with explain's spec remembered per choice key,
-against the same calls asking explain every time (the code before the memo), and against
-torch's equivalent (torch.from_numpy(A).cuda() @ ... .cpu()). Writes DIR/numpy_host.json.
+against the same calls asking explain every time (the code before the memo, run 301), with the
+device buffers allocated and freed per call (HostCallBuffers.MAX_BYTES = 0: the code before they
+were kept), and against torch's equivalent (torch.from_numpy(A).cuda() @ ... .cpu()). Writes
+DIR/numpy_host.json.
 
     python3 tools/h200_numpy_host.py DIR
 """
@@ -49,6 +51,12 @@ def main():
                 explained = per_call_ms(lambda: tilegen.matmul(A, B))
             finally:
                 mm._host_spec = real
+            pool = tilegen.runtime.HostCallBuffers
+            keep, pool.MAX_BYTES = pool.MAX_BYTES, 0    # (every buffer allocated and freed per call)
+            try:
+                unpooled = per_call_ms(lambda: tilegen.matmul(A, B))
+            finally:
+                pool.MAX_BYTES = keep
             if dtype is ml_dtypes.bfloat16:
                 ta, tb = (torch.from_numpy(x.view(np.int16)).view(torch.bfloat16) for x in (A, B))
                 to_np = lambda t: t.view(torch.int16).numpy().view(ml_dtypes.bfloat16)
@@ -57,6 +65,7 @@ def main():
                 to_np = lambda t: t.numpy()
             torch_ms = per_call_ms(lambda: to_np((ta.cuda() @ tb.cuda()).cpu()))
             row = dict(dtype=np.dtype(dtype).name, n=n, err=err, matmul_ms=remembered, explain_every_call_ms=explained,
+                       buffers_per_call_ms=unpooled,
                        torch_ms=torch_ms, spec=str(mm.explain(A, B).spec))
             print(json.dumps(row), flush=True)
             rows.append(row)
