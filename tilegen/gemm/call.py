@@ -626,10 +626,13 @@ class _GpuMemory:
         self.device = device
         self.buffers = {}
 
-    def put(self, host: np.ndarray) -> int:
+    def put(self, host: np.ndarray, copy: bool = True) -> int:
+        """A device buffer for `host`, its bytes copied in unless `copy` is False (an output the
+        kernel only writes)."""
         buf = runtime.HostCallBuffers.take(host.nbytes, self.device)
         self.buffers[buf.ptr] = buf
-        buf.copy_from_host(host)
+        if copy:
+            buf.copy_from_host(host)
         return buf.ptr
 
     def get(self, ptr: int, host: np.ndarray):
@@ -679,9 +682,9 @@ class _SimMemory:
         self.memory = GlobalMemory()
         self.explicit = explicit
 
-    def put(self, host: np.ndarray) -> int:
+    def put(self, host: np.ndarray, copy: bool = True) -> int:
         ptr = self.memory.alloc(host.nbytes)
-        self.memory.write(ptr, host)
+        self.memory.write(ptr, host)   # (always: the emulator's memory holds what the host array held)
         return ptr
 
     def get(self, ptr: int, host: np.ndarray):
@@ -790,7 +793,7 @@ def _run_host(kernel, A, B, out, alpha, beta, bias, residual, memory, scales=NO_
                           f"for A, B and C), do not fit in this machine's memory") from None
     try:
         args = {"M": M, "N": N, "K": K, "A_ptr": memory.put(a_stored), "A_ld": lda,
-                "B_ptr": memory.put(b_stored), "B_ld": ldb, "C_ptr": memory.put(c_host), "C_ld": ldc,
+                "B_ptr": memory.put(b_stored), "B_ld": ldb, "C_ptr": memory.put(c_host, copy=beta != 0), "C_ld": ldc,
                 "alpha": alpha, "beta": beta}
         if bias is not None:
             length = N if spec.epilogue.bias == "col" else M
@@ -1125,7 +1128,7 @@ def _run_batched_host(kernel, A, B, out, count, sizes, alpha, beta, bias, residu
             stored, ld = _pitched_stack(x if row else x.swapaxes(1, 2))
             if x.shape[0] > 1 and stored.shape[1] * ld * stored.itemsize >= MAX_STRIDE_BYTES:
                 raise LaunchError(f"each matrix of {name} is 4 GiB or more: a stack's matrices must be under 4 GiB apart")
-            args[f"{name}_ptr"], args[f"{name}_ld"] = memory.put(stored), ld
+            args[f"{name}_ptr"], args[f"{name}_ld"] = memory.put(stored, copy=name != "C" or beta != 0), ld
             args[f"{name}_batch_stride"] = stored.shape[1] * ld if x.shape[0] > 1 else 0
             if name == "C":
                 c_host = stored
