@@ -146,8 +146,18 @@ def test_numpy_operands_ask_explain_once_per_choice_key(monkeypatch):
     assert len(asked) == 3
     with pytest.raises(tilegen.LaunchError, match="N=23 .* M=41"):
         tilegen.matmul(A2, B2, bias=bias, activation="relu", device="sim")   # (a bias of neither length)
-    spec = mm._host_spec(A, B, None, bias, "relu", None, None, (None, None))
-    assert spec == real(A, B, bias=bias, activation="relu").spec
+    # what explain refuses stays refused on a remembered key (f16: allow_tf32 is not part of the key)
+    with pytest.raises(tilegen.LaunchError, match="allow_tf32='yes'; allowed: True, False or None"):
+        tilegen.matmul(A, B, bias=bias, activation="relu", allow_tf32="yes", device="sim")
+    with pytest.raises(tilegen.LaunchError, match="N=23 .* M=40"):   # (the bias's fit is part of the key)
+        tilegen.matmul(A, B[:, :23], bias=bias, activation="relu", device="sim")
+    before = len(asked)
+    A3, B3 = _pair(40, 24, 32, np.float32, seed=5)    # another dtype asks again, once
+    tilegen.matmul(A3, B3, bias=bias, activation="relu", device="sim")
+    assert len(asked) > before
+    before = len(asked)
+    tilegen.matmul(A3, B3, bias=bias, activation="relu", device="sim")
+    assert len(asked) == before
 
 
 def test_matmul_fused_is_the_same_function():
@@ -498,13 +508,14 @@ def test_fp8_decoding_products_on_hopper_stream_the_weight(monkeypatch):
                                   dict(instruction="wgmma", tile=(64, 64, 128), warps=(4, 1), stages=12, promote=1,
                                        frag_buffers=2)], ids=["mma16x32", "mma16x32split2", "mma16x128", "wgmma64x128", "wgmma64x64"])
 def test_fp8_decoding_kernels_on_the_emulator(spec):
-    """The fp8 decoding kernels on ragged shapes: a few rows, several blocks along N, K over several
-    k-tiles (odd and even counts for the two accumulators taking turns), per-tensor scales as alpha."""
+    """The fp8 decoding kernels on ragged shapes: a few rows, several blocks along N, K over 2 to 5
+    k-tiles of 128 (odd and even counts for the two accumulators taking turns; K slices of more than
+    one k-tile), per-tensor scales as alpha."""
     from bounds import fp8_wgmma_bound, gemm_bound
 
     k = tilegen.compile(tilegen.GemmSpec(dtype="e4m3", out_dtype="f32", **spec))
     rng = np.random.default_rng(8)
-    for M, N, K in ((5, 300, 3 * 128 + 40), (17, 140, 512)):
+    for M, N, K in ((5, 300, 3 * 128 + 40), (17, 140, 512), (9, 70, 300), (3, 100, 640)):
         A = rng.standard_normal((M, K)).astype(ml_dtypes.float8_e4m3fn)
         B = np.asfortranarray(rng.standard_normal((K, N)).astype(ml_dtypes.float8_e4m3fn))
         C = k(A, B, out=np.full((M, N), np.nan, np.float32), alpha=0.75, device="sim")
@@ -538,6 +549,30 @@ def test_the_choice_reads_the_shape_only_through_size_class(monkeypatch):
                     if cls == last_class:
                         assert spec == last_spec, f"{target}: {M}x{N}x{k} and its neighbour share a class, not a spec"
                     last_class, last_spec = cls, spec
+
+
+def test_fp8_choice_reads_the_shape_only_through_size_class(monkeypatch):
+    """As the test above, for fp8 on Hopper, whose decoding rules count CTAs of 32, 64 and 128 columns
+    against the SMs (132 here: thresholds at multiples of 32 and 64) and 64-row blocks: N walks every
+    multiple of 32 and its neighbours, with M across the row thresholds and K across the split's."""
+    import importlib
+
+    mm = importlib.import_module("tilegen.gemm.matmul")
+    monkeypatch.setattr(mm, "_tuned", lambda *a, **k: None)
+    monkeypatch.setattr(mm, "_target", lambda: "sm_90")
+    monkeypatch.setattr(mm, "_sm_count", lambda: 132)
+    monkeypatch.setattr(mm, "loads_without_spills", lambda spec: True)
+    f8 = ml_dtypes.float8_e4m3fn
+    arr = lambda r, c: np.broadcast_to(f8(0), (r, c))  # noqa: E731  (no memory)
+    walk = sorted({32 * k + d for k in range(1, 900) for d in (-1, 0, 1)})
+    for M, K in ((1, 8192), (16, 8191), (17, 8192), (65, 8192), (129, 8192)):
+        last_class = last_spec = None
+        for N in walk:
+            cls = mm.size_class(M, N, K)
+            spec = mm.explain(arr(M, K), arr(N, K).T).spec
+            if cls == last_class:
+                assert spec == last_spec, f"{M}x{N}x{K} and its neighbour share a class, not a spec"
+            last_class, last_spec = cls, spec
 
 
 def test_fp8_front_door_on_the_emulator():

@@ -766,6 +766,8 @@ def _host_spec(A, B, out, bias, activation, residual, allow_tf32, scales):
             (bias is not None and bias.ndim != 1):
         return None
     (M, K), N = A.shape, B.shape[1]
+    if allow_tf32 is not None:
+        _allow_tf32(allow_tf32)   # (refused for every dtype, as explain refuses it)
     tf32 = _allow_tf32(allow_tf32) if A.dtype == np.float32 else None
     # (the other arrays by what explain checks of them: dtype and whether their lengths fit)
     fits = (None if out is None else (out.dtype, out.shape == (M, N)),
@@ -787,6 +789,8 @@ def _fast_matmul(lib, A, B, out, bias, activation, residual, alpha, beta, allow_
     path must run (its first call, or anything unusual)."""
     if interop.library(B) is not lib:
         return None
+    if allow_tf32 is not None and type(allow_tf32) is not bool:
+        _allow_tf32(allow_tf32)   # (a value it refuses is refused for every dtype, as explain does)
     pa, pb = lib.probe(A), lib.probe(B)
     if not pa or not pb:
         return None
@@ -1362,7 +1366,7 @@ def _split_scale(x, length: int, name: str) -> tuple:
     lib = interop.library(x)
     if lib is not None:   # (the common GPU scale in one probe: one float32 element, read where it is)
         p = lib.probe(x)
-        if p and p[DTYPE] == "float32" and p[SHAPE] in _ONE_ELEMENT:
+        if p and p[DTYPE] == "float32" and p[SHAPE] in _ONE_ELEMENT and getattr(x, "is_cuda", True):
             return x, 1.0
     v = _vector_scale(x, length, name)
     if v is None:
