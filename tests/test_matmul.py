@@ -1019,3 +1019,24 @@ def test_host_scale_vectors_of_other_reals_are_taken_as_float32():
         assert np.abs(C.astype(np.float64) - ref).max() <= 2 ** -8 * np.abs(ref).max()
     with pytest.raises(tilegen.LaunchError, match="scale_a is a bool vector; scales per row / column are float32"):
         tilegen.matmul(A, B, scale_a=np.ones(16, bool), device="sim")
+
+
+def test_numpy_operands_with_16_byte_rows_are_not_copied_on_the_host():
+    """Host arrays whose rows are whole multiples of 16 bytes, back to back, go to the device as they
+    are (no padded copy), and such an out receives C directly; other rows are padded; both right."""
+    from tilegen.gemm import call
+
+    a = np.ones((5, 8), np.float16)
+    assert call._pitched(a)[0] is a and call._pitched(a)[1] == 8
+    for bad in (np.ones((5, 6), np.float16), np.asfortranarray(np.ones((5, 8), np.float16)), np.ones((5, 16), np.float16)[:, :8]):
+        copy, ld = call._pitched(bad)
+        assert copy is not bad and ld % 8 == 0 and (copy[:, :bad.shape[1]] == bad).all()
+    rng = np.random.default_rng(11)
+    for N in (24, 20):   # (48-byte rows as they are; 40-byte rows padded)
+        A = rng.standard_normal((40, 32)).astype(np.float16)
+        B = rng.standard_normal((32, N)).astype(np.float16)
+        C0 = rng.standard_normal((40, N)).astype(np.float16)
+        out = C0.copy()
+        got = tilegen.matmul(A, B, alpha=0.5, beta=-1.0, out=out, device="sim")
+        ref = 0.5 * (A.astype(np.float64) @ B.astype(np.float64)) - C0
+        assert got is out and np.abs(out - ref).max() <= 2e-3 * (1 + np.abs(ref).max()), N
