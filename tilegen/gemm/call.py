@@ -688,7 +688,9 @@ class _SimMemory:
 
     def put(self, host: np.ndarray, copy: bool = True) -> int:
         ptr = self.memory.alloc(host.nbytes)
-        self.memory.write(ptr, host)   # (always: the emulator's memory holds what the host array held)
+        # (an output not copied in holds NaNs here, as a reused GPU buffer holds anything: a kernel that
+        # read it would show)
+        self.memory.write(ptr, host if copy else np.full(host.nbytes, 0xFF, np.uint8))
         return ptr
 
     def get(self, ptr: int, host: np.ndarray):

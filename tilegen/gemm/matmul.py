@@ -1211,7 +1211,8 @@ def _stacked(A, B, *, out, residual, scale_a=None, scale_b=None, **options):
         bias, activation, tf32 = options.get("bias"), options.get("activation"), options.get("allow_tf32")
         # (the choice remembered per description, as the 2-D fast path's: explain reads the tuned store)
         key = (stack, *map(_described, (flat and flat.A, flat and flat.B, flat and flat.out, flat and flat.residual,
-                                        bias)), activation, _allow_tf32(tf32))
+                                        bias)), activation,
+               _allow_tf32(tf32) if _dtype_name(A) == "float32" else tf32 is None or _allow_tf32(tf32))
         kernel = _stacks.get(key, False) if _store_unchanged() else False
         if kernel is False:
             first = _first_product(flat, bias, activation, tf32) if flat is not None and stack.matrices else None

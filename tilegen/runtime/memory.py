@@ -140,7 +140,12 @@ class HostCallBuffers:
             for i, buf in enumerate(free):
                 if buf.nbytes == size:
                     return free.pop(i)
-        return DeviceBuffer(size, device)
+        try:
+            return DeviceBuffer(size, device)
+        except DeviceError:   # (out of memory: the kept buffers first)
+            if not cls.release():
+                raise
+            return DeviceBuffer(size, device)
 
     @classmethod
     def give(cls, buf: DeviceBuffer) -> None:
