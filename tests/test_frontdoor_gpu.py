@@ -738,10 +738,10 @@ def test_a_stack_called_again_on_the_same_arrays(M, persistent):
     check(matmul(A, B))
 
 
-def _replay_with_scales(graph, sa, sb, out, within):
+def _replay_with_scales(graph, sa, sb, out, within, values=((0.25, 4.0), (3.0, 0.5))):
     """Replay a captured scaled call with the scale tensors set to new values (out poisoned
     first); within(a, b) says whether out is right for scales a and b."""
-    for a, b in ((0.25, 4.0), (3.0, 0.5)):
+    for a, b in values:
         sa.fill_(a)
         sb.fill_(b)
         out.fill_(float("nan"))
@@ -802,21 +802,26 @@ def test_scaled_mm_scales_are_used_where_they_are(M, N, K):
         assert err(out, prod * r.double() * rb.double(), 4.5) <= bound
 
 
+def _fp8_256x384x512(seed):
+    """(A, B, out, A @ B in float64, || |A| @ |B| ||, the error bound) of a 256x384x512 e4m3 product, B
+    column-major, out bf16 (skips below sm_89)."""
+    if torch.cuda.get_device_capability() < (8, 9):
+        pytest.skip("fp8 needs an sm_89 or newer GPU")
+    M, N, K = 256, 384, 512
+    gen = torch.Generator(device="cuda").manual_seed(seed)
+    A = torch.randn(M, K, device="cuda", generator=gen).to(torch.float8_e4m3fn)
+    B = torch.randn(N, K, device="cuda", generator=gen).to(torch.float8_e4m3fn).t()
+    prod, scale = A.double() @ B.double(), torch.linalg.norm(A.double().abs() @ B.double().abs())
+    return A, B, torch.empty(M, N, device="cuda", dtype=torch.bfloat16), prod, scale, fp8_wgmma_bound(K, "bf16", 128)
+
+
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float64])
 def test_per_tensor_scales_of_other_float_dtypes_stay_on_the_gpu(dtype):
     """A one-element GPU scale of another float dtype than float32 is converted on the GPU for
     the kernel, not read back (a read-back waits for the GPU, and inside torch.cuda.graph it
     raises): the call is capturable and each replay multiplies by the scales' values then."""
-    if torch.cuda.get_device_capability() < (8, 9):
-        pytest.skip("fp8 needs an sm_89 or newer GPU")
-    M, N, K = 256, 384, 512
-    gen = torch.Generator(device="cuda").manual_seed(11)
-    A = torch.randn(M, K, device="cuda", generator=gen).to(torch.float8_e4m3fn)
-    B = torch.randn(N, K, device="cuda", generator=gen).to(torch.float8_e4m3fn).t()
-    prod, scale = A.double() @ B.double(), torch.linalg.norm(A.double().abs() @ B.double().abs())
-    bound = fp8_wgmma_bound(K, "bf16", 128)
+    A, B, out, prod, scale, bound = _fp8_256x384x512(seed=11)
     sa, sb = torch.tensor(0.5, device="cuda", dtype=dtype), torch.tensor([2.0], device="cuda", dtype=dtype)
-    out = torch.empty(M, N, device="cuda", dtype=torch.bfloat16)
     tilegen.matmul(A, B, scale_a=sa, scale_b=sb, out=out)   # (warm: nothing to load inside the capture)
     torch.cuda.synchronize()
     assert float(torch.linalg.norm(out.double() - prod) / scale) <= bound
@@ -830,29 +835,17 @@ def test_per_tensor_scales_of_other_float_dtypes_stay_on_the_gpu(dtype):
 def test_per_tensor_integer_scales_stay_on_the_gpu():
     """One-element integer GPU scales are converted to float32 on the GPU too (no read-back): the
     call is capturable and each replay multiplies by the scales' values then."""
-    if torch.cuda.get_device_capability() < (8, 9):
-        pytest.skip("fp8 needs an sm_89 or newer GPU")
-    M, N, K = 256, 384, 512
-    gen = torch.Generator(device="cuda").manual_seed(12)
-    A = torch.randn(M, K, device="cuda", generator=gen).to(torch.float8_e4m3fn)
-    B = torch.randn(N, K, device="cuda", generator=gen).to(torch.float8_e4m3fn).t()
-    prod, scale = A.double() @ B.double(), torch.linalg.norm(A.double().abs() @ B.double().abs())
-    bound = fp8_wgmma_bound(K, "bf16", 128)
+    A, B, out, prod, scale, bound = _fp8_256x384x512(seed=12)
     sa, sb = torch.tensor(2, device="cuda", dtype=torch.int32), torch.tensor([3], device="cuda", dtype=torch.int64)
-    out = torch.empty(M, N, device="cuda", dtype=torch.bfloat16)
     tilegen.matmul(A, B, scale_a=sa, scale_b=sb, out=out)   # (warm: nothing to load inside the capture)
     torch.cuda.synchronize()
     assert float(torch.linalg.norm(out.double() - 6 * prod) / (6 * scale)) <= bound
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         tilegen.matmul(A, B, scale_a=sa, scale_b=sb, out=out)
-    for a, b in ((5, 1), (-1, 7)):
-        sa.fill_(a)
-        sb.fill_(b)
-        out.fill_(float("nan"))
-        graph.replay()
-        torch.cuda.synchronize()
-        assert float(torch.linalg.norm(out.double() - a * b * prod) / (abs(a * b) * scale)) <= bound, (a, b)
+    _replay_with_scales(graph, sa, sb, out,
+                        lambda a, b: float(torch.linalg.norm(out.double() - a * b * prod) / (abs(a * b) * scale)) <= bound,
+                        values=((5, 1), (-1, 7)))
 
 
 @pytest.mark.parametrize("M", [1, 16])

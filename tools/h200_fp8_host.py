@@ -1,5 +1,6 @@
 """Host time of fp8 calls as users write them: microseconds of CPU per call (the GPU kept ahead: a
-small product, many calls, then one synchronize) of tilegen.matmul with per-tensor scales as
+small product, many calls, then one synchronize; tilegen bench --host's per_call_us, the ways taking
+turns; runs 306-307 timed each way alone, 2000 calls x 5) of tilegen.matmul with per-tensor scales as
 one-element GPU tensors, as Python floats, and with none, beside torch._scaled_mm and a bf16
 tilegen.matmul / torch.matmul of the same shape; then a cProfile of the GPU-tensor-scale call.
 Writes DIR/fp8_host.json and DIR/fp8_host_profile.txt.
@@ -11,27 +12,12 @@ import io
 import json
 import os
 import pstats
-import statistics
 import sys
-import time
 
 import torch
 
 import tilegen
-
-
-def host_us(fn, calls=2000, rounds=5):
-    for _ in range(20):
-        fn()
-    torch.cuda.synchronize()
-    out = []
-    for _ in range(rounds):
-        t0 = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        out.append((time.perf_counter() - t0) * 1e6 / calls)
-        torch.cuda.synchronize()
-    return round(statistics.median(out), 2)
+from tilegen.bench.host import per_call_us
 
 
 def main():
@@ -53,7 +39,9 @@ def main():
         "torch.matmul bf16, out=C": lambda: torch.matmul(A16, B16, out=C),
         "tilegen.matmul bf16, out=C": lambda: tilegen.matmul(A16, B16, out=C),
     }
-    res = {"shape": [M, N, K], "host_us": {k: host_us(f) for k, f in calls.items()}}
+    # (tilegen bench --host's method: the calls take turns, 2000 at a time, the median of 5 turns)
+    timed = per_call_us(calls, torch.cuda.synchronize, 2000, 5)
+    res = {"shape": [M, N, K], "host_us": {k: round(v["us"], 2) for k, v in timed.items()}}
     print(json.dumps(res), flush=True)
     prof = cProfile.Profile()
     f = calls["tilegen.matmul GPU scales, out=C"]

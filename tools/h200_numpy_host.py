@@ -3,35 +3,29 @@
 against the same calls asking explain every time (the code before the memo, run 301), with the
 device buffers allocated and freed per call (HostCallBuffers.MAX_BYTES = 0: the code before they
 were kept), and against torch's equivalent (torch.from_numpy(A).cuda() @ ... .cpu()). Writes
-DIR/numpy_host.json.
+DIR/numpy_host.json. (Runs 301, 312-313 timed with a loop of the tool's own: 30 calls x 5, no warm-up
+period.)
 
     python3 tools/h200_numpy_host.py DIR
 """
 import importlib
 import json
 import os
-import statistics
 import sys
-import time
 
 import ml_dtypes
 import numpy as np
 import torch
 
 import tilegen
+from tilegen.bench.host import per_call_us
 
 mm = importlib.import_module("tilegen.gemm.matmul")
 
 
-def per_call_ms(fn, calls=30, rounds=5):
-    fn()
-    out = []
-    for _ in range(rounds):
-        t0 = time.perf_counter()
-        for _ in range(calls):
-            fn()
-        out.append((time.perf_counter() - t0) * 1e3 / calls)
-    return round(statistics.median(out), 4)
+def per_call_ms(fn):
+    """Milliseconds a call (the calls are synchronous: nothing to drain), tilegen bench --host's way."""
+    return round(per_call_us({"call": fn}, lambda: None, 30, 5)["call"]["us"] / 1e3, 4)
 
 
 def main():

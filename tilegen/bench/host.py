@@ -27,7 +27,7 @@ from ..gemm import GemmSpec, compile_gemm, matmul
 WARM_S = 0.5
 
 
-def _per_call_us(fns: dict, sync, calls: int, reps: int) -> dict:
+def per_call_us(fns: dict, sync, calls: int, reps: int) -> dict:
     """{name: {"us", "us_min", "us_max"}} for each of `fns`, measured in turns (see above)."""
     for fn in fns.values():
         for _ in range(3):
@@ -102,7 +102,7 @@ def host_costs(dtype: str = "bf16", size: int = 1024, calls: int = 200, reps: in
     allowed = torch.backends.cuda.matmul.allow_tf32
     torch.backends.cuda.matmul.allow_tf32 = dtype == "tf32"   # (tf32: torch with TF32 allowed too, as in the bench's rows)
     try:
-        out.update(_per_call_us(fns, sync, calls, reps))
+        out.update(per_call_us(fns, sync, calls, reps))
     finally:
         torch.backends.cuda.matmul.allow_tf32 = allowed
     out["tilegen.matmul spec"] = str(matmul.explain(A, B, out=C, **kw).spec)

@@ -412,6 +412,14 @@ _ENV_TRUE, _ENV_FALSE = ("1", "true", "yes", "on"), ("", "0", "false", "no", "of
 _ENV_READ = [None, False]   # the last TILEGEN_ALLOW_TF32 string read and what it means
 
 
+def _tf32_key(allow, f32: bool):
+    """What a remembered choice reads of allow_tf32: for f32 operands whether tf32 is allowed (the
+    argument, else TILEGEN_ALLOW_TF32), else None; a value explain refuses is refused for every dtype."""
+    if allow is not None and type(allow) is not bool:
+        _allow_tf32(allow)
+    return _allow_tf32(allow) if f32 else None
+
+
 def explain(A, B, *, bias=None, activation=None, residual=None, alpha=1.0, beta=0.0, out=None, allow_tf32=None,
             device=None, scale_a=None, scale_b=None, out_dtype=None) -> Choice:
     """The spec matmul would run for these arguments (matmul's own), and the reason. Runs
@@ -766,9 +774,7 @@ def _host_spec(A, B, out, bias, activation, residual, allow_tf32, scales):
             (bias is not None and bias.ndim != 1):
         return None
     (M, K), N = A.shape, B.shape[1]
-    if allow_tf32 is not None:
-        _allow_tf32(allow_tf32)   # (refused for every dtype, as explain refuses it)
-    tf32 = _allow_tf32(allow_tf32) if A.dtype == np.float32 else None
+    tf32 = _tf32_key(allow_tf32, A.dtype == np.float32)
     # (the other arrays by what explain checks of them: dtype and whether their lengths fit)
     fits = (None if out is None else (out.dtype, out.shape == (M, N)),
             None if bias is None else (bias.dtype, bias.shape[0] == M, bias.shape[0] == N),
@@ -789,8 +795,6 @@ def _fast_matmul(lib, A, B, out, bias, activation, residual, alpha, beta, allow_
     path must run (its first call, or anything unusual)."""
     if interop.library(B) is not lib:
         return None
-    if allow_tf32 is not None and type(allow_tf32) is not bool:
-        _allow_tf32(allow_tf32)   # (a value it refuses is refused for every dtype, as explain does)
     pa, pb = lib.probe(A), lib.probe(B)
     if not pa or not pb:
         return None
@@ -816,7 +820,7 @@ def _fast_matmul(lib, A, B, out, bias, activation, residual, alpha, beta, allow_
             pc = batch.folded_probe(pc)
             if pc is None:
                 return None
-    tf32 = _allow_tf32(allow_tf32) if pa[DTYPE] == "float32" else None
+    tf32 = _tf32_key(allow_tf32, pa[DTYPE] == "float32")
     exact = (pa[SHAPE], pa[STRIDES], pa[DTYPE], pa[DEVICE], pb[SHAPE], pb[STRIDES], pb[DTYPE],
              pc[DTYPE] if pc else None, None if bias is None else bias.shape, activation, residual is not None, tf32,
              *_scale_kinds(scales))
@@ -884,7 +888,7 @@ def _stack_key(lib, pa, pb, out, bias, activation, allow_tf32):
         fc = batch.flat_probe(pc, count)
         if fc is None or fc[SHAPE][0] != count:
             return None
-    tf32 = _allow_tf32(allow_tf32) if pa[DTYPE] == "float32" else None
+    tf32 = _tf32_key(allow_tf32, pa[DTYPE] == "float32")
     exact = ("stack", fa[SHAPE], fa[STRIDES], fa[DTYPE], fa[DEVICE], fb[SHAPE], fb[STRIDES], fb[DTYPE], fb[DEVICE],
              fc[DTYPE] if fc else None, None if bias is None else tuple(bias.shape), activation, tf32)
     return exact, shape, count, fa, fb, fc
@@ -1211,8 +1215,7 @@ def _stacked(A, B, *, out, residual, scale_a=None, scale_b=None, **options):
         bias, activation, tf32 = options.get("bias"), options.get("activation"), options.get("allow_tf32")
         # (the choice remembered per description, as the 2-D fast path's: explain reads the tuned store)
         key = (stack, *map(_described, (flat and flat.A, flat and flat.B, flat and flat.out, flat and flat.residual,
-                                        bias)), activation,
-               _allow_tf32(tf32) if _dtype_name(A) == "float32" else tf32 is None or _allow_tf32(tf32))
+                                        bias)), activation, _tf32_key(tf32, _dtype_name(A) == "float32"))
         kernel = _stacks.get(key, False) if _store_unchanged() else False
         if kernel is False:
             first = _first_product(flat, bias, activation, tf32) if flat is not None and stack.matrices else None
