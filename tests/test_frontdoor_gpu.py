@@ -815,6 +815,40 @@ def _fp8_256x384x512(seed):
     return A, B, torch.empty(M, N, device="cuda", dtype=torch.bfloat16), prod, scale, fp8_wgmma_bound(K, "bf16", 128)
 
 
+def test_out_dtype_alone_through_the_remembered_kernel(monkeypatch):
+    """out_dtype= without out: each call makes a new output of that dtype, the second and later
+    through the remembered kernel (no explain), as do GPU scales made anew for each call (their
+    values read each time); another out_dtype for the same operands is another kernel, and an out
+    that contradicts out_dtype is refused there too."""
+    import importlib
+
+    mm = importlib.import_module("tilegen.gemm.matmul")
+    for memo in ("_chosen", "_exact"):
+        monkeypatch.setattr(mm, memo, {})
+    A, B, _, prod, scale, bound = _fp8_256x384x512(23)
+    def gpu_scales(a):   # (new tensors each call, as an fp8 layer's dynamic scales would be)
+        return dict(scale_a=torch.tensor(a, device="cuda"), scale_b=torch.tensor([2.0], device="cuda"))
+
+    got = {name: [tilegen.matmul(A, B, scale_a=0.5, out_dtype=dt) for _ in range(3)]
+           for name, dt in (("f32", torch.float32), ("bf16", "bf16"), ("f16", np.float16))}
+    tilegen.matmul(A, B, out_dtype="f32", **gpu_scales(1.0))   # (chosen and remembered)
+    torch.cuda.synchronize()
+    explained = []
+    monkeypatch.setattr(mm, "explain", lambda *a, **k: explained.append(k) or pytest.fail("explain called"))
+    again = [(0.5, tilegen.matmul(A, B, scale_a=0.5, out_dtype=torch.float32))]
+    again += [(2 * a, tilegen.matmul(A, B, out_dtype="f32", **gpu_scales(a))) for a in (0.25, -3.0, 0.125)]
+    torch.cuda.synchronize()
+    want = {"f32": torch.float32, "bf16": torch.bfloat16, "f16": torch.float16}
+    for name, results in [*((n, [(0.5, C) for C in r]) for n, r in got.items()), ("f32", again)]:
+        for factor, C in results:
+            assert C.dtype == want[name] and C.shape == prod.shape
+            assert float(torch.linalg.norm(C.double() - factor * prod) / (abs(factor) * scale)) <= \
+                fp8_wgmma_bound(512, name, 128), (name, factor)
+    assert len({C.data_ptr() for results in got.values() for C in results}) == 9 and not explained
+    with pytest.raises(tilegen.LaunchError, match="out is bfloat16 but out_dtype"):
+        tilegen.matmul(A, B, out=torch.empty(256, 384, device="cuda", dtype=torch.bfloat16), out_dtype="f32")
+
+
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float64])
 def test_per_tensor_scales_of_other_float_dtypes_stay_on_the_gpu(dtype):
     """A one-element GPU scale of another float dtype than float32 is converted on the GPU for

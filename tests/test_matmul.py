@@ -7,6 +7,7 @@ import pytest
 
 import ml_dtypes
 import tilegen
+from tilegen.gemm.matmul import FP8_FEW_ROWS
 
 
 def _pair(M, N, K, dtype=np.float32, seed=0):
@@ -456,12 +457,12 @@ def test_skinny_products_on_hopper_keep_more_in_flight(monkeypatch):
 
 
 def test_fp8_decoding_products_on_hopper_stream_the_weight(monkeypatch):
-    """fp8 with a few rows against a wide W.T on Hopper: up to 16 rows the mma.sync kernel's 16-row
-    tiles, the first of FP8_FEW_ROWS whose CTAs all run at once, K in two slices where they fill at
-    most half the SMs and K is long; up to SKINNY rows the warp-specialized kernel's 64-row tiles (64x128 where they
-    make SKINNY_WIDE_BLOCKS blocks, else 64x64) promoted every k-tile with two accumulators where
-    that loads without spills (else every 2 k-tiles, and explain says why); past SKINNY rows, or a
-    narrow N, as before."""
+    """fp8 with a few rows against a wide W.T on Hopper: up to SKINNY_SHORT rows the swapped
+    warp-specialized kernel (C^T = B^T A^T, 16x64x256, 8 stages) promoted every k-tile with two
+    accumulators, whether or not ptxas is there (its registers fit the JIT's); up to SKINNY rows the
+    warp-specialized kernel's 64-row tiles (64x128 where they make SKINNY_WIDE_BLOCKS blocks, else
+    64x64) promoted every k-tile with two accumulators where that loads without spills (else every
+    2 k-tiles, and explain says why); past SKINNY rows, or a narrow N, as before."""
     import importlib
 
     mm = importlib.import_module("tilegen.gemm.matmul")
@@ -474,18 +475,17 @@ def test_fp8_decoding_products_on_hopper_stream_the_weight(monkeypatch):
     def choice(m, n, k=8192):
         return mm.explain(np.zeros((m, k), f8), np.zeros((n, k), f8).T)
 
-    for m, n, k, want in ((1, 8192, 8192, ((16, 32, 256), 8, 1)), (16, 8448, 4096, ((16, 32, 256), 8, 1)),
-                          (16, 8576, 4096, ((16, 64, 128), 6, 1)), (1, 14336, 4096, ((16, 64, 128), 6, 1)),
-                          (16, 28672, 8192, ((16, 128, 128), 4, 1)), (1, 4096, 4096, ((16, 32, 256), 8, 1)),
-                          (1, 4096, 14336, ((16, 32, 256), 8, 1)), (16, 2112, 8192, ((16, 32, 256), 8, 2)),
-                          (16, 2240, 8192, ((16, 32, 256), 8, 1)), (16, 2112, 4096, ((16, 32, 256), 8, 1))):
-        c = choice(m, n, k)
-        s = c.spec
-        assert (s.instruction, (tuple(s.tile), s.stages, s.split_k), s.promote) == ("mma.sync", want, 0), (m, n, k)
-        assert tuple(s.warps) == (1, 2 if want[0][1] == 32 else 4), (m, n, k)
-        assert "decoding's product" in c.reason and ("K in 2 slices" in c.reason) == (want[2] == 2)
-    for m, n, k, tile in ((17, 14336, 4096, (64, 128, 128)), (128, 8192, 8192, (64, 128, 128)),
-                          (64, 8192, 8192, (64, 64, 128)), (128, 4096, 4096, (64, 64, 128)), (32, 4096, 14336, (64, 64, 128))):
+    for spills in (False, True):
+        monkeypatch.setattr(mm, "loads_without_spills", lambda spec: not spills)
+        for m, n, k in ((1, 8192, 8192), (16, 4096, 4096), (17, 28672, 8192), (32, 4096, 14336), (1, 512, 4096)):
+            c = choice(m, n, k)
+            s = c.spec
+            assert (s.instruction, tuple(s.tile), tuple(s.warps), s.stages, s.swap_ab, s.warp_specialized, s.promote,
+                    s.frag_buffers, s.split_k) == ("wgmma", (16, 64, 256), (1, 4), 8, True, True, 1, 2, 1), (m, n, k)
+            assert "decoding's product" in c.reason and "C^T = B^T A^T" in c.reason and "two accumulators" in c.reason
+    monkeypatch.setattr(mm, "loads_without_spills", lambda spec: True)
+    for m, n, k, tile in ((33, 14336, 4096, (64, 128, 128)), (128, 8192, 8192, (64, 128, 128)),
+                          (64, 8192, 8192, (64, 64, 128)), (128, 4096, 4096, (64, 64, 128)), (33, 4096, 14336, (64, 64, 128))):
         c = choice(m, n, k)
         s = c.spec
         assert (s.instruction, tuple(s.tile), s.stages, s.warp_specialized, s.promote, s.frag_buffers) == \
@@ -499,18 +499,18 @@ def test_fp8_decoding_products_on_hopper_stream_the_weight(monkeypatch):
     assert "promoted every 2 k-tiles" in c.reason
 
 
-@pytest.mark.parametrize("spec", [dict(instruction="mma.sync", target="sm_90", tile=(16, 32, 256), warps=(1, 2), stages=8),
-                                  dict(instruction="mma.sync", target="sm_90", tile=(16, 32, 256), warps=(1, 2), stages=8,
-                                       split_k=2),
-                                  dict(instruction="mma.sync", target="sm_90", tile=(16, 128, 128), warps=(1, 4), stages=4),
+@pytest.mark.parametrize("spec", [dict(instruction="wgmma", b_layout="col", **{**FP8_FEW_ROWS, "tile": (16, 64, 128)}),
+                                  dict(instruction="wgmma", b_layout="col", **FP8_FEW_ROWS),
                                   dict(instruction="wgmma", tile=(64, 128, 128), warps=(4, 1), stages=8, promote=1,
                                        frag_buffers=2),
                                   dict(instruction="wgmma", tile=(64, 64, 128), warps=(4, 1), stages=12, promote=1,
-                                       frag_buffers=2)], ids=["mma16x32", "mma16x32split2", "mma16x128", "wgmma64x128", "wgmma64x64"])
+                                       frag_buffers=2)], ids=["swapped16x64x128", "swapped16x64x256", "wgmma64x128",
+                                                              "wgmma64x64"])
 def test_fp8_decoding_kernels_on_the_emulator(spec):
-    """The fp8 decoding kernels on ragged shapes: a few rows, several blocks along N, K over 2 to 5
-    k-tiles of 128 (odd and even counts for the two accumulators taking turns; K slices of more than
-    one k-tile), per-tensor scales as alpha."""
+    """The fp8 decoding kernels on ragged shapes: a few rows (past 16: two blocks of the swapped
+    kernel's rows), several blocks along N, K over 2 to 5 k-tiles of 128 (odd and even counts for the
+    two accumulators taking turns; fewer than 2 of the swapped kernel's 256), per-tensor scales as
+    alpha."""
     from bounds import fp8_wgmma_bound, gemm_bound
 
     k = tilegen.compile(tilegen.GemmSpec(dtype="e4m3", out_dtype="f32", **spec))
@@ -552,9 +552,9 @@ def test_the_choice_reads_the_shape_only_through_size_class(monkeypatch):
 
 
 def test_fp8_choice_reads_the_shape_only_through_size_class(monkeypatch):
-    """As the test above, for fp8 on Hopper, whose decoding rules count CTAs of 32, 64 and 128 columns
-    against the SMs (132 here: thresholds at multiples of 32 and 64) and 64-row blocks: N walks every
-    multiple of 32 and its neighbours, with M across the row thresholds and K across the split's."""
+    """As the test above, for fp8 on Hopper, whose decoding rules count 64x128 blocks against
+    SKINNY_WIDE_BLOCKS: N walks every multiple of 32 and its neighbours, with M across the row
+    thresholds."""
     import importlib
 
     mm = importlib.import_module("tilegen.gemm.matmul")
@@ -565,7 +565,7 @@ def test_fp8_choice_reads_the_shape_only_through_size_class(monkeypatch):
     f8 = ml_dtypes.float8_e4m3fn
     arr = lambda r, c: np.broadcast_to(f8(0), (r, c))  # noqa: E731  (no memory)
     walk = sorted({32 * k + d for k in range(1, 900) for d in (-1, 0, 1)})
-    for M, K in ((1, 8192), (16, 8191), (17, 8192), (65, 8192), (129, 8192)):
+    for M, K in ((1, 8192), (16, 8191), (17, 8192), (32, 4096), (33, 8192), (65, 8192), (129, 8192)):
         last_class = last_spec = None
         for N in walk:
             cls = mm.size_class(M, N, K)

@@ -250,6 +250,11 @@ def _scale_probes(lib, scales) -> tuple:
     return tuple(None if x is None else lib.probe(x) if interop.library(x) is lib else False for x in scales)
 
 
+def _sans_pointers(probes) -> tuple:
+    """Scale probes (_scale_probes) without their pointers: what a launch checked of them."""
+    return tuple(p and p[1:] for p in probes)
+
+
 class FastCall:
     """A GEMM kernel's launch from PyTorch / CuPy arrays, prepared once per kernel.
 
@@ -334,17 +339,21 @@ class FastCall:
                     for run, grid, args in last[4]:
                         run(grid, args, stream)
                     return out
-            elif pc and pa and pb and not self.prepares and not self.any_scaled and not (pa[0] | pb[0] | pc[0]) % ALIGN and \
+            elif pc and pa and pb and not self.prepares and not (pa[0] | pb[0] | pc[0]) % ALIGN and \
+                    (scales is NO_SCALES or _sans_pointers(same[5]) == _sans_pointers(last[0][5])) and \
                     last[1] == (pa[1], pa[2], pa[3], pa[4], pb[1], pb[2], pb[3], pb[4], pc[1], pc[2], pc[3], pc[4]):
+                # other operands, out or scale arrays of the same shapes, layouts and dtypes as those
+                # checked when remembered: only the pointers change
                 launcher = self.kernel.launcher(pa[4])
                 if launcher is last[3]:
                     M, N, K, a_ld, b_ld, c_ld, grid = last[2]
-                    values = (M, N, K, pa[0], a_ld, pb[0], b_ld, pc[0], c_ld, alpha, beta, 0, 0, 0, 0, 0)
+                    s_ptrs = (0, 0) if scales is NO_SCALES else tuple(p[PTR] if p else 0 for p in same[5])
+                    values = (M, N, K, pa[0], a_ld, pb[0], b_ld, pc[0], c_ld, alpha, beta, 0, 0, 0, *s_ptrs)
                     stream = lib.stream(pa[4])
                     scratch = _scratch(lib, pa[4], stream, []) if self.split else None
                     launches = self._launch(launcher, grid, values, stream, pa[4], scratch)
                     if not isinstance(scratch, _GraphScratch):
-                        self._last = ((pa, pb, pc, alpha, beta), last[1], last[2], launcher, launches,
+                        self._last = (same, last[1], last[2], launcher, launches,
                                       runtime.stream_key(stream) if self.split else None)
                     return out
         if (bias is None) != (self.bias_axis is None) or (residual is None) == self.residual or \

@@ -213,24 +213,23 @@ FP8_WIDE_TILE = (128, 192, 128)
 FP8_WIDE_MIN_AREA = 6144 * 6144
 FP8_WIDE_MIN_K = 1024
 # fp8 decoding's products on Hopper (M up to SKINNY rows against N >= 4 * SKINNY, A row-major and B = W.T, as
-# torch._scaled_mm takes them): streaming the weight is the work, so what counts is how much of it is in flight
-# on how many SMs. Measured on the H200 (runs 301-311, GPU time of CUDA-graph replays, e4m3, bf16 out, x
-# torch._scaled_mm, M x N x K; the 64x64x64 mma.sync tiles before ran 0.37-0.55x). Up to 16 rows the mma.sync
-# kernel with 16-row tiles (every product added into f32: its error is below cuBLASLt's), the first of
-# FP8_FEW_ROWS whose CTAs all run at once: 32 columns of 256-deep k-tiles, two warps, two CTAs per SM in 96 KB
-# (1 / 16 x 8192 x 8192 0.96 / 0.94, x 6144 x 4096 0.99 / 0.91, x 8192 x 28672 1.02 / 0.94, x 4096 x 14336 0.85 /
-# 0.87); 64 of 128-deep, three per SM (1 / 16 x 14336 x 4096 0.98 / 0.93, where 64x256-deep tiles took two waves:
-# 0.80); 128 of 128-deep (1 / 16 x 28672 x 8192 0.97 / 0.96). Where those CTAs fill at most half the SMs and K >=
-# FP8_SPLIT_MIN_K, K in two slices (1 x 2048 x 8192 0.44-0.48 -> 0.56-0.60). 4096 x 4096 stays at 0.62 (torch 5.5 us;
-# as called both are host-bound, tilegen's call the shorter). From 17 to SKINNY rows the warp-specialized kernel
-# with 64-row tiles promoted every k-tile with two accumulators taking turns (cuBLASLt's error, bit for bit):
-# 64x128x128 with 8 stages where it makes SKINNY_WIDE_BLOCKS blocks, 32 / 64 / 128 x 28672 x 8192 0.88 / 1.03 /
-# 0.91, 128 x 8192 x 8192 0.99, 128 x 14336 x 4096 0.94 (0.66 for 64x64); else 64x64x128 with 12 stages, 128 x
-# 4096 x 4096 0.95 (0.87 for 64x128), 64 / 128 x 4096 x 14336 0.90 / 1.04 (0.72 / 0.90), 64 x 8192 x 8192 1.00.
-FP8_FEW_ROWS = (dict(tile=(16, 32, 256), warps=(1, 2), stages=8, ctas_per_sm=2),
-                dict(tile=(16, 64, 128), warps=(1, 4), stages=6, ctas_per_sm=3),
-                dict(tile=(16, 128, 128), warps=(1, 4), stages=4, ctas_per_sm=3))
-FP8_SPLIT_MIN_K = 8192
+# torch._scaled_mm takes them): streaming the weight is the work. Up to SKINNY_SHORT rows the swapped
+# warp-specialized kernel (C^T = B^T A^T: 64 rows of W as wgmma's rows, the 16 rows of A as its n, one math
+# warpgroup fed by TMA; both operands K-major, as fp8 wgmma needs), 256-deep k-tiles, 8 stages, promoted every
+# k-tile with two accumulators taking turns (cuBLASLt's error bit for bit; 3 x 8 registers, so the driver's JIT
+# holds them too). cuBLASLt's kernel at these shapes is of the same kind (a 64x8 tile, 64 CTAs at 4096 x 4096,
+# read by ncu in run 315). Measured on the H200 (run 316, GPU time of CUDA-graph replays, e4m3, bf16 out, x
+# torch._scaled_mm, M x N x K, the mma.sync 16-row tiles of runs 302-311 before -> swapped): 1 / 16 / 32 x 4096 x 4096
+# 0.62 / 0.62 / 0.61 -> 0.86 / 0.96 / 1.08, 1 / 16 x 6144 x 4096 0.97 / 0.93 -> 1.09 / 1.04, 1 x 5120 x 5120 0.84 ->
+# 1.00, 1 / 16 x 4096 x 14336 0.86 / 0.89 -> 1.16 / 1.19, 1 x 4096 x 11008 0.90 -> 1.20, 1 / 16 / 32 x 8192 x 8192
+# 0.96 / 0.94 / 0.85 -> 1.02 / 1.01 / 0.94, 1 x 28672 x 8192 1.04 -> 1.05, 16 x 8192 x 28672 0.96 -> 1.01. (The
+# mma.sync kernel's two warps a CTA were issue-bound: ncu, run 315, one instruction every 2 cycles, 1.25 TB/s.)
+# From SKINNY_SHORT + 1 to SKINNY rows the warp-specialized kernel with 64-row tiles promoted every k-tile with
+# two accumulators taking turns: 64x128x128 with 8 stages where it makes SKINNY_WIDE_BLOCKS blocks, 64 / 128 x
+# 28672 x 8192 1.03 / 0.91, 128 x 8192 x 8192 0.99, 128 x 14336 x 4096 0.94 (0.66 for 64x64); else 64x64x128 with
+# 12 stages, 128 x 4096 x 4096 0.95 (0.87 for 64x128), 64 / 128 x 4096 x 14336 0.90 / 1.04, 64 x 8192 x 8192 1.00.
+FP8_FEW_ROWS = dict(tile=(16, 64, 256), warps=(1, 4), stages=8, swap_ab=True, copy="tma", persistent=True,
+                    promote=1, frag_buffers=2)
 FP8_SKINNY_WIDE = dict(tile=(64, 128, 128), stages=8)
 FP8_SKINNY_NARROW = dict(tile=(64, 64, 128), stages=12)
 # fp8 on Hopper promoted every k-tile (promote=1): cuBLASLt's error bit for bit (it sums 128 products
@@ -240,19 +239,6 @@ FP8_SKINNY_NARROW = dict(tile=(64, 64, 128), stages=12)
 # the power cap (runs 295-297, x torch._scaled_mm): 4096^3 1.014 (every 2: 1.02), 8192x8192x1024 on
 # 128x192 1.00 (1.03), 8192^3 on 128x192 0.99 (1.025): the wide tiles promote every k-tile by halves
 # staggered across the warpgroups (3 x 96 registers do not fit).
-
-
-def _fp8_few_rows(N: int, K: int) -> tuple:
-    """(tile fields, CTAs, K slices) of an fp8 product of at most 16 rows: the first of FP8_FEW_ROWS whose
-    CTAs all run at once (else the last), K in two slices where they fill at most half the SMs and
-    K >= FP8_SPLIT_MIN_K."""
-    sms = _sm_count()
-    for i, option in enumerate(FP8_FEW_ROWS):
-        ctas = -(-N // option["tile"][1])
-        if ctas <= option["ctas_per_sm"] * sms or i == len(FP8_FEW_ROWS) - 1:
-            split = 2 if 2 * ctas <= sms and K >= FP8_SPLIT_MIN_K else 1
-            return dict(tile=option["tile"], warps=option["warps"], stages=option["stages"]), ctas, split
-    raise AssertionError("unreachable")
 
 
 def _skinny_rows(M: int) -> int:
@@ -346,12 +332,11 @@ def _tf32_medium_class(M: int, N: int) -> tuple:
 def size_class(M: int, N: int, K: int) -> tuple:
     """All that explain's choice reads of the shape: each dimension's power-of-two bucket
     (the tuned store's key) and every threshold a rule below compares it with."""
-    few = _fp8_few_rows(N, K)
     return _tf32_medium_class(M, N) + ((M - 1).bit_length(), (N - 1).bit_length(), (K - 1).bit_length(), min(M, N) <= SMALL, is_large(M, N),
             M <= 16, M <= SKINNY_SHORT, M <= SKINNY, N >= 4 * SKINNY, N // 256 >= SKINNY_WIDE_BLOCKS, _blocks128(M, N) >= MEDIUM_BLOCKS,
             long_k(M, N, K), K <= PINGPONG_MAX_K, M >= PRETRANSPOSE_MIN, N >= PRETRANSPOSE_MIN, min(M, N) >= F32_PARTS_MIN,
             M * N * K >= F32_PARTS_WORK, K >= F32_PARTS_MIN, M * N >= FP8_WIDE_MIN_AREA, K >= FP8_WIDE_MIN_K,
-            few[0]["tile"], few[2], -(-M // 64) * -(-N // 128) >= SKINNY_WIDE_BLOCKS)
+            -(-M // 64) * -(-N // 128) >= SKINNY_WIDE_BLOCKS)
 
 
 def _every_k_tile(spec: GemmSpec) -> GemmSpec:
@@ -641,11 +626,10 @@ def explain(A, B, *, bias=None, activation=None, residual=None, alpha=1.0, beta=
                    f"tiles, added into an f32 total every {spec.promote} k-tiles (measured faster than mma.sync's 3xTF32 "
                    f"on the H200 from {F32_PARTS_MIN} rows, columns and K and 1024^3 multiply-adds on)")
     elif skinny_fp8:
-        if M <= 16:
-            fields, ctas, split = _fp8_few_rows(N, K)
-            spec = GemmSpec(**base, instruction="mma.sync", split_k=split, **fields)
-            how = (f"{ctas} CTAs" + (f", K in {split} slices" if split > 1 else "")
-                   + ", every product added into f32 (below cuBLASLt's error)")
+        if M <= SKINNY_SHORT:
+            spec = GemmSpec(**{**base, "target": "sm_90a"}, instruction="wgmma", **FP8_FEW_ROWS)
+            how = ("computing C^T = B^T A^T (the rows as wgmma's n), promoted every k-tile, two accumulators taking "
+                   "turns (cuBLASLt's error)")
         else:
             wide = -(-M // 64) * -(-N // 128) >= SKINNY_WIDE_BLOCKS
             spec = GemmSpec(**{**base, "target": "sm_90a"}, instruction="wgmma", warps=(4, 1),
@@ -790,9 +774,11 @@ def _host_spec(A, B, out, bias, activation, residual, allow_tf32, scales):
     return spec
 
 
-def _fast_matmul(lib, A, B, out, bias, activation, residual, alpha, beta, allow_tf32, scales=NO_SCALES):
+def _fast_matmul(lib, A, B, out, bias, activation, residual, alpha, beta, allow_tf32, scales=NO_SCALES,
+                 out_name=None):
     """matmul for PyTorch / CuPy arrays through the remembered choice; None when the general
-    path must run (its first call, or anything unusual)."""
+    path must run (its first call, or anything unusual). out_name: out_dtype's name where out is
+    None (the kernel then makes an output of its spec's out_dtype)."""
     if interop.library(B) is not lib:
         return None
     pa, pb = lib.probe(A), lib.probe(B)
@@ -822,11 +808,11 @@ def _fast_matmul(lib, A, B, out, bias, activation, residual, alpha, beta, allow_
                 return None
     tf32 = _tf32_key(allow_tf32, pa[DTYPE] == "float32")
     exact = (pa[SHAPE], pa[STRIDES], pa[DTYPE], pa[DEVICE], pb[SHAPE], pb[STRIDES], pb[DTYPE],
-             pc[DTYPE] if pc else None, None if bias is None else bias.shape, activation, residual is not None, tf32,
-             *_scale_kinds(scales))
+             pc[DTYPE] if pc else out_name, None if bias is None else bias.shape, activation, residual is not None,
+             tf32, *_scale_kinds(scales))
     kernel = _exact.get(exact) if _store_unchanged() else None
     if kernel is None:
-        kernel = _choose(lib, A, B, out, pa, pb, pc, bias, activation, residual, tf32, scales)
+        kernel = _choose(lib, A, B, out, pa, pb, pc, bias, activation, residual, tf32, scales, out_name)
         if kernel is None:
             return None
         if len(_exact) >= EXACT_MAX:
@@ -903,7 +889,7 @@ def _scale_kinds(scales) -> tuple:
                  for x in scales)
 
 
-def _choose(lib, A, B, out, pa, pb, pc, bias, activation, residual, tf32, scales=NO_SCALES):
+def _choose(lib, A, B, out, pa, pb, pc, bias, activation, residual, tf32, scales=NO_SCALES, out_name=None):
     """The kernel for these probed arrays: remembered per choice key, else explain's."""
     if len(pa[SHAPE]) != 2 or len(pb[SHAPE]) != 2:
         return None
@@ -917,12 +903,12 @@ def _choose(lib, A, B, out, pa, pb, pc, bias, activation, residual, tf32, scales
         axis = "col" if length == N else "row" if length == M else None
         if axis is None:
             return None
-    key = (pa[DTYPE], pb[DTYPE], pc[DTYPE] if pc else None, sa[1] == 1, sa[0] == 1, sb[1] == 1, sb[0] == 1,
+    key = (pa[DTYPE], pb[DTYPE], pc[DTYPE] if pc else out_name, sa[1] == 1, sa[0] == 1, sb[1] == 1, sb[0] == 1,
            size_class(M, N, K), axis, activation, residual is not None, pa[DEVICE], tf32, *_scale_kinds(scales))
     kernel = _chosen.get(key)
     if kernel is None:
         choice = explain(A, B, bias=bias, activation=activation, residual=residual, out=out, allow_tf32=tf32,
-                         scale_a=scales[0], scale_b=scales[1])
+                         scale_a=scales[0], scale_b=scales[1], out_dtype=out_name)
         kernel = _chosen[key] = compile_gemm(choice.spec)
     return kernel
 
@@ -937,7 +923,12 @@ def matmul(A, B, *, bias=None, activation=None, residual=None, alpha=1.0, beta=0
     scale_a and scale_b are per-tensor (numbers or one-element tensors, multiplying alpha) or
     per row of A / per column of B (f32 vectors of length M / N, applied in the epilogue)."""
     scales = NO_SCALES
-    out = _out_for(A, B, out, out_dtype)
+    out_name = None   # out_dtype alone on two GPU matrices: the remembered kernel makes the output
+    if out_dtype is not None and out is None and device is None and len(getattr(A, "shape", ())) == 2 == len(
+            getattr(B, "shape", ())) and interop.library(A) is not None:
+        out_name = _out_dtype_name(out_dtype)
+    else:
+        out = _out_for(A, B, out, out_dtype)
     if scale_a is not None or scale_b is not None:   # per-tensor: into alpha; per row / column: the epilogue's
         if batch.is_stack(A, B):
             return _stacked(A, B, bias=bias, activation=activation, residual=residual, alpha=alpha, beta=beta,
@@ -951,9 +942,11 @@ def matmul(A, B, *, bias=None, activation=None, residual=None, alpha=1.0, beta=0
     if device is None:
         lib = interop.library(A)
         if lib is not None:
-            done = _fast_matmul(lib, A, B, out, bias, activation, residual, alpha, beta, allow_tf32, scales)
+            done = _fast_matmul(lib, A, B, out, bias, activation, residual, alpha, beta, allow_tf32, scales, out_name)
             if done is not None:
                 return done
+    if out_name is not None:
+        out = _empty_out(A, B, out_name)
     if batch.is_stack(A, B):
         return _stacked(A, B, bias=bias, activation=activation, residual=residual, alpha=alpha, beta=beta, out=out,
                         allow_tf32=allow_tf32, device=device)

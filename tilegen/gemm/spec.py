@@ -213,10 +213,10 @@ class GemmSpec:
     |            | kernel walking every block of every matrix,     |                          |
     |            | each stack through a 3-D tensor map             |                          |
     |            | (template.TmaStack)                             |                          |
-    | swap_ab    | 16-bit wgmma: compute C^T = B^T A^T, so that    | False                    |
-    |            | tile.n (64 per warpgroup, warps (1, 4)) fills   |                          |
-    |            | wgmma's rows and tile.m (16..256 by 16: decod-  |                          |
-    |            | ing's few rows) its n; stores C directly,       |                          |
+    | swap_ab    | 16-bit and fp8 wgmma: compute C^T = B^T A^T,    | False                    |
+    |            | so that tile.n (64 per warpgroup, warps (1, 4)) |                          |
+    |            | fills wgmma's rows and tile.m (16..256 by 16:   |                          |
+    |            | decoding's few rows) its n; stores C directly,  |                          |
     |            | transposed                                      |                          |
 
     `instruction` names the main-loop family (tilegen/gemm/mainloops/): its defaults, its
@@ -634,9 +634,9 @@ class GemmSpec:
                                 f"{STREAM_K_FIXUP[1]} with stream_k (the fix-up kernel's blocks)")
         if not isinstance(self.swap_ab, bool):
             raise SpecError("swap_ab", self.swap_ab, "True or False")
-        if self.swap_ab and (self.instruction != "wgmma" or self.dtype not in ("f16", "bf16")):
-            raise SpecError("swap_ab", self.swap_ab, "False here", "C^T = B^T A^T is built for f16 and bf16 wgmma "
-                            "kernels (tf32 with a row-major B swaps by itself)")
+        if self.swap_ab and (self.instruction != "wgmma" or self.dtype not in ("f16", "bf16", "e4m3", "e5m2")):
+            raise SpecError("swap_ab", self.swap_ab, "False here", "C^T = B^T A^T is built for f16, bf16 and fp8 "
+                            "wgmma kernels (tf32 with a row-major B swaps by itself)")
         if not isinstance(self.batched, bool):
             raise SpecError("batched", self.batched, "True or False")
         epi = self.epilogue
