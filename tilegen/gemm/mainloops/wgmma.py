@@ -238,10 +238,6 @@ class WgmmaLoop(MainLoop):
                 raise SpecError("frag_buffers", 2, "1 for this tile",
                                 f"two accumulators and the f32 total take 3 x {self.shape(spec).acc_regs} registers "
                                 f"a math thread, more than the math warpgroups have")
-            if turn_parts(spec) % 2 and turn_parts(spec) > 1:
-                raise SpecError("tile", tuple(spec.tile), f"tile.k {PROMOTE_DEPTH} or an even multiple of it",
-                                f"promote=1 with two accumulators promotes every {PROMOTE_DEPTH} products: a deeper "
-                                f"k-tile's parts take turns, so there must be an even count of them")
         elif spec.frag_buffers != 1:
             raise SpecError("frag_buffers", spec.frag_buffers, "1, or 2 with promote=1 on the warp-specialized kernel",
                             "wgmma reads its operands from shared memory: the one fragment it double-buffers is the "
@@ -800,11 +796,8 @@ class WarpSpecializedPipeline(TmaPipeline):
         under a branch inside the loop: ptxas then sees every read of an accumulator outside
         its wgmmas' pipeline stage and keeps them asynchronous (a version with its k-tiles
         under branches was serialised, section 25; tests/test_wgmma.py assembles this one).
-        Same sums in the same order as consume_promoted_staggered's warpgroup 0: cuBLASLt's.
-        k-tiles deeper than PROMOTE_DEPTH products: consume_promoted_parts."""
+        Same sums in the same order as consume_promoted_staggered's warpgroup 0: cuBLASLt's."""
         spec, shape, S, full = self.spec, self.shape, self.S, self.full
-        if turn_parts(spec) > 1:
-            return self.consume_promoted_parts(first, k_tiles)
         tiles = (1, shape.n // spec.mma.n)
         total = tg.fragment(spec.mma, "C", tiles, name="total")
         acc = [tg.fragment(spec.mma, "C", tiles, name=f"acc{b}") for b in (0, 1)]
@@ -840,45 +833,6 @@ class WarpSpecializedPipeline(TmaPipeline):
             retire(last, acc[1], 0)
         with tg.else_():
             retire(last, acc[0], 0)
-        return total
-
-    def consume_promoted_parts(self, first, k_tiles):
-        """consume_promoted_turns for k-tiles of an even number of PROMOTE_DEPTH-deep parts (fp8's
-        256-deep k-tiles of decoding's swapped kernel): part p of every k-tile runs into acc[p % 2]
-        while the part before it, retired by wgmma_wait(1), is added into the total. The total
-        then gains every PROMOTE_DEPTH products, as cuBLASLt's does, with the copies of 256-deep
-        stages; each accumulator is the same registers in every k-tile, so the loop needs no
-        unrolling and no wgmma sits under a branch."""
-        spec, shape, S, full = self.spec, self.shape, self.S, self.full
-        tiles = (1, shape.n // spec.mma.n)
-        total = tg.fragment(spec.mma, "C", tiles, name="total")
-        acc = [tg.fragment(spec.mma, "C", tiles, name=f"acc{b}") for b in (0, 1)]
-        parts = turn_parts(spec)
-        steps = spec.tile.k // shape.k // parts
-
-        def k_tile(t, leading):
-            """k-tile t's parts, each but the block's very first retiring and adding the one before."""
-            lap, stage = tg.divmod_by(t, S)
-            tg.mbarrier_wait(full[stage], lap & 1)
-            for p in range(parts):
-                tg.wgmma_fence()
-                for kk in range(p * steps, (p + 1) * steps):
-                    tg.wgmma(acc[p % 2], self.a_src[stage], self.b_src[stage], self.a_origin, kk * shape.k,
-                             self.b_origin, accumulate=kk > p * steps)
-                tg.wgmma_commit()
-                if leading and p == 0:
-                    continue
-                tg.wgmma_wait(1)
-                if p == 0:   # (the previous k-tile's last part retired: its stage is free)
-                    self.release(tg.divmod_by(t - 1, S)[1])
-                tg.add(total, acc[(p - 1) % 2], out=total)
-
-        k_tile(first, True)
-        for j in tg.range(k_tiles - 1):
-            k_tile(first + 1 + j, False)
-        tg.wgmma_wait(0)
-        self.release(tg.divmod_by(first + k_tiles - 1, S)[1])
-        tg.add(total, acc[(parts - 1) % 2], out=total)
         return total
 
     def consume_promoted_staggered(self, first, k_tiles):
@@ -937,15 +891,6 @@ class WarpSpecializedPipeline(TmaPipeline):
         with tg.else_():
             warpgroups_from(1)
         return total
-
-
-PROMOTE_DEPTH = 128   # products per promotion that consume_promoted_parts splits deeper fp8 k-tiles into
-
-
-def turn_parts(spec) -> int:
-    """The parts of a k-tile that take turns in two accumulators (consume_promoted_turns): 1, or
-    for fp8 k-tiles deeper than PROMOTE_DEPTH their PROMOTE_DEPTH-deep parts."""
-    return max(1, spec.tile.k // PROMOTE_DEPTH) if spec.dtype in ("e4m3", "e5m2") else 1
 
 
 def _three_accumulators_fit(spec, shape) -> bool:
