@@ -160,13 +160,17 @@ def test_fp8_promoted_every_k_tile_with_three_warpgroups_staggered_on_the_emulat
 
 
 @needs_ptxas
-@pytest.mark.parametrize("promote, buffers", [(1, 1), (1, 2), (2, 1)])
-def test_fp8_promotion_keeps_the_wgmmas_asynchronous(promote, buffers):
+@pytest.mark.parametrize("promote, buffers, swapped", [(1, 1, False), (1, 2, False), (2, 1, False), (1, 2, True)])
+def test_fp8_promotion_keeps_the_wgmmas_asynchronous(promote, buffers, swapped):
     """An accumulator is read only once the wait_group that retires it ran (wgmma_wait(0), or
     wgmma_wait(1) with two accumulators taking turns): were it read with its wgmma in flight,
-    ptxas would serialise every wgmma of the kernel (advisory C7514; 0.2x measured)."""
-    k = tilegen.compile(tilegen.GemmSpec(dtype="e4m3", out_dtype="bf16", instruction="wgmma", promote=promote,
-                                         frag_buffers=buffers))
+    ptxas would serialise every wgmma of the kernel (advisory C7514; 0.2x measured). With it:
+    the swapped kernel matmul runs fp8 decoding's products on."""
+    from tilegen.gemm.matmul import FP8_FEW_ROWS
+
+    few = dict(FP8_FEW_ROWS, b_layout="col", stages=8) if swapped else {}
+    k = tilegen.compile(tilegen.GemmSpec(dtype="e4m3", out_dtype="bf16", instruction="wgmma",
+                                         **{**few, "promote": promote, "frag_buffers": buffers}))
     report = assert_assembles(k.ptx, "sm_90a")
     assert "C7514" not in report and "serialized" not in report, report
 

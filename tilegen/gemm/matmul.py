@@ -214,22 +214,26 @@ FP8_WIDE_MIN_AREA = 6144 * 6144
 FP8_WIDE_MIN_K = 1024
 # fp8 decoding's products on Hopper (M up to SKINNY rows against N >= 4 * SKINNY, A row-major and B = W.T, as
 # torch._scaled_mm takes them): streaming the weight is the work. Up to SKINNY_SHORT rows the swapped
-# warp-specialized kernel (C^T = B^T A^T: 64 rows of W as wgmma's rows, the 16 rows of A as its n, one math
-# warpgroup fed by TMA; both operands K-major, as fp8 wgmma needs), 256-deep k-tiles, 8 stages, promoted every
-# k-tile with two accumulators taking turns (cuBLASLt's error bit for bit; 3 x 8 registers, so the driver's JIT
-# holds them too). cuBLASLt's kernel at these shapes is of the same kind (a 64x8 tile, 64 CTAs at 4096 x 4096,
-# read by ncu in run 315). Measured on the H200 (run 316, GPU time of CUDA-graph replays, e4m3, bf16 out, x
-# torch._scaled_mm, M x N x K, the mma.sync 16-row tiles of runs 302-311 before -> swapped): 1 / 16 / 32 x 4096 x 4096
-# 0.62 / 0.62 / 0.61 -> 0.86 / 0.96 / 1.08, 1 / 16 x 6144 x 4096 0.97 / 0.93 -> 1.09 / 1.04, 1 x 5120 x 5120 0.84 ->
-# 1.00, 1 / 16 x 4096 x 14336 0.86 / 0.89 -> 1.16 / 1.19, 1 x 4096 x 11008 0.90 -> 1.20, 1 / 16 / 32 x 8192 x 8192
-# 0.96 / 0.94 / 0.85 -> 1.02 / 1.01 / 0.94, 1 x 28672 x 8192 1.04 -> 1.05, 16 x 8192 x 28672 0.96 -> 1.01. (The
-# mma.sync kernel's two warps a CTA were issue-bound: ncu, run 315, one instruction every 2 cycles, 1.25 TB/s.)
+# warp-specialized kernel (C^T = B^T A^T: 64 rows of W as wgmma's rows, 16 rows of A as its n, one math warpgroup
+# fed by TMA; both operands K-major, as fp8 wgmma needs), promoted every 128-deep k-tile with two accumulators
+# taking turns (cuBLASLt's error bit for bit; 3 x 8 registers, so the driver's JIT holds them too); 8 stages, 12
+# where K >= FP8_FEW_ROWS_DEEP_K and N >= FP8_FEW_ROWS_DEEP_N. cuBLASLt's kernel at these shapes is of the same
+# kind (a 64x8 tile, 64 CTAs at 4096 x 4096: ncu, run 315), and the mma.sync kernel's 16-row tiles before were
+# issue-bound (two warps a CTA, an instruction every 2 cycles, 1.25 TB/s). Measured on the H200 (GPU time of
+# CUDA-graph replays, e4m3, bf16 out, x torch._scaled_mm, M x N x K; runs 317-318, the mma.sync 16-row tiles of
+# runs 302-311 -> swapped): 1 / 16 / 32 x 4096 x 4096 0.63 / 0.64 / 0.60 -> 0.85 / 0.96 / 1.06, 1 x 4096 x 14336
+# 0.87 -> 1.08, 1 / 16 / 32 x 8192 x 8192 0.92 / 0.94 / 0.67 -> 0.98 / 0.98 / 0.91, 1 x 28672 x 8192 0.87 -> 0.96,
+# 16 x 6144 x 4096 0.90 -> 0.98, 1 x 2048 x 8192 0.58 -> 0.91, 1 x 2048 x 2048 0.64 -> 0.93. 256-deep k-tiles
+# ran up to 8% faster (run 317) but promote every 256 products (0.4-0.6% more error than cuBLASLt's); taking
+# turns by their 128-deep halves made ptxas 13.0 serialise the wgmmas (C7514; 0.55-0.94x, run 318).
 # From SKINNY_SHORT + 1 to SKINNY rows the warp-specialized kernel with 64-row tiles promoted every k-tile with
 # two accumulators taking turns: 64x128x128 with 8 stages where it makes SKINNY_WIDE_BLOCKS blocks, 64 / 128 x
 # 28672 x 8192 1.03 / 0.91, 128 x 8192 x 8192 0.99, 128 x 14336 x 4096 0.94 (0.66 for 64x64); else 64x64x128 with
 # 12 stages, 128 x 4096 x 4096 0.95 (0.87 for 64x128), 64 / 128 x 4096 x 14336 0.90 / 1.04, 64 x 8192 x 8192 1.00.
-FP8_FEW_ROWS = dict(tile=(16, 64, 256), warps=(1, 4), stages=8, swap_ab=True, copy="tma", persistent=True,
-                    promote=1, frag_buffers=2)
+FP8_FEW_ROWS = dict(tile=(16, 64, 128), warps=(1, 4), swap_ab=True, copy="tma", persistent=True, promote=1,
+                    frag_buffers=2)
+FP8_FEW_ROWS_DEEP_K = 8192
+FP8_FEW_ROWS_DEEP_N = 4096
 FP8_SKINNY_WIDE = dict(tile=(64, 128, 128), stages=8)
 FP8_SKINNY_NARROW = dict(tile=(64, 64, 128), stages=12)
 # fp8 on Hopper promoted every k-tile (promote=1): cuBLASLt's error bit for bit (it sums 128 products
@@ -336,7 +340,7 @@ def size_class(M: int, N: int, K: int) -> tuple:
             M <= 16, M <= SKINNY_SHORT, M <= SKINNY, N >= 4 * SKINNY, N // 256 >= SKINNY_WIDE_BLOCKS, _blocks128(M, N) >= MEDIUM_BLOCKS,
             long_k(M, N, K), K <= PINGPONG_MAX_K, M >= PRETRANSPOSE_MIN, N >= PRETRANSPOSE_MIN, min(M, N) >= F32_PARTS_MIN,
             M * N * K >= F32_PARTS_WORK, K >= F32_PARTS_MIN, M * N >= FP8_WIDE_MIN_AREA, K >= FP8_WIDE_MIN_K,
-            -(-M // 64) * -(-N // 128) >= SKINNY_WIDE_BLOCKS)
+            -(-M // 64) * -(-N // 128) >= SKINNY_WIDE_BLOCKS, K >= FP8_FEW_ROWS_DEEP_K, N >= FP8_FEW_ROWS_DEEP_N)
 
 
 def _every_k_tile(spec: GemmSpec) -> GemmSpec:
@@ -627,7 +631,9 @@ def explain(A, B, *, bias=None, activation=None, residual=None, alpha=1.0, beta=
                    f"on the H200 from {F32_PARTS_MIN} rows, columns and K and 1024^3 multiply-adds on)")
     elif skinny_fp8:
         if M <= SKINNY_SHORT:
-            spec = GemmSpec(**{**base, "target": "sm_90a"}, instruction="wgmma", **FP8_FEW_ROWS)
+            deep = K >= FP8_FEW_ROWS_DEEP_K and N >= FP8_FEW_ROWS_DEEP_N
+            spec = GemmSpec(**{**base, "target": "sm_90a"}, instruction="wgmma", stages=12 if deep else 8,
+                            **FP8_FEW_ROWS)
             how = ("computing C^T = B^T A^T (the rows as wgmma's n), promoted every k-tile, two accumulators taking "
                    "turns (cuBLASLt's error)")
         else:
