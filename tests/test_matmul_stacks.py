@@ -118,6 +118,22 @@ def test_fp8_activations_with_a_scale_per_token():
         tilegen.matmul(x, W.T, scale_a=sa[0], device="sim")
 
 
+def test_fp8_stacks_with_per_tensor_number_scales_run_as_one_launch(monkeypatch):
+    """Per-tensor scales the host holds only scale alpha: a stack with them takes the batched kernel,
+    as without them (not one launch per matrix), and its result carries both scales."""
+    import importlib
+
+    mm = importlib.import_module("tilegen.gemm.matmul")
+    x = _rand((3, 9, 64), 13, ml_dtypes.float8_e4m3fn)
+    Wt = _rand((3, 40, 64), 14, ml_dtypes.float8_e4m3fn).swapaxes(1, 2)   # (a weight per matrix, K-major)
+    choice = tilegen.matmul.explain(x, Wt, scale_a=0.5, scale_b=np.float32(3.0), out_dtype="f32")
+    assert choice.spec.batched and "one launch of a batched kernel" in choice.reason
+    monkeypatch.setattr(mm.batch, "run", lambda *a, **k: pytest.fail("run matrix by matrix"))
+    C = tilegen.matmul(x, Wt, scale_a=0.5, scale_b=np.float32(3.0), alpha=2.0, out_dtype="f32", device="sim")
+    want = 3.0 * np.matmul(x.astype(np.float64), Wt.astype(np.float64))
+    assert C.shape == (3, 9, 40) and np.max(np.abs(C - want)) <= 1e-5 * np.max(np.abs(want))
+
+
 @pytest.mark.parametrize("a, b, kw, message", [
     ((2, 3, 20, 24), (5, 24), {}, "inner dimensions differ"),
     ((2, 3, 20, 24), (4, 24, 17), {}, "do not broadcast"),

@@ -423,7 +423,7 @@ def explain(A, B, *, bias=None, activation=None, residual=None, alpha=1.0, beta=
         _allow_tf32(allow_tf32)   # (checked for every dtype: it matters only for f32)
     if batch.is_stack(A, B):
         stack = batch.plan(A, B, out=out, bias=bias)
-        if not stack.folded and scale_a is None and scale_b is None:
+        if not stack.folded and _host_number(scale_a) and _host_number(scale_b):   # (numbers only scale alpha)
             choice = _batched_choice(stack, batch.flat(stack, A, B, out, residual), bias, activation, allow_tf32)
             if choice is not None:
                 return choice
@@ -937,8 +937,12 @@ def matmul(A, B, *, bias=None, activation=None, residual=None, alpha=1.0, beta=0
         out = _out_for(A, B, out, out_dtype)
     if scale_a is not None or scale_b is not None:   # per-tensor: into alpha; per row / column: the epilogue's
         if batch.is_stack(A, B):
-            return _stacked(A, B, bias=bias, activation=activation, residual=residual, alpha=alpha, beta=beta,
-                            out=out, allow_tf32=allow_tf32, device=device, scale_a=scale_a, scale_b=scale_b)
+            if not (_host_number(scale_a) and _host_number(scale_b)):   # (numbers: alpha, then one launch)
+                return _stacked(A, B, bias=bias, activation=activation, residual=residual, alpha=alpha, beta=beta,
+                                out=out, allow_tf32=allow_tf32, device=device, scale_a=scale_a, scale_b=scale_b)
+            alpha = alpha * _scale(scale_a, "scale_a") * _scale(scale_b, "scale_b")
+            scale_a = scale_b = None
+    if scale_a is not None or scale_b is not None:
         rows = int(A.shape[0]) if hasattr(A, "shape") and len(A.shape) == 2 else 0
         cols = int(B.shape[1]) if hasattr(B, "shape") and len(B.shape) == 2 else 0
         (va, fa), (vb, fb) = _split_scale(scale_a, rows, "scale_a"), _split_scale(scale_b, cols, "scale_b")
@@ -1375,6 +1379,11 @@ def _split_scale(x, length: int, name: str) -> tuple:
     if v is None:
         v = _device_scale(x)
     return (v, 1.0) if v is not None else (None, _scale(x, name))
+
+
+def _host_number(x) -> bool:
+    """Whether a scale is absent or a number the host holds (per-tensor, folded into alpha)."""
+    return x is None or isinstance(x, (int, float, np.number)) and not isinstance(x, bool)
 
 
 def _scale(x, name: str) -> float:
