@@ -457,10 +457,10 @@ def test_skinny_products_on_hopper_keep_more_in_flight(monkeypatch):
 
 
 def test_fp8_decoding_products_on_hopper_stream_the_weight(monkeypatch):
-    """fp8 with a few rows against a wide W.T on Hopper: up to SKINNY_SHORT rows the swapped
-    warp-specialized kernel (C^T = B^T A^T, 16x64x128; 12 stages where K and N are large, else 8)
-    promoted every k-tile with two accumulators, whether or not ptxas is there (its registers fit
-    the JIT's); up to SKINNY rows the
+    """fp8 with a few rows against a wide W.T on Hopper: up to SKINNY_SHORT rows (and up to SMALL
+    against at most FP8_SWAP_MAX_N columns, 32-row tiles) the swapped warp-specialized kernel
+    (C^T = B^T A^T, 16x64x128; 12 stages where K and N are large, else 8) promoted every k-tile with
+    two accumulators, whether or not ptxas is there (its registers fit the JIT's); up to SKINNY rows the
     warp-specialized kernel's 64-row tiles (64x128 where they make SKINNY_WIDE_BLOCKS blocks, else
     64x64) promoted every k-tile with two accumulators where that loads without spills (else every
     2 k-tiles, and explain says why); past SKINNY rows, or a narrow N, as before."""
@@ -479,15 +479,18 @@ def test_fp8_decoding_products_on_hopper_stream_the_weight(monkeypatch):
     for spills in (False, True):
         monkeypatch.setattr(mm, "loads_without_spills", lambda spec: not spills)
         for m, n, k, stages in ((1, 8192, 8192, 12), (16, 4096, 4096, 8), (17, 28672, 8192, 12), (32, 4096, 14336, 12),
-                                (1, 512, 4096, 8), (1, 4096, 8191, 8), (1, 4095, 8192, 8), (16, 2048, 8192, 8)):
+                                (1, 512, 4096, 8), (1, 4096, 8191, 8), (1, 4095, 8192, 8), (16, 2048, 8192, 8),
+                                (33, 4096, 4096, 8), (64, 4096, 14336, 12), (64, 2048, 8192, 8)):
             c = choice(m, n, k)
             s = c.spec
+            rows = 16 if m <= 32 else 32
             assert (s.instruction, tuple(s.tile), tuple(s.warps), s.stages, s.swap_ab, s.warp_specialized, s.promote,
-                    s.frag_buffers, s.split_k) == ("wgmma", (16, 64, 128), (1, 4), stages, True, True, 1, 2, 1), (m, n, k)
+                    s.frag_buffers, s.split_k) == ("wgmma", (rows, 64, 128), (1, 4), stages, True, True, 1, 2, 1), (m, n, k)
             assert "decoding's product" in c.reason and "C^T = B^T A^T" in c.reason and "two accumulators" in c.reason
     monkeypatch.setattr(mm, "loads_without_spills", lambda spec: True)
     for m, n, k, tile in ((33, 14336, 4096, (64, 128, 128)), (128, 8192, 8192, (64, 128, 128)),
-                          (64, 8192, 8192, (64, 64, 128)), (128, 4096, 4096, (64, 64, 128)), (33, 4096, 14336, (64, 64, 128))):
+                          (64, 8192, 8192, (64, 64, 128)), (128, 4096, 4096, (64, 64, 128)), (65, 4096, 14336, (64, 64, 128)),
+                          (64, 4097, 4096, (64, 64, 128))):
         c = choice(m, n, k)
         s = c.spec
         assert (s.instruction, tuple(s.tile), s.stages, s.warp_specialized, s.promote, s.frag_buffers) == \
@@ -503,10 +506,12 @@ def test_fp8_decoding_products_on_hopper_stream_the_weight(monkeypatch):
 
 @pytest.mark.parametrize("spec", [dict(instruction="wgmma", b_layout="col", stages=8, **FP8_FEW_ROWS),
                                   dict(instruction="wgmma", b_layout="col", stages=12, **FP8_FEW_ROWS),
+                                  dict(instruction="wgmma", b_layout="col", stages=8,
+                                       **{**FP8_FEW_ROWS, "tile": (32, 64, 128)}),
                                   dict(instruction="wgmma", tile=(64, 128, 128), warps=(4, 1), stages=8, promote=1,
                                        frag_buffers=2),
                                   dict(instruction="wgmma", tile=(64, 64, 128), warps=(4, 1), stages=12, promote=1,
-                                       frag_buffers=2)], ids=["swapped-s8", "swapped-s12", "wgmma64x128",
+                                       frag_buffers=2)], ids=["swapped-s8", "swapped-s12", "swapped32", "wgmma64x128",
                                                               "wgmma64x64"])
 def test_fp8_decoding_kernels_on_the_emulator(spec):
     """The fp8 decoding kernels on ragged shapes: a few rows (past 16: two blocks of the swapped
@@ -569,7 +574,8 @@ def test_fp8_choice_reads_the_shape_only_through_size_class(monkeypatch):
     walk = sorted({32 * k + d for k in range(1, 900) for d in (-1, 0, 1)})
     shapes = [[(M, N, K) for N in walk] for M, K in ((1, 8192), (16, 8191), (17, 8192), (32, 4096), (33, 8192),
                                                      (65, 8192), (129, 8192))]
-    shapes += [[(M, N, 128 * k + d) for k in range(1, 130) for d in (-1, 0, 1)] for M, N in ((1, 4096), (32, 8192))]
+    shapes += [[(M, N, 128 * k + d) for k in range(1, 130) for d in (-1, 0, 1)] for M, N in ((1, 4096), (32, 8192),
+                                                                                              (40, 4096))]
     for line in shapes:   # (N walks, then K)
         last_class = last_spec = None
         for M, N, K in line:

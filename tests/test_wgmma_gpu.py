@@ -305,7 +305,8 @@ def test_fp8_matmul_with_row_and_column_scales(torch):
 
 def test_fp8_decoding_products(torch):
     """fp8 decoding's products through tilegen.matmul (a few rows against a wide W.T: up to 32 rows
-    the swapped kernel, C^T = B^T A^T, past 16 rows in two blocks of them; then the warp-specialized
+    the swapped kernel, C^T = B^T A^T, past 16 rows in two blocks of them, and up to 64 rows against
+    at most 4096 columns in 32-row blocks; then the warp-specialized
     64-row tiles; all promoted every k-tile) on ragged shapes, with per-tensor GPU scales and
     per-row / per-column vectors, bias and GELU, NaN-poisoned outputs, against float64 products of
     the same fp8 inputs."""
@@ -315,7 +316,8 @@ def test_fp8_decoding_products(torch):
     seen = set()
     for M, N, K, rowwise in [(3, 2100, 8240, False), (16, 4100, 9000, True), (7, 8704, 1040, False),
                              (13, 28800, 256, True), (17, 4096, 1100, False), (32, 5000, 4112, True),
-                             (40, 12400, 2064, True), (100, 4096, 4096, False), (128, 9000, 1000, True)]:
+                             (40, 12400, 2064, True), (48, 4000, 1040, False), (100, 4096, 4096, False),
+                             (128, 9000, 1000, True)]:
         A = torch.randn(M, K, generator=gen, device="cuda").to(torch.float8_e4m3fn)
         W = torch.randn(N, K, generator=gen, device="cuda").to(torch.float8_e4m3fn)
         if rowwise:

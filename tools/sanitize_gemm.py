@@ -70,7 +70,9 @@ HOPPER = [(dict(dtype="f16", out_dtype="f16"), (133, 270, 45), 0.0, None),
           # fp8 decoding's swapped kernel promoted every k-tile by turns: two blocks of rows, ragged N and K
           (dict(dtype="e4m3", out_dtype="bf16", swap_ab=True, copy="tma", persistent=True, tile=(16, 64, 128),
                 warps=(1, 4), stages=8, promote=1, frag_buffers=2,
-                epilogue=tilegen.Epilogue(bias="col", scale_rows=True, scale_cols=True)), (20, 300, 1296), 0.0, None)]
+                epilogue=tilegen.Epilogue(bias="col", scale_rows=True, scale_cols=True)), (20, 300, 1296), 0.0, None),
+          (dict(dtype="e4m3", out_dtype="bf16", swap_ab=True, copy="tma", persistent=True, tile=(32, 64, 128),
+                warps=(1, 4), stages=12, promote=1, frag_buffers=2), (50, 200, 1200), 0.0, None)]
 
 
 def hopper(dtype=None) -> int:

@@ -226,12 +226,17 @@ FP8_WIDE_MIN_K = 1024
 # 16 x 6144 x 4096 0.90 -> 0.98, 1 x 2048 x 8192 0.58 -> 0.91, 1 x 2048 x 2048 0.64 -> 0.93. 256-deep k-tiles
 # ran up to 8% faster (run 317) but promote every 256 products (0.4-0.6% more error than cuBLASLt's); taking
 # turns by their 128-deep halves made ptxas 13.0 serialise the wgmmas (C7514; 0.55-0.94x, run 318).
-# From SKINNY_SHORT + 1 to SKINNY rows the warp-specialized kernel with 64-row tiles promoted every k-tile with
+# From SKINNY_SHORT + 1 to SMALL rows against at most FP8_SWAP_MAX_N columns, the same kernel with 32 rows of A as
+# wgmma's n (run 321, x _scaled_mm, the 64-row tiles below -> swapped): 40 / 64 x 4096 x 4096 0.66 / 0.85 -> 0.76 /
+# 1.08, 64 x 4096 x 14336 0.91 -> 0.97, 48 x 4096 x 11008 0.87 -> 0.92, 64 x 2048 x 8192 0.70 -> 0.94; from 5120
+# columns on the 64-row tiles stay ahead (64 x 5120 x 5120 0.88 against 0.70, 64 x 8192 x 8192 1.05 against 0.98).
+# Past that, and to SKINNY rows, the warp-specialized kernel with 64-row tiles promoted every k-tile with
 # two accumulators taking turns: 64x128x128 with 8 stages where it makes SKINNY_WIDE_BLOCKS blocks, 64 / 128 x
 # 28672 x 8192 1.03 / 0.91, 128 x 8192 x 8192 0.99, 128 x 14336 x 4096 0.94 (0.66 for 64x64); else 64x64x128 with
 # 12 stages, 128 x 4096 x 4096 0.95 (0.87 for 64x128), 64 / 128 x 4096 x 14336 0.90 / 1.04, 64 x 8192 x 8192 1.00.
 FP8_FEW_ROWS = dict(tile=(16, 64, 128), warps=(1, 4), swap_ab=True, copy="tma", persistent=True, promote=1,
                     frag_buffers=2)
+FP8_SWAP_MAX_N = 4096
 FP8_FEW_ROWS_DEEP_K = 8192
 FP8_FEW_ROWS_DEEP_N = 4096
 FP8_SKINNY_WIDE = dict(tile=(64, 128, 128), stages=8)
@@ -340,7 +345,8 @@ def size_class(M: int, N: int, K: int) -> tuple:
             M <= 16, M <= SKINNY_SHORT, M <= SKINNY, N >= 4 * SKINNY, N // 256 >= SKINNY_WIDE_BLOCKS, _blocks128(M, N) >= MEDIUM_BLOCKS,
             long_k(M, N, K), K <= PINGPONG_MAX_K, M >= PRETRANSPOSE_MIN, N >= PRETRANSPOSE_MIN, min(M, N) >= F32_PARTS_MIN,
             M * N * K >= F32_PARTS_WORK, K >= F32_PARTS_MIN, M * N >= FP8_WIDE_MIN_AREA, K >= FP8_WIDE_MIN_K,
-            -(-M // 64) * -(-N // 128) >= SKINNY_WIDE_BLOCKS, K >= FP8_FEW_ROWS_DEEP_K, N >= FP8_FEW_ROWS_DEEP_N)
+            -(-M // 64) * -(-N // 128) >= SKINNY_WIDE_BLOCKS, K >= FP8_FEW_ROWS_DEEP_K, N >= FP8_FEW_ROWS_DEEP_N,
+            M <= SMALL, N <= FP8_SWAP_MAX_N)
 
 
 def _every_k_tile(spec: GemmSpec) -> GemmSpec:
@@ -630,10 +636,10 @@ def explain(A, B, *, bias=None, activation=None, residual=None, alpha=1.0, beta=
                    f"tiles, added into an f32 total every {spec.promote} k-tiles (measured faster than mma.sync's 3xTF32 "
                    f"on the H200 from {F32_PARTS_MIN} rows, columns and K and 1024^3 multiply-adds on)")
     elif skinny_fp8:
-        if M <= SKINNY_SHORT:
+        if M <= SKINNY_SHORT or (M <= SMALL and N <= FP8_SWAP_MAX_N):
             deep = K >= FP8_FEW_ROWS_DEEP_K and N >= FP8_FEW_ROWS_DEEP_N
             spec = GemmSpec(**{**base, "target": "sm_90a"}, instruction="wgmma", stages=12 if deep else 8,
-                            **FP8_FEW_ROWS)
+                            **{**FP8_FEW_ROWS, "tile": (16 if M <= SKINNY_SHORT else 32, 64, 128)})
             how = ("computing C^T = B^T A^T (the rows as wgmma's n), promoted every k-tile, two accumulators taking "
                    "turns (cuBLASLt's error)")
         else:
