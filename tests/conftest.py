@@ -1,6 +1,7 @@
 """Test-wide setup: the packages the tests import are there (else one message, not an import
 error per test file); the disk cache lives in a fresh directory per run, so tests never read
 kernels another run (or an older tilegen) left behind, and never fill the user's cache."""
+import gc
 import importlib.util
 import os
 import shutil
@@ -49,3 +50,13 @@ def _fresh_host_choices():
     """matmul's choices for numpy operands forgotten before each test: a test that replaces what
     explain reads (the target, the tuned store) sees its own choices, not an earlier test's."""
     importlib.import_module("tilegen.gemm.matmul")._host_specs.clear()
+
+
+@pytest.fixture(autouse=True)
+def _cycles_collected_after_gpu_tests(request):
+    """After each GPU test, the reference cycles it left collected: a torch CUDAGraph in one,
+    collected inside a later test's capture, would invalidate that capture (PyTorch destroys the
+    graph with calls a capture refuses; it collects before capturing only on request)."""
+    yield
+    if request.node.get_closest_marker("gpu") is not None:
+        gc.collect()

@@ -81,6 +81,40 @@ def test_the_first_call_may_be_inside_a_capture():
     assert _rel(C, A, B) <= _bound(torch.float32, K)
 
 
+def test_buffers_the_garbage_collector_frees_during_a_capture_leave_it_valid():
+    """tilegen buffers left in reference cycles are freed whenever Python's garbage collector
+    runs, which may be inside another part of the program's graph capture (PyTorch does not
+    collect before capturing by default): their finalisers' frees must not invalidate it."""
+    import gc
+
+    from tilegen import runtime
+
+    A = torch.randn(256, 192, device="cuda", dtype=torch.bfloat16)
+    B = torch.randn(192, 320, device="cuda", dtype=torch.bfloat16)
+    C = torch.empty(256, 320, device="cuda", dtype=torch.bfloat16)
+    tilegen.matmul(A, B, out=C)   # (warm: nothing to load inside the capture)
+    side = torch.cuda.Stream()
+    gc.collect()
+    gc.disable()
+    try:
+        for buf in (runtime.DeviceBuffer(1 << 20), runtime.StreamBuffer(1 << 20, side.cuda_stream),
+                    runtime.StreamBuffer(1 << 20, 0)):
+            cycle = [buf]
+            cycle.append(cycle)   # (only the collector frees it)
+        del buf, cycle
+        torch.cuda.synchronize()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            assert gc.collect() >= 3   # (the three finalisers run here, mid-capture)
+            tilegen.matmul(A, B, out=C)
+    finally:
+        gc.enable()
+    C.fill_(float("nan"))
+    graph.replay()
+    torch.cuda.synchronize()
+    assert _rel(C, A, B) <= _bound(torch.bfloat16, 192)
+
+
 @pytest.mark.parametrize("shape", [(4095, 4095, 4095), (4097, 4096, 4095), (1000, 999, 37)])
 def test_misaligned_operands_in_stream_order(shape):
     """Rows whose pitch is not a multiple of 16 bytes go through an aligned copy, enqueued on

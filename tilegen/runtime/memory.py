@@ -30,6 +30,13 @@ def _host_block(arr, what: str, writable: bool = False):
     return arr
 
 
+# Finalisers and graph capture: Python's garbage collector runs finalisers wherever an allocation finds
+# cycles to collect, which may be while another part of the program captures a CUDA graph (PyTorch
+# collects before capturing only on request). A cuMemFree or cuMemFreeAsync then, in the global
+# capture mode graphs are captured in by default, invalidates that capture; with the finalising
+# thread's mode relaxed it does not (run 323, H200), so the buffers' finalisers free in it.
+
+
 class DeviceBuffer:
     """`nbytes` of device memory on `device`. `.ptr` is the raw address (an int)."""
 
@@ -104,7 +111,8 @@ class DeviceBuffer:
 
     def __del__(self):
         try:
-            self.close()
+            with _drv.capture_relaxed():   # (a capture may be under way: the note above DeviceBuffer)
+                self.close()
         except Exception:  # never raise from a finaliser (e.g. at interpreter exit)
             pass
 
@@ -205,7 +213,8 @@ class StreamBuffer:
 
     def __del__(self):
         try:
-            self.free()
+            with _drv.capture_relaxed():   # (a capture may be under way: the note above DeviceBuffer)
+                self.free()
         except Exception:
             pass
 
