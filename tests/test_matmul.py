@@ -55,6 +55,8 @@ def test_explain_takes_what_matmul_takes():
         tilegen.matmul.explain(A, B, bais=np.ones(24, np.float16))
     with pytest.raises(tilegen.LaunchError, match="out is float16 but out_dtype"):
         tilegen.matmul(A, B, out=np.empty((40, 24), np.float16), out_dtype=np.float32, device="sim")
+    with pytest.raises(tilegen.LaunchError, match="beta != 0 reads C from out="):   # (not an uninitialised C)
+        tilegen.matmul(A, B, beta=1.0, out_dtype="f32", device="sim")
 
 
 def test_explain_makes_no_output_for_an_out_dtype(monkeypatch):
@@ -515,13 +517,13 @@ def test_fp8_decoding_products_on_hopper_stream_the_weight(monkeypatch):
                                                               "wgmma64x64"])
 def test_fp8_decoding_kernels_on_the_emulator(spec):
     """The fp8 decoding kernels on ragged shapes: a few rows (past 16: two blocks of the swapped
-    kernel's rows), several blocks along N, K over 2 to 5 k-tiles of 128 (odd and even counts for the
-    two accumulators taking turns), per-tensor scales as alpha."""
+    kernel's rows; 40: two of the 32-row tile's), several blocks along N, K over 2 to 5 k-tiles of 128
+    (odd and even counts for the two accumulators taking turns), per-tensor scales as alpha."""
     from bounds import fp8_wgmma_bound, gemm_bound
 
     k = tilegen.compile(tilegen.GemmSpec(dtype="e4m3", out_dtype="f32", **spec))
     rng = np.random.default_rng(8)
-    for M, N, K in ((5, 300, 3 * 128 + 40), (17, 140, 512), (9, 70, 300), (3, 100, 640)):
+    for M, N, K in ((5, 300, 3 * 128 + 40), (17, 140, 512), (9, 70, 300), (3, 100, 640), (40, 130, 384)):
         A = rng.standard_normal((M, K)).astype(ml_dtypes.float8_e4m3fn)
         B = np.asfortranarray(rng.standard_normal((K, N)).astype(ml_dtypes.float8_e4m3fn))
         C = k(A, B, out=np.full((M, N), np.nan, np.float32), alpha=0.75, device="sim")
@@ -561,7 +563,7 @@ def test_fp8_choice_reads_the_shape_only_through_size_class(monkeypatch):
     """As the test above, for fp8 on Hopper, whose decoding rules count 64x128 blocks against
     SKINNY_WIDE_BLOCKS and K and N against the swapped kernel's deep thresholds: N walks every
     multiple of 32 and its neighbours, with M across the row thresholds; then K every multiple of
-    128 and its neighbours."""
+    128 and its neighbours; then M from 1 to 139 at N and K around the thresholds."""
     import importlib
 
     mm = importlib.import_module("tilegen.gemm.matmul")
@@ -576,7 +578,8 @@ def test_fp8_choice_reads_the_shape_only_through_size_class(monkeypatch):
                                                      (65, 8192), (129, 8192))]
     shapes += [[(M, N, 128 * k + d) for k in range(1, 130) for d in (-1, 0, 1)] for M, N in ((1, 4096), (32, 8192),
                                                                                               (40, 4096))]
-    for line in shapes:   # (N walks, then K)
+    shapes += [[(M, N, K) for M in range(1, 140)] for N in (4095, 4096, 4097, 8192) for K in (8191, 8192)]
+    for line in shapes:   # (N walks, then K, then M)
         last_class = last_spec = None
         for M, N, K in line:
             cls = mm.size_class(M, N, K)

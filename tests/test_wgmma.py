@@ -160,15 +160,16 @@ def test_fp8_promoted_every_k_tile_with_three_warpgroups_staggered_on_the_emulat
 
 
 @needs_ptxas
-@pytest.mark.parametrize("promote, buffers, swapped", [(1, 1, False), (1, 2, False), (2, 1, False), (1, 2, True)])
+@pytest.mark.parametrize("promote, buffers, swapped", [(1, 1, False), (1, 2, False), (2, 1, False), (1, 2, (16, 8)),
+                                                      (1, 2, (16, 12)), (1, 2, (32, 8)), (1, 2, (32, 12))])
 def test_fp8_promotion_keeps_the_wgmmas_asynchronous(promote, buffers, swapped):
     """An accumulator is read only once the wait_group that retires it ran (wgmma_wait(0), or
     wgmma_wait(1) with two accumulators taking turns): were it read with its wgmma in flight,
     ptxas would serialise every wgmma of the kernel (advisory C7514; 0.2x measured). With it:
-    the swapped kernel matmul runs fp8 decoding's products on."""
+    the swapped kernels matmul runs fp8 decoding's products on (16 and 32 rows, 8 and 12 stages)."""
     from tilegen.gemm.matmul import FP8_FEW_ROWS
 
-    few = dict(FP8_FEW_ROWS, b_layout="col", stages=8) if swapped else {}
+    few = dict(FP8_FEW_ROWS, b_layout="col", tile=(swapped[0], 64, 128), stages=swapped[1]) if swapped else {}
     k = tilegen.compile(tilegen.GemmSpec(dtype="e4m3", out_dtype="bf16", instruction="wgmma",
                                          **{**few, "promote": promote, "frag_buffers": buffers}))
     report = assert_assembles(k.ptx, "sm_90a")

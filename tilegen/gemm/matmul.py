@@ -935,6 +935,9 @@ def matmul(A, B, *, bias=None, activation=None, residual=None, alpha=1.0, beta=0
     scale_a and scale_b are per-tensor (numbers or one-element tensors, multiplying alpha) or
     per row of A / per column of B (f32 vectors of length M / N, applied in the epilogue)."""
     scales = NO_SCALES
+    if out is None and out_dtype is not None and beta != 0:   # (the new C would be uninitialised memory)
+        raise LaunchError("beta != 0 reads C from out=; pass out (out_dtype= makes a new C, whose contents are "
+                          "undefined)")
     out_name = None   # out_dtype alone on two GPU matrices: the remembered kernel makes the output
     if out_dtype is not None and out is None and device is None and len(getattr(A, "shape", ())) == 2 == len(
             getattr(B, "shape", ())) and interop.library(A) is not None:

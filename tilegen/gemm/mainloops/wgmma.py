@@ -110,8 +110,10 @@ class WgmmaLoop(MainLoop):
                 and (spec.copy == "tma" or not self._register_on_tma(spec)))
 
     def _register_on_tma(self, spec) -> bool:
-        """tf32 whose MN-major operand would go through registers on the TMA kernel."""
-        return self.swaps_operands(spec) or self.register_operand(spec) is not None
+        """tf32 whose MN-major operand would go through registers on the TMA kernel (and 16-bit
+        swap_ab, which defaults to cp.async; fp8's swap_ab defaults to the warp-specialized kernel,
+        the one that promotes)."""
+        return (self.swaps_operands(spec) and spec.dtype not in W.FP8) or self.register_operand(spec) is not None
 
     def default_store(self, spec) -> str:
         """TMA stores where they can (warp-specialized, whole-width warp tiles, room for the
