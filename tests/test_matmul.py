@@ -424,6 +424,14 @@ def test_skinny_products_on_hopper_keep_more_in_flight(monkeypatch):
         s = mm.explain(np.zeros((m, 8192), np.float16), W).spec
         assert (s.instruction, tuple(s.tile), tuple(s.warps), s.stages, s.target) == \
             ("mma.sync", (rows, 64, 128), (1, 4), 6, "sm_90"), m
+        # ... and against W.T (B column-major) the swapped TMA kernel, 128-deep k-tiles, 8 stages (run 329);
+        # with a bias per row of A still the mma.sync tiles
+        c = mm.explain(np.zeros((m, 8192), np.float16), W.T)
+        assert (c.spec.instruction, tuple(c.spec.tile), tuple(c.spec.warps), c.spec.stages, c.spec.swap_ab,
+                c.spec.warp_specialized) == ("wgmma", (rows, 64, 128), (1, 4), 8, True, True), m
+        assert "C^T = B^T A^T" in c.reason
+        s = mm.explain(np.zeros((m, 8192), np.float16), W.T, bias=np.zeros(m, np.float16)).spec
+        assert (s.instruction, tuple(s.tile), s.stages) == ("mma.sync", (rows, 64, 128), 6), m
     # f32 (3xTF32) and tf32 up to 32 rows: the same rows, 64-deep k-tiles; 128 columns where N is wide
     W32 = np.zeros((8192, 8192), np.float32)
     for m, n, tf32, want in ((1, 8192, None, ("f32", (16, 64, 64), 6)), (32, 8192, True, ("tf32", (32, 64, 64), 6)),
@@ -856,6 +864,29 @@ def test_skinny_tiles_on_the_emulator(dtype, tile):
     ref = A.astype(np.float64) @ B.astype(np.float64)
     scale = np.abs(A.astype(np.float64)) @ np.abs(B.astype(np.float64))
     assert (np.abs(C - ref) <= gemm_bound("f16" if dtype in ("f16", "bf16") else dtype, K, "f32") * scale + 1e-6).all()
+
+
+@pytest.mark.parametrize("dtype, rows", [("bf16", 16), ("f16", 32)])
+def test_swapped_skinny_tiles_on_the_emulator(dtype, rows):
+    """The swapped 16-bit kernel with 128-deep k-tiles (matmul's up to SKINNY_SHORT rows against a
+    narrower W.T) on ragged shapes: rows of A short of the tile, N past whole 64-column blocks, K past
+    whole k-tiles (odd and even counts), a poisoned output."""
+    from bounds import gemm_bound
+
+    from tilegen.arch.dtypes import numpy_dtype
+    from tilegen.gemm.matmul import SKINNY_SWAPPED_NARROW
+
+    spec = tilegen.GemmSpec(dtype=dtype, out_dtype="f32", instruction="wgmma", b_layout="col", tile=(rows, 64, 128),
+                            **SKINNY_SWAPPED_NARROW)
+    kernel = tilegen.compile(spec)
+    rng = np.random.default_rng(9)
+    for M, N, K in ((rows - 3, 2 * 64 + 5, 2 * 128 + 9), (rows, 70, 3 * 128)):
+        A = rng.standard_normal((M, K)).astype(numpy_dtype(dtype))
+        B = np.asfortranarray(rng.standard_normal((K, N)).astype(numpy_dtype(dtype)))
+        C = kernel(A, B, out=np.full((M, N), np.nan, np.float32), device="sim")
+        ref = A.astype(np.float64) @ B.astype(np.float64)
+        scale = np.abs(A.astype(np.float64)) @ np.abs(B.astype(np.float64))
+        assert (np.abs(C - ref) <= gemm_bound("f16", K, "f32") * scale + 1e-6).all(), (M, N, K)
 
 
 def test_swapped_kernels_take_a_column_major_a(monkeypatch):

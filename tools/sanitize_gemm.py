@@ -67,6 +67,8 @@ HOPPER = [(dict(dtype="f16", out_dtype="f16"), (133, 270, 45), 0.0, None),
           # C^T = B^T A^T (swap_ab) on the persistent TMA kernel, a few rows, C read (beta)
           (dict(dtype="bf16", out_dtype="bf16", swap_ab=True, copy="tma", persistent=True, tile=(16, 64, 64),
                 warps=(1, 4), stages=16), (13, 300, 700), 0.5, None),
+          (dict(dtype="bf16", out_dtype="bf16", swap_ab=True, copy="tma", persistent=True, tile=(32, 64, 128),
+                warps=(1, 4), stages=8, b_layout="col"), (29, 300, 700), 0.0, None),
           # fp8 decoding's swapped kernel promoted every k-tile by turns: two blocks of rows, ragged N and K
           (dict(dtype="e4m3", out_dtype="bf16", swap_ab=True, copy="tma", persistent=True, tile=(16, 64, 128),
                 warps=(1, 4), stages=8, promote=1, frag_buffers=2,

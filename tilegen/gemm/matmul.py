@@ -75,6 +75,13 @@ SKINNY_WIDE_BLOCKS = 96
 # row-major no gain (113.3-113.8 -> 114.0-114.5), and at N = 8192 none either way (34.9-35.6 against 35.3-35.5).
 SKINNY_SWAPPED = dict(tile=SWAPPED_TILE_WARPS[0], warps=SWAPPED_TILE_WARPS[1], stages=16, swap_ab=True, copy="tma",
                       persistent=True)
+# Up to SKINNY_SHORT rows against a narrower W.T (N // 256 < SKINNY_WIDE_BLOCKS): the same kernel with 128-deep
+# k-tiles, 8 stages, 16 or 32 rows of A as wgmma's n (fp8's decoding tiles; docs/perf_notes.md 54). Measured on
+# the H200 (run 329, GPU time of CUDA-graph replays, bf16, x torch.matmul, the mma.sync 16/32x64x128 tiles with 6
+# stages -> swapped): 1 / 16 / 32 x 4096 x 4096 1.01 / 1.05 / 0.92 -> 1.08 / 1.16 / 1.16, 1 / 16 x 4096 x 14336 0.88 /
+# 0.90 -> 1.05 / 1.07, 1 x 11008 x 4096 0.86 -> 0.94, 16 x 14336 x 4096 0.93 -> 0.95, 1 / 32 x 8192 x 8192 1.00 /
+# 0.95 -> 1.03 / 1.00, 1 x 5120 x 5120 0.99 -> 0.99, 1 x 6144 x 4096 1.03 -> 1.03.
+SKINNY_SWAPPED_NARROW = dict(warps=(1, 4), stages=8, swap_ab=True, copy="tma", persistent=True)
 # tf32 from SKINNY_SHORT + 1 to SKINNY rows against wide weights (A row-major), on wgmma; keyed by
 # (B's layout, N // 256 >= SKINNY_WIDE_BLOCKS, M <= SMALL). Measured on the H200 (K = 8192, CUDA-graph
 # replay, x cuBLAS tf32) against what ran before: 65-128 rows (run 121, the mma.sync default's 0.36-0.62x):
@@ -660,6 +667,9 @@ def explain(A, B, *, bias=None, activation=None, residual=None, alpha=1.0, beta=
             spec = GemmSpec(**{**base, "target": "sm_90a"}, instruction="wgmma", **SKINNY_SWAPPED)
         elif M <= 16 and N // 256 >= SKINNY_WIDE_BLOCKS:
             spec = GemmSpec(**base, tile=(64, 128, 64), warps=(2, 2), stages=3)
+        elif M <= SKINNY_SHORT and N // 256 < SKINNY_WIDE_BLOCKS and b_layout == "col" and epilogue.bias != "row":
+            spec = GemmSpec(**{**base, "target": "sm_90a"}, instruction="wgmma", tile=(_skinny_rows(M), 64, 128),
+                            **SKINNY_SWAPPED_NARROW)
         elif M <= SKINNY_SHORT and N // 256 < SKINNY_WIDE_BLOCKS:
             spec = GemmSpec(**base, tile=(_skinny_rows(M), 64, 128), warps=(1, 4), stages=6)
         elif M > SMALL and N // 256 >= SKINNY_WIDE_BLOCKS:   # a 128-row tile holds all of M
