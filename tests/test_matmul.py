@@ -59,6 +59,25 @@ def test_explain_takes_what_matmul_takes():
         tilegen.matmul(A, B, beta=1.0, out_dtype="f32", device="sim")
 
 
+def test_a_beta_that_is_zero_in_float32_is_refused():
+    """A beta that rounds to 0 in float32 (the kernel's parameter) would leave C unread, where
+    numpy's beta * C keeps C's NaNs and infinities: refused, by matmul and by a kernel, for 2-D
+    products and stacks; the least float32 beta is taken and reads C (NaN and inf come through)."""
+    A, B = _pair(20, 24, 32, np.float16, seed=3)
+    C = np.full((20, 24), np.inf, np.float32)
+    C[0, 0] = np.nan
+    kernel = tilegen.compile(tilegen.GemmSpec(dtype="f16", out_dtype="f32", tile=(64, 64, 32), warps=(2, 2)))
+    for tiny in (1e-50, -2.0 ** -151, 2.0 ** -150):
+        with pytest.raises(tilegen.LaunchError, match=r"is 0 in float32"):
+            tilegen.matmul(A, B, out=C.copy(), beta=tiny, device="sim")
+        with pytest.raises(tilegen.LaunchError, match=r"is 0 in float32"):
+            kernel(A, B, out=C.copy(), beta=tiny, device="sim")
+        with pytest.raises(tilegen.LaunchError, match=r"is 0 in float32"):
+            tilegen.matmul(np.stack([A, A]), np.stack([B, B]), out=np.stack([C, C]), beta=tiny, device="sim")
+    got = tilegen.matmul(A, B, out=C.copy(), beta=2.0 ** -149, device="sim")
+    assert np.isnan(got[0, 0]) and np.isposinf(got[1:]).all()
+
+
 def test_explain_makes_no_output_for_an_out_dtype(monkeypatch):
     """explain runs nothing: an out_dtype alone names the output's dtype, no M x N array is made
     (it could be GPU memory)."""

@@ -162,6 +162,18 @@ def real_number(x, what: str) -> float:
         raise LaunchError(f"{what} must be a real number (within float64's range), got {x!r}") from None
 
 
+F32_BETA_MIN = 2.0 ** -150   # (a beta of at most this magnitude is 0 in float32, the kernel's parameter)
+
+
+def check_beta(beta: float) -> float:
+    """beta, refused where it is not 0 but becomes 0 in float32: the kernel would then leave C
+    unread, where numpy's beta * C still carries C's NaNs and infinities."""
+    if beta != 0 and -F32_BETA_MIN <= beta <= F32_BETA_MIN:
+        raise LaunchError(f"beta={beta!r} is 0 in float32, the kernel's precision, so C would not be read (numpy's "
+                          f"beta * C keeps C's NaNs and infinities): pass beta=0, or one of at least 2**-149 in size")
+    return beta
+
+
 def check_real_arrays(**arrays):
     """Bias, residual and scale arrays are arrays (numpy, torch, CuPy: not lists) of real
     numbers: complex, string and object arrays are refused (numpy would drop the imaginary
@@ -223,7 +235,7 @@ def run_gemm(kernel, A, B, *, out=None, alpha=1.0, beta=0.0, bias=None, residual
              repitch=False, scales=NO_SCALES):
     """The general path (the fast one, FastCall, is tried first by GemmKernel.__call__)."""
     spec = kernel.spec
-    alpha, beta = real_number(alpha, "alpha"), real_number(beta, "beta")
+    alpha, beta = real_number(alpha, "alpha"), check_beta(real_number(beta, "beta"))
     check_epilogue(spec, bias, residual, scales)
     check_device(device)
     host = all(x is None or _is_host(x) for x in (A, B, out, bias, residual))
@@ -318,6 +330,8 @@ class FastCall:
         return self.run(lib, lib.probe(A), lib.probe(B), out, pc, bias, residual, alpha, beta, repitch, scales)
 
     def run(self, lib, pa, pb, out, pc, bias, residual, alpha, beta, repitch, scales=NO_SCALES):
+        if beta and -F32_BETA_MIN <= beta <= F32_BETA_MIN:
+            return None   # (the general path refuses it: check_beta)
         last = self._last
         if last is not None and bias is None and residual is None and (scales is NO_SCALES) != self.any_scaled \
                 and type(alpha) in _NUMBERS and type(beta) in _NUMBERS:
@@ -851,7 +865,7 @@ def run_batched(kernel, A, B, out, count: int, *, alpha=1.0, beta=0.0, bias=None
     matrices and pitches are 16-byte aligned, else None is returned (the caller multiplies
     matrix by matrix, re-pitching them)."""
     spec = kernel.spec
-    alpha, beta = real_number(alpha, "alpha"), real_number(beta, "beta")
+    alpha, beta = real_number(alpha, "alpha"), check_beta(real_number(beta, "beta"))
     M, K = int(A.shape[1]), int(A.shape[2])
     N = int(B.shape[2])
     sizes = {"M": M, "N": N, "K": K, "BATCH": count}
@@ -945,6 +959,8 @@ class BatchedCall:
     def run(self, lib, pa, pb, out, pc, count: int, bias, pr, alpha, beta):
         """out (made when None; then beta must be 0), or None when the arrays do not fit: another
         layout or device, an epilogue operand missing, a stack TMA cannot describe."""
+        if beta and -F32_BETA_MIN <= beta <= F32_BETA_MIN:
+            return None   # (the general path refuses it: check_beta)
         last = self._last
         if last is not None and pc is not None and bias is None and pr is None and type(alpha) in _NUMBERS \
                 and type(beta) in _NUMBERS and (pa, pb, pc, count, alpha, beta) == last[0] \
