@@ -72,6 +72,11 @@ def test_list_and_clear_need_no_gpu(cdir, monkeypatch, capsys):
     assert cli.main(["--list"]) == 0
     out = capsys.readouterr().out
     assert "1 entries" in out and "NVIDIA H200" in out and "bf16 rc" in out and "400.0 TFLOP/s" in out
+    monkeypatch.setenv("TILEGEN_CACHE", "0")   # (the store off: said so, not "0 entries")
+    assert cli.main(["--list"]) == 0
+    out = capsys.readouterr().out
+    assert "off (TILEGEN_CACHE=0)" in out and "entries" not in out
+    monkeypatch.delenv("TILEGEN_CACHE")
     assert cli.main(["--clear-cache"]) == 0
     assert "deleted 1" in capsys.readouterr().out
     assert store.entries() == []

@@ -13,6 +13,7 @@ import tempfile
 import time
 
 from .. import runtime
+from .. import store as _disk_store
 from ..bench import env
 from ..bench.options import OptionError, parse_layout, parse_size
 from ..gemm import tuned as store
@@ -144,6 +145,10 @@ def _save(path: str, doc: dict) -> None:
 
 
 def _list_cache() -> int:
+    if not _disk_store.enabled():   # (entries() reads nothing then: say so, not "0 entries")
+        print(f"tuned-config cache: off (TILEGEN_CACHE={os.environ.get('TILEGEN_CACHE')}): tilegen neither reads nor "
+              f"writes {store.tune_dir()}; unset TILEGEN_CACHE to list it")
+        return EXIT_OK
     items = store.entries()
     print(f"tuned-config cache: {store.tune_dir()} ({len(items)} entries)")
     for e in items:
