@@ -78,6 +78,18 @@ def test_a_beta_that_is_zero_in_float32_is_refused():
     assert np.isnan(got[0, 0]) and np.isposinf(got[1:]).all()
 
 
+def test_the_gpu_fast_paths_leave_a_beta_that_is_not_a_number_to_the_general_path():
+    """The GPU arrays' fast paths (FastCall, BatchedCall) test beta before anything else: a beta
+    that is not a Python number (a string, an array, a numpy scalar) or that is 0 in float32 goes
+    to the general path, which converts it or says what is wrong; comparing it first raised a
+    traceback (TypeError for a string, ValueError for an array)."""
+    plain = tilegen.compile(tilegen.GemmSpec(dtype="f16", tile=(64, 64, 32), warps=(2, 2)))
+    stack = tilegen.compile(tilegen.GemmSpec(dtype="f16", tile=(64, 64, 32), warps=(2, 2), batched=True))
+    for beta in ("0.5", np.ones(2, np.float32), np.float32(0.5), None, 1e-50):
+        assert plain.fast_call.run(None, None, None, None, None, None, None, 1.0, beta, False) is None
+        assert stack.batched_call.run(None, None, None, None, None, 2, None, None, 1.0, beta) is None
+
+
 def test_explain_makes_no_output_for_an_out_dtype(monkeypatch):
     """explain runs nothing: an out_dtype alone names the output's dtype, no M x N array is made
     (it could be GPU memory)."""

@@ -330,8 +330,8 @@ class FastCall:
         return self.run(lib, lib.probe(A), lib.probe(B), out, pc, bias, residual, alpha, beta, repitch, scales)
 
     def run(self, lib, pa, pb, out, pc, bias, residual, alpha, beta, repitch, scales=NO_SCALES):
-        if beta and -F32_BETA_MIN <= beta <= F32_BETA_MIN:
-            return None   # (the general path refuses it: check_beta)
+        if type(beta) not in _NUMBERS or (beta and -F32_BETA_MIN <= beta <= F32_BETA_MIN):
+            return None   # (the general path converts beta, or says what is wrong: check_beta)
         last = self._last
         if last is not None and bias is None and residual is None and (scales is NO_SCALES) != self.any_scaled \
                 and type(alpha) in _NUMBERS and type(beta) in _NUMBERS:
@@ -959,8 +959,8 @@ class BatchedCall:
     def run(self, lib, pa, pb, out, pc, count: int, bias, pr, alpha, beta):
         """out (made when None; then beta must be 0), or None when the arrays do not fit: another
         layout or device, an epilogue operand missing, a stack TMA cannot describe."""
-        if beta and -F32_BETA_MIN <= beta <= F32_BETA_MIN:
-            return None   # (the general path refuses it: check_beta)
+        if type(beta) not in _NUMBERS or (beta and -F32_BETA_MIN <= beta <= F32_BETA_MIN):
+            return None   # (the general path converts beta, or says what is wrong: check_beta)
         last = self._last
         if last is not None and pc is not None and bias is None and pr is None and type(alpha) in _NUMBERS \
                 and type(beta) in _NUMBERS and (pa, pb, pc, count, alpha, beta) == last[0] \
