@@ -60,3 +60,14 @@ def _cycles_collected_after_gpu_tests(request):
     yield
     if request.node.get_closest_marker("gpu") is not None:
         gc.collect()
+
+
+@pytest.fixture
+def sim_gpu(monkeypatch):
+    """The CPU emulator standing in for a GPU under the fast paths (tests/sim_device.py): arrays
+    in its memory are taken as PyTorch tensors are, and launches run on the emulator."""
+    from sim_device import SimDevice
+
+    dev = SimDevice(monkeypatch)
+    yield dev
+    dev.forget()

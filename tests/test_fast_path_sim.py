@@ -1,0 +1,324 @@
+"""The fast paths GPU arrays take (gemm/call.py FastCall and BatchedCall, gemm/matmul.py's
+remembered choices), run on the CPU: tests/sim_device.py stands the emulator in for the GPU
+under them, so each call below runs the same code a PyTorch user's call runs, launch by
+launch, and is checked against numpy. A call the fast path declined would go on to the
+general path, which cannot read the emulator's arrays and fails: so every call that returns
+here went through the fast path."""
+import importlib
+
+import numpy as np
+import pytest
+
+import tilegen
+from tilegen.arch.dtypes import numpy_dtype
+from bounds import gemm_bound, gemm_error
+from seeds import seed
+
+call = importlib.import_module("tilegen.gemm.call")
+
+SMALL = dict(tile=(64, 64, 32), warps=(2, 2))          # mma.sync (sm_80)
+WGMMA = dict(instruction="wgmma", tile=(64, 128, 64), warps=(4, 1), stages=3)   # warp-specialized TMA (sm_90a)
+
+
+def _operands(M, N, K, dtype=np.float16, *parts):
+    rng = np.random.default_rng(seed(M, N, K, str(dtype), *parts))
+    return rng.standard_normal((M, K)).astype(dtype), rng.standard_normal((K, N)).astype(dtype)
+
+
+def _ref(A, B, alpha=1.0, beta=0.0, C=None):
+    ref = alpha * (A.astype(np.float64) @ B.astype(np.float64))
+    return ref if C is None or beta == 0 else ref + beta * C.astype(np.float64)
+
+
+def _check(C, ref, A, B, dtype="f16", out="f32"):
+    got = C.numpy() if hasattr(C, "numpy") else C
+    assert not np.isnan(got).any(), "an element was not written"
+    assert gemm_error(got, ref, A, B) <= gemm_bound(dtype, A.shape[1], out)
+
+
+def test_a_kernel_call_launches_once_and_again_with_the_same_arrays(sim_gpu):
+    """kernel(A, B, out=C) on GPU arrays: one launch on the library's stream; the same arrays
+    again launch the remembered arguments, and read the operands' new contents."""
+    kernel = tilegen.compile(tilegen.GemmSpec(dtype="f16", **SMALL))
+    A, B = _operands(70, 96, 48)
+    a, b, c = sim_gpu.array(A), sim_gpu.array(B), sim_gpu.empty((70, 96), "float32")
+    assert kernel(a, b, out=c) is c
+    _check(c, _ref(A, B), A, B)
+    assert [(np.prod(g), s) for _, g, s in sim_gpu.launches] == [(4, sim_gpu.stream)]   # (2 x 2 blocks)
+    remembered = kernel.fast_call._last
+    A2 = (A * -0.5).astype(np.float16)
+    a.write(A2)
+    assert kernel(a, b, out=c) is c
+    assert kernel.fast_call._last is remembered and len(sim_gpu.launches) == 2
+    _check(c, _ref(A2, B), A2, B)
+
+
+def test_new_arrays_of_the_same_shapes_take_only_new_pointers(sim_gpu):
+    """Other arrays of the remembered shapes, layouts and dtypes: the launch with their pointers
+    (and new scalars), not the arrays of the call before."""
+    kernel = tilegen.compile(tilegen.GemmSpec(dtype="f16", **SMALL))
+    A, B = _operands(65, 40, 24)
+    kernel(sim_gpu.array(A), sim_gpu.array(B), out=sim_gpu.empty((65, 40), "float32"))
+    A2, B2 = _operands(65, 40, 24, np.float16, "second")
+    c2 = sim_gpu.empty((65, 40), "float32")
+    kernel(sim_gpu.array(A2), sim_gpu.array(B2), out=c2, alpha=-1.5)
+    _check(c2, _ref(A2, B2, alpha=-1.5), A2, B2)
+
+
+def test_beta_reads_out_and_alpha_minus_zero_signs_zeros(sim_gpu):
+    kernel = tilegen.compile(tilegen.GemmSpec(dtype="f16", **SMALL))
+    A, B = _operands(30, 24, 16)
+    C0 = np.random.default_rng(5).standard_normal((30, 24)).astype(np.float32)
+    a, b, c = sim_gpu.array(A), sim_gpu.array(B), sim_gpu.array(C0)
+    kernel(a, b, out=c, alpha=0.5, beta=-2.0)
+    _check(c, _ref(A, B, 0.5, -2.0, C0), A, B)
+    z = sim_gpu.empty((30, 24), "float32")
+    kernel(a, b, out=z, alpha=0.0)
+    kernel(a, b, out=z, alpha=-0.0)   # the same arrays: not the remembered launch of alpha = +0.0
+    assert np.all(np.signbit(z.numpy()) == np.signbit(-0.0 * (A.astype(np.float32) @ B.astype(np.float32))))
+
+
+def test_no_out_makes_one_per_call(sim_gpu):
+    """Without out the fast path makes C (the library's allocator, poisoned here), each call a
+    new one."""
+    kernel = tilegen.compile(tilegen.GemmSpec(dtype="f16", **SMALL))
+    A, B = _operands(50, 64, 40)
+    a, b = sim_gpu.array(A), sim_gpu.array(B)
+    c1, c2 = kernel(a, b), kernel(a, b)
+    assert c1 is not c2 and c1.ptr != c2.ptr and c1.shape == (50, 64) and c1.dtype == np.float32
+    _check(c1, _ref(A, B), A, B)
+    _check(c2, _ref(A, B), A, B)
+
+
+@pytest.mark.parametrize("which", ["A", "B", "both"])
+def test_rows_whose_pitch_is_not_16_bytes_are_repitched(sim_gpu, which):
+    """repitch=True (what tilegen.matmul passes): an operand whose rows are not 16-byte multiples
+    apart is copied into an aligned array of the library's on the call's stream first; without
+    it the fast path declines."""
+    kernel = tilegen.compile(tilegen.GemmSpec(dtype="f16", **SMALL))
+    A, B = _operands(33, 35, 37)
+    a = sim_gpu.array(A, pitch=37 if which != "B" else 40)
+    b = sim_gpu.array(B, pitch=35 if which != "A" else 40)
+    c = sim_gpu.empty((33, 35), "float32")
+    assert kernel.fast_call(a, b, c, None, None, 1.0, 0.0, False) is None
+    kernel(a, b, out=c, repitch=True)
+    assert sim_gpu.copies == (2 if which == "both" else 1)
+    _check(c, _ref(A, B), A, B)
+
+
+@pytest.mark.parametrize("order", ["rc", "cr", "cc"])
+def test_operands_in_the_other_layouts(sim_gpu, order):
+    """A spec of each layout pair takes views of that layout (a transposed, column-major B: W.T)."""
+    al, bl = ({"r": "row", "c": "col"}[x] for x in order)
+    kernel = tilegen.compile(tilegen.GemmSpec(dtype="f16", a_layout=al, b_layout=bl, **SMALL))
+    A, B = _operands(48, 72, 56)
+    a = sim_gpu.array(A, order="C" if al == "row" else "F")
+    b = sim_gpu.array(B, order="C" if bl == "row" else "F")
+    c = kernel(a, b, out=sim_gpu.empty((48, 72), "float32"))
+    _check(c, _ref(A, B), A, B)
+
+
+@pytest.mark.parametrize("split", [dict(split_k=2, **SMALL), dict(stream_k=True, **WGMMA)])
+def test_two_kernel_specs_sum_in_the_streams_scratch(sim_gpu, split):
+    """Split-K and stream-K: partial sums in the stream's scratch workspace, then the second
+    kernel; the same arrays again launch both remembered launches."""
+    kernel = tilegen.compile(tilegen.GemmSpec(dtype="f16", **split))
+    A, B = _operands(70, 64, 160)
+    a, b, c = sim_gpu.array(A), sim_gpu.array(B), sim_gpu.empty((70, 64), "float32")
+    kernel(a, b, out=c)
+    _check(c, _ref(A, B), A, B)
+    names = [n for n, _, _ in sim_gpu.launches]
+    assert len(names) == 2 and names[0] != names[1]
+    c.write(np.full((70, 64), np.nan, np.float32))
+    kernel(a, b, out=c)
+    assert [n for n, _, _ in sim_gpu.launches] == names * 2
+    _check(c, _ref(A, B), A, B)
+
+
+@pytest.mark.parametrize("dtype, out", [("f16", "f16"), ("bf16", "f32")])
+def test_the_warp_specialized_tma_kernel_from_gpu_arrays(sim_gpu, dtype, out):
+    """The Hopper kernel's launch: tensor maps built from the arrays (the emulator's own format),
+    the TMA-store epilogue; then new operands of the same shapes (new maps)."""
+    spec = tilegen.GemmSpec(dtype=dtype, out_dtype=out, **WGMMA)
+    assert spec.store == "tma" and spec.warp_specialized
+    kernel = tilegen.compile(spec)
+    in_dt, out_dt = numpy_dtype(dtype), numpy_dtype(out)
+    A, B = _operands(130, 200, 72, in_dt)
+    c = sim_gpu.empty((130, 200), out_dt.name)
+    kernel(sim_gpu.array(A), sim_gpu.array(B), out=c, alpha=0.5)
+    _check(c, _ref(A, B, 0.5), A, B, dtype, out)
+    A2, B2 = _operands(130, 200, 72, in_dt, "second")
+    kernel(sim_gpu.array(A2), sim_gpu.array(B2), out=c)
+    _check(c, _ref(A2, B2), A2, B2, dtype, out)
+
+
+def test_an_out_tma_cannot_store_takes_the_direct_store_twin(sim_gpu):
+    """C whose rows TMA cannot store (pitch not a multiple of 16 bytes): the kernel's twin that
+    stores directly, C in place."""
+    kernel = tilegen.compile(tilegen.GemmSpec(dtype="f16", out_dtype="f16", **WGMMA))
+    A, B = _operands(70, 64, 64)
+    c = sim_gpu.array(np.full((70, 64), np.nan, np.float16), pitch=67)
+    kernel(sim_gpu.array(A), sim_gpu.array(B), out=c)
+    assert sim_gpu.launches[-1][0] == kernel.direct_store_kernel().name != kernel.name
+    _check(c, _ref(A, B), A, B, "f16", "f16")
+
+
+def test_tilegen_matmul_remembers_its_choice(sim_gpu):
+    """tilegen.matmul on GPU arrays: the first call chooses (explain) and launches through the
+    fast path; the next ones find the kernel by the arrays' description; an output made per call
+    has the inputs' dtype, or out_dtype's."""
+    A, B = _operands(64, 48, 40)
+    a, b = sim_gpu.array(A), sim_gpu.array(B)
+    c = tilegen.matmul(a, b)
+    assert c.dtype == np.float16 and c.shape == (64, 48)
+    _check(c, _ref(A, B), A, B, "f16", "f16")
+    chosen = dict(importlib.import_module("tilegen.gemm.matmul")._exact)
+    assert len(chosen) == 1
+    d = tilegen.matmul(a, b, out_dtype="f32")
+    assert d.dtype == np.float32
+    _check(d, _ref(A, B), A, B, "f16", "f32")
+    e = sim_gpu.empty((64, 48), "float16")
+    assert tilegen.matmul(a, b, out=e, alpha=2.0) is e
+    _check(e, _ref(A, B, 2.0), A, B, "f16", "f16")
+    assert len(sim_gpu.launches) == 3
+
+
+def test_tilegen_matmul_with_bias_and_activation(sim_gpu):
+    from tilegen.cli import _activation
+
+    A, B = _operands(40, 72, 64)
+    bias = np.random.default_rng(3).standard_normal(72).astype(np.float16)
+    c = tilegen.matmul(sim_gpu.array(A), sim_gpu.array(B), bias=sim_gpu.array(bias), activation="gelu_tanh")
+    ref = _activation("gelu_tanh", _ref(A, B) + bias.astype(np.float64))
+    _check(c, ref, A, B, "f16", "f16")
+
+
+def test_stacks_of_activations_fold_into_one_product(sim_gpu):
+    """x (batch, tokens, features) @ W: one product of batch * tokens rows, on views."""
+    rng = np.random.default_rng(8)
+    X = rng.standard_normal((3, 20, 48)).astype(np.float16)
+    W = rng.standard_normal((48, 40)).astype(np.float16)
+    c = tilegen.matmul(sim_gpu.array(X), sim_gpu.array(W))
+    assert c.shape == (3, 20, 40)
+    ref = X.reshape(60, 48).astype(np.float64) @ W.astype(np.float64)
+    _check(c.reshape(60, 40), ref, X.reshape(60, 48), W, "f16", "f16")
+
+
+def test_a_beta_that_is_not_a_number_goes_to_the_general_path(sim_gpu):
+    """Declined without a traceback (the general path then converts it or says what is wrong)."""
+    kernel = tilegen.compile(tilegen.GemmSpec(dtype="f16", **SMALL))
+    A, B = _operands(16, 16, 16)
+    a, b, c = sim_gpu.array(A), sim_gpu.array(B), sim_gpu.empty((16, 16), "float32")
+    kernel(a, b, out=c)
+    for beta in ("1", np.ones(2), np.float32(1.0), 1e-50):
+        assert kernel.fast_call(a, b, c, None, None, 1.0, beta, False) is None
+    assert len(sim_gpu.launches) == 1
+
+
+@pytest.mark.parametrize("bias, residual", [("col", False), ("row", True)])
+def test_epilogue_vectors_through_the_tma_store(sim_gpu, bias, residual):
+    """A bias (per column or per row) and a residual on the warp-specialized kernel, staged
+    through shared memory; the second call (same arrays) is not the remembered launch of a plain
+    call (those carry no vectors) but runs again with the new bias contents."""
+    from tilegen.cli import _activation
+
+    spec = tilegen.GemmSpec(dtype="bf16", out_dtype="bf16", epilogue=tilegen.Epilogue(bias, "relu", residual), **WGMMA)
+    kernel = tilegen.compile(spec)
+    bf = numpy_dtype("bf16")
+    M, N, K = 130, 136, 64
+    A, B = _operands(M, N, K, bf)
+    rng = np.random.default_rng(seed(bias, residual))
+    vec = rng.standard_normal(N if bias == "col" else M).astype(bf)
+    R = rng.standard_normal((M, N)).astype(bf) if residual else None
+    a, b, v = sim_gpu.array(A), sim_gpu.array(B), sim_gpu.array(vec)
+    r = sim_gpu.array(R) if residual else None
+    c = sim_gpu.empty((M, N), "bfloat16")
+    for step in range(2):
+        kernel(a, b, out=c, bias=v, residual=r)
+        shift = vec.astype(np.float64)[None, :] if bias == "col" else vec.astype(np.float64)[:, None]
+        ref = _activation("relu", _ref(A, B) + shift) + (R.astype(np.float64) if residual else 0.0)
+        _check(c, ref, A, B, "bf16", "bf16")
+        vec = (vec * -1.0).astype(bf)
+        v.write(vec)
+
+
+@pytest.mark.parametrize("kind", ["vectors", "device scalars"])
+def test_fp8_scales_where_they_are(sim_gpu, kind):
+    """fp8 on wgmma with its scales as the kernel reads them: per row of A / per column of B
+    (f32 vectors), or one f32 each in device memory (torch._scaled_mm's one-element tensors);
+    new scale arrays of the same shapes on the next call take only new pointers."""
+    import ml_dtypes
+
+    vectors = kind == "vectors"
+    epi = tilegen.Epilogue(scale_rows=vectors, scale_cols=vectors, device_scale_a=not vectors,
+                           device_scale_b=not vectors)
+    spec = tilegen.GemmSpec(dtype="e4m3", out_dtype="bf16", b_layout="col", instruction="wgmma", tile=(64, 128, 128),
+                            warps=(4, 1), stages=3, epilogue=epi)
+    kernel = tilegen.compile(spec)
+    M, N, K = 70, 136, 256
+    rng = np.random.default_rng(seed(kind))
+    A = rng.standard_normal((M, K)).astype(ml_dtypes.float8_e4m3fn)
+    B = rng.standard_normal((K, N)).astype(ml_dtypes.float8_e4m3fn)
+    a, b = sim_gpu.array(A), sim_gpu.array(B, order="F")
+    c = sim_gpu.empty((M, N), "bfloat16")
+    for step in range(2):
+        if vectors:
+            sa, sb = rng.uniform(0.5, 2, M).astype(np.float32), rng.uniform(0.5, 2, N).astype(np.float32)
+            scale = sa.astype(np.float64)[:, None] * sb.astype(np.float64)[None, :]
+        else:
+            sa, sb = np.array([rng.uniform(0.5, 2)], np.float32), np.array([rng.uniform(0.5, 2)], np.float32)
+            scale = float(sa[0]) * float(sb[0])
+        kernel(a, b, out=c, scale_a=sim_gpu.array(sa), scale_b=sim_gpu.array(sb))
+        ref = scale * (A.astype(np.float64) @ B.astype(np.float64))
+        got = c.numpy().astype(np.float64)
+        assert not np.isnan(got).any()
+        assert np.linalg.norm(got - ref) <= 2.0 ** -7 * np.linalg.norm(ref)
+
+
+def test_operands_prepared_by_first_kernels(sim_gpu):
+    """tf32 with an MN-major operand copied K-major first (pretranspose): the first kernel's
+    launch into the stream's scratch, then the GEMM reading it; twice (the plan remembered)."""
+    spec = tilegen.GemmSpec(dtype="tf32", instruction="wgmma", a_layout="col", b_layout="row", pretranspose=True)
+    kernel = tilegen.compile(spec)
+    M, N, K = 72, 96, 40
+    A, B = _operands(M, N, K, np.float32)
+    a, b = sim_gpu.array(A, order="F"), sim_gpu.array(B)
+    c = sim_gpu.empty((M, N), "float32")
+    for step in range(2):
+        kernel(a, b, out=c)
+        _check(c, _ref(A, B), A, B, "tf32", "f32")
+    assert len(sim_gpu.launches) >= 4 and sim_gpu.launches[-1][0] != sim_gpu.launches[-2][0]
+
+
+def test_a_call_under_graph_capture_takes_memory_of_its_own(sim_gpu):
+    """While the stream captures a CUDA graph, split-K's workspace is new memory of the caller's
+    library (the graph's own), not the stream's scratch that replays of other graphs may share,
+    and the call remembered before capture is not launched again as it was (its workspace is
+    the stream's scratch)."""
+    kernel = tilegen.compile(tilegen.GemmSpec(dtype="f16", split_k=2, **SMALL))
+    A, B = _operands(40, 64, 96)
+    a, b, c = sim_gpu.array(A), sim_gpu.array(B), sim_gpu.empty((40, 64), "float32")
+    kernel(a, b, out=c)
+    scratch = sim_gpu.arguments[0]["W_ptr"]
+    assert scratch == sim_gpu.scratch[sim_gpu.stream].work[0]
+    sim_gpu.capturing = True
+    c.write(np.full((40, 64), np.nan, np.float32))
+    kernel(a, b, out=c)
+    assert sim_gpu.arguments[2]["W_ptr"] != scratch
+    _check(c, _ref(A, B), A, B)
+    sim_gpu.capturing = False
+    kernel(a, b, out=c)   # (not remembered under capture: the stream's scratch again)
+    assert sim_gpu.arguments[-1]["W_ptr"] == scratch
+
+
+def test_a_batched_kernel_on_stacks(sim_gpu):
+    """A batched spec on stacks (count, M, K) @ (count, K, N), and a broadcast B (1, K, N)."""
+    kernel = tilegen.compile(tilegen.GemmSpec(dtype="f16", out_dtype="f16", batched=True, **SMALL))
+    rng = np.random.default_rng(11)
+    A = rng.standard_normal((3, 40, 48)).astype(np.float16)
+    for B in (rng.standard_normal((3, 48, 56)).astype(np.float16), rng.standard_normal((1, 48, 56)).astype(np.float16)):
+        c = kernel(sim_gpu.array(A), sim_gpu.array(B))
+        assert c.shape == (3, 40, 56)
+        got = c.numpy()
+        for i in range(3):
+            _check(got[i], _ref(A[i], B[i % B.shape[0]]), A[i], B[i % B.shape[0]], "f16", "f16")
