@@ -322,3 +322,61 @@ def test_a_batched_kernel_on_stacks(sim_gpu):
         got = c.numpy()
         for i in range(3):
             _check(got[i], _ref(A[i], B[i % B.shape[0]]), A[i], B[i % B.shape[0]], "f16", "f16")
+
+
+WALKS = {"mma.sync": dict(dtype="f16", **SMALL),
+         "wgmma": dict(dtype="f16", out_dtype="f16", **WGMMA)}
+
+
+@pytest.mark.parametrize("run, family", [(0, "mma.sync"), (1, "mma.sync"), (2, "wgmma")])
+def test_a_random_walk_of_calls_matches_numpy(sim_gpu, run, family):
+    """A sequence of calls as a training loop or a model makes them, drawn at random: the same
+    arrays again (contents changed in place or not), other arrays of the same shapes, other
+    shapes, views with an offset, outputs given or made (rows TMA cannot store among them),
+    alpha and beta of either sign (and -0.0), rows re-pitched; through kernel(...) and
+    tilegen.matmul alike. Every result against numpy: the remembered state of one call must
+    never leak into the next."""
+    rng = np.random.default_rng(seed("walk", run))
+    spec = tilegen.GemmSpec(**WALKS[family])
+    kernel = tilegen.compile(spec)
+    kernel_out = str(numpy_dtype(spec.out_dtype))
+    shapes = [(48, 64, 40), (33, 72, 24), (70, 40, 56)] if family == "mma.sync" else [(70, 136, 64), (130, 64, 72)]
+    pool = {}
+
+    def arrays(shape, fresh):
+        M, N, K = shape
+        if fresh or shape not in pool:
+            A = rng.standard_normal((M, K)).astype(np.float16)
+            B = rng.standard_normal((K, N)).astype(np.float16)
+            offset = int(rng.choice([0, 8]))   # (elements: 16-byte aligned views that do not start their buffer)
+            pool[shape] = [A, B, sim_gpu.array(A, offset=offset), sim_gpu.array(B)]
+        return pool[shape]
+
+    for step in range(12):
+        shape = shapes[int(rng.integers(len(shapes)))]
+        entry = arrays(shape, fresh=rng.random() < 0.3)
+        A, B, a, b = entry
+        if rng.random() < 0.3:   # new contents in place
+            A = rng.standard_normal(A.shape).astype(np.float16)
+            a.write(A)
+            entry[0] = A
+        M, N, K = shape
+        alpha = float(rng.choice([1.0, -0.5, 2.0, -0.0, 0.0]))
+        beta = float(rng.choice([0.0, 0.0, 1.0, -1.5]))
+        front = rng.random() < 0.5   # tilegen.matmul, else the kernel
+        out_dtype = "float16" if front else kernel_out
+        C0 = rng.standard_normal((M, N)).astype(out_dtype)
+        pitch = N + int(rng.choice([0, 0, 8, 1 if out_dtype == "float16" else 4]))   # (some rows TMA cannot store)
+        c = sim_gpu.array(C0, pitch=pitch) if beta or rng.random() < 0.5 else None
+        if front:
+            got = tilegen.matmul(a, b, out=c, alpha=alpha, beta=beta)
+        else:
+            got = kernel(a, b, out=c, alpha=alpha, beta=beta)
+        assert c is None or got is c
+        ref = _ref(A, B, alpha, beta, C0)
+        where = f"step {step}: {shape} alpha={alpha} beta={beta} {'matmul' if front else 'kernel'}"
+        out = got.numpy()
+        assert not np.isnan(out).any(), where
+        assert gemm_error(out, ref, A, B) <= gemm_bound("f16", K, "f16" if out_dtype == "float16" else "f32"), where
+        if alpha == 0.0 and beta == 0.0:   # zeros signed as alpha * A @ B's (C unread)
+            assert np.all(np.signbit(out) == np.signbit(alpha * (A.astype(np.float32) @ B.astype(np.float32)))), where
