@@ -140,6 +140,13 @@ def test_store_tma_is_refused_where_it_cannot_work():
         tilegen.GemmSpec(dtype="f16", store="tma")
     with pytest.raises(tilegen.SpecError, match="allowed: auto, direct, tma"):
         tilegen.GemmSpec(dtype="f16", instruction="wgmma", store="smem")
+    # a block too narrow to cut into 128-byte slices says so and names the widths that are not
+    # (it had said the slices did not fit in shared memory, beside 48 KB of stages)
+    with pytest.raises(tilegen.SpecError, match=r"64 columns of f16 do not cut into .* are 128, 192, 256"):
+        tilegen.GemmSpec(dtype="f16", out_dtype="f16", instruction="wgmma", store="tma", tile=(64, 64, 64),
+                         warps=(4, 1), stages=3)
+    assert tilegen.GemmSpec(dtype="f16", out_dtype="f32", instruction="wgmma", store="tma", tile=(64, 64, 64),
+                            warps=(4, 1), stages=3).store == "tma"   # (64 f32 columns: two 128-byte slices)
 
 
 @needs_ptxas

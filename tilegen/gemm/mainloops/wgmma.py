@@ -129,8 +129,23 @@ class WgmmaLoop(MainLoop):
         if spec.warps.n != 1:
             return "TMA stores need warps (n, 1): each warp's accumulator spans the block's columns"
         if self.store_staging(spec) is None:
+            if not any(self._slice_fits(spec, parts) for parts in self.STAGING_PARTS):
+                widths = [n for n in range(8, 257, 8) if any(self._slice_fits(spec, p, n) for p in self.STAGING_PARTS)]
+                counts = ", ".join(map(str, self.STAGING_PARTS[:-1])) + f" or {self.STAGING_PARTS[-1]}"
+                return (f"the block's {spec.tile.n} columns of {spec.out_dtype} do not cut into {counts} slices of "
+                        f"whole 128-byte rows (at most 1024 bytes each), as a TMA store through shared memory "
+                        f"needs: tile widths that do, up to 256, are {', '.join(map(str, widths))}")
             return "no slice of the block of C fits in the shared memory the stages leave"
         return None
+
+    @staticmethod
+    def _slice_fits(spec, parts: int, n: int = None) -> bool:
+        """Whether a block of C (n columns: the tile's) cut into `parts` column slices gives slices
+        TMA stores through 128-byte swizzled rows: whole 8-column groups, rows a multiple of 128
+        bytes, at most 1024."""
+        n, osize = n or spec.tile.n, arch_dtype(spec.out_dtype).bytes
+        cols = n // parts
+        return not (n % parts or (n // 8) % parts or (cols * osize) % 128 or cols * osize > 4 * 128 * 2)
 
     def store_staging(self, spec):
         """(parts, layout, vector buffers) of the shared buffers a block of C goes out through
@@ -143,10 +158,9 @@ class WgmmaLoop(MainLoop):
                     + 2 * 8 * (spec.stages + spec.pingpong) + self.staged_vector_bytes(spec, vector_buffers) + 1024)
             room = spec.target_info.smem_per_block - used
             for parts in self.STAGING_PARTS:
-                cols = t.n // parts
-                if t.n % parts or (t.n // 8) % parts or (cols * osize) % 128 or cols * osize > 4 * 128 * 2:
+                if not self._slice_fits(spec, parts):
                     continue
-                layout = SmemLayout(t.m, cols, osize, "128B")
+                layout = SmemLayout(t.m, t.n // parts, osize, "128B")
                 if self.STAGING_BUFFERS * spec.consumers * layout.stage_bytes <= room:
                     return parts, layout, vector_buffers
         return None
