@@ -65,6 +65,9 @@ class SimArray:
         """A view with another shape, of an array stored back to back (as the fast path reshapes
         the output it makes)."""
         shape = tuple(shape[0]) if len(shape) == 1 and isinstance(shape[0], tuple) else tuple(shape)
+        if -1 in shape:
+            known = int(np.prod([n for n in shape if n != -1]))
+            shape = tuple(int(np.prod(self.shape)) // known if n == -1 else n for n in shape)
         if self.elements != _packed(self.shape):
             raise ValueError("reshape of a view that is not packed")
         return SimArray(self.dev, self.ptr, shape, _packed(shape), self.dtype)

@@ -380,3 +380,14 @@ def test_a_random_walk_of_calls_matches_numpy(sim_gpu, run, family):
         assert gemm_error(out, ref, A, B) <= gemm_bound("f16", K, "f16" if out_dtype == "float16" else "f32"), where
         if alpha == 0.0 and beta == 0.0:   # zeros signed as alpha * A @ B's (C unread)
             assert np.all(np.signbit(out) == np.signbit(alpha * (A.astype(np.float32) @ B.astype(np.float32)))), where
+
+
+def test_a_bias_of_one_row_or_one_column_on_gpu_arrays(sim_gpu):
+    """The fast path takes a bias as numpy broadcasts it: 1 x N per column, M x 1 per row (also
+    where M == N); the kernel reads it as a vector."""
+    A, B = _operands(48, 48, 40)
+    b = np.linspace(-2, 2, 48).astype(np.float16)
+    a_, b_ = sim_gpu.array(A), sim_gpu.array(B)
+    for bias in (b[None, :], b[:, None]):
+        c = tilegen.matmul(a_, b_, bias=sim_gpu.array(bias))
+        _check(c, _ref(A, B) + bias.astype(np.float64), A, B, "f16", "f16")

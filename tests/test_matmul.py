@@ -138,6 +138,28 @@ def test_bias_axis_from_its_length_and_the_fused_result():
     assert np.abs(out.astype(np.float64) - ref).max() <= 2e-3 * max(1, np.abs(ref).max())
 
 
+def test_a_bias_runs_along_the_axis_numpy_broadcasts_it_on():
+    """A square product: a 1-D bias, or a 1 x N one, is per column (as A @ B + b in numpy); an
+    M x 1 one per row, which a 1-D bias of M == N values cannot say (it had been read per column
+    whatever the user meant, and a 2-D bias refused). Other shapes are refused with the forms
+    allowed."""
+    A, B = _pair(24, 24, 32, np.float16, seed=4)
+    b = np.linspace(-2, 2, 24).astype(np.float16)
+    prod = A.astype(np.float64) @ B.astype(np.float64)
+    for bias, ref in ((b, prod + b), (b[None, :], prod + b[None, :]), (b[:, None], prod + b[:, None])):
+        axis = "row" if bias.shape == (24, 1) else "col"
+        assert tilegen.matmul.explain(A, B, bias=bias).spec.epilogue.bias == axis
+        out = tilegen.matmul(A, B, bias=bias, device="sim")
+        assert np.abs(out.astype(np.float64) - ref).max() <= 2e-3 * np.abs(ref).max(), axis
+    rect = _pair(40, 24, 32, np.float16, seed=5)
+    row = np.linspace(-1, 1, 40).astype(np.float16)
+    got = tilegen.matmul(*rect, bias=row[:, None], device="sim")   # M x 1 with M != N, as the 1-D form
+    assert np.abs(got.astype(np.float64) - (rect[0].astype(np.float64) @ rect[1] + row[:, None])).max() < 0.05
+    for bad in (np.zeros((24, 24), np.float16), np.zeros((2, 24), np.float16), np.zeros((1, 1, 24), np.float16)):
+        with pytest.raises(tilegen.LaunchError, match=r"one per column \(shape \(24,\) or \(1, 24\)\)"):
+            tilegen.matmul(A, B, bias=bad, device="sim")
+
+
 @pytest.mark.parametrize("call,message", [
     (lambda: tilegen.matmul(*_pair(4, 4, 4, np.float64)), "float16, bfloat16, float32, float8_e4m3fn or float8_e5m2"),
     (lambda: tilegen.matmul(_pair(4, 4, 4)[0], _pair(4, 4, 4, np.float16)[1]), "one dtype"),

@@ -98,6 +98,17 @@ def test_a_bias_per_row_and_an_out_that_does_not_fold_take_the_batched_kernel():
     _check(out, A, B)
 
 
+def test_a_stacks_bias_as_numpy_broadcasts_it():
+    """Over a stack of square products: an M x 1 bias is per row of each matrix (the batched
+    kernel), a 1 x N one per column (the folded product)."""
+    A, B = _rand((3, 16, 24), 10), _rand((24, 16), 11)
+    b = np.linspace(-1, 1, 16).astype(F16)
+    assert tilegen.matmul.explain(A, B, bias=b[:, None]).spec.epilogue.bias == "row"
+    _check(tilegen.matmul(A, B, bias=b[:, None], device="sim"), A, B, bias=b[:, None])
+    assert tilegen.matmul.explain(A, B, bias=b[None, :]).spec.epilogue.bias == "col"
+    _check(tilegen.matmul(A, B, bias=b[None, :], device="sim"), A, B, bias=b[None, :])
+
+
 def test_empty_batches_give_empty_results_of_the_products_dtype():
     A, B = _rand((0, 20, 24), 8), _rand((24, 17), 9)
     C = tilegen.matmul(A, B, device="sim")

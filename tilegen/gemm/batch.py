@@ -26,6 +26,7 @@ from ..arch.dtypes import dtype as arch_dtype
 from ..arch.dtypes import numpy_dtype
 from ..errors import LaunchError
 from ..runtime import interop
+from .call import bias_axis
 
 
 def is_stack(A, B) -> bool:
@@ -179,7 +180,7 @@ def plan(A, B, *, out=None, bias=None) -> Stack:
         reason = "A's matrices do not lie in memory as one taller matrix"
     elif out is not None and not _folds_rows(out, b_vector):
         reason = "out's matrices do not lie in memory as one taller matrix"
-    elif bias is not None and len(getattr(bias, "shape", ())) == 1 and int(bias.shape[0]) != N and matrices > 1:
+    elif bias is not None and bias_axis(bias, M, N) != "col" and matrices > 1:
         reason = "the bias is per row of each matrix"
     if reason:
         why = f"{reason}: one {M} x {N} x {K} product per matrix, {matrices} launches"

@@ -200,6 +200,25 @@ def scale_lengths(spec, M: int, N: int) -> tuple:
     return (1 if epi.device_scale_a else M), (1 if epi.device_scale_b else N)
 
 
+def bias_axis(bias, M: int, N: int):
+    """Along which axis of the M x N product a bias array runs, as numpy broadcasts it onto
+    A @ B: "col" (a value per column) for N elements or a 1 x N array, "row" for an M x 1 array
+    (also where M == N), and, tilegen's reading where numpy would refuse it, for a 1-D array of
+    M != N elements; None where it is none of these."""
+    shape = tuple(int(s) for s in getattr(bias, "shape", ()))
+    if shape == (N,) or shape == (1, N):
+        return "col"
+    if shape == (M, 1) or shape == (M,):
+        return "row"
+    return None
+
+
+def bias_vector(bias):
+    """The bias as the kernels take it, one dimension (a 1 x N or M x 1 bias as a view or copy of
+    its values; a 1-D one as it is)."""
+    return bias if bias is None or len(getattr(bias, "shape", ())) != 2 else bias.reshape(-1)
+
+
 def check_epilogue(spec, bias, residual, scales=NO_SCALES):
     epi = spec.epilogue
     for vec, name, size, device in ((scales[0], "scale_a", "M", epi.device_scale_a),

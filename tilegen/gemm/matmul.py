@@ -32,7 +32,7 @@ from ..errors import LaunchError, PerformanceWarning, SpecError, TilegenError
 from ..runtime import interop
 from ..runtime.interop import DEVICE, DTYPE, PTR, SHAPE, STRIDES
 from . import batch, tuned
-from .call import (NO_SCALES, check_real_arrays, real_number, refuse_long_emulation, refuse_masked, run_batched,
+from .call import (NO_SCALES, bias_axis, bias_vector, check_real_arrays, real_number, refuse_long_emulation, refuse_masked, run_batched,
                    stack_problem)
 from .kernel import compile_gemm
 from .mainloops.wgmma import SWAPPED_TILE_WARPS
@@ -484,23 +484,20 @@ def explain(A, B, *, bias=None, activation=None, residual=None, alpha=1.0, beta=
                               "(M x K, K contiguous) and B the transpose of a row-major N x K matrix (pass W.T); "
                               f"got A {_layout(A)}-major and B {_layout(B)}-major")
         why.append(f"{dtype} operands (f32 accumulation; scales applied in the epilogue)")
-    bias_axis = None
+    axis = None
     if bias is not None:
-        length = int(getattr(bias, "shape", (0,))[0]) if len(getattr(bias, "shape", ())) == 1 else -1
-        if length == N:
-            bias_axis = "col"
-        elif length == M:
-            bias_axis = "row"
-        else:
-            raise LaunchError(f"bias must be 1-D with N={N} (per column) or M={M} (per row) elements, "
-                              f"got shape {tuple(getattr(bias, 'shape', ()))}")
+        axis = bias_axis(bias, M, N)
+        if axis is None:
+            raise LaunchError(f"bias must be N={N} values, one per column (shape ({N},) or (1, {N})), or M={M}, one "
+                              f"per row (shape ({M}, 1), or ({M},) where M != N), as numpy broadcasts it onto the "
+                              f"{M} x {N} product; got shape {tuple(getattr(bias, 'shape', ()))}")
     rows_scaled, cols_scaled = _vector_scale(scale_a, M, "scale_a") is not None, \
         _vector_scale(scale_b, N, "scale_b") is not None
     device_a = not rows_scaled and _device_scale_dtype(scale_a) is not None
     device_b = not cols_scaled and _device_scale_dtype(scale_b) is not None
     if device_a or device_b:
         why.append("per-tensor scales in GPU memory, read by the kernel (no read-back; capturable)")
-    epilogue = Epilogue(bias=bias_axis, activation=activation or "none", residual=residual is not None,
+    epilogue = Epilogue(bias=axis, activation=activation or "none", residual=residual is not None,
                         scale_rows=rows_scaled, scale_cols=cols_scaled, device_scale_a=device_a,
                         device_scale_b=device_b)
     # fp8 host arrays (K-major views of any strides) are copied into the layouts the kernel reads
@@ -776,14 +773,16 @@ def _host_spec(A, B, out, bias, activation, residual, allow_tf32, scales):
     or None where explain must look (its first call, or anything it may refuse)."""
     if not (type(A) is np.ndarray and type(B) is np.ndarray and A.ndim == 2 == B.ndim and A.shape[1] == B.shape[0] > 0):
         return None
-    if any(x is not None and type(x) is not np.ndarray for x in (out, bias, residual, *scales)) or \
-            (bias is not None and bias.ndim != 1):
+    if any(x is not None and type(x) is not np.ndarray for x in (out, bias, residual, *scales)):
         return None
     (M, K), N = A.shape, B.shape[1]
+    axis = None if bias is None else bias_axis(bias, M, N)
+    if bias is not None and axis is None:
+        return None   # (explain says what is wrong)
     tf32 = _tf32_key(allow_tf32, A.dtype == np.float32)
     # (the other arrays by what explain checks of them: dtype and whether their lengths fit)
     fits = (None if out is None else (out.dtype, out.shape == (M, N)),
-            None if bias is None else (bias.dtype, bias.shape[0] == M, bias.shape[0] == N),
+            None if bias is None else (bias.dtype, axis),
             None if residual is None else (residual.dtype, residual.shape == (M, N)),
             *(None if x is None else (x.dtype, x.shape == (n,)) for x, n in zip(scales, (M, N))))
     key = ("host", A.dtype, B.dtype, _layout(A), _layout(B), _k_major(A, 1), _k_major(B, 0), size_class(M, N, K),
@@ -812,7 +811,7 @@ def _fast_matmul(lib, A, B, out, bias, activation, residual, alpha, beta, allow_
     if len(pa[SHAPE]) != 2:   # activations (..., M, K) @ W: the probe of the taller matrix their rows make
         stack = pa[SHAPE][:-1]
         if len(stack) < 2 or residual is not None or scales is not NO_SCALES or (
-                bias is not None and tuple(bias.shape) != (pb[SHAPE][1],)):   # (a stack's bias is per column)
+                bias is not None and bias_axis(bias, -1, pb[SHAPE][1]) != "col"):   # (a stack's bias is per column)
             return None
         pa = batch.folded_probe(pa)
         if pa is None:
@@ -840,7 +839,7 @@ def _fast_matmul(lib, A, B, out, bias, activation, residual, alpha, beta, allow_
         if len(_exact) >= EXACT_MAX:
             _exact.clear()
         _exact[exact] = kernel
-    c = kernel.fast_call.run(lib, pa, pb, out, pc, bias, residual, alpha, beta, True, scales)
+    c = kernel.fast_call.run(lib, pa, pb, out, pc, bias_vector(bias), residual, alpha, beta, True, scales)
     return c if stack is None or out is not None or c is None else c.reshape(*stack, c.shape[1])
 
 
@@ -857,8 +856,8 @@ def _fast_stack(lib, A, B, out, pa, pb, bias, activation, residual, alpha, beta,
     if kernel is None:   # (the general path chooses, and runs, and remembers for the next call)
         return None
     if not kernel.spec.batched:
-        return _fast_loop(lib, kernel, shape, count, fa, fb, out, fc, bias, alpha, beta)
-    c = kernel.batched_call.run(lib, fa, fb, out, fc, count, bias, None, alpha, beta)
+        return _fast_loop(lib, kernel, shape, count, fa, fb, out, fc, bias_vector(bias), alpha, beta)
+    c = kernel.batched_call.run(lib, fa, fb, out, fc, count, bias_vector(bias), None, alpha, beta)
     return c if c is None or out is not None else c.reshape(*shape, fa[SHAPE][1], fb[SHAPE][2])
 
 
@@ -921,8 +920,7 @@ def _choose(lib, A, B, out, pa, pb, pc, bias, activation, residual, tf32, scales
     sa, sb = pa[STRIDES], pb[STRIDES]
     axis = None
     if bias is not None:
-        length = bias.shape[0] if len(bias.shape) == 1 else -1
-        axis = "col" if length == N else "row" if length == M else None
+        axis = bias_axis(bias, M, N)
         if axis is None:
             return None
     key = (pa[DTYPE], pb[DTYPE], pc[DTYPE] if pc else out_name, sa[1] == 1, sa[0] == 1, sb[1] == 1, sb[0] == 1,
@@ -991,7 +989,7 @@ def matmul(A, B, *, bias=None, activation=None, residual=None, alpha=1.0, beta=0
     if isinstance(A, np.ndarray) and spec.dtype == "f32":
         A, B = A.astype(np.float32, copy=False), B.astype(np.float32, copy=False)
     kernel = compile_gemm(spec)
-    return kernel(A, B, out=out, alpha=alpha, beta=beta, bias=_as_out_dtype(bias, spec, "bias"),
+    return kernel(A, B, out=out, alpha=alpha, beta=beta, bias=_as_out_dtype(bias_vector(bias), spec, "bias"),
                   residual=_as_out_dtype(residual, spec, "residual"), device=device, repitch=True,
                   scale_a=scales[0], scale_b=scales[1])
 
@@ -1259,7 +1257,7 @@ def _stacked(A, B, *, out, residual, scale_a=None, scale_b=None, **options):
             if isinstance(a3, np.ndarray) and spec.dtype == "f32":
                 a3, b3 = a3.astype(np.float32, copy=False), b3.astype(np.float32, copy=False)
             c = run_batched(kernel, a3, b3, flat.out, stack.matrices, alpha=options.get("alpha", 1.0),
-                            beta=options.get("beta", 0.0), bias=_as_out_dtype(bias, spec, "bias"),
+                            beta=options.get("beta", 0.0), bias=_as_out_dtype(bias_vector(bias), spec, "bias"),
                             residual=_as_out_dtype(flat.residual, spec, "residual"), device=options.get("device"))
             if c is None and spec.persistent:   # (a stack TMA cannot describe, call.stack_problem: the cp.async
                 # kernel, remembered for these arrays from now on)
@@ -1269,7 +1267,7 @@ def _stacked(A, B, *, out, residual, scale_a=None, scale_b=None, **options):
                     twin = None
                 if twin is not None:
                     c = run_batched(twin, a3, b3, flat.out, stack.matrices, alpha=options.get("alpha", 1.0),
-                                    beta=options.get("beta", 0.0), bias=_as_out_dtype(bias, twin.spec, "bias"),
+                                    beta=options.get("beta", 0.0), bias=_as_out_dtype(bias_vector(bias), twin.spec, "bias"),
                                     residual=_as_out_dtype(flat.residual, twin.spec, "residual"),
                                     device=options.get("device"))
                     if c is not None:
