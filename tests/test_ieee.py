@@ -71,6 +71,22 @@ def test_near_the_largest_f32_3xtf32_stays_finite(kw):
     assert np.isfinite(C).all() and C[0, 0] == pytest.approx(float(np.finfo(np.float32).max) * 2.0 ** -100, rel=1e-6)
 
 
+@pytest.mark.parametrize("kw", [dict(tile=(32, 32, 16), warps=(1, 1)),
+                                dict(instruction="wgmma", tile=(64, 32, 32), warps=(4, 1), stages=3)],
+                         ids=["mma.sync", "wgmma-parts"])
+def test_the_largest_f32_times_one_is_itself_in_3xtf32(kw):
+    """hi + lo of a value whose tf32 rounding overflows stays finite: with lo rounded up, the
+    largest f32 times 1 summed to 2^128 and gave inf (numpy: the largest f32)."""
+    top = np.finfo(np.float32).max
+    A = np.zeros((4, 4), np.float32)
+    A[0, 0], A[1, 0], A[2, 0] = top, -np.nextafter(top, np.float32(0)), np.float32(3.4025e38)
+    B = np.zeros((4, 4), np.float32)
+    B[0, :] = 1.0
+    C = tilegen.compile(tilegen.GemmSpec(dtype="f32", **kw))(A, B, device="sim")
+    assert np.isfinite(C).all()
+    np.testing.assert_allclose(C[:3, 0], A[:3, 0], rtol=2.0 ** -21)
+
+
 def test_relu_keeps_nan():
     spec = tilegen.GemmSpec(dtype="f16", tile=(32, 32, 32), warps=(1, 1), epilogue=tilegen.Epilogue(activation="relu"))
     A = np.ones((4, 4), np.float16)

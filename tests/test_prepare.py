@@ -160,7 +160,9 @@ def _parts(x: np.ndarray) -> dict:
         over = np.isinf(hi) & np.isfinite(x)
         hi = np.where(over, (x.view(np.uint32) & TF32_MASK).view(np.float32), hi)
         finite = np.isfinite(x)
-        lo = np.where(finite, _rna_tf32((x - hi).astype(np.float32)), np.float32(0))
+        rest = (x - hi).astype(np.float32)
+        lo = np.where(over, (rest.view(np.uint32) & TF32_MASK).view(np.float32), _rna_tf32(rest))
+        lo = np.where(finite, lo, np.float32(0))
         return {"hi": hi, "lo": lo.astype(np.float32), "finite_hi": np.where(finite, hi, np.float32(0))}
 
 

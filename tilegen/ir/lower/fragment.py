@@ -65,7 +65,8 @@ def lower_split(b, ctx, op):
     IEEE specials: x = +-inf or NaN gives hi = x and a NaN lo (x - x), which the 3xTF32 GEMM
     leaves out with every correction term where the main product is not finite; a finite x
     whose rounding to tf32 overflows (within 2^-11 of the largest f32) is truncated instead,
-    so hi stays finite and hi + lo is still x."""
+    and so is its lo (rounded, x - hi could reach 2^128 with hi: the largest f32 times 1 gave
+    inf), so hi + lo stays within 2^-21 of x and finite."""
     parts = (op.lo,) + ((op.finite_hi,) if op.finite_hi is not None else ())
     if any(p.tiles != op.hi.tiles or p.operand != op.hi.operand for p in parts):
         raise IRError(f"split: {', '.join(p.name for p in (op.hi,) + parts)} differ in shape")
@@ -77,11 +78,13 @@ def lower_split(b, ctx, op):
             high = b.op("cvt.rna.tf32.f32", "b32", x)
             overflow = b.op("setp.eq.f32", "pred", b.op("abs.f32", "f32", high), inf)
             b.emit(Instr("and.b32", (high,), (x, Imm(TF32_MASK)), pred=overflow))   # inf stays inf
+            rest = b.op("sub.f32", "f32", x, high)
             if op.finite_hi is None:
-                b.emit(Instr("sub.f32", (lo,), (x, high)))
-                b.emit(Instr("cvt.rna.tf32.f32", (lo,), (lo,)))
+                b.emit(Instr("cvt.rna.tf32.f32", (lo,), (rest,)))
+                b.emit(Instr("and.b32", (lo,), (rest, Imm(TF32_MASK)), pred=overflow))
             else:   # accumulator registers are .f32, which cvt.rna.tf32 cannot write: through a .b32
-                low = b.op("cvt.rna.tf32.f32", "b32", b.op("sub.f32", "f32", x, high))
+                low = b.op("cvt.rna.tf32.f32", "b32", rest)
+                b.emit(Instr("and.b32", (low,), (rest, Imm(TF32_MASK)), pred=overflow))
                 finite = b.op("setp.lt.f32", "pred", b.op("abs.f32", "f32", x), inf)   # (NaN: false)
                 b.emit(Instr("selp.b32", (op.finite_hi.regs[key][i],), (high, zero, finite)))
                 b.emit(Instr("selp.b32", (lo,), (low, zero, finite)))
