@@ -78,6 +78,24 @@ def test_a_beta_that_is_zero_in_float32_is_refused():
     assert np.isnan(got[0, 0]) and np.isposinf(got[1:]).all()
 
 
+def test_alpha_and_beta_beyond_float32_are_refused_on_every_device():
+    """The kernel's alpha and beta are float32 parameters: a finite value beyond float32's range
+    is refused with a LaunchError naming it (the emulator had raised a SimError, a RuntimeError),
+    and an infinite one is taken (numpy's inf * A @ B)."""
+    A, B = _pair(16, 16, 16, np.float16, seed=6)
+    kernel = tilegen.compile(tilegen.GemmSpec(dtype="f16", tile=(64, 64, 32), warps=(2, 2)))
+    for kw in (dict(alpha=1e300), dict(beta=-1e39, out=np.zeros((16, 16), np.float32)), dict(alpha=10 ** 40)):
+        name = next(k for k in kw if k != "out")
+        with pytest.raises(tilegen.LaunchError, match=rf"{name}=.* is beyond float32's range"):
+            kernel(A, B, device="sim", **kw)
+        with pytest.raises(tilegen.LaunchError, match=rf"{name}=.* is beyond float32's range"):
+            tilegen.matmul(A, B, device="sim", **kw)
+    got = kernel(A, B, alpha=float("inf"), device="sim")
+    with np.errstate(invalid="ignore"):
+        want = np.inf * (A.astype(np.float32) @ B.astype(np.float32))
+    np.testing.assert_array_equal(got, want)
+
+
 def test_the_gpu_fast_paths_leave_a_beta_that_is_not_a_number_to_the_general_path():
     """The GPU arrays' fast paths (FastCall, BatchedCall) test beta before anything else: a beta
     that is not a Python number (a string, an array, a numpy scalar) or that is 0 in float32 goes

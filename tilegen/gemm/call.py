@@ -163,15 +163,23 @@ def real_number(x, what: str) -> float:
 
 
 F32_BETA_MIN = 2.0 ** -150   # (a beta of at most this magnitude is 0 in float32, the kernel's parameter)
+F32_MAX = float(np.finfo(np.float32).max)
 
 
-def check_beta(beta: float) -> float:
-    """beta, refused where it is not 0 but becomes 0 in float32: the kernel would then leave C
-    unread, where numpy's beta * C still carries C's NaNs and infinities."""
+def check_scalars(alpha, beta) -> tuple:
+    """(alpha, beta) as floats the kernel's float32 parameters hold: real numbers (real_number),
+    finite ones within float32's range (infinities and NaN are taken as they are), and a beta
+    that is not 0 not 0 in float32 either: the kernel would then leave C unread, where numpy's
+    beta * C still carries C's NaNs and infinities."""
+    alpha, beta = real_number(alpha, "alpha"), real_number(beta, "beta")
+    for name, x in (("alpha", alpha), ("beta", beta)):
+        if abs(x) > F32_MAX and x not in (float("inf"), float("-inf")):
+            raise LaunchError(f"{name}={x!r} is beyond float32's range, the kernel's precision (largest "
+                              f"{F32_MAX:.7g}; an infinite {name} is taken)")
     if beta != 0 and -F32_BETA_MIN <= beta <= F32_BETA_MIN:
         raise LaunchError(f"beta={beta!r} is 0 in float32, the kernel's precision, so C would not be read (numpy's "
                           f"beta * C keeps C's NaNs and infinities): pass beta=0, or one of at least 2**-149 in size")
-    return beta
+    return alpha, beta
 
 
 def check_real_arrays(**arrays):
@@ -254,7 +262,7 @@ def run_gemm(kernel, A, B, *, out=None, alpha=1.0, beta=0.0, bias=None, residual
              repitch=False, scales=NO_SCALES):
     """The general path (the fast one, FastCall, is tried first by GemmKernel.__call__)."""
     spec = kernel.spec
-    alpha, beta = real_number(alpha, "alpha"), check_beta(real_number(beta, "beta"))
+    alpha, beta = check_scalars(alpha, beta)
     check_epilogue(spec, bias, residual, scales)
     check_device(device)
     host = all(x is None or _is_host(x) for x in (A, B, out, bias, residual))
@@ -350,7 +358,7 @@ class FastCall:
 
     def run(self, lib, pa, pb, out, pc, bias, residual, alpha, beta, repitch, scales=NO_SCALES):
         if type(beta) not in _NUMBERS or (beta and -F32_BETA_MIN <= beta <= F32_BETA_MIN):
-            return None   # (the general path converts beta, or says what is wrong: check_beta)
+            return None   # (the general path converts beta, or says what is wrong: check_scalars)
         last = self._last
         if last is not None and bias is None and residual is None and (scales is NO_SCALES) != self.any_scaled \
                 and type(alpha) in _NUMBERS and type(beta) in _NUMBERS:
@@ -884,7 +892,7 @@ def run_batched(kernel, A, B, out, count: int, *, alpha=1.0, beta=0.0, bias=None
     matrices and pitches are 16-byte aligned, else None is returned (the caller multiplies
     matrix by matrix, re-pitching them)."""
     spec = kernel.spec
-    alpha, beta = real_number(alpha, "alpha"), check_beta(real_number(beta, "beta"))
+    alpha, beta = check_scalars(alpha, beta)
     M, K = int(A.shape[1]), int(A.shape[2])
     N = int(B.shape[2])
     sizes = {"M": M, "N": N, "K": K, "BATCH": count}
@@ -979,7 +987,7 @@ class BatchedCall:
         """out (made when None; then beta must be 0), or None when the arrays do not fit: another
         layout or device, an epilogue operand missing, a stack TMA cannot describe."""
         if type(beta) not in _NUMBERS or (beta and -F32_BETA_MIN <= beta <= F32_BETA_MIN):
-            return None   # (the general path converts beta, or says what is wrong: check_beta)
+            return None   # (the general path converts beta, or says what is wrong: check_scalars)
         last = self._last
         if last is not None and pc is not None and bias is None and pr is None and type(alpha) in _NUMBERS \
                 and type(beta) in _NUMBERS and (pa, pb, pc, count, alpha, beta) == last[0] \

@@ -8,8 +8,8 @@ import numpy as np
 from .. import compiler, runtime
 from ..compiler import Kernel
 from ..errors import LaunchError
-from .call import (NO_SCALES, BatchedCall, FastCall, check_beta, check_device, check_epilogue, check_stream_k_range,
-                   real_number, refuse_stack, run_batched, run_gemm, stack_counters, workspace_arguments,
+from .call import (NO_SCALES, BatchedCall, FastCall, check_device, check_epilogue, check_scalars, check_stream_k_range,
+                   refuse_stack, run_batched, run_gemm, stack_counters, workspace_arguments,
                    workspace_shape)
 from .template import trace_gemm, trace_split_k_sum, trace_stream_k_fixup
 from .prepare import preparations
@@ -193,7 +193,7 @@ class GemmKernel(Kernel):
         if bias is not None and tuple(getattr(bias, "shape", ())) != (length,):
             raise LaunchError(f"bias has shape {tuple(getattr(bias, 'shape', ()))}; a bias per "
                               f"{self.spec.epilogue.bias} has {length} elements")
-        alpha, beta = real_number(alpha, "alpha"), check_beta(real_number(beta, "beta"))
+        alpha, beta = check_scalars(alpha, beta)
         host = all(x is None or isinstance(x, np.ndarray) for x in (A, B, out, bias, residual))
         check_device(device)
         if device is not None and not host:
