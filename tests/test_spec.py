@@ -475,3 +475,18 @@ def test_no_epilogue_is_the_plain_one():
     assert GemmSpec(epilogue=None) == GemmSpec()
     from tilegen.gemm import parse_spec_text
     assert parse_spec_text("gemm { dtype = bf16 epilogue = none }") == GemmSpec(dtype="bf16")
+
+
+def test_numpy_integers_are_taken_as_ints():
+    """Sizes computed with numpy (np.int64 stages, a tile from an array) are plain ints in the spec:
+    equal to the spec of Python ints, with the same repr (which names its kernels' cache entries)."""
+    import numpy as np
+
+    got = GemmSpec(stages=np.int64(4), tile=tuple(np.array([128, 128, 64])), warps=np.array([2, 2]),
+                   group_m=np.int32(4), split_k=np.int64(2), cluster=(np.int64(1), np.int64(1)))
+    want = GemmSpec(stages=4, tile=(128, 128, 64), warps=(2, 2), group_m=4, split_k=2)
+    assert got == want and repr(got) == repr(want) and hash(got) == hash(want)
+    assert all(type(v) is int for v in (got.stages, got.group_m, got.split_k, got.tile.m, got.warps.n, *got.cluster))
+    for bad in (dict(stages=np.float64(4)), dict(stages=True), dict(tile=(128.0, 128, 64))):
+        with pytest.raises(SpecError):
+            GemmSpec(**bad)

@@ -9,8 +9,11 @@ from __future__ import annotations
 
 import difflib
 import functools
+import numbers
 from dataclasses import dataclass, field, fields, replace
 from typing import Optional, Union
+
+import numpy as np
 
 from ..arch import dtypes as _dtypes
 from ..arch.dtypes import FP8
@@ -44,10 +47,22 @@ STREAM_K_FIXUP = (64, 64)   # the stream-K fix-up kernel's block of C (template.
 FP8_PROMOTE = 2
 
 
+_INT_FIELDS = ("stages", "group_m", "frag_buffers", "split_k", "promote")
+
+
+def _int(v):
+    """v as a Python int where it is an integer of another type (numpy's, from sizes computed
+    with numpy), else v itself: a spec holds plain ints (its repr names its kernels' cache entries)."""
+    return int(v) if isinstance(v, numbers.Integral) and not isinstance(v, bool) and type(v) is not int else v
+
+
 def _ints(name: str, value, n: int) -> tuple:
-    if isinstance(value, (list, tuple)) and len(value) == n and all(
-            isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in value):
-        return tuple(value)
+    if isinstance(value, np.ndarray) and value.ndim == 1:
+        value = value.tolist()
+    if isinstance(value, (list, tuple)) and len(value) == n:
+        value = tuple(_int(v) for v in value)
+        if all(isinstance(v, int) and not isinstance(v, bool) and v > 0 for v in value):
+            return value
     raise SpecError(name, value, f"a tuple of {n} positive ints")
 
 
@@ -252,8 +267,11 @@ class GemmSpec:
 
     def __post_init__(self):
         set_ = lambda k, v: object.__setattr__(self, k, v)  # noqa: E731  (frozen)
-        if isinstance(self.cluster, list):
-            set_("cluster", tuple(self.cluster))
+        for name in _INT_FIELDS:   # (numpy integers, from sizes computed with numpy: plain ints)
+            set_(name, _int(getattr(self, name)))
+        cluster = self.cluster.tolist() if isinstance(self.cluster, np.ndarray) else self.cluster
+        if isinstance(cluster, (list, tuple)):
+            set_("cluster", tuple(_int(v) for v in cluster))
         if not (isinstance(self.pretranspose, bool) or self.pretranspose == "A"):
             raise SpecError("pretranspose", self.pretranspose, "True, False or 'A'")
         if self.dtype not in OPERAND_DTYPES:
