@@ -1,4 +1,5 @@
 """tilegen.matmul: the dispatcher's choices and its results on the emulator."""
+import importlib
 import re
 import warnings
 
@@ -154,6 +155,25 @@ def test_bias_axis_from_its_length_and_the_fused_result():
     ref = np.maximum(A.astype(np.float64) @ B.astype(np.float64) + bias_col, 0)
     assert out.dtype == np.float16
     assert np.abs(out.astype(np.float64) - ref).max() <= 2e-3 * max(1, np.abs(ref).max())
+
+
+@pytest.mark.parametrize("cc, target", [((9, 0), "sm_90"), ((8, 9), "sm_89"), ((8, 7), "sm_86"), ((10, 0), "sm_89"),
+                                        ((12, 0), "sm_89")])
+def test_matmul_chooses_for_gpus_it_has_no_target_of_their_own_for(monkeypatch, cc, target):
+    """The target matmul's choices are made for, by the GPU's compute capability: a GPU newer than
+    Hopper (sm_100, sm_120) takes sm_89's mma.sync kernels (sm_90a's wgmma code does not load
+    there); before, its 'sm_100' was no target and every call was refused."""
+    from tilegen import runtime
+    from tilegen.runtime.driver import DeviceInfo
+
+    mm = importlib.import_module("tilegen.gemm.matmul")
+    monkeypatch.setattr(runtime, "gpu_available", lambda: True)
+    monkeypatch.setattr(runtime, "device_info", lambda device=0: DeviceInfo("GPU", cc, 132, 232448, "13.0"))
+    assert mm._target() == target
+    spec = tilegen.matmul.explain(*_pair(256, 256, 256, np.float16)).spec
+    assert spec.target == target or (target == "sm_90" and spec.target == "sm_90a")
+    if cc[0] >= 10:
+        assert spec.instruction == "mma.sync"
 
 
 def test_a_bias_runs_along_the_axis_numpy_broadcasts_it_on():

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -490,3 +491,12 @@ def test_numpy_integers_are_taken_as_ints():
     for bad in (dict(stages=np.float64(4)), dict(stages=True), dict(tile=(128.0, 128, 64))):
         with pytest.raises(SpecError):
             GemmSpec(**bad)
+
+
+@pytest.mark.parametrize("name, hint", [("sm_100", "pass target='sm_90'"), ("sm_120", "pass target='sm_90'"),
+                                        ("sm_90A", "lower case: 'sm_90a'"), ("sm_75", "needs sm_80 or newer")])
+def test_an_unknown_target_says_what_to_use(name, hint):
+    """A target tilegen has no code for says why and what to use (sm_100 had been told that tilegen
+    needs sm_80 or newer)."""
+    with pytest.raises(SpecError, match=re.escape(hint)):
+        GemmSpec(target=name)

@@ -49,6 +49,21 @@ TARGETS: dict[str, Target] = {
 }
 
 
+def target_for(cc) -> str:
+    """The target of a GPU of compute capability cc = (major, minor): sm_XY where tilegen has it,
+    else the newest plain (not arch-specific) target below it, e.g. (8, 7) -> sm_86, (10, 0) ->
+    sm_90 (whose PTX the driver compiles for that GPU)."""
+    want = 10 * int(cc[0]) + int(cc[1])
+    exact = f"sm_{want}"
+    if exact in TARGETS:
+        return exact
+    plain = [t for t in TARGETS.values() if not t.arch_specific and t.sm <= want]
+    if not plain:
+        raise ValueError(f"compute capability {cc[0]}.{cc[1]} is older than every tilegen target "
+                         f"({', '.join(TARGETS)})")
+    return max(plain, key=lambda t: t.sm).name
+
+
 def target(name: str) -> Target:
     try:
         return TARGETS[name]

@@ -7,24 +7,15 @@ import platform
 import subprocess
 
 from .. import runtime
-from ..arch.targets import TARGETS
+from ..arch.targets import target_for
 from ..version import __version__
 
 DEFAULT_L2_BYTES = 60 * 1024 * 1024  # H200; used when the driver does not say
 
 
 def device_target(cc) -> str:
-    """The tilegen target for a compute capability: sm_XY when tilegen knows it, else the
-    newest known target below it (e.g. (10, 0) -> sm_90)."""
-    want = 10 * int(cc[0]) + int(cc[1])
-    exact = f"sm_{want}"
-    if exact in TARGETS:
-        return exact
-    plain = [t for t in TARGETS if not t.endswith("a") and int(t[3:]) <= want]
-    if not plain:
-        raise ValueError(f"compute capability {cc[0]}.{cc[1]} is older than every tilegen target "
-                         f"({', '.join(TARGETS)})")
-    return max(plain, key=lambda t: int(t[3:]))
+    """The tilegen target for a compute capability (arch.targets.target_for)."""
+    return target_for(cc)
 
 
 def l2_bytes(device: int = 0) -> int:

@@ -27,6 +27,7 @@ import numpy as np
 from .. import runtime
 from ..arch.dtypes import FP8, numpy_dtype
 from ..arch.dtypes import dtype as arch_dtype
+from ..arch.targets import target_for
 from ..codegen.ptxas import find_ptxas
 from ..errors import LaunchError, PerformanceWarning, SpecError, TilegenError
 from ..runtime import interop
@@ -312,10 +313,14 @@ def _k_major(x: np.ndarray, k_axis: int) -> bool:
 
 
 def _target() -> str:
+    """The target the choices are made for: the GPU's (sm_90 on Hopper, whose wgmma kernels are
+    sm_90a's), sm_80 without a GPU. A GPU newer than Hopper takes sm_89's kernels (mma.sync, fp8
+    included), whose PTX its driver compiles for it: sm_90a's wgmma code does not load beyond
+    Hopper (arch-specific), and sm_100 and later have no target here."""
     if not runtime.gpu_available():
         return "sm_80"
-    major, minor = runtime.device_info().cc
-    return f"sm_{major}{minor}"
+    cc = runtime.device_info().cc
+    return "sm_89" if 10 * cc[0] + cc[1] > 90 else target_for(cc)
 
 
 def _blocks128(M: int, N: int) -> int:

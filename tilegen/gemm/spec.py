@@ -47,6 +47,21 @@ STREAM_K_FIXUP = (64, 64)   # the stream-K fix-up kernel's block of C (template.
 FP8_PROMOTE = 2
 
 
+def _target_hint(name) -> str:
+    """Why a target name is not one tilegen generates for, and what to use instead."""
+    if not isinstance(name, str):
+        return ""
+    if name.lower() in TARGETS:
+        return f"targets are lower case: {name.lower()!r}"
+    digits = name[3:].rstrip("aAfF") if name.lower().startswith("sm_") else ""
+    if not digits.isdigit():
+        return ""
+    if int(digits) < 80:
+        return "tilegen needs sm_80 or newer (mma.sync, cp.async)"
+    return (f"tilegen generates code for {', '.join(TARGETS)}; on a newer GPU, sm_90's (or sm_80's) PTX runs "
+            f"through the driver's JIT: pass target='sm_90'")
+
+
 _INT_FIELDS = ("stages", "group_m", "frag_buffers", "split_k", "promote")
 
 
@@ -301,9 +316,7 @@ class GemmSpec:
         if self.target is None:
             set_("target", family.default_target(self.dtype))
         if not isinstance(self.target, str) or self.target not in TARGETS:
-            raise SpecError("target", self.target, ", ".join(TARGETS),
-                            "tilegen needs sm_80 or newer (mma.sync, cp.async)"
-                            if isinstance(self.target, str) and self.target.startswith("sm_") else "")
+            raise SpecError("target", self.target, ", ".join(TARGETS), _target_hint(self.target))
         if self.acc_dtype not in ACC_DTYPES:
             raise SpecError("acc_dtype", self.acc_dtype, ", ".join(ACC_DTYPES))
         if self.out_dtype not in OUT_DTYPES:
