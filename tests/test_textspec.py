@@ -427,3 +427,14 @@ def test_gelu_is_the_erf_gelu_in_text_too():
     spec = parse_spec_text("gemm { epilogue { bias = col  activation = gelu } }")
     assert spec.epilogue.activation == "gelu_erf"
     assert spec == GemmSpec(epilogue=Epilogue(bias="col", activation="gelu"))
+
+
+def test_booleans_in_any_case_and_what_else_is_allowed():
+    """true / false are the .tg spellings; Python's True / False / None are taken too, and a word
+    that is neither names the .tg spellings (it had said 'allowed: True, False' to 'True')."""
+    spec = parse_spec_text("gemm { instruction = wgmma  persistent = True  epilogue { residual = FALSE } }")
+    assert spec.persistent is True and spec.epilogue.residual is False
+    with pytest.raises(SpecError, match=r"line 1: persistent='maybe' is invalid; allowed: true, false, none$"):
+        parse_spec_text("gemm { persistent = maybe }")
+    with pytest.raises(SpecError, match=r"epilogue.residual='yes' is invalid; allowed: true, false$"):
+        parse_spec_text("gemm { epilogue { residual = yes } }")

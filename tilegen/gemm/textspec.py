@@ -350,10 +350,11 @@ def _convert_scalar(node: _Node, opts: list):
                     pass
         return text
     if kind == "word":
-        if text == "none" and (type(None) in opts or anything):
+        word = text.lower()   # (Python's True / False / None spelled as they are in Python, taken too)
+        if word == "none" and (type(None) in opts or anything):
             return None
-        if text in ("true", "false") and (bool in opts or anything):
-            return text == "true"
+        if word in ("true", "false") and (bool in opts or anything):
+            return word == "true"
         if float in opts and text in ("inf", "nan"):
             return float(text)
         if str in opts or anything:
@@ -403,6 +404,10 @@ def _convert(node: _Node, hint, path: tuple, source: str):
         inner = typing.get_args(hint)
         elem = inner[0] if len(inner) >= 1 and (len(inner) == 1 or inner[-1] is Ellipsis) else Any
         return tuple(_convert(n, elem, path, source) for n in node.value)
+    if node.kind == "word" and bool in opts and str not in opts and Any not in opts \
+            and node.value.lower() not in ("true", "false", "none"):
+        raise _at(SpecError(".".join(path), _shown(node), "true, false" + (", none" if type(None) in opts else "")),
+                  node.line, source)
     return _convert_scalar(node, opts)
 
 
