@@ -91,3 +91,18 @@ def test_script_without_gpu(monkeypatch, capsys):
     monkeypatch.setattr(tilegen.runtime, "device_info", no_gpu)
     assert fragments.main([]) == 2
     assert "no GPU found" in capsys.readouterr().err
+
+
+def test_bad_options_are_refused_before_any_probe_runs(monkeypatch, tmp_path, capsys):
+    """An --out that cannot be written, a negative seed or device: said at once (exit 2), before
+    the probes' GPU work (a record path in a missing folder had failed only at the end, naming
+    its temporary file)."""
+    ran = []
+    monkeypatch.setattr(fragments, "run_probe", lambda probe, device=0: ran.append(probe))
+    for argv, said in ((["--out", str(tmp_path / "none" / "f.json")], "no folder"),
+                       (["--out", str(tmp_path)], "is a folder"),
+                       (["--seed", "-3"], "--seed -3: the seed is a non-negative integer"),
+                       (["--device", "-1"], "--device -1")):
+        assert fragments.main(argv) == 2
+        assert said in capsys.readouterr().err
+    assert not ran

@@ -403,6 +403,23 @@ def compare_with_record(record) -> list:
     return found
 
 
+def _argument_problem(args) -> str:
+    """What is wrong with verify-fragments' options, or ""."""
+    if args.seed < 0:
+        return f"--seed {args.seed}: the seed is a non-negative integer"
+    if args.device < 0:
+        return f"--device {args.device}: a GPU's index is 0, 1, ..."
+    if args.out:
+        folder = os.path.dirname(os.path.abspath(args.out))
+        if os.path.isdir(args.out):
+            return f"--out {args.out} is a folder: name the record's file (FILE.json)"
+        if not os.path.isdir(folder):
+            return f"--out {args.out}: no folder {folder} to write the record in"
+        if not os.access(folder, os.W_OK):
+            return f"--out {args.out}: the folder {folder} is not writable"
+    return ""
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(prog="tilegen verify-fragments",
                                  description="Check tilegen's fragment maps on the GPU: probe kernels dump "
@@ -413,6 +430,10 @@ def main(argv=None) -> int:
     ap.add_argument("--device", type=int, default=0)
     ap.add_argument("--seed", type=int, default=SEED)
     args = ap.parse_args(argv)
+    problem = _argument_problem(args)
+    if problem:   # (said before any probe runs: a record that cannot be written wastes the GPU's work)
+        print(f"tilegen verify-fragments: error: {problem}", file=sys.stderr)
+        return 2
     try:
         report = verify_fragments(args.atoms or None, args.out, device=args.device, seed=args.seed)
     except DeviceError as e:  # the probes run on a GPU only: no emulator fallback here
