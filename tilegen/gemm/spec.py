@@ -330,6 +330,8 @@ class GemmSpec:
             raise SpecError("epilogue", self.epilogue, "an Epilogue(...) (in a .tg file a block: epilogue { bias = col "
                                                        "activation = gelu }), or None for none")
         default_tile, default_warps = family.default_tile_warps(self.dtype, self.b_layout, self.swap_ab is True)
+        set_("_tile_chosen", self.tile is not None and self.warps is None)   # (whom a mismatch blames)
+        set_("_warps_chosen", self.warps is not None and self.tile is None)
         set_("tile", TileShape.of(self.tile if self.tile is not None else default_tile))
         set_("warps", WarpLayout.of(self.warps if self.warps is not None else default_warps))
         deeper = self.stages is None and family.default_stage_count(self.dtype) > family.default_stages
@@ -595,6 +597,17 @@ class GemmSpec:
         return "GemmSpec(" + ", ".join(parts) + ")"
 
     # -- validation ---------------------------------------------------------------------------
+    def _tile_warps_mismatch(self, rule: str):
+        """A tile and warps that do not fit together: blamed on the field the user gave where the
+        other is its default."""
+        t, w = self.tile, self.warps
+        if getattr(self, "_warps_chosen", False):
+            raise SpecError("warps", (w.m, w.n), rule, f"the default tile {t.m}x{t.n}x{t.k} needs {rule}: pass a "
+                                                       f"tile that fits these warps too")
+        why = f"the default warps {w.m}x{w.n} need it: pass warps that fit this tile too" \
+            if getattr(self, "_tile_chosen", False) else ""
+        raise SpecError("tile", (t.m, t.n, t.k), rule, why)
+
     def _auto_swizzle(self) -> str:
         """The widest XOR swizzle whose span divides both operand rows; padding otherwise."""
         esize = _dtypes.dtype(self.dtype).bytes
@@ -716,10 +729,10 @@ class GemmSpec:
         family.validate(self)
         t, w = self.tile, self.warps
         if t.m % (w.m * atom.m):
-            raise SpecError("tile", (t.m, t.n, t.k), f"tile.m a multiple of warps.m * atom.m = {w.m * atom.m}")
+            self._tile_warps_mismatch(f"tile.m a multiple of warps.m * atom.m = {w.m * atom.m}")
         # Fragments of B are loaded two n8 atoms at a time (one ldmatrix.x4 / paired loads).
         if t.n % (w.n * 2 * atom.n):
-            raise SpecError("tile", (t.m, t.n, t.k), f"tile.n a multiple of warps.n * 2 * atom.n = {w.n * 2 * atom.n}")
+            self._tile_warps_mismatch(f"tile.n a multiple of warps.n * 2 * atom.n = {w.n * 2 * atom.n}")
         if t.k % atom.k:
             raise SpecError("tile", (t.m, t.n, t.k), f"tile.k a multiple of atom.k = {atom.k}")
         wm, wn = self.warp_tile
