@@ -75,6 +75,10 @@ def test_a_kernel_that_is_no_gemm_says_how_to_launch_it_on_either_device():
         k(np.zeros((16, 32), np.float16))
     with pytest.raises(tilegen.LaunchError, match=r"runs on the GPU; on the CPU emulator: tilegen\.sim\.run_kernel"):
         k.launch({}, {}, device="sim")
+    # the traced function itself points the same way (it had said to call the compiled kernel on arrays)
+    with pytest.raises(DSLError, match=r"tilegen\.compile\(one_tile, \.\.\.\) and launch the result with "
+                                       r"kernel\.launch\(args, sizes\).*tilegen\.sim\.run_kernel"):
+        one_tile()
 
 
 def test_user_kernel_ir_and_ptx_are_readable():

@@ -61,8 +61,9 @@ class KernelFunction:
         return kernel
 
     def __call__(self, *args, **kwargs):
-        raise DSLError(f"{self.name} is a tilegen kernel: compile it with tilegen.compile({self.name}, ...) "
-                       "and call the result on arrays")
+        raise DSLError(f"{self.name} is a tilegen kernel: compile it with tilegen.compile({self.name}, ...) and "
+                       f"launch the result with kernel.launch(args, sizes) (its parameters by name), or on the CPU "
+                       f"emulator with tilegen.sim.run_kernel(kernel, args, sizes, memory)")
 
 
 def kernel(fn=None, *, name: str | None = None):
