@@ -79,6 +79,22 @@ def test_a_beta_that_is_zero_in_float32_is_refused():
     assert np.isnan(got[0, 0]) and np.isposinf(got[1:]).all()
 
 
+def test_an_out_that_is_no_array_is_refused_by_name():
+    """out=[[...]] (a list), a number or a string: refused as not an array, on a 2-D product, a
+    stack (an AttributeError traceback before) and a kernel (it had said device='sim' takes numpy
+    arrays, or that out had dtype list)."""
+    A, B = _pair(4, 8, 8, np.float16, seed=7)
+    kernel = tilegen.compile(tilegen.GemmSpec(dtype="f16", tile=(64, 64, 32), warps=(2, 2)))
+    for out in ([[0.0] * 8] * 4, 3.0, "C"):
+        kind = type(out).__name__
+        with pytest.raises(tilegen.LaunchError, match=rf"^out must be an array .*not a {kind}$"):
+            tilegen.matmul(A, B, out=out, device="sim")
+        with pytest.raises(tilegen.LaunchError, match=rf"^out must be an array .*not a {kind}$"):
+            tilegen.matmul(np.stack([A, A]), B, out=out, device="sim")
+        with pytest.raises(tilegen.LaunchError, match=rf"^out must be an array .*not a {kind}$"):
+            kernel(A, B, out=out, device="sim")
+
+
 def test_alpha_and_beta_beyond_float32_are_refused_on_every_device():
     """The kernel's alpha and beta are float32 parameters: a finite value beyond float32's range
     is refused with a LaunchError naming it (the emulator had raised a SimError, a RuntimeError),

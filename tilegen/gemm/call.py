@@ -265,6 +265,9 @@ def run_gemm(kernel, A, B, *, out=None, alpha=1.0, beta=0.0, bias=None, residual
     alpha, beta = check_scalars(alpha, beta)
     check_epilogue(spec, bias, residual, scales)
     check_device(device)
+    for name, x in (("A", A), ("B", B), ("out", out)):
+        if x is not None and not hasattr(x, "shape"):
+            raise LaunchError(f"{name} must be an array (numpy, torch or CuPy), not a {type(x).__name__}")
     host = all(x is None or _is_host(x) for x in (A, B, out, bias, residual))
     if device == "sim":
         if not host:

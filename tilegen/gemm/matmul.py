@@ -1436,7 +1436,10 @@ def _out_dtype_name(dt) -> str:
 
 def _out_for(A, B, out, out_dtype):
     """out, or with out_dtype alone a new output of that dtype (out and an out_dtype it does
-    not have are refused)."""
+    not have are refused; an out that is no array too)."""
+    if out is not None and not (hasattr(out, "shape") and hasattr(out, "dtype")):
+        raise LaunchError(f"out must be an array to write the result into (numpy, torch or CuPy), not a "
+                          f"{type(out).__name__}")
     if out_dtype is None:
         return out
     name = _out_dtype_name(out_dtype)
