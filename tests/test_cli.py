@@ -119,6 +119,21 @@ def test_ptxas_failing_says_what_ptxas_said(capsys, monkeypatch, tmp_path):
     assert "ptxas could not assemble" in err and "ptxas fatal: planted failure" in err
 
 
+def test_ptxas_settings_are_said_in_one_line(capsys, monkeypatch, tmp_path):
+    """TILEGEN_PTXAS naming no file warns in one line (not Python's file:line and source line),
+    and TILEGEN_PTXAS=off, asked for resources, says that it is what turned ptxas off."""
+    from tilegen.codegen import ptxas
+
+    monkeypatch.setattr(ptxas, "_WARNED", set())
+    monkeypatch.setenv("TILEGEN_PTXAS", str(tmp_path / "none"))
+    main(["compile", "--emit", "resources"])
+    warned = [line for line in capsys.readouterr().err.splitlines() if "is not a file" in line]
+    assert warned and all(line.startswith("tilegen: warning: TILEGEN_PTXAS=") for line in warned)
+    monkeypatch.setenv("TILEGEN_PTXAS", "off")
+    assert main(["compile", "--emit", "resources"]) == 2
+    assert "TILEGEN_PTXAS=off says to use none" in capsys.readouterr().err
+
+
 def test_demo_rejects_unknown_dtype(capsys):
     assert main(["demo", "--dtype", "f64"]) != 0
     err = capsys.readouterr().err

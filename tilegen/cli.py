@@ -25,6 +25,7 @@ import sys
 import threading
 import time
 import typing
+import warnings
 from pathlib import Path
 
 import numpy as np
@@ -156,8 +157,10 @@ def _compile(args) -> int:
             text = kernel.bank_report()
         else:
             if find_ptxas() is None:
-                raise UsageError("--emit resources needs ptxas (CUDA 12.8 or newer): install the CUDA toolkit "
-                                 "or `pip install nvidia-cuda-nvcc`")
+                off = os.environ.get("TILEGEN_PTXAS", "").strip().lower() == "off"
+                raise UsageError("--emit resources needs ptxas (CUDA 12.8 or newer): " + (
+                    "TILEGEN_PTXAS=off says to use none; unset it" if off else
+                    "install the CUDA toolkit or `pip install nvidia-cuda-nvcc`"))
             try:
                 report = ptxas_resources(kernel.ptx, kernel.target, kernel.smem_bytes)
             except PtxasError as e:   # (its message carries ptxas's own)
@@ -601,7 +604,18 @@ def _unrecognized(parser: argparse.ArgumentParser, command: str, extra: list) ->
 
 def main(argv=None) -> int:
     """The `tilegen` command. Never a traceback: every exception becomes exit 1 or 2 with one
-    line on stderr (TILEGEN_TRACEBACK=1 lets unexpected ones through)."""
+    line on stderr (TILEGEN_TRACEBACK=1 lets unexpected ones through); warnings are one line
+    too (not Python's file, line and source)."""
+    with warnings.catch_warnings():
+        warnings.showwarning = _one_line_warning
+        return _main(argv)
+
+
+def _one_line_warning(message, category, filename, lineno, file=None, line=None):
+    print(f"tilegen: warning: {message}", file=file or sys.stderr)
+
+
+def _main(argv) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     command = argv[0] if argv and not argv[0].startswith("-") else ""
     try:
