@@ -129,3 +129,13 @@ def test_split_k_tma_stack_specs_assemble():
     math = k.ptx[k.ptx.index("// role math"):]
     counted = math.index("atom.acq_rel.gpu.global.add.u32")
     assert math.rindex("bar.sync 2, 128;", 0, counted) < counted < math.index("bar.red.or.pred %p", counted)
+
+
+def test_kernels_of_different_ptx_have_different_names():
+    """acc_dtype and group_m change the PTX, so they are in the name where not the default (an f16
+    accumulator's kernel had the f32 one's name: two different kernels of one name in profiles)."""
+    from tilegen.gemm.template import gemm_kernel_name
+
+    base = tilegen.GemmSpec(dtype="f16", tile=(64, 64, 32), warps=(2, 2))
+    names = {gemm_kernel_name(s) for s in (base, base.replace(acc_dtype="f16"), base.replace(group_m=16))}
+    assert len(names) == 3 and gemm_kernel_name(base) == "tilegen_gemm_f16_rr_f32_64x64x32_w2x2_s3_64B_fb2"

@@ -22,6 +22,10 @@ def gemm_kernel_name(spec) -> str:
             + ("_pingpong" if spec.pingpong else "") + ("_batched" if spec.batched else "")
             + (f"_promote{spec.promote}" if spec.promote else "") + ("_swapped" if spec.swap_ab else ""))
     dtypes = spec.dtype if spec.b_dtype == spec.dtype else f"{spec.dtype}x{spec.b_dtype}"
+    # (fields whose other values change the PTX too, named where they are not the default, so that
+    # two kernels of one name are one kernel in profiles and logs)
+    kind += (f"_acc{spec.acc_dtype}" if spec.acc_dtype != "f32" else "") + (
+        f"_g{spec.group_m}" if spec.group_m != 8 else "")
     return (f"tilegen_gemm{kind}_{dtypes}_{spec.a_layout[0]}{spec.b_layout[0]}_{spec.out_dtype}_"
             f"{t.m}x{t.n}x{t.k}_w{w.m}x{w.n}_s{spec.stages}_{spec.swizzle}_fb{spec.frag_buffers}"
             + _epilogue_suffix(spec.epilogue))
