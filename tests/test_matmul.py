@@ -79,6 +79,16 @@ def test_a_beta_that_is_zero_in_float32_is_refused():
     assert np.isnan(got[0, 0]) and np.isposinf(got[1:]).all()
 
 
+def test_an_activation_of_none_is_none_and_an_empty_name_is_refused():
+    """activation=None means none for matmul and Epilogue alike (Epilogue had refused it); an empty
+    name is no activation's (matmul had taken "" as none)."""
+    A, B = _pair(8, 8, 8, np.float16, seed=8)
+    assert tilegen.matmul.explain(A, B, activation=None).spec.epilogue.activation == "none"
+    assert tilegen.Epilogue(activation=None) == tilegen.Epilogue()
+    with pytest.raises(tilegen.SpecError, match=r"activation='' is invalid; allowed: none, relu"):
+        tilegen.matmul.explain(A, B, activation="")
+
+
 def test_an_out_that_is_no_array_is_refused_by_name():
     """out=[[...]] (a list), a number or a string: refused as not an array, on a 2-D product, a
     stack (an AttributeError traceback before) and a kernel (it had said device='sim' takes numpy

@@ -502,7 +502,8 @@ def explain(A, B, *, bias=None, activation=None, residual=None, alpha=1.0, beta=
     device_b = not cols_scaled and _device_scale_dtype(scale_b) is not None
     if device_a or device_b:
         why.append("per-tensor scales in GPU memory, read by the kernel (no read-back; capturable)")
-    epilogue = Epilogue(bias=axis, activation=activation or "none", residual=residual is not None,
+    epilogue = Epilogue(bias=axis, activation="none" if activation is None else activation,   # ("" is no name)
+                        residual=residual is not None,
                         scale_rows=rows_scaled, scale_cols=cols_scaled, device_scale_a=device_a,
                         device_scale_b=device_b)
     # fp8 host arrays (K-major views of any strides) are copied into the layouts the kernel reads

@@ -142,7 +142,7 @@ class Epilogue:
     def __post_init__(self):
         if self.bias not in BIAS:
             raise SpecError("epilogue.bias", self.bias, "None, 'row' (length M), 'col' (length N)")
-        act = canonical_activation(self.activation)
+        act = canonical_activation("none" if self.activation is None else self.activation)   # (None: as matmul's)
         if act is None:
             raise SpecError("epilogue.activation", self.activation, activation_choices())
         object.__setattr__(self, "activation", act)
