@@ -432,6 +432,7 @@ def explain(A, B, *, bias=None, activation=None, residual=None, alpha=1.0, beta=
     """The spec matmul would run for these arguments (matmul's own), and the reason. Runs
     nothing (alpha, beta and device do not change the choice); fp8 over FP8_WIDE_MIN_AREA
     outputs on Hopper loads the wide kernel once per process (loads_without_spills)."""
+    _check_out(out)
     out_name = None   # a product's out_dtype alone: only its name counts, no output is made
     if out is None and out_dtype is not None and not batch.is_stack(A, B):
         out_name = _out_dtype_name(out_dtype)
@@ -845,7 +846,8 @@ def _fast_matmul(lib, A, B, out, bias, activation, residual, alpha, beta, allow_
         if len(_exact) >= EXACT_MAX:
             _exact.clear()
         _exact[exact] = kernel
-    c = kernel.fast_call.run(lib, pa, pb, out, pc, bias_vector(bias), residual, alpha, beta, True, scales)
+    c = kernel.fast_call.run(lib, pa, pb, out, pc, bias if bias is None else bias_vector(bias), residual, alpha, beta,
+                             True, scales)
     return c if stack is None or out is not None or c is None else c.reshape(*stack, c.shape[1])
 
 
@@ -978,6 +980,7 @@ def matmul(A, B, *, bias=None, activation=None, residual=None, alpha=1.0, beta=0
             done = _fast_matmul(lib, A, B, out, bias, activation, residual, alpha, beta, allow_tf32, scales, out_name)
             if done is not None:
                 return done
+    _check_out(out)
     if out_name is not None:
         out = _empty_out(A, B, out_name)
     if batch.is_stack(A, B):
@@ -1233,6 +1236,7 @@ def _described(x):
 def _stacked(A, B, *, out, residual, scale_a=None, scale_b=None, **options):
     """matmul of stacks of matrices or of vectors (gemm/batch.py): one folded product, one
     launch of a batched kernel, or one product per matrix."""
+    _check_out(out)
     stack = batch.plan(A, B, out=out, bias=options.get("bias"))
     if options.get("device") is None and isinstance(A, np.ndarray) and not runtime.gpu_available():
         refuse_long_emulation(stack.matrices * stack.M, stack.N, stack.K)
@@ -1435,14 +1439,19 @@ def _out_dtype_name(dt) -> str:
     return _OUT_NAMES[name]
 
 
-def _out_for(A, B, out, out_dtype):
-    """out, or with out_dtype alone a new output of that dtype (out and an out_dtype it does
-    not have are refused; an out that is no array too)."""
+def _check_out(out) -> None:
+    """An out that is no array is refused by name (off the fast path, which declines it)."""
     if out is not None and not (hasattr(out, "shape") and hasattr(out, "dtype")):
         raise LaunchError(f"out must be an array to write the result into (numpy, torch or CuPy), not a "
                           f"{type(out).__name__}")
+
+
+def _out_for(A, B, out, out_dtype):
+    """out, or with out_dtype alone a new output of that dtype (out and an out_dtype it does
+    not have are refused)."""
     if out_dtype is None:
         return out
+    _check_out(out)
     name = _out_dtype_name(out_dtype)
     if out is None:
         return _empty_out(A, B, name)
