@@ -50,6 +50,15 @@ class SimArray:
 
     itemsize = property(lambda self: self.dtype.itemsize)
     ndim = property(lambda self: len(self.shape))
+    size = property(lambda self: int(np.prod(self.shape, dtype=np.int64)))
+
+    def __getitem__(self, i) -> "SimArray":
+        """The i-th array along the first axis (an integer index: a view)."""
+        if not isinstance(i, (int, np.integer)) or not self.shape or not -self.shape[0] <= i < self.shape[0]:
+            raise IndexError(f"SimArray takes an integer index within its first axis, not {i!r}")
+        i = int(i) % self.shape[0]
+        return SimArray(self.dev, self.ptr + i * self.elements[0] * self.itemsize, self.shape[1:], self.elements[1:],
+                        self.dtype)
     strides = property(lambda self: tuple(s * self.itemsize for s in self.elements))
 
     @property

@@ -391,3 +391,70 @@ def test_a_bias_of_one_row_or_one_column_on_gpu_arrays(sim_gpu):
     for bias in (b[None, :], b[:, None]):
         c = tilegen.matmul(a_, b_, bias=sim_gpu.array(bias))
         _check(c, _ref(A, B) + bias.astype(np.float64), A, B, "f16", "f16")
+
+
+def test_stacks_through_matmul_remember_their_batched_kernel(sim_gpu):
+    """A stack of products (B a stack too): the first call chooses and runs the batched kernel,
+    the next ones go straight from the probes (matmul's _fast_stack); each result against numpy."""
+    rng = np.random.default_rng(12)
+    A = rng.standard_normal((3, 40, 48)).astype(np.float16)
+    B = rng.standard_normal((3, 48, 56)).astype(np.float16)
+    a, b = sim_gpu.array(A), sim_gpu.array(B)
+    for step in range(3):
+        if step == 2:
+            A = rng.standard_normal(A.shape).astype(np.float16)
+            for i in range(3):
+                a[i].write(A[i])
+        got = tilegen.matmul(a, b).numpy()
+        for i in range(3):
+            _check(got[i], _ref(A[i], B[i]), A[i], B[i], "f16", "f16")
+    assert len({name for name, _, _ in sim_gpu.launches}) == 1 and len(sim_gpu.launches) == 3
+
+
+def test_the_tma_stack_kernel_from_gpu_stacks(sim_gpu):
+    """The warp-specialized kernel over a whole stack through 3-D tensor maps (any M, N, K), with
+    a broadcast B (one matrix for every product)."""
+    spec = tilegen.GemmSpec(dtype="f16", out_dtype="f16", batched=True, copy="tma", **WGMMA)
+    assert spec.persistent and spec.copy == "tma"
+    kernel = tilegen.compile(spec)
+    rng = np.random.default_rng(13)
+    A = rng.standard_normal((3, 70, 40)).astype(np.float16)
+    for B in (rng.standard_normal((3, 40, 136)).astype(np.float16), rng.standard_normal((1, 40, 136)).astype(np.float16)):
+        got = kernel(sim_gpu.array(A), sim_gpu.array(B)).numpy()
+        assert sim_gpu.launches[-1][0] == kernel.name   # (one launch for the stack)
+        for i in range(3):
+            Bi = B[i % B.shape[0]]
+            _check(got[i], _ref(A[i], Bi), A[i], Bi, "f16", "f16")
+
+
+def test_out_dtype_alone_makes_the_output_through_the_remembered_kernel(sim_gpu):
+    A, B = _operands(64, 48, 40)
+    a, b = sim_gpu.array(A), sim_gpu.array(B)
+    for step in range(2):
+        c = tilegen.matmul(a, b, out_dtype="f32")
+        assert c.dtype == np.float32
+        _check(c, _ref(A, B), A, B, "f16", "f32")
+    assert len(sim_gpu.launches) == 2
+
+
+@pytest.mark.parametrize("kind", ["one element", "per row and column"])
+def test_fp8_scales_through_matmul(sim_gpu, kind):
+    """fp8 x W.T with its scales as torch._scaled_mm takes them: one-element f32 GPU arrays (read
+    where they are) or vectors per row of A / per column of B; new scale arrays on the second call."""
+    import ml_dtypes
+
+    rng = np.random.default_rng(seed(kind))
+    A = rng.standard_normal((40, 64)).astype(ml_dtypes.float8_e4m3fn)
+    W = rng.standard_normal((48, 64)).astype(ml_dtypes.float8_e4m3fn)
+    a, w = sim_gpu.array(A), sim_gpu.array(W)
+    for step in range(2):
+        if kind == "one element":
+            sa, sb = (np.array([rng.uniform(0.5, 2)], np.float32) for _ in range(2))
+            scale = float(sa[0]) * float(sb[0])
+        else:
+            sa, sb = rng.uniform(0.5, 2, 40).astype(np.float32), rng.uniform(0.5, 2, 48).astype(np.float32)
+            scale = sa.astype(np.float64)[:, None] * sb.astype(np.float64)[None, :]
+        c = tilegen.matmul(a, w.T, scale_a=sim_gpu.array(sa), scale_b=sim_gpu.array(sb), out_dtype="bf16")
+        ref = scale * (A.astype(np.float64) @ W.T.astype(np.float64))
+        got = c.numpy().astype(np.float64)
+        assert not np.isnan(got).any() and np.linalg.norm(got - ref) <= 2.0 ** -7 * np.linalg.norm(ref)
