@@ -134,6 +134,16 @@ def test_ptxas_settings_are_said_in_one_line(capsys, monkeypatch, tmp_path):
     assert "TILEGEN_PTXAS=off says to use none" in capsys.readouterr().err
 
 
+def test_version(capsys):
+    from tilegen.version import __version__
+
+    with pytest.raises(SystemExit) as e:
+        from tilegen.cli import build_parser
+        build_parser().parse_args(["--version"])
+    assert e.value.code == 0 and capsys.readouterr().out.strip() == f"tilegen {__version__}"
+    assert main(["--version"]) == 0
+
+
 def test_demo_rejects_unknown_dtype(capsys):
     assert main(["demo", "--dtype", "f64"]) != 0
     err = capsys.readouterr().err

@@ -438,3 +438,16 @@ def test_booleans_in_any_case_and_what_else_is_allowed():
         parse_spec_text("gemm { persistent = maybe }")
     with pytest.raises(SpecError, match=r"epilogue.residual='yes' is invalid; allowed: true, false$"):
         parse_spec_text("gemm { epilogue { residual = yes } }")
+
+
+@pytest.mark.parametrize("text", ["gemm { tile = 128 X 128 X 64 }", "gemm { tile = 128,128,64 }",
+                                  "gemm { tile = 128*128*64 }", "gemm { tile = (128, 128, 64) }"])
+def test_dimensions_spelled_as_elsewhere_get_the_spelling_here(text):
+    with pytest.raises(SpecSyntaxError, match=r"dimensions are written 128 x 256 x 64"):
+        parse_spec_text(text)
+
+
+def test_a_bare_word_that_names_no_file_says_how_strings_are_read():
+    """tilegen.compile("f16") reads a path: the message says so and what to pass instead."""
+    with pytest.raises(SpecFileError, match=r"GemmSpec\(dtype='f16'\)"):
+        tilegen.compile("f16")

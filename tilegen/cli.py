@@ -31,6 +31,7 @@ from pathlib import Path
 import numpy as np
 
 from . import runtime, show
+from .version import __version__
 from .arch.dtypes import numpy_dtype
 from .codegen.ptxas import PtxasError, find_ptxas
 from .codegen.ptxas import resources as ptxas_resources
@@ -488,6 +489,7 @@ def build_parser() -> argparse.ArgumentParser:
         prog="tilegen", description="A Python kernel DSL that generates PTX.",
         epilog=f"`tilegen COMMAND --help` describes each command; docs/cli.md has examples.\n\n{EXIT_CODES}",
         formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--version", action="version", version=f"tilegen {__version__}")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
 
     spec_help = "the spec: a .tg file, '-' for standard input, or left out for GemmSpec's defaults"

@@ -69,10 +69,12 @@ class SpecSyntaxError(TilegenError, ValueError):
         if expected:
             msg += ", expected " + _one_of(self.expected)
         lines = text.splitlines()
-        if 1 <= line <= len(lines):
-            quote, caret = _window(lines[line - 1].expandtabs(1), column)
+        here = lines[line - 1] if 1 <= line <= len(lines) else ""
+        if here:
+            quote, caret = _window(here.expandtabs(1), column)
             msg += f"\n    {quote}\n    {' ' * caret}^"
-        if found == "'('":
+        # (the spellings of dimensions other languages use: (128, 256), 128,256, 128 X 256, 128*256)
+        if found in ("'('", "','", "'*'") or re.search(r"[0-9]\s*[X*,]\s*[0-9]", here):
             msg += "\n    (dimensions are written 128 x 256 x 64, lists [a, b])"
         super().__init__(msg)
 
@@ -269,7 +271,11 @@ def _read_source(text_or_path) -> tuple[str, str]:
                                     f"most {MAX_BYTES}")
             return path.read_text(), str(path)
         except OSError as e:
-            raise SpecFileError(f"cannot read the spec file {str(path)!r}: {e.strerror or e}") from None
+            hint = ""
+            if isinstance(text_or_path, str) and not path.suffix and os.sep not in text_or_path:
+                hint = (f" (a string is read as a .tg file's path, or as .tg text where it holds braces: "
+                        f"gemm {{ dtype = {text_or_path} }}; or pass GemmSpec(dtype={text_or_path!r}))")
+            raise SpecFileError(f"cannot read the spec file {str(path)!r}: {e.strerror or e}{hint}") from None
     if not isinstance(text_or_path, str):
         raise TilegenError(f"a .tg spec is text or a path, not {type(text_or_path).__name__}")
     return text_or_path, "<text>"
