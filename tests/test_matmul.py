@@ -89,6 +89,17 @@ def test_an_activation_of_none_is_none_and_an_empty_name_is_refused():
         tilegen.matmul.explain(A, B, activation="")
 
 
+def test_a_kernel_says_how_to_convert_a_host_array_of_another_dtype():
+    kernel = tilegen.compile(tilegen.GemmSpec(dtype="f16", tile=(64, 64, 32), warps=(2, 2)))
+    A, B = _pair(4, 8, 8, np.float16, seed=9)
+    for kw, said in ((dict(out=np.zeros((4, 8), ">f4")), "out is byte-swapped, pass an array in the machine's"),
+                     (dict(A=A.astype(">f2")), r"A is byte-swapped, pass A.astype\(A.dtype.newbyteorder\('='\)\)"),
+                     (dict(A=A.astype(np.float32)), r"pass A.astype\(np.float16\)")):
+        args = {"A": A, "B": B, **kw}
+        with pytest.raises(tilegen.LaunchError, match=said):
+            kernel(args.pop("A"), args.pop("B"), device="sim", **args)
+
+
 def test_an_out_that_is_no_array_is_refused_by_name():
     """out=[[...]] (a list), a number or a string: refused as not an array, on a 2-D product, a
     stack (an AttributeError traceback before) and a kernel (it had said device='sim' takes numpy

@@ -100,7 +100,14 @@ def _check_host(x, name: str, want: np.dtype, dtype_name: str, ndim: int = 2):
         raise LaunchError(f"{name} must be {ndim}-D, got shape {x.shape}{stack}")
     refuse_masked(x, name)
     if x.dtype != want:
-        raise LaunchError(f"{name} has dtype {x.dtype}; this kernel takes {want} ({dtype_name})")
+        hint = ""
+        if x.dtype.newbyteorder("=") == want:   # (the same type in the other byte order)
+            hint = f": {name} is byte-swapped, pass " + (
+                "an array in the machine's byte order" if name == "out" else f"{name}.astype({name}.dtype.newbyteorder('='))")
+        elif name != "out" and x.dtype.kind in "fiu":
+            hint = f": pass {name}.astype(np.{want.name})" if want.name in ("float16", "float32") else \
+                f": pass {name}.astype(ml_dtypes.{want.name})"
+        raise LaunchError(f"{name} has dtype {x.dtype}; this kernel takes {want} ({dtype_name}){hint}")
 
 
 def refuse_masked(x, name: str) -> None:
