@@ -192,6 +192,9 @@ class SimDevice:
         for name in ("_chosen", "_exact", "_stacks"):
             monkeypatch.setattr(gemm_matmul, name, {})
         monkeypatch.setattr(gemm_matmul, "_sm_count", lambda: EMULATOR_SM_COUNT)
+        # the general path of GPU arrays (describe, check, launch by name) must not run: a call the
+        # fast paths decline fails here, so a test that returns went through them
+        monkeypatch.setattr(gemm_call, "_run_device", _general_path)
 
     def alloc(self, nbytes: int, fill: int = 0xFF) -> int:
         ptr = self.memory.alloc(max(int(nbytes), 1))
@@ -244,6 +247,10 @@ class SimDevice:
             for call in (getattr(launcher.kernel, "_fast", None), getattr(launcher.kernel, "_batched", None)):
                 if call is not None and hasattr(call, "_last"):
                     call._last = None
+
+
+def _general_path(*args, **kwargs):
+    raise AssertionError("the general path ran (gemm/call.py _run_device): the fast paths declined this call")
 
 
 def _numpy_dtype(name) -> np.dtype:

@@ -124,7 +124,7 @@ def test_compile_speed_table():
 
 
 @pytest.mark.parametrize("cc, target", [((9, 0), "sm_90"), ((8, 0), "sm_80"), ((8, 6), "sm_86"),
-                                        ((8, 7), "sm_86"), ((10, 0), "sm_90"), ((12, 0), "sm_90")])
+                                        ((8, 7), "sm_86"), ((10, 0), "sm_89"), ((12, 0), "sm_89")])
 def test_device_target(cc, target):
     assert env.device_target(cc) == target
 

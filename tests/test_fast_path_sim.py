@@ -1,10 +1,11 @@
 """The fast paths GPU arrays take (gemm/call.py FastCall and BatchedCall, gemm/matmul.py's
 remembered choices), run on the CPU: tests/sim_device.py stands the emulator in for the GPU
 under them, so each call below runs the same code a PyTorch user's call runs, launch by
-launch, and is checked against numpy. A call the fast path declined would go on to the
-general path, which cannot read the emulator's arrays and fails: so every call that returns
-here went through the fast path."""
+launch, and is checked against numpy. A call the fast paths declined would go on to the
+general path, which the stand-in makes fail: so every call that returns here went through
+them."""
 import importlib
+import re
 
 import numpy as np
 import pytest
@@ -49,7 +50,7 @@ def test_a_kernel_call_launches_once_and_again_with_the_same_arrays(sim_gpu):
     A2 = (A * -0.5).astype(np.float16)
     a.write(A2)
     assert kernel(a, b, out=c) is c
-    assert kernel.fast_call._last is remembered and len(sim_gpu.launches) == 2
+    assert remembered is not None and kernel.fast_call._last is remembered and len(sim_gpu.launches) == 2
     _check(c, _ref(A2, B), A2, B)
 
 
@@ -458,3 +459,21 @@ def test_fp8_scales_through_matmul(sim_gpu, kind):
         ref = scale * (A.astype(np.float64) @ W.T.astype(np.float64))
         got = c.numpy().astype(np.float64)
         assert not np.isnan(got).any() and np.linalg.norm(got - ref) <= 2.0 ** -7 * np.linalg.norm(ref)
+
+
+def test_scalars_the_fast_path_cannot_take_are_refused_by_name(sim_gpu):
+    """alpha or beta beyond float32's range on GPU arrays: declined by the fast path and refused by
+    name (the stand-in's general path would fail: so it is the check before it that says so); a
+    beta that is 0 in float32 likewise."""
+    kernel = tilegen.compile(tilegen.GemmSpec(dtype="f16", **SMALL))
+    A, B = _operands(16, 16, 16)
+    a, b, c = sim_gpu.array(A), sim_gpu.array(B), sim_gpu.empty((16, 16), "float32")
+    for kw, said in ((dict(alpha=1e300), "alpha=1e+300 is beyond float32's range"),
+                     (dict(beta=-1e39), "beta=-1e+39 is beyond float32's range"),
+                     (dict(beta=1e-50), "is 0 in float32")):
+        assert kernel.fast_call(a, b, c, None, None, kw.get("alpha", 1.0), kw.get("beta", 0.0), False) is None
+        with pytest.raises(tilegen.LaunchError, match=re.escape(said)):
+            kernel(a, b, out=c, **kw)
+        with pytest.raises(tilegen.LaunchError, match=re.escape(said)):
+            tilegen.matmul(a, b, out=sim_gpu.empty((16, 16), "float16"), **kw)
+    assert not sim_gpu.launches

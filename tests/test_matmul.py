@@ -132,6 +132,14 @@ def test_alpha_and_beta_beyond_float32_are_refused_on_every_device():
     with np.errstate(invalid="ignore"):
         want = np.inf * (A.astype(np.float32) @ B.astype(np.float32))
     np.testing.assert_array_equal(got, want)
+    # float32's largest as numpy prints it (a float64 just above it, which float32 rounds down to it)
+    # is taken; the first value float32 rounds to infinity is not
+    top = np.finfo(np.float32).max
+    got = kernel(A, B, alpha=3.4028235e38, device="sim")
+    with np.errstate(over="ignore"):   # (alpha * the accumulator, rounded as the kernel's mul.f32)
+        np.testing.assert_array_equal(got, top * kernel(A, B, device="sim"))
+    with pytest.raises(tilegen.LaunchError, match=r"largest 3.4028235e\+38"):
+        kernel(A, B, alpha=2.0 ** 128 - 2.0 ** 103, device="sim")
 
 
 def test_the_gpu_fast_paths_leave_a_beta_that_is_not_a_number_to_the_general_path():

@@ -493,7 +493,7 @@ def test_numpy_integers_are_taken_as_ints():
             GemmSpec(**bad)
 
 
-@pytest.mark.parametrize("name, hint", [("sm_100", "pass target='sm_90'"), ("sm_120", "pass target='sm_90'"),
+@pytest.mark.parametrize("name, hint", [("sm_100", "pass target='sm_89'"), ("sm_120", "pass target='sm_89'"),
                                         ("sm_90A", "lower case: 'sm_90a'"), ("sm_75", "needs sm_80 or newer")])
 def test_an_unknown_target_says_what_to_use(name, hint):
     """A target tilegen has no code for says why and what to use (sm_100 had been told that tilegen

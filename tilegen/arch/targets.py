@@ -49,14 +49,21 @@ TARGETS: dict[str, Target] = {
 }
 
 
+NEWER_GPUS = "sm_89"   # the target of GPUs newer than Hopper (target_for)
+
+
 def target_for(cc) -> str:
     """The target of a GPU of compute capability cc = (major, minor): sm_XY where tilegen has it,
-    else the newest plain (not arch-specific) target below it, e.g. (8, 7) -> sm_86, (10, 0) ->
-    sm_90 (whose PTX the driver compiles for that GPU)."""
+    else the newest plain (not arch-specific) target below it, e.g. (8, 7) -> sm_86; a GPU newer
+    than Hopper (sm_100, sm_120) takes NEWER_GPUS, sm_89's kernels (mma.sync, fp8 included), whose
+    PTX its driver compiles for it: no choice then treats it as Hopper, whose wgmma kernels are
+    sm_90a's and do not load beyond it."""
     want = 10 * int(cc[0]) + int(cc[1])
     exact = f"sm_{want}"
     if exact in TARGETS:
         return exact
+    if want > 90:
+        return NEWER_GPUS
     plain = [t for t in TARGETS.values() if not t.arch_specific and t.sm <= want]
     if not plain:
         raise ValueError(f"compute capability {cc[0]}.{cc[1]} is older than every tilegen target "

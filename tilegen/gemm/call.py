@@ -171,6 +171,7 @@ def real_number(x, what: str) -> float:
 
 F32_BETA_MIN = 2.0 ** -150   # (a beta of at most this magnitude is 0 in float32, the kernel's parameter)
 F32_MAX = float(np.finfo(np.float32).max)
+F32_INF_FROM = 2.0 ** 128 - 2.0 ** 103   # (a number of at least this magnitude is infinite in float32)
 
 
 def check_scalars(alpha, beta) -> tuple:
@@ -180,9 +181,9 @@ def check_scalars(alpha, beta) -> tuple:
     beta * C still carries C's NaNs and infinities."""
     alpha, beta = real_number(alpha, "alpha"), real_number(beta, "beta")
     for name, x in (("alpha", alpha), ("beta", beta)):
-        if abs(x) > F32_MAX and x not in (float("inf"), float("-inf")):
+        if abs(x) >= F32_INF_FROM and x not in (float("inf"), float("-inf")):
             raise LaunchError(f"{name}={x!r} is beyond float32's range, the kernel's precision (largest "
-                              f"{F32_MAX:.7g}; an infinite {name} is taken)")
+                              f"{F32_MAX:.8g}; an infinite {name} is taken)")
     if beta != 0 and -F32_BETA_MIN <= beta <= F32_BETA_MIN:
         raise LaunchError(f"beta={beta!r} is 0 in float32, the kernel's precision, so C would not be read (numpy's "
                           f"beta * C keeps C's NaNs and infinities): pass beta=0, or one of at least 2**-149 in size")
@@ -292,6 +293,15 @@ def run_gemm(kernel, A, B, *, out=None, alpha=1.0, beta=0.0, bias=None, residual
 
 # ---- the fast path ---------------------------------------------------------------------
 
+def _unusual_scalars(alpha, beta) -> bool:
+    """Whether alpha or beta is anything but a Python number the kernel's float32 parameter holds
+    as it is (finite within float32's range; beta not 0 in float32 unless 0): the fast paths
+    leave those to the general path (check_scalars). A few comparisons on the hot path."""
+    return (type(alpha) not in _NUMBERS or type(beta) not in _NUMBERS
+            or not (-F32_INF_FROM < alpha < F32_INF_FROM and -F32_INF_FROM < beta < F32_INF_FROM)
+            or (beta and -F32_BETA_MIN <= beta <= F32_BETA_MIN))
+
+
 def _scale_probes(lib, scales) -> tuple:
     """The probes of a call's scale arrays: None for a scale left out, False for one that is not
     an array of `lib` (a number, another library's: no remembered call holds False, so the general
@@ -367,11 +377,10 @@ class FastCall:
         return self.run(lib, lib.probe(A), lib.probe(B), out, pc, bias, residual, alpha, beta, repitch, scales)
 
     def run(self, lib, pa, pb, out, pc, bias, residual, alpha, beta, repitch, scales=NO_SCALES):
-        if type(beta) not in _NUMBERS or (beta and -F32_BETA_MIN <= beta <= F32_BETA_MIN):
-            return None   # (the general path converts beta, or says what is wrong: check_scalars)
+        if _unusual_scalars(alpha, beta):
+            return None   # (the general path converts them, or says what is wrong: check_scalars)
         last = self._last
-        if last is not None and bias is None and residual is None and (scales is NO_SCALES) != self.any_scaled \
-                and type(alpha) in _NUMBERS and type(beta) in _NUMBERS:
+        if last is not None and bias is None and residual is None and (scales is NO_SCALES) != self.any_scaled:
             if out is None and not beta and pa and pb and \
                     last[1][:8] == (pa[1], pa[2], pa[3], pa[4], pb[1], pb[2], pb[3], pb[4]):
                 # no out: a new one like last time's, then the launch with its pointer (below)
@@ -410,7 +419,7 @@ class FastCall:
         if (bias is None) != (self.bias_axis is None) or (residual is None) == self.residual or \
                 (scales[0] is None) == self.scaled[0] or (scales[1] is None) == self.scaled[1]:
             return None
-        if type(alpha) not in _NUMBERS or type(beta) not in _NUMBERS or not pa or not pb:
+        if not pa or not pb:
             return None
         a_ptr, a_shape, a_strides, a_dtype, device = pa
         b_ptr, b_shape, b_strides, b_dtype, b_device = pb
@@ -996,11 +1005,11 @@ class BatchedCall:
     def run(self, lib, pa, pb, out, pc, count: int, bias, pr, alpha, beta):
         """out (made when None; then beta must be 0), or None when the arrays do not fit: another
         layout or device, an epilogue operand missing, a stack TMA cannot describe."""
-        if type(beta) not in _NUMBERS or (beta and -F32_BETA_MIN <= beta <= F32_BETA_MIN):
-            return None   # (the general path converts beta, or says what is wrong: check_scalars)
+        if _unusual_scalars(alpha, beta):
+            return None   # (the general path converts them, or says what is wrong: check_scalars)
         last = self._last
-        if last is not None and pc is not None and bias is None and pr is None and type(alpha) in _NUMBERS \
-                and type(beta) in _NUMBERS and (pa, pb, pc, count, alpha, beta) == last[0] \
+        if last is not None and pc is not None and bias is None and pr is None \
+                and (pa, pb, pc, count, alpha, beta) == last[0] \
                 and (alpha or copysign(1.0, alpha) == copysign(1.0, last[0][4])):   # (-0.0 signs C's zeros)
             launcher = self.kernel.launcher(pa[DEVICE])
             stream = lib.stream(pa[DEVICE])
@@ -1008,8 +1017,7 @@ class BatchedCall:
                                         and not runtime.capturing(stream)):
                 launcher(last[2], last[3], stream)
                 return out
-        if (bias is None) != (self.bias is None) or (pr is None) == self.residual or type(alpha) not in _NUMBERS \
-                or type(beta) not in _NUMBERS:
+        if (bias is None) != (self.bias is None) or (pr is None) == self.residual:
             return None
         dev = pa[DEVICE]
         ta, tb, tc = self.types

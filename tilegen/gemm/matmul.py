@@ -313,14 +313,11 @@ def _k_major(x: np.ndarray, k_axis: int) -> bool:
 
 
 def _target() -> str:
-    """The target the choices are made for: the GPU's (sm_90 on Hopper, whose wgmma kernels are
-    sm_90a's), sm_80 without a GPU. A GPU newer than Hopper takes sm_89's kernels (mma.sync, fp8
-    included), whose PTX its driver compiles for it: sm_90a's wgmma code does not load beyond
-    Hopper (arch-specific), and sm_100 and later have no target here."""
+    """The target the choices are made for: the GPU's (arch.targets.target_for: sm_90 on Hopper,
+    whose wgmma kernels are sm_90a's; sm_89's for GPUs newer than Hopper), sm_80 without a GPU."""
     if not runtime.gpu_available():
         return "sm_80"
-    cc = runtime.device_info().cc
-    return "sm_89" if 10 * cc[0] + cc[1] > 90 else target_for(cc)
+    return target_for(runtime.device_info().cc)
 
 
 def _blocks128(M: int, N: int) -> int:

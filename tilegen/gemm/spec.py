@@ -19,7 +19,7 @@ from ..arch import dtypes as _dtypes
 from ..arch.dtypes import FP8
 from ..arch.mma import DEFAULT_ATOM, MMA_ATOMS, MmaAtom, atoms_for
 from ..arch.swizzle import SWIZZLE_MODES
-from ..arch.targets import TARGETS, Target
+from ..arch.targets import NEWER_GPUS, TARGETS, Target
 from ..errors import SpecError
 from ..ir.tile import activation_choices, canonical_activation
 from . import textspec
@@ -58,8 +58,8 @@ def _target_hint(name) -> str:
         return ""
     if int(digits) < 80:
         return "tilegen needs sm_80 or newer (mma.sync, cp.async)"
-    return (f"tilegen generates code for {', '.join(TARGETS)}; on a newer GPU, sm_90's (or sm_80's) PTX runs "
-            f"through the driver's JIT: pass target='sm_90'")
+    return (f"newer than the targets tilegen generates for; on such a GPU {NEWER_GPUS}'s PTX runs through the "
+            f"driver's JIT: pass target='{NEWER_GPUS}' (tilegen.matmul does)")
 
 
 _INT_FIELDS = ("stages", "group_m", "frag_buffers", "split_k", "promote")

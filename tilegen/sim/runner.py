@@ -61,9 +61,11 @@ def _pack_param(name, type_, nbytes, value) -> np.ndarray:
     if dt.kind == "f":
         if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Real):
             raise SimError(f"parameter {name} (.{type_}): {value!r} ({type(value).__name__}) is not a real number")
-        if math.isfinite(float(value)) and abs(float(value)) > float(np.finfo(dt).max):
+        with np.errstate(over="ignore"):
+            rounded = dt.type(value)
+        if math.isfinite(float(value)) and not np.isfinite(rounded):   # (a finite value its rounding takes to inf)
             raise SimError(f"parameter {name} (.{type_}): {float(value)!r} overflows {dt.name} (largest "
-                           f"{float(np.finfo(dt).max):.7g})")
+                           f"{float(np.finfo(dt).max):.8g})")
         return np.array([value], dtype=dt).view(np.uint8)
     if isinstance(value, (bool, np.bool_)) or not isinstance(value, numbers.Integral):
         raise SimError(f"parameter {name} (.{type_}): {value!r} ({type(value).__name__}) is not an integer")
