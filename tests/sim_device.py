@@ -77,9 +77,17 @@ class SimArray:
         if -1 in shape:
             known = int(np.prod([n for n in shape if n != -1]))
             shape = tuple(int(np.prod(self.shape)) // known if n == -1 else n for n in shape)
+        kept = [(n, e) for n, e in zip(self.shape, self.elements) if n != 1]
+        if tuple(n for n, _ in kept) == tuple(n for n in shape if n != 1):   # (dimensions of 1 dropped or added: a view)
+            inner = iter(e for _, e in kept)
+            return SimArray(self.dev, self.ptr, shape, tuple(1 if n == 1 else next(inner) for n in shape), self.dtype)
         if self.elements != _packed(self.shape):
             raise ValueError("reshape of a view that is not packed")
         return SimArray(self.dev, self.ptr, shape, _packed(shape), self.dtype)
+
+    def copy(self) -> "SimArray":
+        """A packed copy (as CuPy's copy: C order)."""
+        return self.dev.array(self.numpy())
 
     def numpy(self) -> np.ndarray:
         if not self.shape or 0 in self.shape:

@@ -119,7 +119,7 @@ def test_a_closed_standard_output_is_not_an_error(argv, paths, monkeypatch, caps
     (["demo", "--size", "0"], 2, "--size 0"),
     (["compile", "DEEP"], 2, "nested at most 16 deep"),
     (["compile", "DIR"], 2, "is a directory"),
-    (["compile", "--warps", "3x3"], 2, "the default tile 128x128x64 needs"),
+    (["compile", "--warps", "3x3"], 2, "the default tile 128x128x64 does not fit these warps"),
     (["run", "--m", "4096", "--n", "4096", "--k", "4096"], 2, "would take at least"),
     (["verify-fragments"], 2, "the probes need an NVIDIA GPU"),
 ])

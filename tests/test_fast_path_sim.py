@@ -12,6 +12,7 @@ import pytest
 
 import tilegen
 from tilegen.arch.dtypes import numpy_dtype
+import sim_device
 from bounds import gemm_bound, gemm_error
 from seeds import seed
 
@@ -392,6 +393,11 @@ def test_a_bias_of_one_row_or_one_column_on_gpu_arrays(sim_gpu):
     for bias in (b[None, :], b[:, None]):
         c = tilegen.matmul(a_, b_, bias=sim_gpu.array(bias))
         _check(c, _ref(A, B) + bias.astype(np.float64), A, B, "f16", "f16")
+    # a column of a matrix (its M x 1 view strided): the kernel gets a packed copy of it
+    table = sim_gpu.array(np.stack([b * 0.5, b, b * 2.0], axis=1))   # 48 x 3
+    column = sim_device.SimArray(sim_gpu, table.ptr + 2, (48, 1), (3, 1), np.float16)   # table[:, 1:2]
+    c = tilegen.matmul(a_, b_, bias=column)
+    _check(c, _ref(A, B) + b.astype(np.float64)[:, None], A, B, "f16", "f16")
 
 
 def test_stacks_through_matmul_remember_their_batched_kernel(sim_gpu):

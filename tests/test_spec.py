@@ -505,9 +505,10 @@ def test_an_unknown_target_says_what_to_use(name, hint):
 def test_a_tile_and_warps_that_do_not_fit_blame_the_field_given():
     """warps given with the default tile blame warps (and say the tile was the default); a tile
     given with the default warps blames the tile and says so; both given blame the tile."""
-    with pytest.raises(SpecError, match=r"^warps=\(3, 2\) is invalid: the default tile 128x128x64 needs tile.m"):
+    with pytest.raises(SpecError, match=r"^warps=\(3, 2\) is invalid: the default tile 128x128x64 does not fit these "
+                                        r"warps: pass a tile too; allowed: tile.m a multiple"):
         GemmSpec(warps=(3, 2))
-    with pytest.raises(SpecError, match=r"^tile=\(48, 128, 64\) is invalid: the default warps 2x2 need it"):
+    with pytest.raises(SpecError, match=r"^tile=\(48, 128, 64\) is invalid: it does not fit the default warps 2x2"):
         GemmSpec(tile=(48, 128, 64))
     with pytest.raises(SpecError, match=r"^tile=\(64, 64, 32\) is invalid; allowed: tile.n a multiple"):
         GemmSpec(tile=(64, 64, 32), warps=(2, 3))

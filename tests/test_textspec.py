@@ -438,6 +438,10 @@ def test_booleans_in_any_case_and_what_else_is_allowed():
         parse_spec_text("gemm { persistent = maybe }")
     with pytest.raises(SpecError, match=r"epilogue.residual='yes' is invalid; allowed: true, false$"):
         parse_spec_text("gemm { epilogue { residual = yes } }")
+    with pytest.raises(SpecError, match=r"stream_k='None' is invalid; allowed: true, false$"):   # (not optional)
+        parse_spec_text("gemm { stream_k = None }")
+    assert parse_spec_text("gemm { epilogue { activation = None } }").epilogue.activation == "none"
+    assert parse_spec_text("gemm { epilogue { activation = GELU_tanh } }").epilogue.activation == "gelu_tanh"
 
 
 @pytest.mark.parametrize("text", ["gemm { tile = 128 X 128 X 64 }", "gemm { tile = 128,128,64 }",
@@ -445,6 +449,10 @@ def test_booleans_in_any_case_and_what_else_is_allowed():
 def test_dimensions_spelled_as_elsewhere_get_the_spelling_here(text):
     with pytest.raises(SpecSyntaxError, match=r"dimensions are written 128 x 256 x 64"):
         parse_spec_text(text)
+    # an error elsewhere on a line that holds a list gets no such hint
+    with pytest.raises(SpecSyntaxError) as e:
+        parse_spec_text("gemm { cluster = [1, 2]  tile = 64 x 64 x 32 ) }")
+    assert "dimensions are written" not in str(e.value)
 
 
 def test_a_bare_word_that_names_no_file_says_how_strings_are_read():

@@ -221,7 +221,7 @@ def bias_axis(bias, M: int, N: int):
     A @ B: "col" (a value per column) for N elements or a 1 x N array, "row" for an M x 1 array
     (also where M == N), and, tilegen's reading where numpy would refuse it, for a 1-D array of
     M != N elements; None where it is none of these."""
-    shape = tuple(int(s) for s in getattr(bias, "shape", ()))
+    shape = tuple(getattr(bias, "shape", ()))   # (ints in numpy, torch and CuPy alike)
     if shape == (N,) or shape == (1, N):
         return "col"
     if shape == (M, 1) or shape == (M,):
@@ -230,9 +230,18 @@ def bias_axis(bias, M: int, N: int):
 
 
 def bias_vector(bias):
-    """The bias as the kernels take it, one dimension (a 1 x N or M x 1 bias as a view or copy of
-    its values; a 1-D one as it is)."""
-    return bias if bias is None or len(getattr(bias, "shape", ())) != 2 else bias.reshape(-1)
+    """The bias as the kernels take it, one dimension (a 1 x N or M x 1 bias as a view of its
+    values, or on the GPU a packed copy where that view is strided, such as a column of a matrix:
+    the kernels read a bias packed; a 1-D one as it is)."""
+    if bias is None or len(getattr(bias, "shape", ())) != 2:
+        return bias
+    v = bias.reshape(-1)
+    lib = interop.library(v)
+    if lib is not None:
+        p = lib.probe(v)
+        if p and len(p[SHAPE]) == 1 and p[SHAPE][0] > 1 and p[STRIDES][0] != 1:
+            v = v.contiguous() if hasattr(v, "contiguous") else v.copy()
+    return v
 
 
 def check_epilogue(spec, bias, residual, scales=NO_SCALES):

@@ -491,9 +491,10 @@ def explain(A, B, *, bias=None, activation=None, residual=None, alpha=1.0, beta=
     if bias is not None:
         axis = bias_axis(bias, M, N)
         if axis is None:
+            rows = f"({M}, 1)" + (f" or ({M},)" if M != N else "")
             raise LaunchError(f"bias must be N={N} values, one per column (shape ({N},) or (1, {N})), or M={M}, one "
-                              f"per row (shape ({M}, 1), or ({M},) where M != N), as numpy broadcasts it onto the "
-                              f"{M} x {N} product; got shape {tuple(getattr(bias, 'shape', ()))}")
+                              f"per row (shape {rows}), as numpy broadcasts it onto the {M} x {N} product; got shape "
+                              f"{tuple(getattr(bias, 'shape', ()))}")
     rows_scaled, cols_scaled = _vector_scale(scale_a, M, "scale_a") is not None, \
         _vector_scale(scale_b, N, "scale_b") is not None
     device_a = not rows_scaled and _device_scale_dtype(scale_a) is not None

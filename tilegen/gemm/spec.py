@@ -602,9 +602,9 @@ class GemmSpec:
         other is its default."""
         t, w = self.tile, self.warps
         if getattr(self, "_warps_chosen", False):
-            raise SpecError("warps", (w.m, w.n), rule, f"the default tile {t.m}x{t.n}x{t.k} needs {rule}: pass a "
-                                                       f"tile that fits these warps too")
-        why = f"the default warps {w.m}x{w.n} need it: pass warps that fit this tile too" \
+            raise SpecError("warps", (w.m, w.n), rule, f"the default tile {t.m}x{t.n}x{t.k} does not fit these "
+                                                       f"warps: pass a tile too")
+        why = f"it does not fit the default warps {w.m}x{w.n}: pass warps too" \
             if getattr(self, "_tile_chosen", False) else ""
         raise SpecError("tile", (t.m, t.n, t.k), rule, why)
 

@@ -73,8 +73,10 @@ class SpecSyntaxError(TilegenError, ValueError):
         if here:
             quote, caret = _window(here.expandtabs(1), column)
             msg += f"\n    {quote}\n    {' ' * caret}^"
-        # (the spellings of dimensions other languages use: (128, 256), 128,256, 128 X 256, 128*256)
-        if found in ("'('", "','", "'*'") or re.search(r"[0-9]\s*[X*,]\s*[0-9]", here):
+        # (the spellings of dimensions other languages use: (128, 256), 128,256, 128 X 256, 128*256,
+        # where the error is: next to it)
+        near = here[max(0, column - 12):column + 12]
+        if found in ("'('", "','", "'*'") or re.search(r"[0-9]\s*[X*,]\s*[0-9]", near):
             msg += "\n    (dimensions are written 128 x 256 x 64, lists [a, b])"
         super().__init__(msg)
 
@@ -411,7 +413,7 @@ def _convert(node: _Node, hint, path: tuple, source: str):
         elem = inner[0] if len(inner) >= 1 and (len(inner) == 1 or inner[-1] is Ellipsis) else Any
         return tuple(_convert(n, elem, path, source) for n in node.value)
     if node.kind == "word" and bool in opts and str not in opts and Any not in opts \
-            and node.value.lower() not in ("true", "false", "none"):
+            and node.value.lower() not in ("true", "false") + (("none",) if type(None) in opts else ()):
         raise _at(SpecError(".".join(path), _shown(node), "true, false" + (", none" if type(None) in opts else "")),
                   node.line, source)
     return _convert_scalar(node, opts)

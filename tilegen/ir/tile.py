@@ -157,6 +157,7 @@ ACTIVATION_ALIASES = {"gelu": "gelu_erf"}
 
 def canonical_activation(name):
     """The ACTIVATIONS entry `name` spells (aliases resolved), or None if it is none."""
+    name = name.lower() if isinstance(name, str) else name   # (ReLU, GELU, None as well)
     name = ACTIVATION_ALIASES.get(name, name) if isinstance(name, str) else name
     return name if name in ACTIVATIONS else None
 
