@@ -483,3 +483,8 @@ def test_scalars_the_fast_path_cannot_take_are_refused_by_name(sim_gpu):
         with pytest.raises(tilegen.LaunchError, match=re.escape(said)):
             tilegen.matmul(a, b, out=sim_gpu.empty((16, 16), "float16"), **kw)
     assert not sim_gpu.launches
+    kernel(a, b, out=c)   # remembered; then the same arrays with those scalars (the new-pointers branch's check)
+    for kw, said in ((dict(alpha=1e300), "alpha=1e+300 is beyond"), (dict(beta=1e-50), "is 0 in float32")):
+        with pytest.raises(tilegen.LaunchError, match=re.escape(said)):
+            kernel(a, b, out=c, **kw)
+    assert len(sim_gpu.launches) == 1

@@ -305,7 +305,8 @@ def run_gemm(kernel, A, B, *, out=None, alpha=1.0, beta=0.0, bias=None, residual
 def _unusual_scalars(alpha, beta) -> bool:
     """Whether alpha or beta is anything but a Python number the kernel's float32 parameter holds
     as it is (finite within float32's range; beta not 0 in float32 unless 0): the fast paths
-    leave those to the general path (check_scalars). A few comparisons on the hot path."""
+    leave those to the general path (check_scalars). Checked before a launch is made; the
+    remembered launch of the same scalars needs no check again."""
     return (type(alpha) not in _NUMBERS or type(beta) not in _NUMBERS
             or not (-F32_INF_FROM < alpha < F32_INF_FROM and -F32_INF_FROM < beta < F32_INF_FROM)
             or (beta and -F32_BETA_MIN <= beta <= F32_BETA_MIN))
@@ -386,7 +387,7 @@ class FastCall:
         return self.run(lib, lib.probe(A), lib.probe(B), out, pc, bias, residual, alpha, beta, repitch, scales)
 
     def run(self, lib, pa, pb, out, pc, bias, residual, alpha, beta, repitch, scales=NO_SCALES):
-        if _unusual_scalars(alpha, beta):
+        if type(alpha) not in _NUMBERS or type(beta) not in _NUMBERS:
             return None   # (the general path converts them, or says what is wrong: check_scalars)
         last = self._last
         if last is not None and bias is None and residual is None and (scales is NO_SCALES) != self.any_scaled:
@@ -412,9 +413,10 @@ class FastCall:
                     (scales is NO_SCALES or _sans_pointers(same[5]) == _sans_pointers(last[0][5])) and \
                     last[1] == (pa[1], pa[2], pa[3], pa[4], pb[1], pb[2], pb[3], pb[4], pc[1], pc[2], pc[3], pc[4]):
                 # other operands, out or scale arrays of the same shapes, layouts and dtypes as those
-                # checked when remembered: only the pointers change
+                # checked when remembered: only the pointers change (and the scalars, checked here; the
+                # remembered launch above has the very scalars checked when it was made)
                 launcher = self.kernel.launcher(pa[4])
-                if launcher is last[3]:
+                if launcher is last[3] and not _unusual_scalars(alpha, beta):
                     M, N, K, a_ld, b_ld, c_ld, grid = last[2]
                     s_ptrs = (0, 0) if scales is NO_SCALES else tuple(p[PTR] if p else 0 for p in same[5])
                     values = (M, N, K, pa[0], a_ld, pb[0], b_ld, pc[0], c_ld, alpha, beta, 0, 0, 0, *s_ptrs)
@@ -428,7 +430,7 @@ class FastCall:
         if (bias is None) != (self.bias_axis is None) or (residual is None) == self.residual or \
                 (scales[0] is None) == self.scaled[0] or (scales[1] is None) == self.scaled[1]:
             return None
-        if not pa or not pb:
+        if not pa or not pb or _unusual_scalars(alpha, beta):
             return None
         a_ptr, a_shape, a_strides, a_dtype, device = pa
         b_ptr, b_shape, b_strides, b_dtype, b_device = pb
@@ -1014,7 +1016,7 @@ class BatchedCall:
     def run(self, lib, pa, pb, out, pc, count: int, bias, pr, alpha, beta):
         """out (made when None; then beta must be 0), or None when the arrays do not fit: another
         layout or device, an epilogue operand missing, a stack TMA cannot describe."""
-        if _unusual_scalars(alpha, beta):
+        if type(alpha) not in _NUMBERS or type(beta) not in _NUMBERS:
             return None   # (the general path converts them, or says what is wrong: check_scalars)
         last = self._last
         if last is not None and pc is not None and bias is None and pr is None \
@@ -1026,8 +1028,8 @@ class BatchedCall:
                                         and not runtime.capturing(stream)):
                 launcher(last[2], last[3], stream)
                 return out
-        if (bias is None) != (self.bias is None) or (pr is None) == self.residual:
-            return None
+        if (bias is None) != (self.bias is None) or (pr is None) == self.residual or _unusual_scalars(alpha, beta):
+            return None   # (the remembered launch above has the very scalars checked when it was made)
         dev = pa[DEVICE]
         ta, tb, tc = self.types
         if not self.direct_c and self._c_unaligned(pc, pb, tc, dev):
