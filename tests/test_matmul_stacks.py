@@ -49,6 +49,7 @@ def test_stacks_and_vectors_multiply_as_numpy_matmul(a_shape, b_shape, how):
     _check(C, A, B)
     reason = tilegen.matmul.explain(A, B).reason
     assert how in reason, reason
+    assert type(C) is type(np.matmul(A, B))   # (a dot product: a numpy scalar, as numpy's)
 
 
 @pytest.mark.parametrize("dtype, name, allow_tf32", [(F16, "f16", None), (ml_dtypes.bfloat16, "bf16", None),

@@ -982,8 +982,10 @@ def matmul(A, B, *, bias=None, activation=None, residual=None, alpha=1.0, beta=0
     if out_name is not None:
         out = _empty_out(A, B, out_name)
     if batch.is_stack(A, B):
-        return _stacked(A, B, bias=bias, activation=activation, residual=residual, alpha=alpha, beta=beta, out=out,
-                        allow_tf32=allow_tf32, device=device)
+        c = _stacked(A, B, bias=bias, activation=activation, residual=residual, alpha=alpha, beta=beta, out=out,
+                     allow_tf32=allow_tf32, device=device)
+        # (a vector times a vector: numpy.matmul gives a numpy scalar, PyTorch a 0-d tensor)
+        return c[()] if out is None and isinstance(c, np.ndarray) and c.ndim == 0 else c
     if len(getattr(A, "shape", ())) == 2 and len(getattr(B, "shape", ())) == 2 and A.shape[1] == 0 == B.shape[0]:
         A, B = zero_operands(A, B)   # numpy's A @ B is zeros: the epilogue of a product of zeros
     spec = _host_spec(A, B, out, bias, activation, residual, allow_tf32, scales)
