@@ -184,6 +184,17 @@ def test_no_gpu_refuses_long_emulations_at_once(monkeypatch, capsys):
     assert call.EMULATOR_LIMIT_S == 30.0 and est(256, 256, 256) is None
 
 
+def test_a_long_stacks_refusal_names_the_stack(monkeypatch):
+    """A stack of many small products the emulator would take minutes over names the stack (it
+    said 'this 8x8x8 GEMM', one product, beside the whole stack's estimate)."""
+    import tilegen.runtime
+
+    monkeypatch.setattr(tilegen.runtime, "gpu_available", lambda: False)
+    S = np.ones((20000, 8, 8), np.float16)
+    with pytest.raises(tilegen.LaunchError, match=r"this stack of 20000 8x8x8 GEMMs would take about"):
+        tilegen.matmul(S, S)
+
+
 def test_the_emulation_estimate_counts_a_slice_of_k_per_split_k_cta(monkeypatch):
     """Split-K (2-D, or a stack on the TMA kernel): each row of CTAs walks one slice of K, so the
     estimate counts the k-tiles of a slice, not of all K (a split emulation is not refused for

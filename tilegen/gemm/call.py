@@ -787,7 +787,7 @@ class _SimMemory:
         trips = -(-k_run // spec.tile.k) if spec is not None else 1
         if spec is not None and spec.split_k > 1:   # (each row of CTAs walks one slice of K)
             trips = -(-trips // spec.split_k)
-        count = args.get("BATCH", 1)
+        count = args.get("BATCH", sizes.get("BATCH", 1))
         if spec is not None and spec.persistent and not (spec.split_k > 1 or spec.stream_k):
             blocks = -(-sizes["M"] // spec.tile.m) * -(-sizes["N"] // spec.tile.n) * count
             trips *= -(-blocks // max(x * y * z, 1))   # (each CTA walks its share of the blocks)
