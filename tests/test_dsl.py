@@ -137,8 +137,67 @@ def test_mistakes_point_at_the_users_line(fn, marker, message):
 
 
 def test_python_if_on_a_runtime_value_is_explained():
-    with pytest.raises(DSLError, match=r"test_dsl\.py:\d+: .*tilegen\.range"):
+    with pytest.raises(DSLError, match=r"test_dsl\.py:\d+: .*tilegen\.dsl\.range"):
         tilegen.compile(python_if_on_runtime_value)
+
+
+def test_equality_on_a_runtime_integer_is_refused_and_eq_ne_branch_on_the_gpu():
+    """`kt == 0` inside a runtime loop had been Python's identity test, answered at trace time (the
+    branch never taken, silently); now it is refused with what to write, tg.eq / tg.ne branch on
+    the GPU, and == of constants folds."""
+    @tg.kernel
+    def eq_in_loop():
+        tg.launch(threads=32, grid=(1, 1, 1))
+        for kt in tg.range(2):
+            if kt == 0:
+                pass
+
+    with pytest.raises(DSLError, match=r"`==` on a kernel integer .*tilegen\.dsl\.eq\(a, b\)"):
+        tilegen.compile(eq_in_loop)
+
+    @tg.kernel
+    def ne_in_loop():
+        tg.launch(threads=32, grid=(1, 1, 1))
+        for kt in tg.range(2):
+            if kt != 0:
+                pass
+
+    with pytest.raises(DSLError, match=r"`!=` on a kernel integer .*tilegen\.dsl\.ne\(a, b\)"):
+        tilegen.compile(ne_in_loop)
+
+    @tg.kernel
+    def counts():
+        tg.launch(threads=32, grid=(1, 1, 1))
+        C = tg.tensor("C", "f32", ("M", "N"))
+        acc = tg.fragment(ATOM, "C", (1, 1))   # (zeros)
+        assert tg.Int(3) == 3 and tg.Int(3) != 4   # (constants fold)
+        for kt in tg.range(tg.size("K")):
+            with tg.if_(tg.eq(kt, 1)):
+                tg.add(acc, 10.0, out=acc)
+            with tg.if_(tg.ne(kt, 1)):
+                tg.add(acc, 1.0, out=acc)
+        tg.store(C.block(0, 0), acc)
+
+    from tilegen.sim import GlobalMemory, run_kernel
+
+    k = tilegen.compile(counts)
+    mem = GlobalMemory()
+    pc = mem.alloc(16 * 8 * 4)
+    run_kernel(k, {"C_ptr": pc, "C_ld": 8, "M": 16, "N": 8, "K": 4}, {"M": 16, "N": 8, "K": 4}, memory=mem)
+    C = np.frombuffer(mem.read(pc, 16 * 8 * 4), np.float32)
+    assert np.all(C == 13.0)   # k = 1 adds 10, k = 0, 2, 3 add 1
+
+
+def test_conditions_joined_with_python_and_say_to_use_the_operators():
+    @tg.kernel
+    def joined():
+        tg.launch(threads=32, grid=(1, 1, 1))
+        M = tg.size("M")
+        with tg.if_(tg.lt(M, 5) and tg.lt(M, 9)):
+            pass
+
+    with pytest.raises(DSLError, match=r"combine conditions with & and \|, not Python's and / or"):
+        tilegen.compile(joined)
 
 
 def test_calling_a_kernel_directly_is_explained():
@@ -151,7 +210,7 @@ def test_missing_launch_is_explained():
     def no_launch():
         tg.tensor("A", "f16", ("M", "K"))
 
-    with pytest.raises(DSLError, match=r"tilegen\.launch"):
+    with pytest.raises(DSLError, match=r"tilegen\.dsl\.launch"):
         tilegen.compile(no_launch)
 
 
@@ -232,7 +291,7 @@ def test_python_truth_of_a_condition_is_explained():
         if tg.lt(tg.program_id(), 1):
             pass
 
-    with pytest.raises(DSLError, match="tilegen.if_"):
+    with pytest.raises(DSLError, match="tilegen.dsl.if_"):
         tilegen.compile(bad)
 
 

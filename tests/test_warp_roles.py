@@ -119,7 +119,7 @@ def _copy_in_role():
 
 @pytest.mark.parametrize("body, says", [
     (_nested, "role 'b' inside the role 'a': roles do not nest"),
-    (_copy_in_role, "a cooperative copy (tilegen.copy_async) inside the warp role 'a'"),
+    (_copy_in_role, "a cooperative copy (tilegen.dsl.copy_async) inside the warp role 'a'"),
 ])
 def test_role_misuse_is_refused(body, says):
     with pytest.raises(tilegen.DSLError) as e:

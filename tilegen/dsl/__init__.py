@@ -1,7 +1,7 @@
 """The kernel DSL: @kernel plus tile primitives, traced into tilegen's IR."""
 from .kernel import KernelFunction, kernel
 from .objects import Block, Fragment, SharedTile, Stage, Tensor, Vector
-from .primitives import (SM_COUNT, accumulate, else_, ge, gt, if_, is_zero, le, lt, barrier, cdiv, commit, copy_async, device_scalar, divmod_by, fragment, lane_id, launch, load, minimum,
+from .primitives import (SM_COUNT, accumulate, else_, eq, ge, gt, if_, is_zero, le, lt, ne, barrier, cdiv, commit, copy_async, device_scalar, divmod_by, fragment, lane_id, launch, load, minimum,
                          mma, num_programs, program_id, range_, scalar, share, shared, size, split_tf32, store, tensor,
                          thread_id, vector, wait, warp_id, wgmma, wgmma_fence, wgmma_commit, wgmma_wait,
                          fence_proxy_async)
@@ -15,9 +15,9 @@ from .batched import BatchedTensor, batched_tensor
 from .fragment_ops import (RowVector, add, add_if_finite, assign, div, exp, exp2, mask, maximum, mul, row_max, row_sum,
                            row_vector, scale, sub, to_operand)
 
-range = range_  # noqa: A001  (tilegen.range is the runtime loop, as in the DSL docs)
+range = range_  # noqa: A001  (tilegen.dsl.range is the runtime loop, as in the DSL docs)
 
-__all__ = ["lt", "le", "gt", "ge", "is_zero", "if_", "else_", "Pred", "vector", "split_tf32", "Vector", "kernel", "KernelFunction", "Tensor", "Block", "SharedTile", "Stage", "Fragment", "Int", "Float",
+__all__ = ["lt", "le", "gt", "ge", "eq", "ne", "is_zero", "if_", "else_", "Pred", "vector", "split_tf32", "Vector", "kernel", "KernelFunction", "Tensor", "Block", "SharedTile", "Stage", "Fragment", "Int", "Float",
            "tensor", "size", "scalar", "program_id", "num_programs", "thread_id", "warp_id", "lane_id", "cdiv", "divmod_by", "device_scalar",
            "minimum", "share", "shared", "copy_async", "commit", "wait", "barrier", "fragment", "load", "mma",
            "store", "accumulate", "range", "launch", "SM_COUNT"]

@@ -56,7 +56,7 @@ class BatchedTensor:
         return self._base.ir
 
     def batch(self, b) -> Tensor:
-        """Matrix b of the stack (b: a kernel Int such as tilegen.program_id("y"), or an int)."""
+        """Matrix b of the stack (b: a kernel Int such as tilegen.dsl.program_id("y"), or an int)."""
         b = wrap(b)
         ptr = current().builder.wide_mad(raw(b), self._stride_bytes, self._base.ir.ptr)
         batch = T.TensorBatch(self._base.ir, self._stride, self._count, raw(b * self._step))
@@ -68,7 +68,7 @@ class BatchedTensor:
 
 
 def batched_tensor(name: str, dtype: str, shape: tuple, layout: str = "row", count: str = "BATCH") -> BatchedTensor:
-    """Declare a stack of matrices: like tilegen.tensor (shape names the logical (rows, cols)
+    """Declare a stack of matrices: like tilegen.dsl.tensor (shape names the logical (rows, cols)
     size symbols, layout "row" or "col"), plus the parameter `<name>_batch_stride`, the
     distance in elements between consecutive matrices, and the size symbol `count`, the
     number of matrices (what a TMA map of the stack spans)."""

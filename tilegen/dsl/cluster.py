@@ -1,11 +1,11 @@
 """Thread-block clusters (sm_90, ptx.md 6.9): CTAs launched together on neighbouring
 multiprocessors, which can arrive on each other's mbarriers and receive one TMA copy at once.
 
-    tilegen.launch(threads=384, grid=(...), cluster=(2, 1, 1))
-    rank = tilegen.cluster_rank()                  # 0 or 1 in a 2-CTA cluster
-    tilegen.tma_load(sB[s], B.block(k0, n0), full[s], multicast=0b11, part=rank, parts=2)
-    tilegen.arrive(empty[s], cta=1 - rank)         # release the stage in the peer too
-    tilegen.cluster_sync()                         # every thread of every CTA
+    tilegen.dsl.launch(threads=384, grid=(...), cluster=(2, 1, 1))
+    rank = tilegen.dsl.cluster_rank()                  # 0 or 1 in a 2-CTA cluster
+    tilegen.dsl.tma_load(sB[s], B.block(k0, n0), full[s], multicast=0b11, part=rank, parts=2)
+    tilegen.dsl.arrive(empty[s], cta=1 - rank)         # release the stage in the peer too
+    tilegen.dsl.cluster_sync()                         # every thread of every CTA
 
 A cluster kernel's mbarriers are published to the whole cluster before the body runs, and
 its CTAs leave together (the lowering adds both cluster barriers), so no peer arrives on or
@@ -22,7 +22,7 @@ from .trace import current, fail
 def _in_cluster(what: str):
     tr = current()
     if tr.kernel.cluster == (1, 1, 1):
-        fail(f"{what}: the kernel has no cluster; launch it with tilegen.launch(..., cluster=(2, 1, 1))")
+        fail(f"{what}: the kernel has no cluster; launch it with tilegen.dsl.launch(..., cluster=(2, 1, 1))")
 
 
 def cluster_rank() -> Int:

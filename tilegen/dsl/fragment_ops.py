@@ -6,10 +6,10 @@ Values:
 - a RowVector: one value per row of such a fragment (`row_max`, `row_sum`, `row_vector`),
   kept in registers by the lanes that own the row; it broadcasts along the columns when
   combined with a fragment;
-- scalars: Python numbers (folded into the instructions) and tilegen.Float parameters.
+- scalars: Python numbers (folded into the instructions) and tilegen.dsl.Float parameters.
 
 Every op returns a new fragment or row vector (fresh registers), or writes `out=` when
-given: state that lives across tilegen.range iterations (a running max, a running sum, an
+given: state that lives across tilegen.dsl.range iterations (a running max, a running sum, an
 output accumulator) is updated through `out=` or `assign`, as the GEMM updates `acc`.
 
     s = tg.mul(acc, scale)                                      # scale by a Float parameter
@@ -82,7 +82,7 @@ def _operand(x, fn: str):
         return x.raw
     if _is_number(x):
         return float(x)
-    fail(f"{fn}: expected an accumulator fragment, a row vector, a number or a tilegen.Float parameter, "
+    fail(f"{fn}: expected an accumulator fragment, a row vector, a number or a tilegen.dsl.Float parameter, "
          f"got {type(x).__name__} {x!r}")
 
 
@@ -206,9 +206,9 @@ def maximum(x, y, *, out=None, name: str = ""):
 
 
 def scale(x, s, *, out=None, name: str = ""):
-    """x * s for a scalar s (a number or a tilegen.Float parameter)."""
+    """x * s for a scalar s (a number or a tilegen.dsl.Float parameter)."""
     if not (_is_number(s) or isinstance(s, Float)):
-        fail(f"scale: the factor must be a number or a tilegen.Float parameter, got {type(s).__name__}")
+        fail(f"scale: the factor must be a number or a tilegen.dsl.Float parameter, got {type(s).__name__}")
     return _elementwise("mul", x, s, out, name or "scaled")
 
 
@@ -238,7 +238,7 @@ def assign(dst, src):
 
 def row_vector(like, value: float = 0.0, *, name: str = "") -> RowVector:
     """A row vector for the rows of accumulator fragment `like`, every row set to `value`
-    (a number or a tilegen.Float): the start of a running max or sum."""
+    (a number or a tilegen.dsl.Float): the start of a running max or sum."""
     if isinstance(like, Fragment):
         _check_accumulator(like, "row_vector")
         atom, tm = like.atom, like.tiles[0]
@@ -247,7 +247,7 @@ def row_vector(like, value: float = 0.0, *, name: str = "") -> RowVector:
     else:
         fail(f"row_vector(like, value): like must be an accumulator fragment, got {type(like).__name__}")
     if not (_is_number(value) or isinstance(value, Float)):
-        fail(f"row_vector: value must be a number or a tilegen.Float, got {type(value).__name__}")
+        fail(f"row_vector: value must be a number or a tilegen.dsl.Float, got {type(value).__name__}")
     rv = RowVector(T.RowVector(name or "rows", atom, tm))
     tile_op(T.Elementwise("copy", rv.ir, _operand(value, "row_vector")))
     return rv

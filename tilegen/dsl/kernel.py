@@ -57,7 +57,7 @@ class KernelFunction:
             trace.end()
         tr.finish()
         if kernel.grid is None:
-            raise DSLError(f"{self.name}: call tilegen.launch(threads=..., grid=...) in the kernel body")
+            raise DSLError(f"{self.name}: call tilegen.dsl.launch(threads=..., grid=...) in the kernel body")
         return kernel
 
     def __call__(self, *args, **kwargs):

@@ -151,8 +151,18 @@ def lane_id() -> Int:
 def _compare(rel: str, a, b) -> Pred:
     x, y = raw(a), raw(b)
     if isinstance(x, int) and isinstance(y, int):
-        return Pred({"lt": x < y, "le": x <= y, "gt": x > y, "ge": x >= y}[rel])
+        return Pred({"lt": x < y, "le": x <= y, "gt": x > y, "ge": x >= y, "eq": x == y, "ne": x != y}[rel])
     return Pred(current().builder.cmp(rel, x, y))
+
+
+def eq(a, b) -> Pred:
+    """a == b on the GPU."""
+    return _compare("eq", a, b)
+
+
+def ne(a, b) -> Pred:
+    """a != b on the GPU."""
+    return _compare("ne", a, b)
 
 
 def lt(a, b) -> Pred:
@@ -163,7 +173,7 @@ def lt(a, b) -> Pred:
 def is_zero(x: Float) -> Pred:
     """x == 0.0 on the GPU (+0 or -0; NaN is not zero), for a Float parameter such as beta."""
     if not isinstance(x, Float):
-        fail("is_zero takes a tilegen.scalar (a Float)")
+        fail("is_zero takes a tilegen.dsl.scalar (a Float)")
     return Pred(current().builder.op("setp.eq.f32", "pred", x.raw, Imm(0.0, "f32")))
 
 
@@ -182,9 +192,9 @@ def ge(a, b) -> Pred:
 @contextmanager
 def if_(cond: Pred):
     """Run the block when `cond` holds. The condition must be the same for every thread of the
-    CTA (e.g. built from program ids and sizes): the branch is uniform. `tilegen.else_()` may follow."""
+    CTA (e.g. built from program ids and sizes): the branch is uniform. `tilegen.dsl.else_()` may follow."""
     if not isinstance(cond, Pred):
-        fail("if_ takes a condition built with tilegen.lt/le/gt/ge")
+        fail("if_ takes a condition built with tilegen.dsl.lt/le/gt/ge")
     tr = current()
     if isinstance(cond.raw, bool):  # known at trace time: trace the taken side only
         tr.pending_else = not cond.raw
@@ -201,11 +211,11 @@ def if_(cond: Pred):
 
 @contextmanager
 def else_():
-    """The other side of the tilegen.if_ block just above."""
+    """The other side of the tilegen.dsl.if_ block just above."""
     tr = current()
     const = getattr(tr, "pending_else", "missing")
     if const == "missing":
-        fail("else_ must follow a tilegen.if_ block")
+        fail("else_ must follow a tilegen.dsl.if_ block")
     tr.pending_else = "missing"
     if const is True:
         yield
@@ -218,7 +228,7 @@ def else_():
         cm = tr.builder.else_()
         cm.__enter__()
     except ValueError:
-        fail("else_ must directly follow a tilegen.if_ block")
+        fail("else_ must directly follow a tilegen.dsl.if_ block")
     try:
         yield
     finally:
@@ -245,7 +255,7 @@ def _grid_operand(x) -> bool:
 
 def cdiv(a, b):
     """Ceiling division. On a size name or grid expression (cdiv("M", 128)) it describes
-    part of the launch grid instead (tilegen.launch)."""
+    part of the launch grid instead (tilegen.dsl.launch)."""
     if _grid_operand(a):
         try:
             return G.CeilDiv(G.as_expr(a), b)
@@ -256,10 +266,10 @@ def cdiv(a, b):
 
 def share(a, n: int):
     """In a launch grid: each of n rows' share of a count, a // n but at least 1, so that n
-    rows of it fit in the count: share(tilegen.SM_COUNT, 3) CTAs per row of a persistent grid
+    rows of it fit in the count: share(tilegen.dsl.SM_COUNT, 3) CTAs per row of a persistent grid
     of three rows."""
     if not _grid_operand(a):
-        fail(f"share: takes a size name or grid expression (share(tilegen.SM_COUNT, 3)), got {type(a).__name__}")
+        fail(f"share: takes a size name or grid expression (share(tilegen.dsl.SM_COUNT, 3)), got {type(a).__name__}")
     try:
         return G.Share(G.as_expr(a), n)
     except ValueError as e:
@@ -279,7 +289,7 @@ def divmod_by(a, n: int) -> tuple:
 
 
 def minimum(a, b):
-    """The smaller of two Ints; of two grid expressions (minimum(blocks, tilegen.SM_COUNT)),
+    """The smaller of two Ints; of two grid expressions (minimum(blocks, tilegen.dsl.SM_COUNT)),
     a grid expression."""
     if _grid_operand(a) or _grid_operand(b):
         try:
@@ -334,7 +344,7 @@ def copy_async(dst: Stage, src: Block, comment: str = "", inbounds: tuple = ()):
              f"logical={tile.logical!r}: a copy transposes only 32-bit elements, {tile.ir.dtype} tiles "
              f"keep the tensor's memory order")
     r0, c0 = tensor.ir.stored(src.row, src.col)
-    _not_in_role("a cooperative copy (tilegen.copy_async)")
+    _not_in_role("a cooperative copy (tilegen.dsl.copy_async)")
     check_stage(dst)
     names = tensor.ir.shape_names
     if isinstance(inbounds, str):
@@ -378,7 +388,7 @@ def _not_in_role(what: str):
     r = getattr(current(), "role", None)
     if r is not None:
         fail(f"{what} inside the warp role {r!r}: it needs every thread of the CTA, and the other roles' "
-             f"threads never take part; roles synchronise through mbarriers (tilegen.arrive / mbarrier_wait)")
+             f"threads never take part; roles synchronise through mbarriers (tilegen.dsl.arrive / mbarrier_wait)")
 
 
 def fragment(atom, operand: str, tiles: tuple, name: str = "") -> Fragment:
@@ -453,12 +463,12 @@ def wgmma(acc: Fragment, a, b: Stage, m0, k0: int, n0, accumulate: bool = True):
     """acc += A[m0 : m0+64, k0 : k0+k] @ B[k0 : k0+k, n0 : n0+n] for the calling warpgroup
     (sm_90a); k is 16 for f16/bf16 (8 for tf32) and n the accumulator's width. B is read
     from shared memory, A from shared memory (`a` a stage) or from registers (`a` each warp's
-    A fragment of one atom: its 16 rows of the 64, loaded with tilegen.load; m0 is then None).
+    A fragment of one atom: its 16 rows of the 64, loaded with tilegen.dsl.load; m0 is then None).
     tf32 stages must be K-major (A declared logical="row", B logical="col"); a tf32 A that is
     MN-major in shared memory goes through registers. m0 and n0 are the warpgroup's origin
     in the tiles (the same for its 4 warps), k0 a Python int; acc is each warp's (1, n/8)
-    accumulator, holding its 16 rows. Issue tilegen.wgmma_fence() before (after the loads
-    of register operands), tilegen.wgmma_commit() and tilegen.wgmma_wait(n) after: the
+    accumulator, holding its 16 rows. Issue tilegen.dsl.wgmma_fence() before (after the loads
+    of register operands), tilegen.dsl.wgmma_commit() and tilegen.dsl.wgmma_wait(n) after: the
     registers and the stages are in use until the wait. accumulate=False: acc = A @ B (the
     accumulator restarts from zero)."""
     from_registers = isinstance(a, Fragment)
@@ -495,7 +505,7 @@ def wgmma(acc: Fragment, a, b: Stage, m0, k0: int, n0, accumulate: bool = True):
         mn_major = a.tile.ir.name if not a_k_major else b.tile.ir.name
         fail(f"wgmma: {a_dt} operands must both be K-major in shared memory, but {mn_major} is MN-major; "
              f"declare it with logical='{'row' if not a_k_major else 'col'}' (a copy_async into it transposes)"
-             + ("" if a_k_major else "; an MN-major A can go through registers (tilegen.load, then "
+             + ("" if a_k_major else "; an MN-major A can go through registers (tilegen.dsl.load, then "
                 "wgmma with the fragment)"))
     a_ir, a_stage, a_m0 = (a.ir, None, None) if from_registers else (a.tile.ir, raw(a.index), raw(m0))
     tile_op(T.Wgmma(acc.ir, a_ir, a_stage, a_m0, k0, b.tile.ir, raw(b.index), raw(n0),
@@ -535,7 +545,7 @@ def scale_vectors(names: tuple, row_scale, col_scale, what: str):
             out.append(None)
             continue
         if not isinstance(vec, Vector) or vec.size != size or vec.ir.dtype.name != "f32":
-            fail(f"{what}: {which} must be an f32 tilegen.vector of size {size!r}")
+            fail(f"{what}: {which} must be an f32 tilegen.dsl.vector of size {size!r}")
         out.append(vec.ir)
     return out
 
@@ -547,7 +557,7 @@ def store(dst: Block, acc: Fragment, *, alpha: Float = None, beta: Float = None,
     (one value per row) or columns (one per column); residual a block of a tensor of dst's
     shape; row_scale / col_scale f32 vectors of dst's row / column count.
 
-    acc may also be a row vector (tilegen.row_sum(x), a running max): its rows go down column c
+    acc may also be a row vector (tilegen.dsl.row_sum(x), a running max): its rows go down column c
     of dst = tensor.block(r, c), rows r.., converted to the tensor's dtype (no epilogue)."""
     if isinstance(dst, Block) and isinstance(getattr(acc, "ir", None), T.RowVector):
         if any(v is not None for v in (alpha, beta, bias, residual, row_scale, col_scale)) or activation != "none":
@@ -567,7 +577,7 @@ def store(dst: Block, acc: Fragment, *, alpha: Float = None, beta: Float = None,
     axis = "col"
     if bias is not None:
         if not isinstance(bias, Vector):
-            fail("store: bias must be a tilegen.vector(...)")
+            fail("store: bias must be a tilegen.dsl.vector(...)")
         names = dst.tensor.ir.shape_names
         if bias.size not in names:
             fail(f"store: bias has size {bias.size!r}; it must be {names[0]!r} (per row) or {names[1]!r} (per column)")
@@ -606,7 +616,7 @@ def range_(start, stop=None, step: int = 1):
     if stop is None:
         start, stop = 0, start
     if not isinstance(step, int) or isinstance(step, bool) or step < 1:
-        fail(f"tilegen.range(start, stop, step={step!r}): the step must be a Python int >= 1 (a runtime loop "
+        fail(f"tilegen.dsl.range(start, stop, step={step!r}): the step must be a Python int >= 1 (a runtime loop "
              f"counts up)")
     tr = current()
     if step == 1:
@@ -626,8 +636,8 @@ MAX_CLUSTER = 8   # CTAs per cluster without the non-portable attribute (ptx.md 
 
 def launch(*, threads: int, grid, cluster=(1, 1, 1)):
     """Set the CTA size and the grid: (x, y, z), each an int, a size name or an expression
-    of them, e.g. grid=(tilegen.cdiv("M", 128) * tilegen.cdiv("N", 128), "BATCH"); a
-    persistent kernel takes tilegen.minimum(blocks, tilegen.SM_COUNT). The grid is data,
+    of them, e.g. grid=(tilegen.dsl.cdiv("M", 128) * tilegen.dsl.cdiv("N", 128), "BATCH"); a
+    persistent kernel takes tilegen.dsl.minimum(blocks, tilegen.dsl.SM_COUNT). The grid is data,
     evaluated at each launch from the sizes (tilegen/ir/grid.py); a size no tensor declares
     (such as "BATCH" above) is given at launch only. cluster=(x, y, z) (sm_90) launches the
     CTAs in clusters of that shape (dsl/cluster.py); the grid is rounded up to whole clusters,
@@ -653,7 +663,7 @@ def launch(*, threads: int, grid, cluster=(1, 1, 1)):
         fail(f"threads={threads!r}; allowed: a multiple of 32 from 32 to 1024")
     if callable(grid):
         fail("grid is data, not a function: write it as (x, y, z) of ints, size names and "
-             "tilegen.cdiv / tilegen.minimum of them, e.g. (tilegen.cdiv('M', 128), 'BATCH', 1)")
+             "tilegen.dsl.cdiv / tilegen.dsl.minimum of them, e.g. (tilegen.dsl.cdiv('M', 128), 'BATCH', 1)")
     if _grid_operand(grid) or isinstance(grid, int):
         grid = (grid,)
     try:
@@ -663,7 +673,7 @@ def launch(*, threads: int, grid, cluster=(1, 1, 1)):
     tr.kernel.threads = threads
 
 
-__all__ = ["lt", "le", "gt", "ge", "if_", "else_", "tensor", "vector", "split_tf32", "size", "scalar", "program_id", "num_programs", "thread_id", "warp_id", "lane_id", "cdiv", "divmod_by",
+__all__ = ["lt", "le", "gt", "ge", "eq", "ne", "if_", "else_", "tensor", "vector", "split_tf32", "size", "scalar", "program_id", "num_programs", "thread_id", "warp_id", "lane_id", "cdiv", "divmod_by",
            "minimum", "shared", "copy_async", "commit", "wait", "barrier", "fragment", "load", "mma",
            "wgmma", "wgmma_fence", "wgmma_commit", "wgmma_wait", "fence_proxy_async",
            "store", "accumulate", "range_", "launch", "SM_COUNT", "DSLError"]

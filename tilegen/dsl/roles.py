@@ -1,11 +1,11 @@
 """Warp roles (warp specialization, sm_90): parts of the CTA that run different code at once.
 
-    with tilegen.role("producer", warps=(0, 4), registers=40):    # warpgroup 0
+    with tilegen.dsl.role("producer", warps=(0, 4), registers=40):    # warpgroup 0
         ...   # one thread issues the TMA copies: single-thread ops pick the role's first thread
-    with tilegen.role("consumer", warps=(4, 12), registers=232):  # warpgroups 1 and 2
+    with tilegen.dsl.role("consumer", warps=(4, 12), registers=232):  # warpgroups 1 and 2
         ...   # wgmma on the stages the producer filled
 
-The roles synchronise through mbarriers. Inside a role tilegen.barrier() waits for the role's
+The roles synchronise through mbarriers. Inside a role tilegen.dsl.barrier() waits for the role's
 own threads only (a named barrier per role); a cooperative cp.async copy is refused there
 (it spreads over every thread of the CTA). `registers`
 moves registers between warpgroups with setmaxnreg (sm_90a; the role must be whole

@@ -41,13 +41,32 @@ class Int:
     def __lshift__(self, n): return Int(self._b().shl(self.raw, n))
 
     def _compare(self, other):
+        if not isinstance(other, (Int, int)) or isinstance(other, bool):
+            return NotImplemented   # (the other side may compare: a Coord of tilegen.dsl.mask)
         fail("comparing kernel integers gives a value known only on the GPU; Python if/while cannot "
-             "branch on it: use tilegen.range for loops, tilegen.minimum for bounds")
+             "branch on it: use tilegen.dsl.range for loops, tilegen.dsl.minimum for bounds, and "
+             "tilegen.dsl.lt / le / gt / ge / eq / ne in `with tilegen.dsl.if_(...)`")
 
     __lt__ = __le__ = __gt__ = __ge__ = _compare
 
+    def _equal(self, other, equal: bool):
+        """== and != of two constants fold; of a runtime value they are refused (Python's own
+        identity test would answer at trace time, silently: `if kt == 0` in a tilegen.dsl.range
+        loop would never be taken)."""
+        if not isinstance(other, (Int, int)) or isinstance(other, bool):
+            return NotImplemented
+        a, b = self.raw, other.raw if isinstance(other, Int) else other
+        if isinstance(a, int) and isinstance(b, int):
+            return (a == b) == equal
+        fail(f"`{'==' if equal else '!='}` on a kernel integer gives a value known only on the GPU; Python if/while "
+             f"cannot branch on it: use tilegen.dsl.{'eq' if equal else 'ne'}(a, b) in `with tilegen.dsl.if_(...)`")
+
+    def __eq__(self, other): return self._equal(other, True)
+    def __ne__(self, other): return self._equal(other, False)
+    __hash__ = object.__hash__   # (identity, as before: an Int is a value of the trace)
+
     def __bool__(self):
-        fail("a kernel integer has no value at trace time: use tilegen.range for loops over it, "
+        fail("a kernel integer has no value at trace time: use tilegen.dsl.range for loops over it, "
              "not Python if/while")
 
     def __index__(self):
@@ -73,7 +92,8 @@ def is_value(x) -> bool:
 
 
 class Pred:
-    """A condition known on the GPU (tilegen.le(a, b) ...), for tilegen.if_; combine with & and |."""
+    """A condition known on the GPU (tilegen.dsl.le(a, b) ...), for tilegen.dsl.if_; combine with &
+    and |."""
 
     __slots__ = ("raw",)
 
@@ -82,7 +102,7 @@ class Pred:
 
     def _combine(self, other, op: str):
         if not isinstance(other, Pred):
-            fail("conditions combine only with other conditions (tilegen.le, tilegen.lt, ...)")
+            fail("conditions combine only with other conditions (tilegen.dsl.le, tilegen.dsl.lt, ...)")
         if isinstance(self.raw, bool) and isinstance(other.raw, bool):
             return Pred(self.raw and other.raw if op == "and" else self.raw or other.raw)
         if isinstance(self.raw, bool) or isinstance(other.raw, bool):
@@ -99,11 +119,12 @@ class Pred:
         return self._combine(other, "or")
 
     def __bool__(self):
-        fail("a kernel condition has no value at trace time: use `with tilegen.if_(cond):`, not Python if")
+        fail("a kernel condition has no value at trace time: use `with tilegen.dsl.if_(cond):`, not Python if, "
+             "and combine conditions with & and |, not Python's and / or")
 
 
 class Float:
-    """An f32 kernel parameter (alpha, beta), a value read where it is used (tilegen.device_scalar:
+    """An f32 kernel parameter (alpha, beta), a value read where it is used (tilegen.dsl.device_scalar:
     `make` emits it at each use, in the code that uses it), or a product of them (`*`, itself
     made where used when a factor is). Only passed to primitives that take it."""
 

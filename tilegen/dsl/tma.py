@@ -1,10 +1,10 @@
 """TMA copies and the mbarriers they complete on (sm_90): what a Hopper pipeline is made of.
 
-    full = tilegen.mbarrier("full", stages=S)           # one arrival per phase
-    tilegen.arrive(full[s], expect_bytes=sA.stage_bytes + sB.stage_bytes, single=True)
-    tilegen.tma_load(sA[s], A.block(m0, k0), full[s])  # one thread issues each copy
-    tilegen.tma_load(sB[s], B.block(k0, n0), full[s])
-    tilegen.mbarrier_wait(full[s], parity)              # the phase of that parity completed
+    full = tilegen.dsl.mbarrier("full", stages=S)           # one arrival per phase
+    tilegen.dsl.arrive(full[s], expect_bytes=sA.stage_bytes + sB.stage_bytes, single=True)
+    tilegen.dsl.tma_load(sA[s], A.block(m0, k0), full[s])  # one thread issues each copy
+    tilegen.dsl.tma_load(sB[s], B.block(k0, n0), full[s])
+    tilegen.dsl.mbarrier_wait(full[s], parity)              # the phase of that parity completed
 
 A barrier's phase completes when its `arrivals` arrivals came and the bytes announced with
 expect_bytes landed; phases alternate parity 0, 1, 0, ... Barriers are initialised at the
@@ -92,7 +92,7 @@ def arrive(bar: BarrierStage, expect_bytes: int = 0, single: bool = False, cta=N
     if cta is not None:
         size = _cluster_size()
         if size == 1:
-            fail("arrive(..., cta=...): the kernel has no cluster; launch it with tilegen.launch(..., cluster=(2, 1, 1))")
+            fail("arrive(..., cta=...): the kernel has no cluster; launch it with tilegen.dsl.launch(..., cluster=(2, 1, 1))")
         if expect_bytes:
             fail("arrive(..., cta=...): a remote arrival announces no bytes (expect_bytes on the CTA's own barrier)")
         c = raw(wrap(cta))
@@ -162,7 +162,7 @@ def tma_load(dst: Stage, src: Block, bar: BarrierStage, *, multicast: int = None
     if multicast is not None:
         if size == 1:
             fail("tma_load(..., multicast=...): the kernel has no cluster; launch it with "
-                 "tilegen.launch(..., cluster=(2, 1, 1))")
+                 "tilegen.dsl.launch(..., cluster=(2, 1, 1))")
         if not isinstance(multicast, int) or not 0 < multicast < (1 << size):
             fail(f"tma_load: multicast={multicast!r}; allowed: an int mask of the cluster's ranks, 1..{(1 << size) - 1}")
     if not isinstance(parts, int) or parts < 1:
@@ -222,12 +222,12 @@ def staged_vector(vec: Vector, length: int, name: str = "", buffers: int = 1) ->
     """Room for `length` elements of `vec` (a block's rows or columns) on their way to a
     TMA-store epilogue, spread over the threads of the current role (or the CTA):
 
-        sb = tilegen.staged_vector(bias, BN)
-        tilegen.fetch_vector(sb, n0)     # the loads start, before the main loop
+        sb = tilegen.dsl.staged_vector(bias, BN)
+        tilegen.dsl.fetch_vector(sb, n0)     # the loads start, before the main loop
         ...                               # the main loop hides their latency
-        tilegen.park_vector(sb)           # into shared memory
-        tilegen.barrier()
-        tilegen.store_stage(..., bias=sb) # read from shared memory
+        tilegen.dsl.park_vector(sb)           # into shared memory
+        tilegen.dsl.barrier()
+        tilegen.dsl.store_stage(..., bias=sb) # read from shared memory
 
     buffers=2 keeps two blocks' slices (fetch_vector / park_vector / store_stage name the
     buffer): the next block's can be parked, and published by a barrier the epilogue has
@@ -235,7 +235,7 @@ def staged_vector(vec: Vector, length: int, name: str = "", buffers: int = 1) ->
     """
     tr = current()
     if not isinstance(vec, Vector):
-        fail("staged_vector: vec must be a tilegen.vector(...)")
+        fail("staged_vector: vec must be a tilegen.dsl.vector(...)")
     if not isinstance(length, int) or length < 1:
         fail(f"staged_vector: length={length!r}; allowed: a positive int (the block's rows or columns)")
     if buffers not in (1, 2):
@@ -253,7 +253,7 @@ def fetch_vector(sv: StagedVector, origin, buffer=0) -> None:
     """Start loading vec[origin .. origin + length - 1] (0 past its end) for sv's `buffer`:
     4-byte elements by cp.async into sv's shared tile, narrower ones into registers."""
     if not isinstance(sv, StagedVector):
-        fail("fetch_vector: sv must come from tilegen.staged_vector(...)")
+        fail("fetch_vector: sv must come from tilegen.dsl.staged_vector(...)")
     _same_threads(sv, "fetch_vector")
     tile_op(T.FetchVector(sv.ir, raw(wrap(origin)), _buffer(sv, buffer, "fetch_vector")))
 
@@ -262,7 +262,7 @@ def park_vector(sv: StagedVector, buffer=0) -> None:
     """The fetched elements in sv's shared tile (its `buffer`): written from registers, or the
     thread's copies waited for (a barrier must follow before reads)."""
     if not isinstance(sv, StagedVector):
-        fail("park_vector: sv must come from tilegen.staged_vector(...)")
+        fail("park_vector: sv must come from tilegen.dsl.staged_vector(...)")
     _same_threads(sv, "park_vector")
     tile_op(T.ParkVector(sv.ir, _buffer(sv, buffer, "park_vector")))
 
@@ -311,7 +311,7 @@ def store_stage(dst: Stage, acc: Fragment, row, part: int = 0, parts: int = 1, a
     if tile.ir.dtype.name not in ("f16", "bf16", "f32"):
         fail(f"store_stage: {tile.ir.name} is {tile.ir.dtype}; allowed: f16, bf16, f32")
     if alpha is not None and not isinstance(alpha, Float):
-        fail("store_stage: alpha must be a tilegen.scalar (a Float)")
+        fail("store_stage: alpha must be a tilegen.dsl.scalar (a Float)")
     act = T.canonical_activation(activation)
     if act is None:
         fail(f"store_stage: activation={activation!r}; allowed: {T.activation_choices()}")
@@ -322,12 +322,12 @@ def store_stage(dst: Stage, acc: Fragment, row, part: int = 0, parts: int = 1, a
         names = out.tensor.ir.shape_names
         if bias is not None:
             if not isinstance(bias, (Vector, StagedVector)) or bias.size not in names:
-                fail(f"store_stage: bias must be a tilegen.vector (or staged_vector) of size {names[0]!r} (per row) or "
-                     f"{names[1]!r} (per column)")
+                fail(f"store_stage: bias must be a tilegen.dsl.vector (or staged_vector) of size {names[0]!r} (per row) "
+                     f"or {names[1]!r} (per column)")
             axis = "row" if bias.size == names[0] else "col"
         if residual is not None and (not isinstance(residual, Tensor) or residual.layout != "row"
                                      or residual.ir.shape_names != names):
-            fail(f"store_stage: residual must be a row-major tilegen.tensor of sizes {names}")
+            fail(f"store_stage: residual must be a row-major tilegen.dsl.tensor of sizes {names}")
     block = {"row": tile.ir.layout.rows, "col": acc.ir.atom.n * tn}   # the block's, from its first
     for vec, along in ((bias, axis), (row_scale, "row"), (col_scale, "col")):
         if isinstance(vec, StagedVector) and vec.ir.length < block[along]:

@@ -9,7 +9,7 @@ import threading
 from ..errors import DSLError
 
 _DSL = os.path.dirname(os.path.abspath(__file__))  # this package: the DSL's own frames
-_CONTEXTLIB = os.path.abspath(contextlib.__file__)  # `with tilegen.if_(...)` enters through it
+_CONTEXTLIB = os.path.abspath(contextlib.__file__)  # `with tilegen.dsl.if_(...)` enters through it
 _state = threading.local()
 
 

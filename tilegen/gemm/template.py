@@ -278,7 +278,7 @@ def gemm(spec):
 
     if spec.split_k > 1 and stack is not None:   # the walk of the stack's blocks over this CTA's slice
         # Each slice's partial sums of a block go to W, and its CTA counts itself in at the
-        # block's counter (tilegen.counters); the last slice to arrive adds every slice's, in
+        # block's counter (tilegen.dsl.counters); the last slice to arrive adds every slice's, in
         # slice order (so every run adds them alike, whichever comes last), and stores C
         # through the epilogue: one launch. Slices past K's end are empty: they walk nothing,
         # and the others do not count them (a TMA stack has K > 0: call.stack_problem).

@@ -100,7 +100,7 @@ class CeilDiv(GridExpr):
 
 @dataclass(frozen=True)
 class Share(GridExpr):
-    """num // den, at least 1: each of `den` rows' share of a count (tilegen.share), so that
+    """num // den, at least 1: each of `den` rows' share of a count (tilegen.dsl.share), so that
     den rows of it never exceed the count, and a row is never empty."""
     num: GridExpr
     den: int
@@ -203,7 +203,7 @@ def as_expr(x) -> GridExpr:
     if isinstance(x, int) and not isinstance(x, bool):
         return Const(x)
     raise ValueError(f"{x!r} is not a grid expression: use ints, size names ('M') or "
-                     f"tilegen.cdiv / tilegen.minimum of them")
+                     f"tilegen.dsl.cdiv / tilegen.dsl.minimum of them")
 
 
 def nodes(e: GridExpr):
