@@ -174,6 +174,8 @@ MASKS = {
     "not_equal_rows": (lambda e: (lambda r, c: (r != 3) & (r < e["r0"] + 7)),
                        lambda r, c, n, r0: (r != 3) & (r < r0 + 7)),
     "int_on_left": (lambda e: (lambda r, c: 4 <= c), lambda r, c, n, r0: 4 <= c),
+    # a runtime size on the left (docs/dsl.md's causal + ragged mask): it had raised a DSLError
+    "size_on_left": (lambda e: (lambda r, c: (c > r) | (e["n"] <= c)), lambda r, c, n, r0: (c > r) | (n <= c)),
 }
 
 
