@@ -188,6 +188,43 @@ def test_equality_on_a_runtime_integer_is_refused_and_eq_ne_branch_on_the_gpu():
     assert np.all(C == 13.0)   # k = 1 adds 10, k = 0, 2, 3 add 1
 
 
+def test_store_takes_python_numbers_for_alpha_and_beta_and_refuses_an_fp8_output():
+    """alpha=2.0, beta=0.5 as Python numbers (an AttributeError before), checked on the emulator;
+    a store into an fp8 tensor is refused at trace time (it had emitted PTX ptxas rejects)."""
+    from tilegen.sim import GlobalMemory, run_kernel
+
+    @tg.kernel
+    def scaled():
+        tg.launch(threads=32, grid=(1, 1, 1))
+        C = tg.tensor("C", "f32", ("M", "N"))
+        acc = tg.fragment(ATOM, "C", (1, 1))
+        tg.add(acc, 1.0, out=acc)
+        tg.store(C.block(0, 0), acc, alpha=2.0, beta=0.5)
+
+    k = tilegen.compile(scaled)
+    mem = GlobalMemory()
+    pc = mem.alloc(16 * 8 * 4)
+    mem.write(pc, np.full(16 * 8, 4.0, np.float32).tobytes())
+    run_kernel(k, {"C_ptr": pc, "C_ld": 8, "M": 16, "N": 8}, {"M": 16, "N": 8}, memory=mem)
+    assert np.all(np.frombuffer(mem.read(pc, 16 * 8 * 4), np.float32) == 2.0 * 1.0 + 0.5 * 4.0)
+
+    @tg.kernel
+    def fp8_out():
+        tg.launch(threads=32, grid=(1, 1, 1))
+        C = tg.tensor("C", "e4m3", ("M", "N"))
+        tg.store(C.block(0, 0), tg.fragment(ATOM, "C", (1, 1)))
+
+    with pytest.raises(DSLError, match=r"store: writes f32, f16 or bf16 tensors; C is e4m3"):
+        tilegen.compile(fp8_out)
+    with pytest.raises(DSLError, match=r"alpha must be a number or a tilegen.dsl.scalar"):
+        @tg.kernel
+        def bad_alpha():
+            tg.launch(threads=32, grid=(1, 1, 1))
+            C = tg.tensor("C", "f32", ("M", "N"))
+            tg.store(C.block(0, 0), tg.fragment(ATOM, "C", (1, 1)), alpha="2", beta=0.0)
+        tilegen.compile(bad_alpha)
+
+
 def test_conditions_joined_with_python_and_say_to_use_the_operators():
     @tg.kernel
     def joined():

@@ -569,8 +569,12 @@ def store(dst: Block, acc: Fragment, *, alpha: Float = None, beta: Float = None,
         return
     if not isinstance(dst, Block) or not isinstance(acc, Fragment) or acc.operand != "C":
         fail("store(tensor.block(r, c), accumulator fragment or row vector)")
+    if dst.tensor.dtype.name not in ("f32", "f16", "bf16"):
+        fail(f"store: writes f32, f16 or bf16 tensors; {dst.tensor.ir.name} is {dst.tensor.dtype.name} (an "
+             f"output of another dtype has no conversion here)")
     if (alpha is None) != (beta is None):
         fail("store: give both alpha and beta or neither")
+    alpha, beta = _float_operand(alpha, "alpha"), _float_operand(beta, "beta")
     act = T.canonical_activation(activation)
     if act is None:
         fail(f"store: activation={activation!r}; allowed: {T.activation_choices()}")
@@ -596,6 +600,16 @@ def store(dst: Block, acc: Fragment, *, alpha: Float = None, beta: Float = None,
                              bias=bias.ir if bias is not None else None, bias_axis=axis, activation=act,
                              residual=residual.tensor.ir if residual is not None else None, row_scale=rs,
                              col_scale=cs))
+
+
+def _float_operand(x, name: str):
+    """A store's alpha or beta: a tilegen.dsl.scalar (a Float), a Python number (an f32 immediate),
+    or None."""
+    if x is None or isinstance(x, Float):
+        return x
+    if isinstance(x, (int, float)) and not isinstance(x, bool):
+        return Float(Imm(float(x), "f32"))
+    fail(f"store: {name} must be a number or a tilegen.dsl.scalar (a Float), got {type(x).__name__}")
 
 
 def accumulate(acc: Fragment, src: Block):
