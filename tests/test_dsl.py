@@ -556,3 +556,20 @@ def test_a_row_vector_goes_out_as_it_is():
 @needs_ptxas
 def test_row_vector_stores_assemble():
     assert_assembles(tilegen.compile(row_stats).ptx, "sm_80")
+
+
+def test_a_hopper_kernel_without_its_target_says_which_to_pass():
+    """A DSL kernel using an sm_90 feature compiled for the default target (sm_80) names the
+    feature and the target to pass (it had been a bare ValueError from the code generator); an
+    unknown target is a DSLError listing the targets."""
+    @tg.kernel
+    def fenced():
+        tg.launch(threads=128, grid=(1, 1, 1))
+        tg.fence_proxy_async()
+
+    with pytest.raises(tilegen.TilegenError, match=r"fence.proxy.async needs sm_90 or newer, not sm_80: .*"
+                                                   r"tilegen.compile\(fn, target='sm_90a'\)"):
+        tilegen.compile(fenced)
+    assert "fence.proxy.async" in tilegen.compile(fenced, target="sm_90a").ptx
+    with pytest.raises(DSLError, match=r"target='sm_70'; allowed: sm_80"):
+        tilegen.compile(fenced, target="sm_70")

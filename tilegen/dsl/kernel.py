@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 import inspect
 
+from ..arch.targets import TARGETS
 from ..errors import DSLError
 from ..ir.builder import Builder
 from ..ir.module import KernelIR
@@ -43,6 +44,9 @@ class KernelFunction:
         functools.update_wrapper(self, fn)
 
     def trace(self, *, target: str = "sm_80", name: str | None = None, **constants) -> KernelIR:
+        if target not in TARGETS:
+            raise DSLError(f"{self.name}: target={target!r}; allowed: {', '.join(TARGETS)} (wgmma, TMA, mbarrier "
+                           f"and clusters need sm_90a)")
         sig = inspect.signature(self.fn)
         try:
             sig.bind(**constants)
