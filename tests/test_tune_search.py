@@ -424,3 +424,21 @@ def test_the_hopper_space_is_searched_and_stored(cdir):
     assert res.default_spec.instruction == "wgmma"
     found = lookup("f16", "row", "row", M, N, K, "f16", *GPU)
     assert found == res.spec
+
+
+def test_tuning_without_a_gpu_says_it_needs_one(monkeypatch):
+    """Without a GPU the tuner says it needs one (the runtime's advice to pass device='sim' had
+    followed, which the tuner then refused with int('sim')'s ValueError); device='sim' is
+    refused by name."""
+    import tilegen.runtime
+    from tilegen.errors import DeviceError
+
+    def no_gpu(device=0):
+        raise DeviceError("no GPU found: ...; pass device='sim' to run the CPU emulator instead")
+
+    monkeypatch.setattr(tilegen.runtime, "ensure_context", no_gpu)
+    with pytest.raises(DeviceError, match=r"tuning needs an NVIDIA GPU") as e:
+        tune("f16", "row", "row", 256, 256, 256, budget_s=1, progress=False, store=False)
+    assert "device='sim'" not in str(e.value)
+    with pytest.raises(ValueError, match=r"device='sim': tuning times kernels on a GPU"):
+        tune("f16", "row", "row", 256, 256, 256, budget_s=1, progress=False, store=False, device="sim")

@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 from typing import Callable, Optional
 
 from ..compiler.cache import source_hash
+from ..errors import DeviceError
 from ..frontend import compile as tg_compile
 from ..gemm import tuned as _store
 from ..gemm.spec import OUT_DTYPES, GemmSpec
@@ -629,11 +630,19 @@ def tune(dtype: str, a_layout: str, b_layout: str, M: int, N: int, K: int, *, ou
     GPU and the compiler (tests); without a GPU the GpuMeasurer raises tilegen.DeviceError.
     prelink=False leaves every driver link to the main thread (one at a time)."""
     a, b = _check_problem(dtype, a_layout, b_layout, M, N, K, out_dtype, budget_s)
+    if measurer is None and (isinstance(device, bool) or not isinstance(device, int) or device < 0):
+        raise ValueError(f"device={device!r}: tuning times kernels on a GPU, device=0, 1, ... (the CPU emulator's "
+                         f"times say nothing of a GPU's)")
     started = clock()
     own = measurer is None
     log = (lambda msg: print(f"[tune] {msg}", file=log_stream or sys.stderr, flush=True)) if progress else None
     if own:
-        measurer = GpuMeasurer(dtype, a, b, M, N, K, out_dtype, device=device, log=log)
+        try:
+            measurer = GpuMeasurer(dtype, a, b, M, N, K, out_dtype, device=device, log=log)
+        except DeviceError as e:   # (the runtime's advice to use the emulator does not apply here)
+            raise DeviceError(f"{str(e).split('; install the NVIDIA driver')[0].split('; pass device=')[0]}: tuning "
+                              f"needs an NVIDIA GPU (tilegen.matmul without a tuned config takes the measured "
+                              f"presets)") from None
     try:
         info = getattr(measurer, "info", None)
         target = getattr(measurer, "target", None) or "sm_90"
