@@ -50,6 +50,12 @@ def test_save_and_load_round_trip(tmp_path):
     ("not json", "is not JSON"),
     ('{"rows": 3}', "no 'rows' list"),
     ('{"rows": [{"dtype": "f16"}]}', "row 0 lacks layout, m, n, k"),
+    # (these had printed "internal error ... please report it", or nothing and exit 0)
+    ('{"rows": [1]}', "row 0 is a int, not a result row"),
+    ('{"rows": [], "peak": 5}', "its peak is a int"),
+    ('{"rows": [{"dtype": "f16", "layout": "rr", "m": 1, "n": 1, "k": 1, "tilegen_tflops": "fast"}]}',
+     "row 0's tilegen_tflops is 'fast', not a number"),
+    ('{"rows": []}', "holds no results"),
 ])
 def test_bad_result_files(tmp_path, content, match):
     path = tmp_path / "bad.json"

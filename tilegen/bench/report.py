@@ -98,10 +98,26 @@ def load(path: str) -> dict:
     if not isinstance(data, dict) or not isinstance(data.get("rows"), list):
         raise ResultFileError(f"{path} is not a tilegen bench result (no 'rows' list)")
     for i, row in enumerate(data["rows"]):
+        if not isinstance(row, dict):
+            raise ResultFileError(f"{path}: row {i} is a {type(row).__name__}, not a result row (an object)")
         missing = [key for key in ("dtype", "layout", "m", "n", "k") if key not in row]
         if missing:
             raise ResultFileError(f"{path}: row {i} lacks {', '.join(missing)}")
+        for key, value in row.items():   # (measured columns: numbers, or null where not measured)
+            if key.endswith(("_tflops", "_ms", "_us")) or key.startswith("vs_") or key in ("pct_peak", "rel_err"):
+                if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))):
+                    raise ResultFileError(f"{path}: row {i}'s {key} is {value!r}, not a number")
+    for key in SECTIONS:
+        if data.get(key) is not None and not isinstance(data[key], SECTIONS[key]):
+            raise ResultFileError(f"{path}: its {key} is a {type(data[key]).__name__}, not what tilegen bench "
+                                  f"writes there")
+    if not data["rows"] and not any(data.get(key) for key in ("peak", "compile_speed", "host_costs", "host", "stacks")):
+        raise ResultFileError(f"{path} holds no results (no rows, peak, compile speed, host costs or stacks)")
     return data
+
+
+SECTIONS = {"peak": dict, "compile_speed": dict, "host_costs": list, "stacks": list, "settings": dict,
+            "environment": dict}   # (the parts beside the rows load checks the kind of)
 
 
 # ---- comparison --------------------------------------------------------------------------
