@@ -136,7 +136,7 @@ def main(argv=None) -> int:
     ap.add_argument("--k", type=size, default=None, help="default 1024 on the GPU, 50 emulated")
     ap.add_argument("--dtype", choices=("f16", "bf16"), default="f16")
     args = ap.parse_args(argv)
-    device = pick_device(args.device)
+    device = pick_device(args.device, (args.batch or 3) * (args.m or 40) * (args.n or 33) * (args.k or 50))
     gpu = device == "gpu"
     batch = args.batch or (16 if gpu else 3)
     M, N, K = (x or (1024 if gpu else d) for x, d in ((args.m, 40), (args.n, 33), (args.k, 50)))

@@ -19,8 +19,13 @@ if os.path.isdir(os.path.join(_ROOT, "tilegen")) and _ROOT not in sys.path:
 ALIGN = 16  # cp.async moves 16 bytes: every row of an operand starts 16-byte aligned
 
 
-def pick_device(choice: str = "auto") -> str:
-    """"gpu" or "sim" for a --device choice of auto, gpu or sim."""
+EMULATOR_LIMIT_S = 30.0   # (as tilegen run's: longer emulations only with --device sim)
+
+
+def pick_device(choice: str = "auto", work=None) -> str:
+    """"gpu" or "sim" for a --device choice of auto, gpu or sim. `work`, (M, N, K) or a count of
+    multiply-adds, is what the example computes: without a GPU and without --device sim, work the
+    emulator needs more than EMULATOR_LIMIT_S for is refused at once (exit 2), as tilegen run does."""
     from tilegen.runtime import gpu_available
 
     if choice == "sim":
@@ -29,6 +34,16 @@ def pick_device(choice: str = "auto") -> str:
         return "gpu"
     if choice == "gpu":
         raise SystemExit("--device gpu: no GPU found (CUDA driver not detected); use --device sim")
+    if work is not None:
+        from tilegen.sim.estimate import GEMM_FLOPS_MAX
+
+        macs = work if isinstance(work, int) else work[0] * work[1] * work[2]
+        seconds = 2.0 * macs / GEMM_FLOPS_MAX
+        if seconds > EMULATOR_LIMIT_S:
+            print(f"no GPU found, and this would take at least {seconds / 60:.0f} min on the CPU emulator "
+                  f"(more than {EMULATOR_LIMIT_S:.0f} s): pass --device sim to run it there anyway, or smaller "
+                  f"sizes", file=sys.stderr)
+            raise SystemExit(2)
     return "sim"
 
 

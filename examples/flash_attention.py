@@ -211,7 +211,8 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     if args.block_m % (16 * args.warps) or args.block_n % 16:
         ap.error("--block-m must be a multiple of 16 * --warps and --block-n a multiple of 16")
-    device = pick_device(args.device)
+    # (two products of seq x seq x head_dim per batch-head, at the emulated defaults where not given)
+    device = pick_device(args.device, 2 * (args.batch_heads or 2) * (args.seq or 80) ** 2 * args.head_dim)
     bh = args.batch_heads or (16 if device == "gpu" else 2)
     seq = args.seq or (2048 if device == "gpu" else 80)
     out_dtype = args.out_dtype or args.dtype

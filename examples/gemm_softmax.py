@@ -139,7 +139,7 @@ def main(argv=None) -> int:
     ap.add_argument("--k", type=size, default=None, help="default 1024 on the GPU, 48 emulated")
     ap.add_argument("--dtype", choices=("f16", "bf16"), default="f16")
     args = ap.parse_args(argv)
-    device = pick_device(args.device)
+    device = pick_device(args.device, (args.m or 37, args.n or 100, args.k or 48))   # (the emulated defaults)
     gpu = device == "gpu"
     M, N, K = (x or (g if gpu else e) for x, g, e in ((args.m, 8192, 37), (args.n, 256, 100), (args.k, 1024, 48)))
     try:

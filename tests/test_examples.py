@@ -135,6 +135,21 @@ def test_examples_run_from_the_command_line(module, argv, capsys):
         assert rc == 0 and "PASS" in out and "on sim" in out
 
 
+@pytest.mark.parametrize("module,argv", [
+    (bg, ["--batch", "16", "--m", "1024", "--n", "1024", "--k", "1024"]),
+    (fa, ["--seq", "2048", "--batch-heads", "16"]),
+])
+def test_examples_refuse_long_emulations_without_a_gpu(module, argv, capsys, monkeypatch):
+    """Without a GPU and without --device sim, sizes the emulator would take minutes over are
+    refused at once (exit 2) with the way to run them anyway (they had run for as long as that)."""
+    import tilegen.runtime
+
+    monkeypatch.setattr(tilegen.runtime, "gpu_available", lambda: False)
+    with pytest.raises(SystemExit) as e:
+        module.main(argv)
+    assert e.value.code == 2 and "pass --device sim to run it there anyway" in capsys.readouterr().err
+
+
 # -- ptxas ------------------------------------------------------------------------------------------
 def _example_kernels(target):
     yield "batched_gemm f16", tilegen.compile(bg.batched_gemm, dtype="f16", target=target)

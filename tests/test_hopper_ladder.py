@@ -66,6 +66,18 @@ def test_a_step_runs_from_the_command_line():
     assert "step 4, TMA + mbarrier: 70x50x90 on the emulator" in out.stdout and "PASS" in out.stdout
 
 
+def test_a_step_the_emulator_would_take_minutes_over_is_refused_without_a_gpu():
+    """docs/hopper_gemm.md's first command on a machine without a GPU: refused at once with the
+    way to run it anyway (it had run silently for minutes). (The CPU test runs have no GPU.)"""
+    import tilegen.runtime
+
+    if tilegen.runtime.gpu_available():
+        pytest.skip("a GPU runs it")
+    out = subprocess.run([sys.executable, str(LADDER / "step8_tma_store.py"), "--m", "4096", "--n", "4096", "--k",
+                          "4096"], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 2 and "pass --device sim to run it there anyway" in out.stderr
+
+
 def test_a_one_tile_step_refuses_larger_sizes():
     out = subprocess.run([sys.executable, str(LADDER / "step1_one_tile.py"), "--device", "sim", "--m", "65"],
                          capture_output=True, text=True, timeout=300)

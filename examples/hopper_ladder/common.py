@@ -68,8 +68,8 @@ def main(step: str, kernel_fn, most=None, sizes=(256, 512, 512), out=np.float32,
         raise SystemExit(f"{step} computes one {most[0]} x {most[1]} block of C"
                          + (f" from one k-tile of {most[2]}" if most[2] else "")
                          + f": --m at most {most[0]}, --n at most {most[1]}" + (f", --k at most {most[2]}" if most[2] else ""))
+    device = pick_device(args.device, (args.m, args.n, args.k))
     kernel = tilegen.compile(kernel_fn, target=TARGET, **constants)
-    device = pick_device(args.device)
     err, bound, ms = check(kernel, args.m, args.n, args.k, device, args.seed, time=True, out=out)
     extra = f", {2.0 * args.m * args.n * args.k / ms / 1e9:.1f} TFLOP/s" if ms else ""
     return report(f"{step}: {args.m}x{args.n}x{args.k} on the {'GPU' if device == 'gpu' else 'emulator'}",
