@@ -14,7 +14,9 @@ group the stage may not be written, and after that only once a barrier shows tha
 warpgroup retired it. It reads through the async proxy, so landed copies need a
 fence_proxy_async before it, and its accumulator may not be read until it is retired.
 An A operand in registers is read the same way: loaded before a wgmma_fence, and not
-loaded again until the wgmma that reads it is retired.
+loaded again until the wgmma that reads it is retired; and registers other instructions
+wrote (an accumulator's zero fill, elementwise ops) need a wgmma_fence before a wgmma uses
+them as its accumulator or A (PTX ISA, wgmma.fence).
 
 TMA copies complete on an mbarrier: a stage they fill may be read once a wait on that
 barrier saw the phase complete (by every thread that waits, through the async proxy: no
@@ -207,6 +209,11 @@ def _wgmma(n, ev, st):
             raise HazardError(f"wgmma reads stage {key[1]} of {key[0]} written by cp.async with no "
                               f"fence_proxy_async since (wgmma reads through the async proxy){_where(n)}")
         st.wgmma_open.append((key, n, n.acc))
+    written = st.unfenced_frags.get(id(n.acc))
+    if written is not None:
+        raise HazardError(f"wgmma accumulates into fragment {n.acc.name}, written{_where(written)} by other "
+                          f"instructions with no wgmma_fence since (the fence orders their register writes before "
+                          f"the wgmma's: tilegen.dsl.wgmma_fence() first){_where(n)}")
     if from_registers:  # A's registers, too, are read until the group retires
         load = st.unfenced_frags.get(id(n.a))
         if load is not None:
@@ -217,6 +224,19 @@ def _wgmma(n, ev, st):
 
 def _wgmma_fence(n, ev, st):
     st.unfenced_frags.clear()
+
+
+def _writes_fragment(field: str, reads: bool = True):
+    """The rule of an op that writes the registers of fragment `field` with ordinary
+    instructions (after the reads rule, where it reads accumulators too): a wgmma may use them
+    only after a wgmma_fence (PTX ISA, wgmma.fence)."""
+    def rule(n, ev, st):
+        if reads:
+            _reads_accumulators(n, ev, st)
+        frag = getattr(n, field)
+        if isinstance(frag, T.Fragment):
+            st.unfenced_frags[id(frag)] = n
+    return rule
 
 
 def _wgmma_commit(n, ev, st):
@@ -382,22 +402,22 @@ RULES = {
     T.CommitGroup: _commit,
     T.WaitGroup: _wait,
     T.Barrier: _barrier,
-    T.FillFragment: _no_hazard,
+    T.FillFragment: _writes_fragment("frag", reads=False),
     T.LoadFragment: _load_fragment,
     T.Mma: _no_hazard,
     T.SplitTF32: _no_hazard,
     T.StoreFragment: _reads_accumulators,
     T.StoreRowVector: _no_hazard,
-    T.AccumulateFragment: _reads_accumulators,
+    T.AccumulateFragment: _writes_fragment("frag"),
     T.Wgmma: _wgmma,
     T.WgmmaFence: _wgmma_fence,
     T.WgmmaCommit: _wgmma_commit,
     T.WgmmaWait: _wgmma_wait,
     T.FenceProxyAsync: _fence_proxy_async,
-    T.Elementwise: _reads_accumulators,
+    T.Elementwise: _writes_fragment("out"),
     T.RowReduce: _reads_accumulators,
-    T.MaskFragment: _reads_accumulators,
-    T.FragmentToOperand: _reads_accumulators,
+    T.MaskFragment: _writes_fragment("out"),
+    T.FragmentToOperand: _writes_fragment("dst"),
     T.MBarrierArrive: _arrive,
     T.MBarrierWait: _mbarrier_wait,
     T.TmaLoad: _tma_load,
