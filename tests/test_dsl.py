@@ -573,3 +573,40 @@ def test_a_hopper_kernel_without_its_target_says_which_to_pass():
     assert "fence.proxy.async" in tilegen.compile(fenced, target="sm_90a").ptx
     with pytest.raises(DSLError, match=r"target='sm_70'; allowed: sm_80"):
         tilegen.compile(fenced, target="sm_70")
+
+
+
+def test_a_fragment_rebound_in_a_runtime_loop_is_refused_where_used_after_it():
+    """acc = tg.add(acc, 1.0) inside tilegen.dsl.range made a new fragment each trace of the body
+    (traced once), so the sum after the loop was one addition whatever the trip count (1.0 for 5
+    trips); its use after the loop is refused with how to carry it, and the loop written with out=
+    gives the sum."""
+    from tilegen.sim import GlobalMemory, run_kernel
+
+    @tg.kernel
+    def rebound():
+        tg.launch(threads=32, grid=(1, 1, 1))
+        C = tg.tensor("C", "f32", ("M", "N"))
+        acc = tg.fragment(ATOM, "C", (1, 1))
+        for _ in tg.range(tg.size("K")):
+            acc = tg.add(acc, 1.0)
+        tg.store(C.block(0, 0), acc)
+
+    with pytest.raises(DSLError, match=r"the fragment 'add' was made at test_dsl.py:\d+ inside a loop or if_ body and "
+                                       r"is used here, after it: .*tg.add\(acc, 1.0, out=acc\)"):
+        tilegen.compile(rebound)
+
+    @tg.kernel
+    def carried():
+        tg.launch(threads=32, grid=(1, 1, 1))
+        C = tg.tensor("C", "f32", ("M", "N"))
+        acc = tg.fragment(ATOM, "C", (1, 1))
+        for _ in tg.range(tg.size("K")):
+            tg.add(acc, 1.0, out=acc)
+        tg.store(C.block(0, 0), acc)
+
+    mem = GlobalMemory()
+    pc = mem.alloc(16 * 8 * 4)
+    run_kernel(tilegen.compile(carried), {"C_ptr": pc, "C_ld": 8, "M": 16, "N": 8, "K": 5}, {"M": 16, "N": 8, "K": 5},
+               memory=mem)
+    assert np.all(np.frombuffer(mem.read(pc, 16 * 8 * 4), np.float32) == 5.0)

@@ -32,7 +32,7 @@ from ..ir.values import Imm
 from .objects import Fragment
 from .primitives import tile_op
 from .scalars import Float, Int, raw, wrap
-from .trace import current, fail
+from .trace import current, fail, made
 
 LOG2E = 1.4426950408889634
 
@@ -116,8 +116,8 @@ def _result(shape, out, fn: str, name: str):
     """`out` checked against `shape`, or a new fragment / row vector of that shape."""
     if out is None:
         if isinstance(shape, Fragment):
-            return Fragment(T.Fragment(name or fn, shape.atom, "C", shape.tiles))
-        return RowVector(T.RowVector(name or fn, shape.atom, shape.ir.tm))
+            return Fragment(made(T.Fragment(name or fn, shape.atom, "C", shape.tiles)))
+        return RowVector(made(T.RowVector(name or fn, shape.atom, shape.ir.tm)))
     if isinstance(shape, Fragment):
         if not isinstance(out, Fragment):
             fail(f"{fn}: the result is a fragment; out= must be a fragment of {shape.tiles} atoms, "
@@ -248,7 +248,7 @@ def row_vector(like, value: float = 0.0, *, name: str = "") -> RowVector:
         fail(f"row_vector(like, value): like must be an accumulator fragment, got {type(like).__name__}")
     if not (_is_number(value) or isinstance(value, Float)):
         fail(f"row_vector: value must be a number or a tilegen.dsl.Float, got {type(value).__name__}")
-    rv = RowVector(T.RowVector(name or "rows", atom, tm))
+    rv = RowVector(made(T.RowVector(name or "rows", atom, tm)))
     tile_op(T.Elementwise("copy", rv.ir, _operand(value, "row_vector")))
     return rv
 
@@ -408,7 +408,7 @@ def to_operand(x, operand: str = "A", *, atom=None, name: str = "") -> list:
         fail(f"to_operand: {cols} columns do not split into k-steps of {atom.k}")
     out = []
     for kk in range(cols // atom.k):
-        frag = Fragment(T.Fragment(f"{name or x.ir.name + '_a'}{kk}", atom, "A", (x.tiles[0], 1)))
+        frag = Fragment(made(T.Fragment(f"{name or x.ir.name + '_a'}{kk}", atom, "A", (x.tiles[0], 1))))
         tile_op(T.FragmentToOperand(frag.ir, x.ir, kk * atom.k))
         out.append(frag)
     return out

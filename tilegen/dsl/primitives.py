@@ -2,6 +2,7 @@
 and checks its arguments, pointing errors at the caller's line."""
 from __future__ import annotations
 
+import dataclasses
 from contextlib import contextmanager
 
 from ..arch.dtypes import dtype as _dtype
@@ -18,7 +19,7 @@ from ..ir.instr import Instr
 from ..ir.values import Addr, Imm, Value
 from .objects import Block, Fragment, SharedTile, Stage, Tensor, Vector
 from .scalars import Float, Int, Pred, raw, wrap
-from .trace import current, fail, user_location
+from .trace import current, fail, made, user_location
 
 _SPECIAL = {"x": 0, "y": 1, "z": 2}
 
@@ -320,8 +321,35 @@ def shared(name: str, dtype: str, rows: int, cols: int, *, stages: int = 1, swiz
 def tile_op(op):
     """Append a tile op to the kernel being traced, located at the caller's line."""
     op.loc = user_location()
-    current().builder.emit(op)
+    tr = current()
+    _check_homes(tr, op)
+    tr.builder.emit(op)
     return op
+
+
+def _check_homes(tr, op) -> None:
+    """Each register fragment (or row vector) an op names belongs to the regions (loop and if_
+    bodies) open where it was made (trace.made): used after one of them closed, it was made inside
+    a body traced once, and a Python name rebound there (acc = tg.add(acc, 1.0) in a
+    tilegen.dsl.range loop) does not carry from one iteration to the next; nor is it made where the
+    body did not run. Refused, saying how to carry it."""
+    homes = tr.__dict__.get("homes")
+    if not homes:
+        return
+    open_ids = None
+    for f in dataclasses.fields(op):
+        x = getattr(op, f.name, None)
+        home = homes.get(id(x)) if isinstance(x, (T.Fragment, T.RowVector)) else None
+        if home is None or home[0] is not x or not home[1]:
+            continue
+        if open_ids is None:
+            open_ids = {id(r) for r in tr.builder._regions}
+        if not set(home[1]) <= open_ids:
+            fail(f"the fragment {x.name!r} was made at {home[2]} inside a loop or if_ body and is used here, after "
+                 f"it: a body is traced once, so a name rebound in it (acc = tg.add(acc, 1.0)) does not carry "
+                 f"from one iteration to the next, and a value made in an if_ is not made where it was skipped; "
+                 f"write into a fragment made before the body instead: tg.add(acc, 1.0, out=acc), "
+                 f"tg.assign(acc, x)")
 
 
 def copy_async(dst: Stage, src: Block, comment: str = "", inbounds: tuple = ()):
@@ -405,7 +433,7 @@ def fragment(atom, operand: str, tiles: tuple, name: str = "") -> Fragment:
     if (operand == "A" and tiles[1] != 1) or (operand == "B" and tiles[0] != 1):
         fail(f"an {operand} fragment spans atoms along one dimension only: use "
              f"{'(tm, 1)' if operand == 'A' else '(1, tn)'}")
-    frag = T.Fragment(name or operand.lower(), atom, operand, tiles)
+    frag = made(T.Fragment(name or operand.lower(), atom, operand, tiles))
     if operand == "C":
         tile_op(T.FillFragment(frag, 0.0))
     return Fragment(frag)

@@ -45,3 +45,13 @@ def begin(trace):
 
 def end():
     _state.trace = None
+
+
+def made(ir):
+    """Record where register fragment (or row vector) `ir` is made: the regions (runtime loop and
+    if_ bodies) open there and the user's line; primitives.tile_op refuses its use once one of
+    those bodies is closed. Returns `ir`."""
+    tr = current()
+    homes = tr.__dict__.setdefault("homes", {})
+    homes[id(ir)] = (ir, tuple(id(r) for r in tr.builder._regions), user_location())
+    return ir
