@@ -11,7 +11,7 @@ from tilegen.ir.hazards import HazardError
 from tilegen.ir.layout import SmemLayout
 from tilegen.sim import SimError
 from tilegen.sim import wgmma as simw
-from tilegen.errors import SpecError
+from tilegen.errors import DSLError, SpecError
 from bounds import fp8_wgmma_bound, gemm_bound
 from tilegen.codegen.ptxas import resources
 from ptxas_util import assert_assembles, needs_ptxas
@@ -382,6 +382,24 @@ def test_planted_pipeline_mistakes_are_rejected(knobs, says):
     with pytest.raises(HazardError) as e:
         tilegen.compile(wg_pipeline, target="sm_90a", **knobs)
     assert says in str(e.value)
+
+
+@pytest.mark.parametrize("m0, n0, says", [(16, 0, r"m0=16 reads A\[rows 16..79\] of sA, whose stage is 64 x 64"),
+                                          (0, 8, r"n0=8 reads B\[columns 8..71\] of sB, whose stage is 64 x 64")])
+def test_a_wgmma_box_past_its_stage_is_refused(m0, n0, says):
+    """A constant origin whose 64-row (or n-column) box runs past the stage: refused at trace time
+    (the descriptor would read the next stage silently: error 0.77 on the emulator, no report)."""
+    @tg.kernel
+    def shifted():
+        tg.launch(threads=128, grid=(1, 1, 1))
+        sA = tg.shared("sA", "f16", 64, 64)
+        sB = tg.shared("sB", "f16", 64, 64)
+        acc = tg.fragment(ATOM, "C", (1, 8))
+        tg.wgmma_fence()
+        tg.wgmma(acc, sA[0], sB[0], m0, 0, n0)
+
+    with pytest.raises(DSLError, match=says):
+        tilegen.compile(shifted, target="sm_90a")
 
 
 @tg.kernel

@@ -535,6 +535,18 @@ def wgmma(acc: Fragment, a, b: Stage, m0, k0: int, n0, accumulate: bool = True):
              f"declare it with logical='{'row' if not a_k_major else 'col'}' (a copy_async into it transposes)"
              + ("" if a_k_major else "; an MN-major A can go through registers (tilegen.dsl.load, then "
                 "wgmma with the fragment)"))
+    # an origin known at trace time must leave the wgmma's box inside the stage (past its end the
+    # descriptor reads the next stage or tile, silently)
+    for st, what, extents in ((None if from_registers else a, "A", (("m0", m0, 64, 0), ("k0", k0, shape.k, 1))),
+                              (b, "B", (("k0", k0, shape.k, 0), ("n0", n0, shape.n, 1)))):
+        if st is None:
+            continue
+        rows, cols = st.tile.ir.layout.rows, st.tile.ir.layout.cols
+        logical = (rows, cols) if st.tile.logical == "row" else (cols, rows)
+        for name, origin, extent, axis in extents:
+            if isinstance(origin, int) and not isinstance(origin, bool) and origin + extent > logical[axis]:
+                fail(f"wgmma: {name}={origin} reads {what}[{'rows' if axis == 0 else 'columns'} {origin}.."
+                     f"{origin + extent - 1}] of {st.tile.ir.name}, whose stage is {logical[0]} x {logical[1]}")
     a_ir, a_stage, a_m0 = (a.ir, None, None) if from_registers else (a.tile.ir, raw(a.index), raw(m0))
     tile_op(T.Wgmma(acc.ir, a_ir, a_stage, a_m0, k0, b.tile.ir, raw(b.index), raw(n0),
                      a_k_major=a_k_major, b_k_major=b_k_major, shape=shape, accumulate=bool(accumulate)))
