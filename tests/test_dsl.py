@@ -610,3 +610,14 @@ def test_a_fragment_rebound_in_a_runtime_loop_is_refused_where_used_after_it():
     run_kernel(tilegen.compile(carried), {"C_ptr": pc, "C_ld": 8, "M": 16, "N": 8, "K": 5}, {"M": 16, "N": 8, "K": 5},
                memory=mem)
     assert np.all(np.frombuffer(mem.read(pc, 16 * 8 * 4), np.float32) == 5.0)
+
+
+
+def test_true_division_of_a_kernel_integer_says_to_use_floor_division():
+    @tg.kernel
+    def halves():
+        tg.launch(threads=32, grid=(1, 1, 1))
+        tg.size("M") / 2
+
+    with pytest.raises(DSLError, match=r"kernel integers divide with // \(and %\)"):
+        tilegen.compile(halves)

@@ -306,7 +306,8 @@ def test_wgmma_kernels_assemble_without_spills(kw):
 # ---- the pipeline's hazard rules, on a one-warpgroup main loop -----------------------------------
 
 @tg.kernel
-def wg_pipeline(stages=4, ahead=None, fence=True, barrier=True, retire=1, final_wait=True, wgmma_fence=True):
+def wg_pipeline(stages=4, ahead=None, fence=True, barrier=True, retire=1, final_wait=True, wgmma_fence=True,
+                commit=True):
     S = stages
     P = S - 2 if ahead is None else ahead
     tg.launch(threads=128, grid=(1, 1, 1))
@@ -335,7 +336,8 @@ def wg_pipeline(stages=4, ahead=None, fence=True, barrier=True, retire=1, final_
             tg.wgmma_fence()
         for kk in range(4):
             tg.wgmma(acc, sA[stage], sB[stage], 0, kk * 16, 0)
-        tg.wgmma_commit()
+        if commit:
+            tg.wgmma_commit()
         copy(kt + P)
         tg.wgmma_wait(retire)
     if final_wait:
@@ -377,6 +379,8 @@ def test_correct_wgmma_pipeline_passes_and_computes(stages):
     # the accumulator's zero fill (ordinary moves) before the first wgmma with no wgmma_fence: the PTX ISA
     # asks for one; the emulator cannot show it (it runs the wgmma after the moves anyway)
     (dict(wgmma_fence=False), "wgmma accumulates into fragment c, written"),
+    # never committed, so no wait retires it: the advice names the commit (it said wgmma_wait(0) alone)
+    (dict(commit=False), "wgmma_commit(), then wgmma_wait(0), first"),
 ])
 def test_planted_pipeline_mistakes_are_rejected(knobs, says):
     with pytest.raises(HazardError) as e:

@@ -40,6 +40,11 @@ class Int:
     def __rshift__(self, n): return Int(self._b().shr(self.raw, n))
     def __lshift__(self, n): return Int(self._b().shl(self.raw, n))
 
+    def __truediv__(self, o):
+        fail("kernel integers divide with // (and %): / would make a float")
+
+    __rtruediv__ = __truediv__
+
     def _compare(self, other):
         if not isinstance(other, (Int, int)) or isinstance(other, bool):
             return NotImplemented   # (the other side may compare: a Coord of tilegen.dsl.mask)

@@ -255,8 +255,10 @@ def _reads_accumulators(n, ev, st):
     for frag in _fragments_of(n):
         tc = st.wgmma_writing(frag)
         if tc is not None:
+            uncommitted = any(op is tc for _, op, _ in st.wgmma_open)   # (a wait retires committed groups only)
+            first = "wgmma_commit(), then wgmma_wait(0)," if uncommitted else "wgmma_wait(0)"
             raise HazardError(f"reads accumulator {frag.name} while a wgmma{_where(tc)} may still be writing "
-                              f"it: wgmma_wait(0) first{_where(n)}")
+                              f"it: {first} first{_where(n)}")
 
 
 def _vector_key(ev, n, sv, field: str = "buffer"):

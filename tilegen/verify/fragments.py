@@ -427,8 +427,8 @@ def main(argv=None) -> int:
     ap.add_argument("--out", metavar="FILE.json", help="write the record (inputs and raw outputs)")
     ap.add_argument("--atoms", nargs="*", metavar="NAME",
                     help="probes to run (default: all), e.g. m16n8k16.f16.f32 ldmatrix.x4.trans")
-    ap.add_argument("--device", type=int, default=0)
-    ap.add_argument("--seed", type=int, default=SEED)
+    ap.add_argument("--device", type=int, default=0, help="the GPU's index (default 0)")
+    ap.add_argument("--seed", type=int, default=SEED, help=f"the probes' random inputs (default {SEED})")
     args = ap.parse_args(argv)
     problem = _argument_problem(args)
     if problem:   # (said before any probe runs: a record that cannot be written wastes the GPU's work)
