@@ -3,6 +3,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+F32_MAX = 3.4028234663852886e38          # float32's largest finite value
+F32_INF_FROM = 2.0 ** 128 - 2.0 ** 103   # the least magnitude float32's rounding takes to infinity
+
 
 @dataclass(frozen=True)
 class DType:

@@ -18,6 +18,7 @@ class _Trace:
         self.builder = Builder(kernel.body)
         self._entry: list = []   # computed once at the kernel's entry, where every thread runs (warp_index)
         self._warp = None
+        self.homes: dict = {}     # id(fragment) -> (fragment, open regions where made, user line): trace.made
 
     def warp_index(self):
         """tid / 32, computed once at the entry and passed through redux.sync.min: ptxas takes

@@ -333,17 +333,14 @@ def _check_homes(tr, op) -> None:
     a body traced once, and a Python name rebound there (acc = tg.add(acc, 1.0) in a
     tilegen.dsl.range loop) does not carry from one iteration to the next; nor is it made where the
     body did not run. Refused, saying how to carry it."""
-    homes = tr.__dict__.get("homes")
-    if not homes:
-        return
     open_ids = None
     for f in dataclasses.fields(op):
         x = getattr(op, f.name, None)
-        home = homes.get(id(x)) if isinstance(x, (T.Fragment, T.RowVector)) else None
-        if home is None or home[0] is not x or not home[1]:
+        home = tr.homes.get(id(x)) if isinstance(x, (T.Fragment, T.RowVector)) else None
+        if home is None or home[0] is not x:
             continue
         if open_ids is None:
-            open_ids = {id(r) for r in tr.builder._regions}
+            open_ids = set(tr.builder.open_regions())
         if not set(home[1]) <= open_ids:
             fail(f"the fragment {x.name!r} was made at {home[2]} inside a loop or if_ body and is used here, after "
                  f"it: a body is traced once, so a name rebound in it (acc = tg.add(acc, 1.0)) does not carry "

@@ -52,6 +52,5 @@ def made(ir):
     if_ bodies) open there and the user's line; primitives.tile_op refuses its use once one of
     those bodies is closed. Returns `ir`."""
     tr = current()
-    homes = tr.__dict__.setdefault("homes", {})
-    homes[id(ir)] = (ir, tuple(id(r) for r in tr.builder._regions), user_location())
+    tr.homes[id(ir)] = (ir, tr.builder.open_regions(), user_location())
     return ir

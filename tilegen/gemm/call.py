@@ -27,7 +27,7 @@ import numpy as np
 
 from .. import runtime
 from ..arch.dtypes import dtype as arch_dtype
-from ..arch.dtypes import numpy_dtype
+from ..arch.dtypes import F32_INF_FROM, F32_MAX, numpy_dtype
 from ..errors import LaunchError
 from ..runtime import interop
 from ..runtime.interop import DEVICE, DTYPE, PTR, SHAPE, STRIDES
@@ -170,8 +170,6 @@ def real_number(x, what: str) -> float:
 
 
 F32_BETA_MIN = 2.0 ** -150   # (a beta of at most this magnitude is 0 in float32, the kernel's parameter)
-F32_MAX = float(np.finfo(np.float32).max)
-F32_INF_FROM = 2.0 ** 128 - 2.0 ** 103   # (a number of at least this magnitude is infinite in float32)
 
 
 def check_scalars(alpha, beta) -> tuple:

@@ -21,6 +21,10 @@ class Builder:
     def region(self) -> list:
         return self._regions[-1]
 
+    def open_regions(self) -> tuple:
+        """The ids of the bodies being built, outermost first (the kernel's, then loop and if bodies)."""
+        return tuple(id(r) for r in self._regions)
+
     def emit(self, node):
         self.region.append(node)
         return node

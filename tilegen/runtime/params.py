@@ -10,6 +10,7 @@ import ctypes
 import math
 import numbers
 
+from ..arch.dtypes import F32_INF_FROM, F32_MAX
 from ..errors import LaunchError
 
 # kind -> (ctypes type, PTX .param type it feeds)
@@ -25,8 +26,6 @@ ARG_KINDS = {
 
 _INT_RANGE = {"u32": (0, 2**32 - 1), "s32": (-2**31, 2**31 - 1), "u64": (0, 2**64 - 1),
               "ptr": (0, 2**64 - 1)}
-_F32_MAX = 3.4028234663852886e38
-_F32_INF_FROM = 2.0 ** 128 - 2.0 ** 103   # the least magnitude float32 rounding takes to infinity
 
 GRID_MAX = (2**31 - 1, 65535, 65535)
 BLOCK_MAX = (1024, 1024, 64)
@@ -72,8 +71,8 @@ def pack_arg(value, kind: str, index: int = 0):
         if isinstance(value, bool) or not isinstance(value, numbers.Real):
             raise LaunchError(f"{where}: {value!r} ({type(value).__name__}) is not a real number")
         v = float(value)
-        if kind == "f32" and math.isfinite(v) and abs(v) >= _F32_INF_FROM:   # (its rounding is infinite)
-            raise LaunchError(f"{where}: {v!r} overflows float32 (largest {_F32_MAX:.8g})")
+        if kind == "f32" and math.isfinite(v) and abs(v) >= F32_INF_FROM:   # (its rounding is infinite)
+            raise LaunchError(f"{where}: {v!r} overflows float32 (largest {F32_MAX:.8g})")
         return ctype(v), ctype
     lo, hi = _INT_RANGE[kind]
     if not lo <= v <= hi:
