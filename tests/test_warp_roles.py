@@ -66,8 +66,12 @@ PLANTED = {
                                           "meanwhile warp 0 waits for phase 0 (parity 0) of empty[0]"),
     "announced bytes short of the copies": ("expect_bytes=sA.stage_bytes + sB.stage_bytes",
                                             "expect_bytes=sA.stage_bytes", "mbarrier", "still to land"),
-    "empty barrier counts half the consumers": ("arrivals=CONSUMER_THREADS", "arrivals=128", "deadlock",
-                                                "deadlock: warp 4 waits"),
+    "empty barrier counts half the consumers": ("arrivals=CONSUMER_THREADS", "arrivals=128", "mbarrier",
+                                                "256 threads arrive on empty[0] together, but its phase 0 completed "
+                                                "after 128 of them"),
+    "empty barrier counts more than the consumers": ("arrivals=CONSUMER_THREADS", "arrivals=384", "deadlock",
+                                                     "waits for phase 0 (parity 0) of empty[0], which can never "
+                                                     "complete: 128 of its 384 arrivals have not come"),
 }
 
 

@@ -191,9 +191,24 @@ def _arrive(ins, ctx, expect: bool):
         tids, offs = got
         tx = per_thread(nbytes(), n)[tids] if expect else None
         ctx.progress += 1
+        first_phase = {}   # barrier offset -> its phase when this instruction's first arrival came
         for i, (off, t) in enumerate(zip(offs.tolist(), tids.tolist())):
-            _count_arrival(ins, ctx, ctx, ctx.rank, off, state(ins, ctx, off, t), t, int(tx[i]) if expect else 0)
+            bar = state(ins, ctx, off, t)
+            if first_phase.setdefault(off, bar.phase) != bar.phase:
+                _overflowing_arrivals(ins, ctx, off, bar, first_phase[off], int((offs == off).sum()), t)
+            _count_arrival(ins, ctx, ctx, ctx.rank, off, bar, t, int(tx[i]) if expect else 0)
     return run
+
+
+def _overflowing_arrivals(ins, ctx, off, bar, phase: int, arriving: int, tid: int):
+    """One arrive instruction's threads completed a phase and would go on into the next: the
+    barrier counts fewer arrivals than the threads that arrive together, so its phases complete
+    early (on the GPU, stages refilled while consumers still read them, or a hang)."""
+    ctx.fail(ins, f"{arriving} threads arrive on {name_of(ctx, off)} together, but its phase {phase} completed "
+                  f"after {bar.count} of them and the rest would count towards phase {phase + 1}: mbarrier.init gave "
+                  f"it {bar.count} arrivals a phase, fewer than the threads that arrive here (count every thread "
+                  f"that arrives each phase, tilegen.dsl.mbarrier(..., arrivals=N), or arrive from one thread, "
+                  f"tilegen.dsl.arrive(..., single=True))", kind="mbarrier", tid=tid)
 
 
 def _count_arrival(ins, ctx, dest, rank: int, off: int, bar, t: int, tx: int = 0):
