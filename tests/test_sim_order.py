@@ -225,6 +225,41 @@ def test_a_write_after_an_unreleased_read_is_reported(case, kw, writer):
     assert "writes global memory that CTA (1, 0, 0) read" in str(err), (case, str(err))
 
 
+def overwrite_an_input(reader_release=READER_RELEASE, acquire=ACQUIRE):
+    """In place, as a shift or a transpose into its own input would: every thread of CTA 0
+    reads its partner's word of `data`, which nothing in the launch wrote (an input), then
+    thread 0 releases on `flag`; CTA 1 acquires it and every thread overwrites its own word."""
+    return module("\n".join(WORDS + [
+        "    setp.ne.u32 %p2, %r3, 0;", "    @%p2 bra OVERWRITER;",
+        "    ld.global.b32 %r7, [%rd8];", "    bar.sync 0;", reader_release, "    bra DONE;",
+        "OVERWRITER:", acquire, "    bar.sync 0;", "    add.u32 %r8, %r1, 100;", "    st.global.b32 [%rd6], %r8;",
+        "DONE:"]))
+
+
+def test_overwriting_an_input_another_cta_read_needs_its_release():
+    """The reads come before any write to the allocation: they are recorded all the same."""
+    mem, data = run(overwrite_an_input())
+    np.testing.assert_array_equal(mem.read(data, 4 * T, np.uint32), np.arange(T) + 100)
+    for kw in (dict(reader_release=""), dict(acquire="")):
+        ptx = overwrite_an_input(**kw)
+        with pytest.raises(SimError) as e:
+            run(ptx)
+        err = e.value
+        assert err.kind == "order" and err.cta == (1, 0, 0), (kw, err)
+        assert err.line == line_of(ptx, "st.global.b32 [%rd6], %r8;")
+        assert "writes global memory that CTA (0, 0, 0) read" in str(err), (kw, str(err))
+
+
+def test_a_thread_may_not_overwrite_an_input_another_thread_read_without_a_barrier():
+    ptx = module("\n".join(WORDS + ["    ld.global.b32 %r7, [%rd8];", "    add.u32 %r8, %r1, 100;",
+                                     "    st.global.b32 [%rd6], %r8;"]))
+    with pytest.raises(SimError, match="global-memory race: writes bytes that thread 32 of this CTA read") as e:
+        _one_cta(ptx)
+    assert (e.value.kind, e.value.tid) == ("race", 0)
+    fixed = ptx.replace("    add.u32 %r8", "    bar.sync 0;\n    add.u32 %r8")
+    np.testing.assert_array_equal(_one_cta(fixed), np.arange(T) + 100)
+
+
 def test_threads_of_one_cta_race_in_global_memory_without_a_barrier():
     np.testing.assert_array_equal(_one_cta(_exchange_in_global(True)), np.arange(T))
     ptx = _exchange_in_global(False)

@@ -37,9 +37,11 @@ thread's writes at that point. Before, nothing orders them before any access, th
 thread's own included: a release before the completion does not publish them (kind "order"
 for another CTA's access, "race" for one of this CTA).
 
-Limits: reads are recorded in allocations the launch has written to by then (outputs, partial
-sums, counters; never-written inputs cost nothing), and per byte only the last read since its
-last write (one CTA's, one thread's). TMA loads count as read when issued.
+Reads are recorded in every allocation, inputs the launch never wrote before included, so that
+a kernel writing into its own input in place (a shift, a transpose) is held to this rule too.
+
+Limits: per byte only the last read since its last write is kept (one CTA's, one thread's).
+TMA loads count as read when issued.
 """
 from __future__ import annotations
 
@@ -228,11 +230,9 @@ class GlobalOrder:
 
     def read(self, ctx, ins, tids, addrs, width: int, lengths=None, nc: bool = False):
         """Weak reads of `width` bytes (the first lengths[i] of row i) at addrs by threads tids."""
-        if not self.bytes:
-            return
         for sh, a, rows, offs, valid in self._spans(ctx.memory, addrs, width, lengths):
-            if sh is None:
-                continue
+            if sh is None:   # (read before any write: a later write by another CTA is checked against it)
+                sh = self.bytes[a.base] = _Bytes(a.size)
             if nc:
                 hit = valid & (sh.cta[offs] != NOBODY)
                 if hit.any():
