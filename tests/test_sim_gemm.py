@@ -142,7 +142,9 @@ def test_sim_takes_numpy_only():
         small(dtype="f16")(np.zeros((4, 4), np.float32), np.zeros((4, 4), np.float16), device="sim")
 
 
-def test_no_gpu_falls_back_to_the_emulator(monkeypatch, capsys):
+def test_no_gpu_falls_back_to_the_emulator(monkeypatch):
+    import warnings
+
     import tilegen.runtime
 
     from tilegen.gemm import call
@@ -151,15 +153,21 @@ def test_no_gpu_falls_back_to_the_emulator(monkeypatch, capsys):
     monkeypatch.setattr(call, "_said", set())
     k = small(dtype="f16")
     A, B = inputs("f16", 20, 30, 40, 0)
-    C = k(A, B)
-    err = capsys.readouterr().err
-    assert err.startswith("tilegen: no GPU found; GEMMs on numpy arrays run on the CPU emulator (device='sim')")
-    assert err.count("\n") == 1
+    with pytest.warns(tilegen.EmulatorWarning) as said:
+        C = k(A, B)
+    assert len(said) == 1 and str(said[0].message).startswith(
+        "no GPU found; GEMMs on numpy arrays run on the CPU emulator (device='sim')")
+    assert said[0].filename == __file__      # the caller's line, not tilegen's
     np.testing.assert_allclose(C, A.astype(np.float64) @ B.astype(np.float64), rtol=1e-3, atol=1e-3)
-    k(A, B)
-    assert capsys.readouterr().err == ""      # said once per process
-    k(A, B, device="sim")
-    assert capsys.readouterr().err == ""      # asked for by name: no notice
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")        # any warning now fails the test
+        k(A, B)                               # said once per process
+        k(A, B, device="sim")                 # asked for by name: no notice
+    monkeypatch.setattr(call, "_said", set())
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        warnings.filterwarnings("ignore", category=tilegen.EmulatorWarning)   # silenced as warnings are
+        k(A, B)
 
 
 def test_no_gpu_refuses_long_emulations_at_once(monkeypatch, capsys):
@@ -172,12 +180,14 @@ def test_no_gpu_refuses_long_emulations_at_once(monkeypatch, capsys):
     from tilegen.gemm import call
 
     monkeypatch.setattr(tilegen.runtime, "gpu_available", lambda: False)
+    monkeypatch.setattr(call, "_said", set())
     A = np.ones((2048, 2048), np.float16)
     t0 = time.perf_counter()
     with pytest.raises(tilegen.LaunchError, match=r"2048x2048x2048 GEMM would take at least \d+ (s|min) .*device='sim'"):
         tilegen.matmul(A, A)
     k = small(dtype="f16")
-    with pytest.raises(tilegen.LaunchError, match=r"would take about \d+ (min|h)"):
+    with pytest.raises(tilegen.LaunchError, match=r"would take about \d+ (min|h)"), \
+            pytest.warns(tilegen.EmulatorWarning, match="no GPU found"):
         k(A, A)                     # compiled already: the estimate from its PTX
     assert time.perf_counter() - t0 < 1.0 + 0.5   # the small kernel's compile included
     est = call.refuse_long_emulation  # the limit is documented in seconds of emulation
@@ -236,17 +246,31 @@ def test_the_emulator_cost_of_an_instruction():
     assert weight("add.u32 %r5, %r4, 1;") == LIGHT
 
 
-def test_long_emulations_report_their_progress(monkeypatch, capsys):
+def test_long_emulations_report_their_progress(monkeypatch, capsys, caplog):
+    import logging
+
     from tilegen.gemm import call
 
     monkeypatch.setattr(call, "PROGRESS_S", 0.0)   # every run counts as long
     monkeypatch.setattr(call, "TICK_S", 0.02)
     k = small(dtype="f16")
     A, B = inputs("f16", 64, 64, 256, 1)
+    # logging set up by the program: the "tilegen" logger at INFO carries it
+    with caplog.at_level(logging.INFO, logger="tilegen"):
+        k(A, B, device="sim")
+    said = [r.getMessage() for r in caplog.records if r.name == "tilegen"]
+    assert said[0].startswith("emulating 64x64x256 on the CPU: about ") and said[0].endswith(" s")
+    assert any(" s of about " in line for line in said[1:])
+    assert capsys.readouterr().err == ""
+    # logging not set up: stderr, unless the tilegen logger was turned down
+    monkeypatch.setattr(call._log, "hasHandlers", lambda: False)
     k(A, B, device="sim")
     err = capsys.readouterr().err.splitlines()
     assert err[0].startswith("tilegen: emulating 64x64x256 on the CPU: about ") and err[0].endswith(" s")
     assert any(" s of about " in line for line in err[1:])
+    monkeypatch.setattr(call._log, "level", logging.WARNING)
+    k(A, B, device="sim")
+    assert capsys.readouterr().err == ""
 
 
 # ---- property test over the spec space --------------------------------------------------------

@@ -43,5 +43,11 @@ class IRError(TilegenError):
     """An IR invariant broken by a front-end or a pass (a tilegen bug, or a DSL misuse)."""
 
 
+class EmulatorWarning(UserWarning):
+    """No GPU was found, so work the caller did not send to the emulator by name runs on the
+    CPU emulator (device="sim") instead. Said once a process; silenced like any warning:
+    warnings.filterwarnings("ignore", category=tilegen.EmulatorWarning)."""
+
+
 class PerformanceWarning(UserWarning):
     """A kernel that runs, but slower than it should (say, registers spilled to local memory)."""

@@ -17,9 +17,12 @@ The fused epilogue's operands (a bias vector, a residual matrix) have the output
 """
 from __future__ import annotations
 
+import logging
+import os
 import sys
 import threading
 import time
+import warnings
 from math import copysign
 from operator import itemgetter
 
@@ -28,7 +31,7 @@ import numpy as np
 from .. import runtime
 from ..arch.dtypes import dtype as arch_dtype
 from ..arch.dtypes import F32_INF_FROM, F32_MAX, numpy_dtype
-from ..errors import LaunchError
+from ..errors import EmulatorWarning, LaunchError
 from ..runtime import interop
 from ..runtime.interop import DEVICE, DTYPE, PTR, SHAPE, STRIDES
 from ..runtime.memory import copy_2d
@@ -290,8 +293,8 @@ def run_gemm(kernel, A, B, *, out=None, alpha=1.0, beta=0.0, bias=None, residual
         return _run_host(kernel, A, B, out, alpha, beta, bias, residual, _SimMemory(explicit=True), scales)
     if host:
         if device is None and not runtime.gpu_available():  # no GPU: the emulator, said plainly
-            _say_once("tilegen: no GPU found; GEMMs on numpy arrays run on the CPU emulator (device='sim'), "
-                      f"up to about {EMULATOR_LIMIT_S:.0f} s of emulation each (larger ones need device='sim')")
+            _warn_once("no GPU found; GEMMs on numpy arrays run on the CPU emulator (device='sim'), "
+                       f"up to about {EMULATOR_LIMIT_S:.0f} s of emulation each (larger ones need device='sim')")
             return _run_host(kernel, A, B, out, alpha, beta, bias, residual, _SimMemory(explicit=False), scales)
         return _run_host(kernel, A, B, out, alpha, beta, bias, residual,
                          _GpuMemory(device if isinstance(device, int) else 0), scales)
@@ -733,12 +736,29 @@ EMULATOR_LIMIT_S = 30.0   # without a GPU, longer emulations need device="sim"
 PROGRESS_S = 5.0          # emulations estimated longer than this report their progress,
 TICK_S = 5.0              # this often
 _said: set = set()
+_log = logging.getLogger("tilegen")
+_PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 
 
-def _say_once(message: str) -> None:
-    if message not in _said:
-        _said.add(message)
-        print(message, file=sys.stderr, flush=True)
+def _warn_once(message: str) -> None:
+    """An EmulatorWarning, once a process, pointing at the caller's line outside tilegen."""
+    if message in _said:
+        return
+    _said.add(message)
+    level, f = 2, sys._getframe(1)   # (stacklevel 1 is this function; 2 its caller)
+    while f is not None and os.path.abspath(f.f_code.co_filename).startswith(_PACKAGE):
+        level, f = level + 1, f.f_back
+    warnings.warn(message, EmulatorWarning, stacklevel=level)
+
+
+def _progress(message: str) -> None:
+    """A long emulation's progress: through the "tilegen" logger at INFO where the program set up
+    logging (its level and handlers decide), else on stderr, unless that logger was turned down
+    (logging.getLogger("tilegen").setLevel(logging.WARNING)): never minutes without a word."""
+    if _log.hasHandlers():
+        _log.info(message)
+    elif _log.level <= logging.INFO:
+        print(f"tilegen: {message}", file=sys.stderr, flush=True)
 
 
 def refuse_long_emulation(M: int, N: int, K: int) -> None:
@@ -756,7 +776,7 @@ def refuse_long_emulation(M: int, N: int, K: int) -> None:
 class _SimMemory:
     """Host arrays through the CPU emulator's global memory. Before a launch it estimates
     the emulator's time (sim/estimate.py): without device="sim" (`explicit`), a launch over
-    EMULATOR_LIMIT_S is refused; a long one reports its progress on stderr."""
+    EMULATOR_LIMIT_S is refused; a long one reports its progress (_progress)."""
 
     def __init__(self, explicit: bool = True):
         from ..sim.memory import GlobalMemory  # the emulator loads its PTX grammar on first use
@@ -822,14 +842,13 @@ class _SimMemory:
         if est <= PROGRESS_S:
             run()
             return
-        print(f"tilegen: emulating {shape} on the CPU: about {_duration(est)}", file=sys.stderr, flush=True)
+        _progress(f"emulating {shape} on the CPU: about {_duration(est)}")
         done = threading.Event()
         start = time.perf_counter()
 
         def tick():
             while not done.wait(TICK_S):
-                print(f"tilegen: emulating {shape}: {time.perf_counter() - start:.0f} s of about "
-                      f"{_duration(est)}", file=sys.stderr, flush=True)
+                _progress(f"emulating {shape}: {time.perf_counter() - start:.0f} s of about {_duration(est)}")
 
         threading.Thread(target=tick, daemon=True).start()
         try:
@@ -919,7 +938,6 @@ def run_batched(kernel, A, B, out, count: int, *, alpha=1.0, beta=0.0, bias=None
     stacks run through the GPU or the emulator; GPU arrays are used in place when their
     matrices and pitches are 16-byte aligned, else None is returned (the caller multiplies
     matrix by matrix, re-pitching them)."""
-    spec = kernel.spec
     alpha, beta = check_scalars(alpha, beta)
     M, K = int(A.shape[1]), int(A.shape[2])
     N = int(B.shape[2])
