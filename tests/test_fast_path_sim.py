@@ -488,3 +488,20 @@ def test_scalars_the_fast_path_cannot_take_are_refused_by_name(sim_gpu):
         with pytest.raises(tilegen.LaunchError, match=re.escape(said)):
             kernel(a, b, out=c, **kw)
     assert len(sim_gpu.launches) == 1
+
+
+def test_a_prepared_launch_by_name_runs_the_one_kernel(sim_gpu):
+    """kernel.launch(args, sizes) of a one-kernel spec: Kernel.launch itself, decided once (no
+    first kernels, no second kernel, no stack workspace), on the stream given."""
+    kernel = tilegen.compile(tilegen.GemmSpec(dtype="f16", **SMALL))
+    A, B = _operands(70, 96, 48, np.float16, "launch")
+    a, b, c = sim_gpu.array(A), sim_gpu.array(B), sim_gpu.empty((70, 96), "float32")
+    args = {"M": 70, "N": 96, "K": 48, "A_ptr": a.ptr, "A_ld": 48, "B_ptr": b.ptr, "B_ld": 96, "C_ptr": c.ptr,
+            "C_ld": 96, "alpha": 1.0, "beta": 0.0, "bias_ptr": 0, "R_ptr": 0, "R_ld": 0}
+    args = {n: args[n] for n, _ in kernel.params}
+    kernel.launch(args, {"M": 70, "N": 96, "K": 48}, stream=sim_gpu.stream)
+    assert kernel._one_launch is True
+    _check(c, _ref(A, B), A, B)
+    assert [(np.prod(g), s) for _, g, s in sim_gpu.launches] == [(4, sim_gpu.stream)]
+    with pytest.raises(tilegen.LaunchError, match="kernel.launch of a GEMM runs on the GPU"):
+        kernel.launch(args, {"M": 70, "N": 96, "K": 48}, device="sim")

@@ -38,6 +38,7 @@ class GemmKernel(Kernel):
     _batched = None
     _direct = None
     _sum = None
+    _one_launch = None   # whether launch() is Kernel.launch alone (decided on the first launch)
 
     def direct_store_kernel(self) -> "GemmKernel":
         """This kernel, or for a spec with store="tma" its twin that writes C directly (for
@@ -76,6 +77,12 @@ class GemmKernel(Kernel):
         if device == "sim":
             raise LaunchError(f"{self.name}: kernel.launch of a GEMM runs on the GPU; on the CPU emulator call it on "
                               f"arrays: kernel(A, B, out=C, device='sim')")
+        if self._one_launch is None:   # (no first kernels, no second kernel, no stack's workspace)
+            spec = self.spec
+            self._one_launch = not spec.prepared_operands and self.second_kernel() is None and \
+                not (spec.split_k > 1 and spec.batched)
+        if self._one_launch:
+            return super().launch(args, sizes, stream=stream, device=device)
         if self.spec.prepared_operands:
             handle = int(runtime.stream_handle(stream))
             preps, K = preparations(self.spec, args)
