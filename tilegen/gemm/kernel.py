@@ -170,7 +170,11 @@ class GemmKernel(Kernel):
         that)."""
         scales = NO_SCALES if scale_a is None and scale_b is None else (scale_a, scale_b)
         if device is None:
-            done = (self._fast or self.fast_call)(A, B, out, bias, residual, alpha, beta, repitch, scales)
+            fast = self._fast or self.fast_call
+            if bias is None and residual is None and scales is NO_SCALES and out is not None and not repitch:
+                done = fast.plain(A, B, out, alpha, beta)
+            else:
+                done = fast(A, B, out, bias, residual, alpha, beta, repitch, scales)
             if done is not None:
                 return done
         if self.spec.batched:   # (off the hot path: a batched kernel's fast call takes nothing)
