@@ -314,13 +314,17 @@ def test_a_call_under_graph_capture_takes_memory_of_its_own(sim_gpu):
 
 
 def test_a_batched_kernel_on_stacks(sim_gpu):
-    """A batched spec on stacks (count, M, K) @ (count, K, N), and a broadcast B (1, K, N)."""
+    """A batched spec on stacks (count, M, K) @ (count, K, N), and a broadcast B (1, K, N); the
+    output made by the call or given (out=)."""
     kernel = tilegen.compile(tilegen.GemmSpec(dtype="f16", out_dtype="f16", batched=True, **SMALL))
     rng = np.random.default_rng(11)
     A = rng.standard_normal((3, 40, 48)).astype(np.float16)
     for B in (rng.standard_normal((3, 48, 56)).astype(np.float16), rng.standard_normal((1, 48, 56)).astype(np.float16)):
         c = kernel(sim_gpu.array(A), sim_gpu.array(B))
         assert c.shape == (3, 40, 56)
+        given = sim_gpu.empty((3, 40, 56), "float16")
+        assert kernel(sim_gpu.array(A), sim_gpu.array(B), out=given) is given
+        np.testing.assert_array_equal(given.numpy(), c.numpy())
         got = c.numpy()
         for i in range(3):
             _check(got[i], _ref(A[i], B[i % B.shape[0]]), A[i], B[i % B.shape[0]], "f16", "f16")

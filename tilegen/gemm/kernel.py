@@ -220,9 +220,18 @@ class GemmKernel(Kernel):
         return c
 
 
-def _takes_nothing(*args):
-    """A batched kernel's fast call: stacks go through GemmKernel._call_stack and BatchedCall."""
-    return None
+class _TakesNothing:
+    """A batched kernel's fast call, which takes nothing (None: stacks go through
+    GemmKernel._call_stack and BatchedCall), called as a FastCall is."""
+
+    def __call__(self, *args):
+        return None
+
+    def plain(self, *args):
+        return None
+
+
+_takes_nothing = _TakesNothing()
 
 
 def compile_gemm(spec) -> GemmKernel:
