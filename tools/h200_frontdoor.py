@@ -15,7 +15,7 @@ import sys
 import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-ROUTES = ("ex", "bindings", "ctypes")  # tilegen.runtime.launch.ROUTES
+ROUTES = ("ex", "graph", "bindings", "ctypes")  # tilegen.runtime.launch.ROUTES
 
 _OLD_HOST = r'''
 import json, statistics, sys, time, torch, tilegen

@@ -11,6 +11,7 @@ emulator (device="sim").
 | cubins     | linked cubins in the disk store                                           |
 | params     | kernel arguments checked and packed; launch dimensions                    |
 | launch     | Launcher: a prepared launch (parameter buffer + one driver call)          |
+| replay     | the "graph" route: a launch repeated with the same values as a CUDA graph |
 | tensormap  | TMA tensor maps (cuTensorMapEncodeTiled), built per launch and cached     |
 | memory     | device buffers, stream-ordered buffers, streams, events, 2-D copies       |
 | arrays     | any array (numpy, __cuda_array_interface__, DLPack) described and checked |

@@ -9,15 +9,18 @@ address as a plain int, so nothing is converted per call. The driver copies the 
 when the launch is enqueued, so the buffer is free again as soon as the call returns (a
 lock keeps two threads from packing into it at once).
 
-Three routes make the call (TILEGEN_LAUNCH picks one):
+Four routes make the call (TILEGEN_LAUNCH picks one):
   "ex"        cuLaunchKernelEx through ctypes, the default: the launch configuration (grid,
               block, shared memory, stream, attributes such as a cluster shape) is packed into
               the same buffer as the parameters, so the call passes four pointers that never
               change, and ctypes converts nothing per call;
+  "graph"     "ex", and a launch repeated with the very values the buffer holds replayed as a
+              CUDA graph (runtime/replay.py: cuGraphLaunch costs the host less than a kernel's
+              launch); chosen by hand until measured on the GPU;
   "bindings"  cuLaunchKernel through cuda.bindings (eleven arguments, converted by Cython);
   "ctypes"    cuLaunchKernel through ctypes (eleven arguments, converted by ctypes; slowest).
-A cluster launch (cluster=(x, y, z)) needs cuLaunchKernelEx, so it takes "ex" whatever the
-choice. Measured per call on the H200 host: docs/perf_notes.md section 16.
+A cluster launch (cluster=(x, y, z)) needs cuLaunchKernelEx, so it takes "ex" (or "graph") whatever
+the choice. Measured per call on the H200 host: docs/perf_notes.md section 16.
 """
 from __future__ import annotations
 
@@ -30,6 +33,7 @@ from ..errors import LaunchError
 from . import driver as _drv
 from .module import stream_handle
 from .params import ARG_KINDS, check_launch_dims, pack_arg
+from .replay import Replay
 
 # kind -> struct code; each aligned to its size (a tensor map: 128 bytes, by value)
 _CODE = {"ptr": "Q", "u64": "Q", "u32": "I", "s32": "i", "f32": "f", "f64": "d", "tensormap": "128s"}
@@ -37,11 +41,12 @@ _SIZE = {"Q": 8, "I": 4, "i": 4, "f": 4, "d": 8, "128s": 128}
 _INVALID_CONTEXT = (201, 400)  # CUDA_ERROR_INVALID_CONTEXT, CUDA_ERROR_INVALID_HANDLE
 
 
-ROUTES = ("ex", "bindings", "ctypes")
+ROUTES = ("ex", "graph", "bindings", "ctypes")
+_CONFIGURED = ("ex", "graph")   # the routes whose buffer holds a CUlaunchConfig (cuLaunchKernelEx)
 
 
 def launch_route() -> str:
-    """The driver call launches go through, from TILEGEN_LAUNCH: "ex" (the default),
+    """The driver call launches go through, from TILEGEN_LAUNCH: "ex" (the default), "graph",
     "bindings" or "ctypes" (module docstring)."""
     route = os.environ.get("TILEGEN_LAUNCH", "ex").strip().lower()
     return route if route in ROUTES else "ex"
@@ -177,20 +182,24 @@ class Launcher:
         self.device = device
         self.cluster = tuple(cluster) if cluster else None
         self.handle = function.handle
-        route = "ex" if self.cluster else launch_route()
-        if route != "bindings" and _driver_function(route) is None:
+        route = launch_route()
+        if self.cluster and route not in _CONFIGURED:
+            route = "ex"
+        if route != "bindings" and _driver_function("ex" if route == "graph" else route) is None:
             if self.cluster:
                 raise LaunchError("a cluster launch needs cuLaunchKernelEx (CUDA 12.0 or newer), which "
                                   "this driver does not have")
             route = "bindings"
         self.route = route
-        self.buffer = ParamBuffer(kinds, self.block, self.smem, self.cluster, config=route == "ex")
+        self._config = route in _CONFIGURED
+        self.buffer = ParamBuffer(kinds, self.block, self.smem, self.cluster, config=self._config)
         self.lock = threading.Lock()
         self._packed = _NOTHING_PACKED   # (values, grid, stream) the "ex" route's buffer holds
         self._storage = self.buffer.storage
         self._address = self.buffer.address
-        if route == "ex":  # four pointers that never change; ctypes converts nothing per call
-            self._fn = _driver_function(route)
+        self._replay = Replay(self) if route == "graph" else None
+        if self._config:  # four pointers that never change; ctypes converts nothing per call
+            self._fn = _driver_function("ex")
             self._ex_args = (ctypes.c_void_p(self.buffer.config_address), ctypes.c_void_p(int(function.handle)),
                              ctypes.c_void_p(self._address or None), None)
             self._pack = self.buffer.launch_struct.pack_into
@@ -201,7 +210,7 @@ class Launcher:
 
     def _launch(self, grid, stream) -> int:
         """The driver call with the buffer as it is (the values already packed)."""
-        if self.route == "ex":
+        if self._config:
             return self._fn(*self._ex_args)
         bx, by, bz = self.block
         if self.route == "ctypes":
@@ -212,18 +221,24 @@ class Launcher:
         if stream.__class__ is not int:
             stream = int(stream_handle(stream))
         with self.lock:
-            if self.route == "ex":
+            if self._config:
                 # the buffer still holds these very (immutable) values: launch it as it is
                 if values is not self._packed[0] or grid is not self._packed[1] or stream != self._packed[2] \
                         or values.__class__ is not tuple or grid.__class__ is not tuple:
                     self._packed = _NOTHING_PACKED
+                    if self._replay is not None:
+                        self._replay.reset()
                     try:
                         self._pack(self._storage, 0, *values, grid[0], grid[1], grid[2], *self.block, self.smem,
                                    stream)
                     except (struct.error, OverflowError, TypeError):
                         self.buffer.pack_launch(grid, values, stream)  # converts what it can, or says what is wrong
                     self._packed = (values, grid, stream)
-                err = self._fn(*self._ex_args)
+                    err = self._fn(*self._ex_args)
+                elif self._replay is not None:
+                    err = self._replay(stream)
+                else:
+                    err = self._fn(*self._ex_args)
             else:
                 try:
                     self._pack(self._storage, 0, *values)
@@ -236,7 +251,7 @@ class Launcher:
     def relaunch(self) -> None:
         """The driver's call alone, on the buffer the last launch packed (the "ex" route): the
         floor under a launch's host time, for `tilegen bench --host`."""
-        if self.route != "ex" or self._packed is _NOTHING_PACKED:
+        if not self._config or self._packed is _NOTHING_PACKED:
             raise LaunchError(f"relaunch: {self.function.entry} has no packed launch to repeat (route {self.route!r})")
         with self.lock:
             err = self._fn(*self._ex_args)
@@ -248,7 +263,9 @@ class Launcher:
             _drv.forget_current()
             _drv.ensure_context(self.device)
             with self.lock:
-                if self.route == "ex":
+                if self._config:
+                    if self._replay is not None:
+                        self._replay.reset()
                     self.buffer.pack_launch(grid, values, stream)
                 else:
                     self.buffer.pack(values)

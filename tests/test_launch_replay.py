@@ -1,0 +1,159 @@
+"""The "graph" launch route's bookkeeping (runtime/launch.py Launcher, runtime/replay.py Replay),
+with the driver replaced by a fake that records what each call would have launched: which
+launches go to cuLaunchKernelEx, which are captured into a graph, which replay the graph, on
+which stream and with which values. What the driver then does is the GPU tests' business."""
+import struct
+
+import pytest
+
+from tilegen.runtime import launch, replay
+
+USER_STREAM = 0x51
+PRIVATE_STREAM = 0x77
+CONFIG = struct.Struct("<7I4xQ")   # CUlaunchConfig: grid, block, shared bytes, (pad), stream
+
+
+class _Function:
+    handle = 0x1234
+    entry = "k"
+
+
+class _Driver:
+    """cuLaunchKernelEx, cuGraphLaunch and the graph calls a Replay makes, recorded."""
+
+    def __init__(self, launcher_of):
+        self.launcher_of = launcher_of   # () -> the Launcher whose buffer a launch reads
+        self.log = []                    # ("launch" | "capture" | "graph", grid, stream, first value)
+        self.capturing_streams = set()   # streams said to be capturing a graph of their own
+        self.instantiate_error = 0
+        self.destroyed = []
+        self.executables = 0
+
+    # cuLaunchKernelEx(config, function, params, extra): reads the packed buffer as the driver does
+    def launch_ex(self, *args):
+        L = self.launcher_of()
+        grid_stream = CONFIG.unpack_from(L._storage, L.buffer.config_offset)
+        value = struct.unpack_from("<Q", L._storage, 0)[0]
+        stream = grid_stream[7]
+        self.log.append(("capture" if stream == PRIVATE_STREAM else "launch", grid_stream[:3], stream, value))
+        return 0
+
+    def graph_launch(self, executable, stream):
+        self.log.append(("graph", executable, stream, None))
+        return 0
+
+    # the cuda.bindings calls of Replay._build
+    class CUstreamCaptureMode(int):
+        pass
+
+    def cuStreamCreate(self, flags):
+        return 0, PRIVATE_STREAM
+
+    def cuStreamBeginCapture(self, stream, mode):
+        assert stream == PRIVATE_STREAM and int(mode) == 1   # thread-local: other threads' captures untouched
+        return (0,)
+
+    def cuStreamEndCapture(self, stream):
+        return 0, "graph"
+
+    def cuGraphInstantiate(self, graph, flags):
+        self.executables += 1
+        return self.instantiate_error, 1000 + self.executables
+
+    def cuGraphDestroy(self, graph):
+        return (0,)
+
+    def cuGraphExecDestroy(self, executable):
+        self.destroyed.append(executable)
+        return (0,)
+
+
+@pytest.fixture
+def fake(monkeypatch):
+    monkeypatch.setenv("TILEGEN_LAUNCH", "graph")
+    box = {}
+    drv = _Driver(lambda: box["launcher"])
+    monkeypatch.setitem(launch._FUNCTIONS, "ex", drv.launch_ex)
+    monkeypatch.setattr(replay, "_GRAPH_LAUNCH", [drv.graph_launch])
+    monkeypatch.setattr(replay, "_PRIVATE", {})
+    monkeypatch.setattr(replay, "_capturing", lambda stream: stream in drv.capturing_streams)
+    monkeypatch.setattr(replay._drv, "bindings", lambda: drv)
+    L = launch.Launcher(_Function(), ("u64", "u32"), 128, 0)
+    box["launcher"] = L
+    return L, drv
+
+
+def _kinds(drv):
+    return [entry[0] for entry in drv.log]
+
+
+def test_a_repeated_launch_is_replayed_as_a_graph(fake):
+    L, drv = fake
+    assert L.route == "graph"
+    values, grid = (7, 3), (4, 2, 1)
+    for _ in range(1 + replay.REPEATS):
+        L(grid, values, USER_STREAM)
+    assert _kinds(drv) == ["launch"] * (1 + replay.REPEATS)
+    L(grid, values, USER_STREAM)        # captured (not run), then the executable launched
+    L(grid, values, USER_STREAM)
+    assert _kinds(drv)[1 + replay.REPEATS:] == ["capture", "graph", "graph"]
+    capture = drv.log[1 + replay.REPEATS]
+    assert capture[1] == grid and capture[3] == 7
+    assert {entry[2] for entry in drv.log if entry[0] == "graph"} == {USER_STREAM}
+    # the buffer holds the caller's stream again after the capture
+    assert CONFIG.unpack_from(L._storage, L.buffer.config_offset)[7] == USER_STREAM
+    assert all(entry[2] == USER_STREAM for entry in drv.log if entry[0] == "launch")
+
+
+def test_other_values_or_another_stream_launch_plainly_and_free_the_graph(fake):
+    L, drv = fake
+    values, grid = (7, 3), (4, 2, 1)
+    for _ in range(replay.REPEATS + 2):
+        L(grid, values, USER_STREAM)
+    assert _kinds(drv)[-1] == "graph" and drv.destroyed == []
+    L(grid, (8, 3), USER_STREAM)        # new values: packed and launched; the executable freed
+    assert drv.log[-1][0] == "launch" and drv.log[-1][3] == 8 and drv.destroyed == [1001]
+    other = (8, 3)
+    L(grid, other, USER_STREAM)
+    L(grid, other, USER_STREAM + 1)     # another stream: packed again, launched there
+    assert drv.log[-1][:3] == ("launch", grid, USER_STREAM + 1)
+    assert "graph" not in _kinds(drv)[-3:]
+
+
+def test_a_capturing_stream_gets_the_plain_launch(fake):
+    L, drv = fake
+    values, grid = (7, 3), (4, 2, 1)
+    for _ in range(replay.REPEATS + 2):
+        L(grid, values, USER_STREAM)
+    drv.capturing_streams.add(USER_STREAM)   # the caller's stream now captures a graph of its own
+    L(grid, values, USER_STREAM)
+    assert drv.log[-1][:3] == ("launch", grid, USER_STREAM)
+    drv.capturing_streams.clear()
+    L(grid, values, USER_STREAM)
+    assert drv.log[-1][0] == "graph"
+    # nor is a graph built while the stream captures
+    L(grid, (9, 9), USER_STREAM)
+    drv.capturing_streams.add(USER_STREAM)
+    for _ in range(replay.REPEATS + 3):
+        L(grid, (9, 9), USER_STREAM)
+    assert set(_kinds(drv)[-(replay.REPEATS + 3):]) == {"launch"}
+
+
+def test_a_graph_that_cannot_be_built_leaves_plain_launches(fake):
+    L, drv = fake
+    drv.instantiate_error = 1
+    for _ in range(replay.REPEATS + 4):
+        L((1, 1, 1), (5, 5), USER_STREAM)
+    assert _kinds(drv).count("capture") == 1 and "graph" not in _kinds(drv)
+    assert _kinds(drv)[-1] == "launch" and drv.log[-1][2] == USER_STREAM
+
+
+def test_the_default_route_never_replays(monkeypatch):
+    monkeypatch.delenv("TILEGEN_LAUNCH", raising=False)
+    log = []
+    monkeypatch.setitem(launch._FUNCTIONS, "ex", lambda *a: log.append("ex") or 0)
+    L = launch.Launcher(_Function(), ("u64",), 32, 0)
+    assert L.route == "ex" and L._replay is None
+    for _ in range(replay.REPEATS + 5):
+        L((1, 1, 1), (1,), USER_STREAM)
+    assert log == ["ex"] * (replay.REPEATS + 5)
