@@ -157,3 +157,18 @@ def test_the_default_route_never_replays(monkeypatch):
     for _ in range(replay.REPEATS + 5):
         L((1, 1, 1), (1,), USER_STREAM)
     assert log == ["ex"] * (replay.REPEATS + 5)
+
+
+def test_equal_values_in_new_objects_replay_but_a_float_of_another_sign_does_not(fake, monkeypatch):
+    """kernel.launch builds its values anew each call: the same bytes count as the same launch;
+    -0.0 is not 0.0 (an alpha of -0.0 signs C's zeros), so it packs other bytes and launches plainly."""
+    _, drv = fake
+    L = launch.Launcher(_Function(), ("u64", "f32"), 128, 0)
+    monkeypatch.setattr(drv, "launcher_of", lambda: L)
+    for _ in range(replay.REPEATS + 3):
+        L(tuple([(4, 2, 1)][0]), tuple([7, 0.0]), USER_STREAM)   # (new tuples each call)
+    assert _kinds(drv)[-2:] == ["graph", "graph"]
+    L((4, 2, 1), (7, -0.0), USER_STREAM)
+    assert drv.log[-1][0] == "launch" and drv.destroyed == [1001]
+    L((4, 2, 1), (7, 0.0), USER_STREAM)
+    assert drv.log[-1][0] == "launch"

@@ -2,10 +2,12 @@
 
 cuGraphLaunch of an executable graph that holds one kernel launch cost the H200's host 1.72 us a
 call, cuLaunchKernelEx of the same kernel 4.33 (docs/perf_notes.md section 58, run 336). A Launcher
-on the "graph" route (TILEGEN_LAUNCH=graph) gives each launch whose parameter buffer already holds
-its values, grid and stream to its Replay. After REPEATS plain launches of that buffer the Replay
+on the "graph" route (TILEGEN_LAUNCH=graph) gives each launch to its Replay, which counts the launches
+that pack the very bytes of the one before (values, grid and stream; equal values in new objects, such
+as kernel.launch's from a dict, count; a float of the other sign does not). After REPEATS plain launches
+of those bytes the Replay
 captures the one launch on a private stream into a graph, instantiates it, and from then on launches
-the executable on the caller's stream. Launches with other values reset it (the executable is freed).
+the executable on the caller's stream. Launches of other bytes reset it (the executable is freed).
 A stream that is capturing a graph of its own gets the plain launch (an executable's launch there
 would become part of that capture), and after a failure to build an executable so does every launch
 of that Launcher: the replay only ever saves time, never changes what runs.
@@ -71,14 +73,26 @@ class Replay:
         self.executable = None   # the instantiated graph of the packed launch (its handle as an int), or None
         self.seen = 0            # plain launches of the packed buffer so far
         self.broken = False      # building failed once: plain launches from then on
+        self.raw = None          # the buffer's bytes the launches counted in `seen` packed
         self._free = None
 
     def reset(self) -> None:
-        """The buffer was packed with other values: its executable no longer launches them."""
+        """The buffer is packed with other bytes: its executable no longer launches them."""
         if self._free is not None:
             self._free()   # (freed asynchronously by the driver if a launch of it is in flight)
             self._free = None
-        self.executable, self.seen = None, 0
+        self.executable, self.seen, self.raw = None, 0, None
+
+    def packed(self, stream: int) -> int:
+        """The Launcher packed its buffer anew (other value objects): the same bytes as before
+        (equal values: a float's sign and every bit count) go on as a repeat, others start over
+        with a plain launch."""
+        raw = self.launcher._storage.raw
+        if raw == self.raw:
+            return self(stream)
+        self.reset()
+        self.raw = raw
+        return self.launcher._fn(*self.launcher._ex_args)
 
     def __call__(self, stream: int) -> int:
         launcher = self.launcher
