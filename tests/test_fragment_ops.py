@@ -159,6 +159,48 @@ def test_fragment_ops_match_numpy(name):
     np.testing.assert_allclose(out, ref(X, Y, 0.75), rtol=2e-6, atol=1e-6)
 
 
+@tg.kernel
+def _specials():
+    """C's values of X and Y taken as they are (accumulate from f32 tensors, no product), then
+    maximum, row_max and a row_max subtracted, stored."""
+    tg.launch(threads=32, grid=(1, 1, 1))
+    X, Y = tg.tensor("X", "f32", ("M", "N")), tg.tensor("Y", "f32", ("M", "N"))
+    MAX, SUB = tg.tensor("MAX", "f32", ("M", "N")), tg.tensor("SUB", "f32", ("M", "N"))
+    ROW = tg.tensor("ROW", "f32", ("M", "ONE"))
+    x, y = tg.fragment(F16, "C", (1, 2)), tg.fragment(F16, "C", (1, 2))
+    tg.accumulate(x, X.block(0, 0))
+    tg.accumulate(y, Y.block(0, 0))
+    tg.store(MAX.block(0, 0), tg.maximum(x, y))
+    tg.store(ROW.block(0, 0), tg.row_max(x))
+    tg.store(SUB.block(0, 0), tg.sub(x, tg.row_max(y)))
+
+
+def test_nan_and_inf_go_through_max_as_in_numpy():
+    """A NaN on either side of maximum, or anywhere in a row, is the result, as numpy's np.maximum
+    and max give (plain max.f32 returned the other operand); infinities stay infinities."""
+    rng = np.random.default_rng(5)
+    X, Y = rng.standard_normal((16, 16)).astype(np.float32), rng.standard_normal((16, 16)).astype(np.float32)
+    X[0, 3], X[2, 0], X[5, 7], X[9, 9], X[11, 2] = np.nan, np.inf, -np.inf, np.nan, np.inf
+    Y[4, 1], Y[0, 0], Y[2, 5], Y[5, 7] = np.nan, -np.inf, np.nan, np.inf
+    mem = GlobalMemory()
+    ptrs = {}
+    for name, arr in (("X", X), ("Y", Y), ("MAX", np.zeros((16, 16), np.float32)),
+                      ("SUB", np.zeros((16, 16), np.float32)), ("ROW", np.zeros(16, np.float32))):
+        ptrs[name] = mem.alloc(arr.nbytes)
+        mem.write(ptrs[name], arr.tobytes())
+    args = {"M": 16, "N": 16, "ONE": 1, **{f"{n}_ptr": p for n, p in ptrs.items()},
+            **{f"{n}_ld": 16 for n in ("X", "Y", "MAX", "SUB")}, "ROW_ld": 1}
+    k = tilegen.compile(_specials)
+    run_kernel(k, {n: args[n] for n, _ in k.params}, {}, memory=mem)
+    got = {n: np.frombuffer(mem.read(ptrs[n], a.nbytes), np.float32).reshape(a.shape)
+           for n, a in (("MAX", X), ("SUB", X), ("ROW", X[:, 0]))}
+    with np.errstate(invalid="ignore"):
+        want = {"MAX": np.maximum(X, Y), "ROW": X.max(1), "SUB": X - Y.max(1)[:, None]}
+    for name, w in want.items():
+        assert np.isnan(w).any(), name
+        np.testing.assert_array_equal(got[name], w, err_msg=name)   # (NaN where NaN, inf where inf)
+
+
 @pytest.mark.parametrize("tiles", [(1, 1), (2, 3), (1, 8)])
 def test_row_reductions_cover_every_column_of_every_m_atom(tiles):
     out, X, Y = run_lab(lambda x, y, e: tg.add(tg.row_max(x), tg.mul(tg.row_sum(y), 1000.0)), tiles=tiles, seed=3)
@@ -252,7 +294,7 @@ def test_ir_and_ptx_show_the_ops():
     for text in ("= mask(x at (0, 0): -inf where c >= %n)", "= row_max(", "= sub(", "= exp(", "= div("):
         assert text in k.ir
     assert "test_fragment_ops.py:" in k.ir
-    for op in ("shfl.sync.bfly.b32", "ex2.approx.ftz.f32", "max.f32", "selp.f32", "setp.ge.s32", "div.rn.f32"):
+    for op in ("shfl.sync.bfly.b32", "ex2.approx.ftz.f32", "max.NaN.f32", "selp.f32", "setp.ge.s32", "div.rn.f32"):
         assert op in k.ptx
 
 
@@ -398,8 +440,20 @@ def test_scalar_arithmetic_folds_numbers_and_emits_for_floats():
         assert isinstance(tg.mul(s, 2.0), tg.Float) and isinstance(tg.exp(s), tg.Float)
         n = tg.scalar("n", "u32")
         assert isinstance(tg.maximum(n, 3), tg.Int)
+        assert tg.maximum(float("nan"), 1.0) != tg.maximum(float("nan"), 1.0)   # folded as np.maximum: NaN
+        assert tg.maximum(1.0, float("nan")) != tg.maximum(1.0, float("nan"))
     k = tilegen.compile(scalars)
     assert "mul.f32" in k.ptx and "ex2.approx.ftz.f32" in k.ptx and "max.u32" in k.ptx
+
+
+def test_an_int_and_a_fragment_do_not_mix_in_maximum():
+    @tg.kernel
+    def mixed():
+        tg.launch(threads=32, grid=(1, 1, 1))
+        x = tg.fragment(F16, "C", (1, 1))
+        tg.maximum(x, tg.scalar("n", "u32"))
+    with pytest.raises(DSLError, match=r"maximum: a kernel integer \(Int\) and a Fragment do not mix"):
+        tilegen.compile(mixed)
 
 
 # -- the float instructions fragment arithmetic emits, on the emulator ----------------------------

@@ -134,9 +134,14 @@ def _result(shape, out, fn: str, name: str):
 
 
 # -- scalars (no fragment involved) -----------------------------------------------------------
+def _max_nan(a: float, b: float) -> float:
+    """max as numpy's np.maximum and PTX's max.NaN: a NaN on either side is the result."""
+    return a if a != a else b if b != b else max(a, b)
+
+
 _FOLD = {"add": lambda a, b: a + b, "sub": lambda a, b: a - b, "mul": lambda a, b: a * b,
-         "div": lambda a, b: a / b, "max": max, "exp": math.exp, "exp2": lambda a: 2.0 ** a}
-_SCALAR_OP = {"add": "add.f32", "sub": "sub.f32", "mul": "mul.f32", "div": "div.rn.f32", "max": "max.f32"}
+         "div": lambda a, b: a / b, "max": _max_nan, "exp": math.exp, "exp2": lambda a: 2.0 ** a}
+_SCALAR_OP = {"add": "add.f32", "sub": "sub.f32", "mul": "mul.f32", "div": "div.rn.f32", "max": "max.NaN.f32"}
 
 
 def _scalar(fn: str, args):
@@ -197,8 +202,13 @@ def div(x, y, *, out=None, name: str = ""):
 
 
 def maximum(x, y, *, out=None, name: str = ""):
-    """The larger of x and y, element by element; on kernel integers (Int), max.u32."""
+    """The larger of x and y, element by element, a NaN on either side giving NaN (as numpy's
+    np.maximum and torch.maximum); on kernel integers (Int), max.u32."""
     if isinstance(x, Int) or isinstance(y, Int):
+        other = y if isinstance(x, Int) else x
+        if not (isinstance(other, Int) or isinstance(other, int) and not isinstance(other, bool)):
+            fail(f"maximum: a kernel integer (Int) and a {type(other).__name__} do not mix: Ints take Ints and "
+                 f"Python ints; fragments and row vectors take numbers and tilegen.dsl.Float values")
         if out is not None:
             fail("maximum: out= is for fragments and row vectors")
         return Int(current().builder.max(raw(x), raw(y)))
@@ -213,7 +223,8 @@ def scale(x, s, *, out=None, name: str = ""):
 
 
 def exp(x, *, out=None, name: str = ""):
-    """e^x as ex2.approx.ftz.f32(x * log2(e)): relative error about 2^-22, exp(-inf) = 0."""
+    """e^x as ex2.approx.ftz.f32(x * log2(e)): relative error about 2^-22 + |x| 2^-24 (the product's
+    rounding grows with |x|: 2e-6 at x = -87), exp(-inf) = 0."""
     return _elementwise("exp", x, None, out, name)
 
 
@@ -269,7 +280,8 @@ def _reduce(fn: str, x, out, name):
 
 
 def row_max(x, *, out=None, name: str = "") -> RowVector:
-    """The largest element of each row of x, over all of x's columns."""
+    """The largest element of each row of x, over all of x's columns (NaN where the row holds
+    one, as numpy's max)."""
     return _reduce("max", x, out, name)
 
 

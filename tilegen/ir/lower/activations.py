@@ -7,7 +7,7 @@ Each is written to stay accurate to a few f32 ulps (torch's reference is the yar
   x / (1 + exp(-2u)) so no tanh (tanh.approx has only 11 good bits) and no cancellation
 - gelu_erf(x) = 0.5 x (1 + erf(x / sqrt(2))), erf from Abramowitz and Stegun 7.1.26
   (absolute error under 1.5e-7) with erf(-z) = -erf(z)
-exp(y) is ex2.approx.ftz.f32(y * log2(e)): relative error about 2^-22. Divisions are
+exp(y) is ex2.approx.ftz.f32(y * log2(e)): relative error about 2^-22 + |y| 2^-24. Divisions are
 div.full.f32 (full range, at most 2 ulp): div.rn.f32 is a long subroutine that made a fused
 GELU epilogue a third slower than a plain one (docs/perf_notes.md section 18). Both keep the
 IEEE cases: x = +inf gives +inf, x = -inf gives NaN (as numpy's -inf * 0), NaN stays NaN.

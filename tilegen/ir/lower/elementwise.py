@@ -27,8 +27,9 @@ from .lanes import LANE_BITS, fit_bit_linear
 
 LOG2E = 1.4426950408889634
 FULL_WARP = 0xFFFFFFFF
-_BINARY = {"add": "add.f32", "sub": "sub.f32", "mul": "mul.f32", "div": "div.rn.f32", "max": "max.f32"}
-_REDUCE = {"max": "max.f32", "sum": "add.f32"}
+# max.NaN: a NaN on either side is the result, as numpy's maximum and max (plain max.f32 drops it)
+_BINARY = {"add": "add.f32", "sub": "sub.f32", "mul": "mul.f32", "div": "div.rn.f32", "max": "max.NaN.f32"}
+_REDUCE = {"max": "max.NaN.f32", "sum": "add.f32"}
 _FLIP = {"lt": "gt", "le": "ge", "gt": "lt", "ge": "le", "eq": "eq", "ne": "ne"}
 
 
