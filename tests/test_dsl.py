@@ -612,3 +612,16 @@ def test_true_division_of_a_kernel_integer_says_to_use_floor_division():
 
     with pytest.raises(DSLError, match=r"kernel integers divide with // \(and %\)"):
         tilegen.compile(halves)
+
+
+@pytest.mark.parametrize("op", ["//", "%"])
+def test_a_kernel_integer_divided_by_a_constant_zero_is_refused(op):
+    """// 0 had raised a ValueError from inside tilegen, % 0 compiled to x % 0 == x."""
+    @tg.kernel
+    def by_zero():
+        tg.launch(threads=32, grid=(1, 1, 1))
+        m = tg.size("M")
+        m // 0 if op == "//" else m % 0
+
+    with pytest.raises(DSLError, match=rf"test_dsl\.py:\d+: kernel integer {op} 0: the divisor is 0; allowed"):
+        tilegen.compile(by_zero)

@@ -16,6 +16,15 @@ def _raw(x):
     return x
 
 
+def _divisor(x, op: str):
+    """x as a divisor: a constant 0 is refused here (a runtime divisor is the kernel's to keep
+    from 0: div.u32 and rem.u32 by zero give no defined result)."""
+    d = _raw(x)
+    if isinstance(d, int) and d == 0:
+        fail(f"kernel integer {op} 0: the divisor is 0; allowed: an integer from 1, or a runtime Int")
+    return d
+
+
 class Int:
     __slots__ = ("raw",)
 
@@ -31,10 +40,10 @@ class Int:
     def __rsub__(self, o): return Int(self._b().sub(_raw(o), self.raw))
     def __mul__(self, o): return Int(self._b().mul(self.raw, _raw(o)))
     def __rmul__(self, o): return Int(self._b().mul(_raw(o), self.raw))
-    def __floordiv__(self, o): return Int(self._b().div(self.raw, _raw(o)))
-    def __rfloordiv__(self, o): return Int(self._b().div(_raw(o), self.raw))
-    def __mod__(self, o): return Int(self._b().rem(self.raw, _raw(o)))
-    def __rmod__(self, o): return Int(self._b().rem(_raw(o), self.raw))
+    def __floordiv__(self, o): return Int(self._b().div(self.raw, _divisor(o, "//")))
+    def __rfloordiv__(self, o): return Int(self._b().div(_raw(o), _divisor(self, "//")))
+    def __mod__(self, o): return Int(self._b().rem(self.raw, _divisor(o, "%")))
+    def __rmod__(self, o): return Int(self._b().rem(_raw(o), _divisor(self, "%")))
     def __and__(self, o): return Int(self._b().and_(self.raw, _raw(o)))
     def __xor__(self, o): return Int(self._b().xor(self.raw, _raw(o)))
     def __rshift__(self, n): return Int(self._b().shr(self.raw, n))

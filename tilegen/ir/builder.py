@@ -5,6 +5,7 @@ from __future__ import annotations
 from contextlib import contextmanager
 from typing import Union
 
+from ..errors import IRError
 from .instr import Comment, If, Instr, Loop, Role
 from .values import Imm, Sym, Value, known_align
 
@@ -130,6 +131,7 @@ class Builder:
                         min(known_align(a) * known_align(b), known_align(c)))
 
     def div(self, a: Scalar, b: Scalar) -> Scalar:
+        _no_zero(b, "div")
         if isinstance(a, int) and isinstance(b, int):
             return a // b
         if isinstance(b, int):
@@ -140,6 +142,7 @@ class Builder:
         return self.op("div.u32", "b32", a, b)
 
     def rem(self, a: Scalar, b: Scalar) -> Scalar:
+        _no_zero(b, "rem")
         if isinstance(a, int) and isinstance(b, int):
             return a % b
         if isinstance(b, int):
@@ -235,6 +238,11 @@ class Builder:
         if isinstance(a, int):
             a, b = b, a
         return self.op("mad.wide.u32", "b64", a, b, base)
+
+
+def _no_zero(b, what: str) -> None:
+    if isinstance(b, int) and b == 0:
+        raise IRError(f"{what}: a constant divisor of 0 (div.u32 and rem.u32 by zero have no defined result)")
 
 
 def _aligned(v, align: int):
