@@ -91,6 +91,34 @@ def test_missing_barrier_is_a_race():
     assert "cta (0, 0, 0) tid 0" in msg and f"address: 0x{SHARED_BASE + 128:x}" in msg
 
 
+def _barrier_in_a_branch(guard: str, other_side: str = ""):
+    """The exchange, its bar.sync inside a branch taken by the threads where `guard` holds (the
+    others jump over it, and run `other_side` there instead)."""
+    return exchange().replace("    bar.sync 0;", "\n".join([
+        f"    {guard}", "    @!%p1 bra SKIP;", "    bar.sync 0;", "    bra JOIN;", "SKIP:", other_side, "JOIN:"]))
+
+
+@pytest.mark.parametrize("other_side, says", [
+    ("    ret;", "is reached by part of warp 0 (threads 0..4, 5 of them) while thread 5 left the kernel"),
+    ("    bar.sync 0;", "is reached by warp 0's threads at different barrier instructions"),
+])
+def test_a_barrier_that_splits_a_warp_is_refused(other_side, says):
+    """bar.sync is .aligned: part of a warp at it while the rest left, or wait at another bar.sync,
+    is undefined on the GPU (the emulator had released it)."""
+    ptx = _barrier_in_a_branch("setp.lt.u32 %p1, %r1, 5;", other_side)   # threads 0..4 of warp 0 take it
+    with pytest.raises(SimError) as e:
+        Buffers().run(ptx)
+    assert e.value.kind == "divergence" and says in str(e.value) and ".aligned" in str(e.value), str(e.value)
+    assert e.value.line == line_of(ptx, "    @!%p1 bra SKIP;") + 1
+
+
+def test_a_barrier_in_a_branch_whole_warps_take_is_clean():
+    """The same branch by whole warps: warp 0 meets warp 1 at the other bar.sync."""
+    b = Buffers()
+    got = b.run(_barrier_in_a_branch("setp.lt.u32 %p1, %r1, 32;", "    bar.sync 0;"))
+    np.testing.assert_array_equal(got, np.roll(b.inp_data, -32))
+
+
 def test_reading_own_write_needs_no_barrier():
     b = Buffers()
     np.testing.assert_array_equal(b.run(exchange(barrier=False, partner=False)), b.inp_data)

@@ -194,7 +194,7 @@ def test_mixed_fp8_pairs_on_the_emulator():
             assert spec.b_dtype == b and f"{a}x{b}" in k.name and f".{a}.{b}" in k.ptx
             C = k(A, B, device="sim")
             assert (np.abs(C - ref) <= bound).all(), (a, b, kw)
-            with pytest.raises(tilegen.LaunchError, match=f"B has dtype"):
+            with pytest.raises(tilegen.LaunchError, match="B has dtype"):
                 k(A, np.asfortranarray(B.astype(types[a])), device="sim")   # B of A's type is refused, not misread
         C = tilegen.matmul(A, B, out_dtype="f32", device="sim")
         assert (np.abs(C - ref) <= bound).all()
@@ -789,3 +789,64 @@ def test_emulator_skips_an_accumulator_access_whose_predicate_is_false():
     np.testing.assert_allclose(C, A.astype(np.float64) @ B.astype(np.float64), rtol=1e-6, atol=1e-6)
     with pytest.raises(SimError, match=f"{acc} is an accumulator of warpgroup"):
         planted(True)(A, B, device="sim")
+
+
+# ---- warps that part inside a warpgroup and meet again at its wgmma ------------------------------
+
+@tg.kernel
+def _parted_then_wgmma(only_warp0_multiplies=False):
+    """One warpgroup: a branch by warp (both sides arrive on an mbarrier, per thread) before a
+    TMA + wgmma k-loop; with `only_warp0_multiplies`, the wgmmas sit inside warp 0's side."""
+    tg.launch(threads=128, grid=(1, 1, 1))
+    A, B = tg.tensor("A", "f16", ("M", "K")), tg.tensor("B", "f16", ("K", "N"))
+    C = tg.tensor("C", "f32", ("M", "N"))
+    sA, sB = tg.shared("sA", "f16", 64, 64), tg.shared("sB", "f16", 64, 64)
+    full, bar = tg.mbarrier("full"), tg.mbarrier("bar", arrivals=128)
+    acc = tg.fragment(ATOM, "C", (1, 8))
+    with tg.if_(tg.lt(tg.warp_id(), 1)):
+        tg.arrive(bar[0])
+    with tg.else_():
+        tg.arrive(bar[0])
+    for kt in tg.range(tg.cdiv(A.shape[1], 64)):
+        tg.arrive(full[0], expect_bytes=sA.stage_bytes + sB.stage_bytes, single=True)
+        tg.tma_load(sA[0], A.block(0, kt * 64), full[0])
+        tg.tma_load(sB[0], B.block(kt * 64, 0), full[0])
+        tg.mbarrier_wait(full[0], kt & 1)
+        tg.wgmma_fence()
+        if only_warp0_multiplies:
+            with tg.if_(tg.lt(tg.warp_id(), 1)):
+                tg.wgmma(acc, sA[0], sB[0], 0, 0, 0)
+        else:
+            for kk in range(4):
+                tg.wgmma(acc, sA[0], sB[0], 0, kk * 16, 0)
+        tg.wgmma_commit()
+        tg.wgmma_wait(0)
+        tg.barrier()
+    tg.store(C.block(tg.warp_id() * 16, 0), acc)
+
+
+def _run_parted(kernel, M=64, N=64, K=128):
+    from tilegen.sim import GlobalMemory, run_kernel
+
+    rng = np.random.default_rng(seed("parted", M, N, K))
+    A, B = rng.standard_normal((M, K)).astype(np.float16), rng.standard_normal((K, N)).astype(np.float16)
+    mem = GlobalMemory()
+    pa, pb, pc = mem.alloc(A.nbytes), mem.alloc(B.nbytes), mem.alloc(M * N * 4)
+    mem.write(pa, A), mem.write(pb, B), mem.write(pc, np.full(M * N, np.nan, np.float32))
+    run_kernel(kernel, {"A_ptr": pa, "A_ld": K, "B_ptr": pb, "B_ld": N, "C_ptr": pc, "C_ld": N, "M": M, "N": N,
+                        "K": K}, {"M": M, "N": N, "K": K}, mem)
+    C = np.frombuffer(mem.read(pc, M * N * 4), np.float32).reshape(M, N)
+    return C, A.astype(np.float64) @ B.astype(np.float64)
+
+
+def test_warps_that_part_meet_again_at_their_warpgroups_wgmma():
+    """A branch by warp is valid before a wgmma that every thread of the warpgroup then reaches:
+    the emulator holds the first warps there until the others come (it had refused the kernel,
+    "run by only part of warpgroup 0", unless a bar.sync joined them first)."""
+    C, ref = _run_parted(tilegen.compile(_parted_then_wgmma, target="sm_90a"))
+    assert np.abs(C - ref).max() <= 1e-3 * np.abs(ref).max()
+
+
+def test_a_wgmma_the_rest_of_its_warpgroup_never_reaches_is_refused():
+    with pytest.raises(SimError, match=r"wgmma is run by only part of warpgroup 0, and the rest of it never reaches"):
+        _run_parted(tilegen.compile(_parted_then_wgmma, target="sm_90a", only_warp0_multiplies=True))

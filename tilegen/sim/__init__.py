@@ -24,9 +24,13 @@ it cannot run (divergent branches).
 
 Limits:
 - the PTX subset of parser.py; opcodes outside it fail at decode time, naming the line;
-- control flow must be uniform across the CTA (no per-thread program counters): a branch,
-  exit or barrier whose guard differs between threads is an error; guarded ordinary
-  instructions are fine. 1-D thread blocks;
+- control flow: lockstep while every thread of the CTA takes the same path; a branch or exit
+  whose guard differs between threads parts them into groups, each with its own program
+  counter, run in turn and merged where they meet again (sim/runner.py). Instructions that
+  whole warps must run together (ldmatrix, mma, setmaxnreg) refuse part of a warp; an aligned
+  barrier (bar.sync, bar.red) reached by part of a warp while the rest left or waits at another
+  barrier instruction is an error; a wgmma reached by part of a warpgroup waits for the rest of
+  it (an error if they left). Guarded ordinary instructions are fine. 1-D thread blocks;
 - state spaces .param, .global, .shared only (no generic, .local, .const, textures);
   persistent kernels see EMULATOR_SM_COUNT multiprocessors (a few CTAs, each walking
   several tiles);

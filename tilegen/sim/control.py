@@ -3,9 +3,10 @@
 A closure returns None to fall through, the index of the next instruction when it jumps,
 END when every running thread leaves the kernel, or a Signal when the threads running it
 part or must let other warps run: a branch or exit taken by some of them (Diverge, Exit), a
-CTA barrier (Barrier), a wait that found its phase incomplete (sim/mbarrier.py, Wait). The
-runner (sim/runner.py) then keeps one program counter per group of threads that are
-together, and runs the groups in turn until they meet again.
+CTA barrier (Barrier), a wait that found its phase incomplete (sim/mbarrier.py, Wait), a
+wgmma reached by part of a warpgroup (sim/wgmma.py, Converge). The runner (sim/runner.py) then
+keeps one program counter per group of threads that are together, and runs the groups in turn
+until they meet again.
 """
 from __future__ import annotations
 

@@ -19,7 +19,7 @@ from typing import Optional
 import numpy as np
 
 from .cluster import MAX_CLUSTER, Cluster
-from .signals import END, Barrier, Diverge, Exit, Wait
+from .signals import END, Barrier, Converge, Diverge, Exit, Wait
 from .decode import decode
 from .errors import SimError
 from .memory import GlobalMemory
@@ -267,14 +267,20 @@ def _count_jump(ctx, jumps, pc):
 
 
 class _Group:
-    """Threads at one program counter. `at_barrier`: waiting at a bar.sync; `stuck`: its last
+    """Threads at one program counter. `at_barrier`: waiting at a bar.sync; `converging`: waiting
+    at a warpgroup instruction for the rest of its warpgroup (a Converge); `stuck`: its last
     turn ended on a wait that nothing in flight can complete: (the deadlock to report, the
     value of ctx.progress then)."""
 
     def __init__(self, pc: int, mask: np.ndarray):
         self.pc, self.mask = pc, mask
         self.at_barrier = None
+        self.converging = None
         self.stuck = None
+
+    @property
+    def waiting(self) -> bool:
+        return self.at_barrier is not None or self.converging is not None
 
 
 class _Apart:
@@ -299,8 +305,11 @@ class _Apart:
             self._add(g)
         turn = 0
         while self.groups:
-            ready = [g for g in self.groups if g.at_barrier is None]
+            ready = [g for g in self.groups if not g.waiting]
             if not ready:
+                apart = next((g for g in self.groups if g.converging is not None), None)
+                if apart is not None:   # (what it waits for waits at a barrier it cannot pass, or left)
+                    raise apart.converging.error
                 raise self._barrier_deadlock()
             g = ready[turn % len(ready)]
             turn += 1
@@ -308,11 +317,12 @@ class _Apart:
                 self._add(h)
             self._release_barriers()
             self._merge()
+            self._converge()
             if self._deadlocked():
                 if self.ctx.cluster is None:
                     raise self._deadlock()
                 self.ctx.cluster.block(self.ctx, self._deadlock())   # a peer CTA may move it
-            if len(self.groups) == 1 and self.live.all() and self.groups[0].at_barrier is None:
+            if len(self.groups) == 1 and self.live.all() and not self.groups[0].waiting:
                 self.ctx.active = None
                 return self.groups[0].pc, self.steps
         return None, self.steps
@@ -356,6 +366,9 @@ class _Apart:
         if isinstance(signal, Barrier):
             g.at_barrier = signal
             return [g]
+        if isinstance(signal, Converge):
+            g.converging = signal   # (its pc stays: the instruction runs once the warpgroup is whole)
+            return [g]
         if isinstance(signal, Wait):
             g.pc += 0 if signal.again else 1
             g.stuck = signal.stuck
@@ -365,7 +378,7 @@ class _Apart:
     def _merge(self):
         by_pc = {}
         for g in self.groups:
-            key = (g.pc, g.at_barrier is not None)
+            key = (g.pc, g.at_barrier is not None, g.converging is not None)
             if key in by_pc:
                 h = by_pc[key]
                 h.mask = h.mask | g.mask
@@ -373,6 +386,24 @@ class _Apart:
             else:
                 by_pc[key] = g
         self.groups = list(by_pc.values())
+
+    def _converge(self):
+        """Groups waiting at a warpgroup instruction go on once (merged with the others that came
+        to it) they hold every thread of the warpgroups they touch; one whose missing threads have
+        left the kernel never will."""
+        n = self.ctx.threads - self.ctx.threads % 128
+        for g in self.groups:
+            if g.converging is None:
+                continue
+            m = g.mask[:n].reshape(-1, 128)
+            part = m.any(axis=1) & ~m.all(axis=1)
+            if not part.any():
+                g.converging = None
+                continue
+            w = int(np.flatnonzero(part)[0])
+            missing = ~m[w] & self.live[128 * w:128 * (w + 1)]
+            if not missing.any():
+                raise g.converging.error
 
     def _release_barriers(self):
         """Complete every barrier that its threads have all reached: the CTA's (every live
@@ -392,6 +423,7 @@ class _Apart:
                 ins = waiting[0].at_barrier.ins
                 raise SimError(f"barrier {ident}, {count}: {got} threads arrive, more than its count", kind="deadlock",
                                line=ins.line, text=ins.text, cta=ctx.cta)
+            self._whole_warps(ident, waiting, arrived)
             if count is None:
                 ctx.shadow_barrier()
             else:   # the participants' accesses before it are ordered before theirs after it
@@ -414,6 +446,33 @@ class _Apart:
                 g.at_barrier = None
                 g.pc += 1
 
+    def _whole_warps(self, ident: int, waiting: list, arrived: np.ndarray) -> None:
+        """bar.sync, bar.red and barrier.sync.aligned are .aligned: the threads of a warp execute
+        the same one together (PTX ISA, bar / barrier). A barrier that part of a warp reaches while
+        the warp's other threads left the kernel or wait at another barrier instruction is undefined
+        on the GPU (it hangs or releases early), so it is reported here."""
+        ins = waiting[0].at_barrier.ins
+        if ins.opcode.startswith("barrier.") and not ins.opcode.endswith(".aligned"):
+            return   # (barrier.sync without .aligned may be reached by part of a warp)
+        n = self.ctx.threads
+        for w in np.unique(np.flatnonzero(arrived) // 32).tolist():
+            lanes = slice(32 * w, min(32 * (w + 1), n))
+            part = arrived[lanes]
+            lines = sorted({g.at_barrier.ins.line for g in waiting if g.mask[lanes].any()})
+            if part.all() and len(lines) == 1:
+                continue
+            came = np.flatnonzero(part) + 32 * w
+            if not part.all():
+                t = 32 * w + int(np.flatnonzero(~part)[0])
+                what = (f"is reached by part of warp {w} (threads {int(came[0])}..{int(came[-1])}, {came.size} of "
+                        f"them) while thread {t} {'left the kernel' if not self.live[t] else 'is elsewhere'}")
+            else:
+                what = (f"is reached by warp {w}'s threads at different barrier instructions (PTX lines "
+                        f"{', '.join(map(str, lines))})")
+            raise SimError(f"barrier {ident} {what}: {ins.opcode} is .aligned, so every thread of a warp must execute "
+                           f"the same one together (a barrier inside a branch that splits a warp)",
+                           kind="divergence", line=ins.line, text=ins.text, cta=self.ctx.cta, tid=int(came[0]))
+
     def _barrier_deadlock(self) -> SimError:
         """Every live thread waits at a barrier that cannot complete."""
         first = next(g.at_barrier for g in self.groups)
@@ -429,13 +488,15 @@ class _Apart:
         others = [e.message.removeprefix("deadlock: ") for e in stuck[1:]]
         others += [f"warp {int(np.flatnonzero(g.mask)[0]) // 32} waits at bar.sync (PTX line {g.at_barrier.ins.line})"
                    for g in self.groups if g.at_barrier is not None]
+        others += [f"warp {int(np.flatnonzero(g.mask)[0]) // 32} waits for the rest of its warpgroup at PTX line "
+                   f"{g.converging.ins.line}" for g in self.groups if g.converging is not None]
         message = first.message + "".join(f"; meanwhile {o}" for o in others)
         return SimError(message, kind=first.kind, line=first.line, text=first.text, cta=first.cta, tid=first.tid)
 
     def _deadlocked(self) -> bool:
         """Every group is at a barrier or stuck on a wait that nothing in flight can complete,
         and nothing happened since it got stuck (ctx.progress counts arrivals and copies)."""
-        ready = [g for g in self.groups if g.at_barrier is None]
+        ready = [g for g in self.groups if not g.waiting]
         return bool(ready) and all(g.stuck is not None and g.stuck[1] == self.ctx.progress for g in ready)
 
 

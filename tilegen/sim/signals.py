@@ -1,5 +1,5 @@
 """What an instruction's closure returns when the running threads part or wait (sim/control.py
-has the whole story): Diverge, Exit, Barrier, Wait; END when every running thread leaves."""
+has the whole story): Diverge, Exit, Barrier, Wait, Converge; END when every running thread leaves."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -47,4 +47,14 @@ class Wait(Signal):
     again: bool = False
 
 
-__all__ = ["END", "Signal", "Diverge", "Exit", "Barrier", "Wait"]
+__all__ = ["END", "Signal", "Diverge", "Exit", "Barrier", "Wait", "Converge"]
+
+
+@dataclass(eq=False)
+class Converge(Signal):
+    """A warpgroup instruction (.sync.aligned: all 128 threads together) reached by part of a
+    warpgroup whose other warps parted from it (a branch by warp): the threads wait at it until
+    the rest of the warpgroup comes to the same instruction, and `error` is raised if it never can."""
+    ins: object
+    error: SimError
+

@@ -22,9 +22,11 @@ import numpy as np
 
 from . import numerics as nm
 from .atomics import build_order_fence
+from .errors import SimError
 from .mbarrier import build_fence_mbarrier_init
 from .memory import MemoryFault
 from .program import Imm, Mem, Reg, Vec
+from .signals import Converge
 from .state import Context, per_thread
 
 GROUP = 128
@@ -120,6 +122,28 @@ def _warpgroups(ins, ctx: Context):
 
 
 def build_wgmma(ins, ctx: Context):
+    """A wgmma instruction's closure; in masked code (warps parted) one that, reached by part of a
+    warpgroup, waits there for the rest of it (Converge) before it runs."""
+    run = _build_wgmma(ins, ctx)
+    if not ctx.masked:
+        return run
+    G = _groups(ctx, ins)
+    op_name = ins.opcode.split(".")[0]
+
+    def converged():
+        m = ctx.active[:G * GROUP].reshape(G, GROUP)
+        part = m.any(axis=1) & ~m.all(axis=1)
+        if part.any():
+            g = int(np.flatnonzero(part)[0])
+            return Converge(ins, SimError(
+                f"{op_name} is run by only part of warpgroup {g}, and the rest of it never reaches this instruction: "
+                f".sync.aligned, all 128 threads must run it together", kind="divergence", line=ins.line,
+                text=ins.text, cta=ctx.cta, tid=g * GROUP + int(np.flatnonzero(~m[g])[0])))
+        return run()
+    return converged
+
+
+def _build_wgmma(ins, ctx: Context):
     _aligned(ins, ctx)
     op = ins.opcode
     if op == "wgmma.fence.sync.aligned":
