@@ -118,6 +118,23 @@ def test_empty_batches_give_empty_results_of_the_products_dtype():
     assert C.shape == (0, 2, 20, 17) and C.dtype == np.float32
 
 
+@pytest.mark.parametrize("a_shape, b_shape, out_dtype", [
+    ((3, 0, 9), (3, 9, 7), None), ((3, 5, 9), (3, 9, 0), None), ((0, 9), (3, 9, 7), None),
+    ((0, 9), (9, 7), "f32"), ((3, 0, 9), (3, 9, 7), "f32")])
+def test_an_empty_m_or_n_gives_an_empty_result(a_shape, b_shape, out_dtype):
+    """numpy 2 gives every empty array strides of 0: tilegen's own empty output (and an empty out
+    given) had been refused as a broadcast view whose elements overlap."""
+    A, B = np.ones(a_shape, F16), np.ones(b_shape, F16)
+    want = np.matmul(A, B)
+    C = tilegen.matmul(A, B, out_dtype=out_dtype, device="sim")
+    assert C.shape == want.shape and C.dtype == (np.float32 if out_dtype else F16)
+    out = np.empty(want.shape, C.dtype)
+    assert tilegen.matmul(A, B, out=out, device="sim") is out
+    k = tilegen.compile(tilegen.GemmSpec(dtype="f16", batched=len(want.shape) == 3))
+    if len(a_shape) == len(b_shape):
+        assert k(A, B, device="sim").shape == want.shape
+
+
 def test_fp8_activations_with_a_scale_per_token():
     """x (batch, tokens, features) in e4m3 against W.T, one scale per token in x's shape."""
     x = _rand((2, 9, 64), 10, ml_dtypes.float8_e4m3fn)

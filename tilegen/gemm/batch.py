@@ -169,7 +169,7 @@ def plan(A, B, *, out=None, bias=None) -> Stack:
     if out is not None and tuple(int(s) for s in out.shape) != result:
         raise LaunchError(f"out has shape {tuple(out.shape)}; A {tuple(A.shape)} @ B {tuple(B.shape)} "
                           f"has shape {result}")
-    if out is not None and any(n > 1 and s == 0 for n, s in zip(result, _strides(out))):
+    if out is not None and prod(result) and any(n > 1 and s == 0 for n, s in zip(result, _strides(out))):
         raise LaunchError("out has a dimension of stride 0 (an expanded or broadcast view): its results would "
                           "overwrite each other; pass an out of its own memory")
     matrices = prod(batch)

@@ -125,7 +125,7 @@ def _check_writable(out: np.ndarray) -> None:
     broadcast, stride-0 axis would have every row written over the last)."""
     if not out.flags.writeable:
         raise LaunchError("out is read-only")
-    if any(stride == 0 and size > 1 for stride, size in zip(out.strides, out.shape)):
+    if out.size and any(stride == 0 and size > 1 for stride, size in zip(out.strides, out.shape)):
         raise LaunchError(f"out has strides {out.strides} for shape {out.shape}: its elements overlap (an axis of "
                           f"stride 0); pass an array whose elements are distinct")
 

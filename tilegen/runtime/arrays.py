@@ -284,8 +284,8 @@ def describe_array(x, *, name: str, dtype, shape=None, layout: Optional[str] = N
     # strides: whole elements, positive where they matter
     strides = raw.strides
     for axis, (n, s) in enumerate(zip((rows, cols), strides)):
-        if n == 1:
-            continue  # a stride over an extent of 1 is never used
+        if n <= 1:
+            continue  # a stride over an extent of 0 or 1 is never used (numpy 2 gives empty arrays stride 0)
         if s % isz:
             raise LaunchError(f"{name} has stride {s} bytes in dim {axis}, not a multiple of its "
                               f"{isz}-byte elements; make a copy with np.ascontiguousarray")
