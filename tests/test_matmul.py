@@ -241,6 +241,13 @@ def test_a_bias_runs_along_the_axis_numpy_broadcasts_it_on():
     for bad in (np.zeros((24, 24), np.float16), np.zeros((2, 24), np.float16), np.zeros((1, 1, 24), np.float16)):
         with pytest.raises(tilegen.LaunchError, match=r"one per column \(shape \(24,\) or \(1, 24\)\)"):
             tilegen.matmul(A, B, bias=bad, device="sim")
+    # N = 1: numpy spreads a 1-D bias of M values across an M x M result; refused (it had been read per row)
+    col = _pair(6, 1, 32, np.float16, seed=6)
+    with pytest.raises(tilegen.LaunchError, match=r"with N = 1, numpy would spread a 1-D bias of 6 values over a "
+                                                  r"result of 6 x 6: pass it as \(6, 1\)"):
+        tilegen.matmul(*col, bias=np.ones(6, np.float16), device="sim")
+    got = tilegen.matmul(*col, bias=np.ones((6, 1), np.float16), device="sim")
+    assert got.shape == (6, 1)
 
 
 @pytest.mark.parametrize("call,message", [

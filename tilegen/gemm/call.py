@@ -221,11 +221,12 @@ def bias_axis(bias, M: int, N: int):
     """Along which axis of the M x N product a bias array runs, as numpy broadcasts it onto
     A @ B: "col" (a value per column) for N elements or a 1 x N array, "row" for an M x 1 array
     (also where M == N), and, tilegen's reading where numpy would refuse it, for a 1-D array of
-    M != N elements; None where it is none of these."""
+    M != N elements with N > 1 (with N = 1 numpy would spread M values across an M x M result);
+    None where it is none of these."""
     shape = tuple(getattr(bias, "shape", ()))   # (ints in numpy, torch and CuPy alike)
     if shape == (N,) or shape == (1, N):
         return "col"
-    if shape == (M, 1) or shape == (M,):
+    if shape == (M, 1) or shape == (M,) and N != 1:
         return "row"
     return None
 

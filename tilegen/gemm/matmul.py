@@ -463,7 +463,7 @@ def explain(A, B, *, bias=None, activation=None, residual=None, alpha=1.0, beta=
     if a_name not in _DTYPES:
         swapped = isinstance(A, np.ndarray) and not A.dtype.isnative
         raise LaunchError(f"matmul takes float16, bfloat16, float32, float8_e4m3fn or float8_e5m2 arrays, not {a_name}"
-                          + (f" (byte-swapped: pass A.astype(A.dtype.newbyteorder('=')))" if swapped else ""))
+                          + (" (byte-swapped: pass A.astype(A.dtype.newbyteorder('=')))" if swapped else ""))
     why = []
     host = isinstance(A, np.ndarray) and isinstance(B, np.ndarray)
     dtype = _DTYPES[a_name]
@@ -491,10 +491,12 @@ def explain(A, B, *, bias=None, activation=None, residual=None, alpha=1.0, beta=
     if bias is not None:
         axis = bias_axis(bias, M, N)
         if axis is None:
-            rows = f"({M}, 1)" + (f" or ({M},)" if M != N else "")
+            rows = f"({M}, 1)" + (f" or ({M},)" if M != N and N != 1 else "")
+            one = (f" (with N = 1, numpy would spread a 1-D bias of {M} values over a result of {M} x {M}: pass "
+                   f"it as ({M}, 1) for one per row)" if N == 1 and tuple(getattr(bias, "shape", ())) == (M,) else "")
             raise LaunchError(f"bias must be N={N} values, one per column (shape ({N},) or (1, {N})), or M={M}, one "
                               f"per row (shape {rows}), as numpy broadcasts it onto the {M} x {N} product; got shape "
-                              f"{tuple(getattr(bias, 'shape', ()))}")
+                              f"{tuple(getattr(bias, 'shape', ()))}{one}")
     rows_scaled, cols_scaled = _vector_scale(scale_a, M, "scale_a") is not None, \
         _vector_scale(scale_b, N, "scale_b") is not None
     device_a = not rows_scaled and _device_scale_dtype(scale_a) is not None
@@ -873,7 +875,7 @@ def _fast_loop(lib, kernel, shape, count, fa, fb, out, fc, bias, alpha, beta):
     if beta:   # (None after a partial run would let the general path read a C already updated)
         return None
     fast, spec = kernel.fast_call, kernel.spec
-    M, K, N = fa[SHAPE][1], fa[SHAPE][2], fb[SHAPE][2]
+    M, N = fa[SHAPE][1], fb[SHAPE][2]
     if out is None:
         out = lib.empty(shape + (M, N), fast.out_dtype, fa[DEVICE])
         fc = batch.flat_probe(lib.probe(out), count)
