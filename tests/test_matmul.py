@@ -1228,3 +1228,10 @@ def test_numpy_operands_with_16_byte_rows_are_not_copied_on_the_host():
         got = tilegen.matmul(A, B, alpha=0.5, beta=-1.0, out=out, device="sim")
         ref = 0.5 * (A.astype(np.float64) @ B.astype(np.float64)) - C0
         assert got is out and np.abs(out - ref).max() <= 2e-3 * (1 + np.abs(ref).max()), N
+
+
+def test_explain_refuses_a_device_matmul_refuses():
+    A, B = _pair(5, 7, 9, np.float16)
+    with pytest.raises(tilegen.LaunchError, match=r"device='xyz'; allowed: None, 'gpu'"):
+        tilegen.matmul.explain(A, B, device="xyz")
+    assert tilegen.matmul.explain(A, B, device="sim").spec.dtype == "f16"

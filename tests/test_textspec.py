@@ -459,3 +459,14 @@ def test_a_bare_word_that_names_no_file_says_how_strings_are_read():
     """tilegen.compile("f16") reads a path: the message says so and what to pass instead."""
     with pytest.raises(SpecFileError, match=r"GemmSpec\(dtype='f16'\)"):
         tilegen.compile("f16")
+
+
+@pytest.mark.parametrize("text, hint", [
+    ("bf16", "gemm { dtype = bf16 }; or pass GemmSpec(dtype='bf16')"),
+    ("dtype = bf16", "gemm { dtype = bf16 }; or pass GemmSpec(dtype=...)"),   # (had said dtype = dtype = bf16)
+    ("stages = 4", "gemm { stages = 4 }; or pass GemmSpec(stages=...)"),
+])
+def test_a_string_that_is_no_file_is_answered_with_the_text_it_may_have_meant(text, hint):
+    with pytest.raises(tilegen.TilegenError) as e:
+        tilegen.compile(text)
+    assert f"cannot read the spec file {text!r}" in str(e.value) and hint in str(e.value), str(e.value)

@@ -33,7 +33,7 @@ from ..errors import LaunchError, PerformanceWarning, SpecError, TilegenError
 from ..runtime import interop
 from ..runtime.interop import DEVICE, DTYPE, PTR, SHAPE, STRIDES
 from . import batch, tuned
-from .call import (NO_SCALES, bias_axis, bias_vector, check_real_arrays, real_number, refuse_long_emulation, refuse_masked, run_batched,
+from .call import (NO_SCALES, bias_axis, bias_vector, check_device, check_real_arrays, real_number, refuse_long_emulation, refuse_masked, run_batched,
                    stack_problem)
 from .kernel import compile_gemm
 from .mainloops.wgmma import SWAPPED_TILE_WARPS
@@ -428,7 +428,9 @@ def explain(A, B, *, bias=None, activation=None, residual=None, alpha=1.0, beta=
             device=None, scale_a=None, scale_b=None, out_dtype=None) -> Choice:
     """The spec matmul would run for these arguments (matmul's own), and the reason. Runs
     nothing (alpha, beta and device do not change the choice); fp8 over FP8_WIDE_MIN_AREA
-    outputs on Hopper loads the wide kernel once per process (loads_without_spills)."""
+    outputs on Hopper loads the wide kernel once per process (loads_without_spills); a device
+    matmul would refuse is refused here too."""
+    check_device(device)
     _check_out(out)
     out_name = None   # a product's out_dtype alone: only its name counts, no output is made
     if out is None and out_dtype is not None and not batch.is_stack(A, B):

@@ -275,8 +275,14 @@ def _read_source(text_or_path) -> tuple[str, str]:
         except OSError as e:
             hint = ""
             if isinstance(text_or_path, str) and not path.suffix and os.sep not in text_or_path:
-                hint = (f" (a string is read as a .tg file's path, or as .tg text where it holds braces: "
-                        f"gemm {{ dtype = {text_or_path} }}; or pass GemmSpec(dtype={text_or_path!r}))")
+                field, eq, value = text_or_path.partition("=")
+                if eq and field.strip().isidentifier():   # ("dtype = bf16": a field written without its block)
+                    name, value = field.strip(), value.strip()
+                    hint = (f" (a string is read as a .tg file's path, or as .tg text where it holds braces: "
+                            f"gemm {{ {name} = {value} }}; or pass GemmSpec({name}=...))")
+                else:
+                    hint = (f" (a string is read as a .tg file's path, or as .tg text where it holds braces: "
+                            f"gemm {{ dtype = {text_or_path} }}; or pass GemmSpec(dtype={text_or_path!r}))")
             raise SpecFileError(f"cannot read the spec file {str(path)!r}: {e.strerror or e}{hint}") from None
     if not isinstance(text_or_path, str):
         raise TilegenError(f"a .tg spec is text or a path, not {type(text_or_path).__name__}")
