@@ -1235,3 +1235,27 @@ def test_explain_refuses_a_device_matmul_refuses():
     with pytest.raises(tilegen.LaunchError, match=r"device='xyz'; allowed: None, 'gpu'"):
         tilegen.matmul.explain(A, B, device="xyz")
     assert tilegen.matmul.explain(A, B, device="sim").spec.dtype == "f16"
+
+
+def test_a_wider_bias_rounded_to_a_16_bit_output_is_said_once(monkeypatch):
+    """The epilogue adds bias and residual in the output's dtype: an f32 bias with a bf16 output
+    is rounded first (where it cancels the product, its low bits were the answer). Said once, at
+    the caller's line; a bias that rounds exactly, or one given in the output's dtype, is not."""
+    import importlib
+    import warnings
+
+    mm = importlib.import_module("tilegen.gemm.matmul")
+    monkeypatch.setattr(mm, "_narrowed", set())
+    A, B = np.ones((1, 8), np.float32), np.full((8, 2), -125.0, np.float32)   # A @ B = -1000 (exact)
+    bias = np.array([1000.3, 1001.7], np.float32)
+    with pytest.warns(tilegen.PrecisionWarning, match=r"bias is float32 and is rounded to the bfloat16 output's") as said:
+        C = tilegen.matmul(A, B, bias=bias, out_dtype="bf16", device="sim")
+    assert said[0].filename == __file__
+    assert (C.astype(np.float32) == (-1000 + bias.astype(ml_dtypes.bfloat16).astype(np.float32))).all()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        tilegen.matmul(A, B, bias=bias, out_dtype="bf16", device="sim")                        # (once)
+        tilegen.matmul(A, B, bias=np.array([3.0, -4.0], np.float32), out_dtype="bf16", device="sim")   # exact
+        tilegen.matmul(A, B, bias=bias.astype(ml_dtypes.bfloat16), out_dtype="bf16", device="sim")
+        C = tilegen.matmul(A, B, bias=bias, out_dtype="f32", device="sim")
+    assert np.abs(C - (bias - 1000)).max() < 1e-3

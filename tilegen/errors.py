@@ -49,5 +49,25 @@ class EmulatorWarning(UserWarning):
     warnings.filterwarnings("ignore", category=tilegen.EmulatorWarning)."""
 
 
+class PrecisionWarning(UserWarning):
+    """A value tilegen was given is rounded to a narrower dtype before it is used (say, an f32
+    bias added by an epilogue that works in the bf16 output's dtype)."""
+
+
 class PerformanceWarning(UserWarning):
     """A kernel that runs, but slower than it should (say, registers spilled to local memory)."""
+
+
+def warn(message: str, category) -> None:
+    """warnings.warn pointing at the first line outside tilegen: the caller's code, however deep
+    in tilegen the warning is made."""
+    import os
+    import sys
+    import warnings
+
+    package = os.path.dirname(os.path.abspath(__file__)) + os.sep
+    level, f = 2, sys._getframe(1)   # (stacklevel 1 is this function; 2 its caller)
+    while f is not None and os.path.abspath(f.f_code.co_filename).startswith(package):
+        level, f = level + 1, f.f_back
+    warnings.warn(message, category, stacklevel=level)
+

@@ -18,11 +18,9 @@ The fused epilogue's operands (a bias vector, a residual matrix) have the output
 from __future__ import annotations
 
 import logging
-import os
 import sys
 import threading
 import time
-import warnings
 from math import copysign
 from operator import itemgetter
 
@@ -31,7 +29,7 @@ import numpy as np
 from .. import runtime
 from ..arch.dtypes import dtype as arch_dtype
 from ..arch.dtypes import F32_INF_FROM, F32_MAX, numpy_dtype
-from ..errors import EmulatorWarning, LaunchError
+from ..errors import EmulatorWarning, LaunchError, warn
 from ..runtime import interop
 from ..runtime.interop import DEVICE, DTYPE, PTR, SHAPE, STRIDES
 from ..runtime.memory import copy_2d
@@ -757,18 +755,13 @@ PROGRESS_S = 5.0          # emulations estimated longer than this report their p
 TICK_S = 5.0              # this often
 _said: set = set()
 _log = logging.getLogger("tilegen")
-_PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 
 
 def _warn_once(message: str) -> None:
     """An EmulatorWarning, once a process, pointing at the caller's line outside tilegen."""
-    if message in _said:
-        return
-    _said.add(message)
-    level, f = 2, sys._getframe(1)   # (stacklevel 1 is this function; 2 its caller)
-    while f is not None and os.path.abspath(f.f_code.co_filename).startswith(_PACKAGE):
-        level, f = level + 1, f.f_back
-    warnings.warn(message, EmulatorWarning, stacklevel=level)
+    if message not in _said:
+        _said.add(message)
+        warn(message, EmulatorWarning)
 
 
 def _progress(message: str) -> None:

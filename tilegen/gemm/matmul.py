@@ -29,7 +29,7 @@ from ..arch.dtypes import FP8, numpy_dtype
 from ..arch.dtypes import dtype as arch_dtype
 from ..arch.targets import target_for
 from ..codegen.ptxas import find_ptxas
-from ..errors import LaunchError, PerformanceWarning, SpecError, TilegenError
+from ..errors import LaunchError, PerformanceWarning, PrecisionWarning, SpecError, TilegenError, warn
 from ..runtime import interop
 from ..runtime.interop import DEVICE, DTYPE, PTR, SHAPE, STRIDES
 from . import batch, tuned
@@ -740,13 +740,28 @@ def _tuned(dtype, a_layout, b_layout, M, N, K, out_dtype):
         return None
 
 
+_narrowed: set = set()   # (operand, its dtype, the output's) already warned of
+
+
 def _as_out_dtype(x, spec, name: str):
-    """Host epilogue operands are converted to the output dtype; GPU ones must match."""
+    """Host epilogue operands are converted to the output dtype (the epilogue adds them in it);
+    GPU ones must match. A wider operand that the conversion to a 16-bit output rounds is said
+    once (PrecisionWarning): where it cancels the product, its low bits were the answer."""
     if x is None or not isinstance(x, np.ndarray):
         return x
     check_real_arrays(**{name: x})
     want = numpy_dtype(spec.out_dtype)
-    return x if x.dtype == want else x.astype(want)
+    if x.dtype == want:
+        return x
+    y = x.astype(want)
+    key = (name, x.dtype.str, want.str)
+    if want.itemsize == 2 and x.dtype.itemsize > 2 and key not in _narrowed and \
+            not np.array_equal(y.astype(x.dtype), x, equal_nan=True):
+        _narrowed.add(key)
+        warn(f"{name} is {x.dtype} and is rounded to the {want} output's dtype before it is added (the fused "
+             f"epilogue adds it in the output's dtype); pass {name}.astype({want}) to say so, or out_dtype='f32' to "
+             f"keep it", PrecisionWarning)
+    return y
 
 
 # ---- the remembered choices (GPU arrays) -------------------------------------------------
