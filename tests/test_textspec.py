@@ -470,3 +470,15 @@ def test_a_string_that_is_no_file_is_answered_with_the_text_it_may_have_meant(te
     with pytest.raises(tilegen.TilegenError) as e:
         tilegen.compile(text)
     assert f"cannot read the spec file {text!r}" in str(e.value) and hint in str(e.value), str(e.value)
+
+
+@pytest.mark.parametrize("text, says", [
+    ("gemm { tile = 128 x 128 }", "tile=(128, 128) is invalid; allowed: 3 positive ints written 128 x 256 x 64"),
+    ("gemm { tile = 64X128X32 }", "allowed: 3 positive ints written 128 x 256 x 64 (with spaces: 64 x 128 x 32)"),
+    ("gemm { warps = 2 }", "warps=2 is invalid; allowed: 2 positive ints written 2 x 4"),
+])
+def test_a_bad_dimension_in_text_is_answered_in_the_texts_terms(text, says):
+    """(It had said "a tuple of 3 positive ints", GemmSpec's Python terms.)"""
+    with pytest.raises(tilegen.SpecError) as e:
+        tilegen.compile(text)
+    assert says in str(e.value), str(e.value)

@@ -430,6 +430,22 @@ def _allowed_text(hint) -> str:
     return " or ".join(getattr(t, "__name__", str(t)) for t in opts)
 
 
+_WRITTEN = {2: "2 x 4", 3: "128 x 256 x 64"}
+
+
+def _text_dimensions(err: SpecError, value) -> None:
+    """A dimension field's refusal in the text's own terms: "3 positive ints written 128 x 256 x
+    64", not GemmSpec's "a tuple of 3 positive ints"; 64X128X32 (one word) gets the spelling."""
+    m = re.search(r"a tuple of (\d) positive ints", err.args[0] if err.args else "")
+    if m is None:
+        return
+    n = int(m.group(1))
+    text = err.args[0].replace(m.group(0), f"{n} positive ints written {_WRITTEN.get(n, '1 x 2 x 3')}")
+    if isinstance(value, str) and re.fullmatch(r"\d+([xX*]\d+)+", value.strip()):
+        text += f" (with spaces: {' x '.join(re.split(r'[xX*]', value.strip()))})"
+    err.args = (text,) + tuple(err.args[1:])
+
+
 def _at(err: SpecError, line: int, source: str) -> SpecError:
     """`err` with its message prefixed by where in the text it comes from."""
     if getattr(err, "line", None) is not None:
@@ -464,6 +480,7 @@ def _build(cls, block: _Block, path: tuple, source: str):
         return cls(**kwargs)
     except SpecError as e:
         last = str(e.field).split("/")[0].split(".")[-1]
+        _text_dimensions(e, kwargs.get(last))
         if last not in lines and last in names:  # a default (or derived) value failed: say so
             given = ", ".join(f"{n} ({_place(line, source)})" for n, line in lines.items())
             note = (f" ({last} was not set: it is the default for the fields given"
