@@ -14,6 +14,7 @@ from ..errors import DSLError
 from ..ir import grid as G
 from ..ir import tile as T
 from ..ir.access import TRANSPOSE_BYTES
+from ..ir.alloc import shared_bytes, smem_limit
 from ..ir.layout import SmemLayout
 from ..ir.instr import Instr
 from ..ir.values import Addr, Imm, Value
@@ -315,7 +316,22 @@ def shared(name: str, dtype: str, rows: int, cols: int, *, stages: int = 1, swiz
         fail(f"shared {name}: logical={logical!r}; allowed: 'row', 'col'")
     ir = T.SharedTile(name, _dtype(dtype), layout, stages)
     tr.kernel.shared.append(ir)
+    _fits_shared(tr.kernel, name)
     return SharedTile(ir, logical)
+
+
+def _fits_shared(kernel, name: str) -> None:
+    """Refused at the declaration that takes the kernel's shared memory past what a block may use
+    (the allocation pass would say so later, without the user's line)."""
+    try:
+        limit = smem_limit(kernel.target)
+    except Exception:  # noqa: BLE001  (a target not known yet: the allocation pass checks it)
+        return
+    need = shared_bytes(kernel.shared, kernel.barriers)
+    if need > limit:
+        fail(f"shared {name}: with it the kernel's shared memory is {need} bytes, more than the {limit} a block may "
+             f"use on {kernel.target} (" + ", ".join(f"{t.name} {t.stages} x {t.layout.stage_bytes} B"
+                                                     for t in kernel.shared) + "): use fewer stages or smaller tiles")
 
 
 def tile_op(op):

@@ -11,17 +11,30 @@ BASE_SLACK = 1024
 MBARRIER_ALIGN = 8
 
 
-def allocate_shared(kernel):
+def shared_bytes(tiles, barriers, place: bool = False) -> int:
+    """The dynamic shared memory these tiles and mbarriers take, laid out as allocate_shared
+    lays them (with `place`, their offsets set)."""
     offset = 0
-    for tile in kernel.shared:
-        tile.offset = -(-offset // tile.align) * tile.align
-        offset = tile.offset + tile.bytes
+    for tile in tiles:
+        at = -(-offset // tile.align) * tile.align
+        if place:
+            tile.offset = at
+        offset = at + tile.bytes
     offset = -(-offset // MBARRIER_ALIGN) * MBARRIER_ALIGN
-    for bar in kernel.barriers:
-        bar.offset = offset
+    for bar in barriers:
+        if place:
+            bar.offset = offset
         offset += bar.BYTES * bar.stages
-    kernel.smem_bytes = offset + BASE_SLACK if offset else 0
-    limit = _target(kernel.target).smem_per_block
+    return offset + BASE_SLACK if offset else 0
+
+
+def smem_limit(target: str) -> int:
+    return _target(target).smem_per_block
+
+
+def allocate_shared(kernel):
+    kernel.smem_bytes = shared_bytes(kernel.shared, kernel.barriers, place=True)
+    limit = smem_limit(kernel.target)
     if kernel.smem_bytes > limit:
         parts = ", ".join([f"{t.name} {t.stages} x {t.layout.stage_bytes} B" for t in kernel.shared]
                           + [f"{b.name} {b.stages} x {b.BYTES} B" for b in kernel.barriers])
