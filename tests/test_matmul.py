@@ -196,8 +196,8 @@ def test_bias_axis_from_its_length_and_the_fused_result():
     bias_row = np.linspace(-1, 1, 40).astype(np.float32)
     assert tilegen.matmul.explain(A, B, bias=bias_col).spec.epilogue.bias == "col"
     assert tilegen.matmul.explain(A, B, bias=bias_row).spec.epilogue.bias == "row"
-    out = tilegen.matmul(A, B, bias=bias_col, activation="relu", device="sim")
-    ref = np.maximum(A.astype(np.float64) @ B.astype(np.float64) + bias_col, 0)
+    out = tilegen.matmul(A, B, bias=bias_col.astype(np.float16), activation="relu", device="sim")
+    ref = np.maximum(A.astype(np.float64) @ B.astype(np.float64) + bias_col.astype(np.float16), 0)
     assert out.dtype == np.float16
     assert np.abs(out.astype(np.float64) - ref).max() <= 2e-3 * max(1, np.abs(ref).max())
 

@@ -18,12 +18,12 @@ emulator (device="sim").
 | interop    | PyTorch / CuPy arrays on the hot path: probe, current stream, allocator   |
 | dlpack     | DLPack capsules read with ctypes                                          |
 """
-from .driver import DeviceInfo, check, device_info, ensure_context, forget_current, gpu_available
+from .driver import DeviceInfo, capturing, check, device_info, ensure_context, forget_current, gpu_available
 from .params import ARG_KINDS, check_launch_dims, pack_arg, pack_args
 from .module import Function, clear_module_cache, jit_error_line, load_module, precompile, stream_handle
 from .launch import Launcher, ParamBuffer, cluster_capacity, launch_route
 from .tensormap import fill_tensor_maps, tensor_map_bytes
-from .memory import (DeviceBuffer, Event, HostCallBuffers, Stream, StreamBuffer, StreamScratch, capturing, copy_2d, elapsed_ms,
+from .memory import (DeviceBuffer, Event, HostCallBuffers, Stream, StreamBuffer, StreamScratch, copy_2d, elapsed_ms,
                      free_scratch, stream_key, synchronize, zero_async)
 from .arrays import OperandView, describe_array, detect_layout
 

@@ -7,6 +7,7 @@ error. Without a usable GPU the error says so plainly and names the CPU emulator
 """
 from __future__ import annotations
 
+import ctypes
 import os
 import threading
 from contextlib import contextmanager
@@ -219,4 +220,29 @@ def _read_device_info(device: int) -> DeviceInfo:
         l2_bytes=attr(A.CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE),
     )
 
+
+def libcuda():
+    """libcuda through ctypes (the library cuda-python already loaded), or None."""
+    try:
+        return ctypes.CDLL("libcuda.so.1")
+    except OSError:
+        return None
+
+
+_IS_CAPTURING: list = []
+
+
+def capturing(stream: int) -> bool:
+    """Whether `stream` is capturing a CUDA graph (cuStreamIsCapturing; through ctypes, a
+    fraction of a microsecond)."""
+    if not _IS_CAPTURING:
+        fn = getattr(libcuda(), "cuStreamIsCapturing", None)
+        if fn is not None:
+            fn.argtypes, fn.restype = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_int)], ctypes.c_int
+        _IS_CAPTURING.append(fn)
+    fn, status = _IS_CAPTURING[0], ctypes.c_int(0)
+    if fn is None:
+        r = bindings().cuStreamIsCapturing(stream)
+        return int(r[0]) == 0 and int(r[1]) != 0
+    return fn(stream or None, ctypes.byref(status)) == 0 and status.value != 0
 

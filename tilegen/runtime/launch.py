@@ -125,12 +125,7 @@ _ATTR_BYTES = 72  # sizeof(CUlaunchAttribute): id, pad, a 64-byte value union
 _CLUSTER_DIMENSION = 4  # CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
 
 
-def _libcuda():
-    """libcuda through ctypes (the library cuda-python already loaded), or None."""
-    try:
-        return ctypes.CDLL("libcuda.so.1")
-    except OSError:
-        return None
+_libcuda = _drv.libcuda
 
 
 def _ctypes_launch(lib):

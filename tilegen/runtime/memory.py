@@ -6,7 +6,6 @@ on the device is the layout on the host.
 """
 from __future__ import annotations
 
-import ctypes
 import os
 import sys
 import threading
@@ -15,7 +14,6 @@ import weakref
 
 from ..errors import DeviceError, LaunchError
 from . import driver as _drv
-from .launch import _libcuda
 
 
 def _host_block(arr, what: str, writable: bool = False):
@@ -226,24 +224,6 @@ def stream_key(stream: int):
     """What names the queue a launch on `stream` joins: the handle, and for the per-thread
     default stream the calling thread too (its handle is every thread's)."""
     return (stream, threading.get_ident()) if stream == PER_THREAD_STREAM else stream
-
-
-_IS_CAPTURING = []
-
-
-def capturing(stream: int) -> bool:
-    """Whether `stream` is capturing a CUDA graph (cuStreamIsCapturing; through ctypes, a
-    fraction of a microsecond)."""
-    if not _IS_CAPTURING:
-        fn = getattr(_libcuda(), "cuStreamIsCapturing", None)
-        if fn is not None:
-            fn.argtypes, fn.restype = [ctypes.c_void_p, ctypes.POINTER(ctypes.c_int)], ctypes.c_int
-        _IS_CAPTURING.append(fn)
-    fn, status = _IS_CAPTURING[0], ctypes.c_int(0)
-    if fn is None:
-        r = _drv.bindings().cuStreamIsCapturing(stream)
-        return int(r[0]) == 0 and int(r[1]) != 0
-    return fn(stream or None, ctypes.byref(status)) == 0 and status.value != 0
 
 
 def zero_async(ptr: int, words: int, stream: int) -> None:

@@ -22,6 +22,7 @@ import struct
 import weakref
 
 from . import driver as _drv
+from .driver import capturing as _capturing
 
 REPEATS = 2          # plain launches of one buffer before it is replayed as a graph
 _STREAM_AT = 32      # CUlaunchConfig's hStream, bytes into the configuration
@@ -34,20 +35,12 @@ _PRIVATE: dict = {}         # device -> the stream launches are captured on
 
 def _graph_launch():
     if not _GRAPH_LAUNCH:
-        from .launch import _libcuda
-
-        lib = _libcuda()
+        lib = _drv.libcuda()
         fn = getattr(lib, "cuGraphLaunch", None) if lib is not None else None
         if fn is not None:
             fn.argtypes, fn.restype = [ctypes.c_void_p, ctypes.c_void_p], ctypes.c_int
         _GRAPH_LAUNCH.append(fn)
     return _GRAPH_LAUNCH[0]
-
-
-def _capturing(stream: int) -> bool:
-    from .memory import capturing
-
-    return capturing(stream)
 
 
 def _private_stream(device: int):
