@@ -6,7 +6,8 @@ emulator (device="sim").
 
 | module     | what                                                                      |
 | ---------- | ------------------------------------------------------------------------- |
-| driver     | cuInit, the primary context per device, device attributes (read once)     |
+| driver     | cuInit, the primary context per device, device attributes (read once);    |
+|            | libcuda through ctypes, whether a stream is capturing a graph             |
 | module     | PTX -> CUDA module (JIT or linked cubin), Function, stream handles        |
 | cubins     | linked cubins in the disk store                                           |
 | params     | kernel arguments checked and packed; launch dimensions                    |
