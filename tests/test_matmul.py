@@ -278,7 +278,7 @@ def test_numpy_operands_ask_explain_once_per_choice_key(monkeypatch):
     real = mm.explain
     monkeypatch.setattr(mm, "explain", lambda *a, **k: asked.append(1) or real(*a, **k))
     A, B = _pair(40, 24, 32, np.float16, seed=3)
-    bias = np.linspace(-1, 1, 24).astype(np.float32)
+    bias = np.linspace(-1, 1, 24).astype(np.float16)
     ref = np.maximum(A.astype(np.float64) @ B.astype(np.float64) + bias, 0)
     for _ in range(2):
         out = tilegen.matmul(A, B, bias=bias, activation="relu", device="sim")
