@@ -79,7 +79,7 @@ def test_a_batched_kernel_runs_a_stack_in_one_launch(monkeypatch, dtype, name, a
 
 def test_out_bias_and_residual_over_a_folded_stack():
     A, B = _rand((3, 10, 24), 3), _rand((24, 16), 4)
-    bias = np.linspace(-1, 1, 16).astype(np.float32)
+    bias = np.linspace(-1, 1, 16).astype(F16)
     residual = _rand((3, 10, 16), 5)
     out = np.full((3, 10, 16), np.nan, F16)
     C = tilegen.matmul(A, B, bias=bias, residual=residual, out=out, device="sim")
@@ -89,7 +89,7 @@ def test_out_bias_and_residual_over_a_folded_stack():
 
 def test_a_bias_per_row_and_an_out_that_does_not_fold_take_the_batched_kernel():
     A, B = _rand((3, 10, 24), 6), _rand((24, 16), 7)
-    bias = np.linspace(-1, 1, 10).astype(np.float32)   # per row of each matrix: a batched kernel's
+    bias = np.linspace(-1, 1, 10).astype(F16)   # per row of each matrix: a batched kernel's
     choice = tilegen.matmul.explain(A, B, bias=bias)
     assert "batched kernel" in choice.reason and choice.spec.epilogue.bias == "row"
     _check(tilegen.matmul(A, B, bias=bias, device="sim"), A, B, bias=bias[:, None])
