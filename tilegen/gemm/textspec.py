@@ -436,11 +436,12 @@ _WRITTEN = {2: "2 x 4", 3: "128 x 256 x 64"}
 def _text_dimensions(err: SpecError, value) -> None:
     """A dimension field's refusal in the text's own terms: "3 positive ints written 128 x 256 x
     64", not GemmSpec's "a tuple of 3 positive ints"; 64X128X32 (one word) gets the spelling."""
-    m = re.search(r"a tuple of (\d) positive ints", err.args[0] if err.args else "")
-    if m is None:
+    m = re.fullmatch(r"a tuple of (\d) positive ints", str(getattr(err, "allowed", "")))
+    if m is None or not err.args:
         return
     n = int(m.group(1))
-    text = err.args[0].replace(m.group(0), f"{n} positive ints written {_WRITTEN.get(n, '1 x 2 x 3')}")
+    err.allowed = f"{n} positive ints written {_WRITTEN.get(n, '1 x 2 x 3')}"
+    text = err.args[0].replace(m.group(0), err.allowed)
     if isinstance(value, str) and re.fullmatch(r"\d+([xX*]\d+)+", value.strip()):
         text += f" (with spaces: {' x '.join(re.split(r'[xX*]', value.strip()))})"
     err.args = (text,) + tuple(err.args[1:])

@@ -125,9 +125,6 @@ _ATTR_BYTES = 72  # sizeof(CUlaunchAttribute): id, pad, a 64-byte value union
 _CLUSTER_DIMENSION = 4  # CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION
 
 
-_libcuda = _drv.libcuda
-
-
 def _ctypes_launch(lib):
     fn = lib.cuLaunchKernel
     u = ctypes.c_uint
@@ -153,7 +150,7 @@ def _driver_function(route: str):
     """libcuda's cuLaunchKernelEx ("ex") or cuLaunchKernel ("ctypes") as a ctypes function,
     looked up once; None where it cannot be had."""
     if route not in _FUNCTIONS:
-        lib = _libcuda()
+        lib = _drv.libcuda()
         _FUNCTIONS[route] = None if lib is None else (_ex_launch if route == "ex" else _ctypes_launch)(lib)
     return _FUNCTIONS[route]
 
