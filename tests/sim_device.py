@@ -255,6 +255,7 @@ class SimDevice:
             for call in (getattr(launcher.kernel, "_fast", None), getattr(launcher.kernel, "_batched", None)):
                 if call is not None and hasattr(call, "_last"):
                     call._last = None
+                    getattr(call, "_memo", {}).clear()
 
 
 def _general_path(*args, **kwargs):

@@ -55,6 +55,25 @@ def test_a_kernel_call_launches_once_and_again_with_the_same_arrays(sim_gpu):
     _check(c, _ref(A2, B), A2, B)
 
 
+def test_layers_called_in_turn_each_launch_their_remembered_arguments(sim_gpu, monkeypatch):
+    """One kernel called for each of a model's layers, each with its own weights and output, round
+    after round: after the first round every call launches its layer's remembered arguments (no
+    arguments built again), and reads the arrays' contents of that round."""
+    kernel = tilegen.compile(tilegen.GemmSpec(dtype="f16", **SMALL))
+    layers = [_operands(40, 24, 16, np.float16, "layer", i) for i in range(3)]
+    arrays = [(sim_gpu.array(A), sim_gpu.array(B), sim_gpu.empty((40, 24), "float32")) for A, B in layers]
+    built = []
+    arguments = call.FastCall.arguments
+    monkeypatch.setattr(call.FastCall, "arguments", lambda self, values: built.append(1) or arguments(self, values))
+    for round_ in range(3):
+        for i, (a, b, c) in enumerate(arrays):
+            A = (layers[i][0] * (round_ + 1)).astype(np.float16)   # new contents each round
+            a.write(A)
+            assert kernel(a, b, out=c) is c
+            _check(c, _ref(A, layers[i][1]), A, layers[i][1])
+    assert len(built) == len(arrays) and len(sim_gpu.launches) == 3 * len(arrays)
+
+
 def test_new_arrays_of_the_same_shapes_take_only_new_pointers(sim_gpu):
     """Other arrays of the remembered shapes, layouts and dtypes: the launch with their pointers
     (and new scalars), not the arrays of the call before."""

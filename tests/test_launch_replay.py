@@ -2,6 +2,7 @@
 with the driver replaced by a fake that records what each call would have launched: which
 launches go to cuLaunchKernelEx, which are captured into a graph, which replay the graph, on
 which stream and with which values. What the driver then does is the GPU tests' business."""
+import gc
 import struct
 
 import pytest
@@ -38,8 +39,13 @@ class _Driver:
         self.log.append(("capture" if stream == PRIVATE_STREAM else "launch", grid_stream[:3], stream, value))
         return 0
 
+    # cuGraphLaunch and cuStreamIsCapturing as the Replay calls them: ready ctypes values
     def graph_launch(self, executable, stream):
-        self.log.append(("graph", executable, stream, None))
+        self.log.append(("graph", executable.value, stream.value, None))
+        return 0
+
+    def is_capturing(self, stream, status_ref):
+        status_ref._obj.value = int((stream.value or 0) in self.capturing_streams)
         return 0
 
     # the cuda.bindings calls of Replay._build
@@ -74,13 +80,17 @@ def fake(monkeypatch):
     box = {}
     drv = _Driver(lambda: box["launcher"])
     monkeypatch.setitem(launch._FUNCTIONS, "ex", drv.launch_ex)
-    monkeypatch.setattr(replay, "_GRAPH_LAUNCH", [drv.graph_launch])
+    monkeypatch.setattr(replay, "_CALLS", [(drv.graph_launch, drv.is_capturing)])
     monkeypatch.setattr(replay, "_PRIVATE", {})
-    monkeypatch.setattr(replay, "_capturing", lambda stream: stream in drv.capturing_streams)
     monkeypatch.setattr(replay._drv, "bindings", lambda: drv)
     L = launch.Launcher(_Function(), ("u64", "u32"), 128, 0)
     box["launcher"] = L
-    return L, drv
+    yield L, drv
+    # the test's executables freed while the fake still stands in for the driver (a later test's
+    # fake must not record them, nor the real driver see its made-up handles)
+    box.clear()
+    del L
+    gc.collect()
 
 
 def _kinds(drv):
@@ -91,13 +101,13 @@ def test_a_repeated_launch_is_replayed_as_a_graph(fake):
     L, drv = fake
     assert L.route == "graph"
     values, grid = (7, 3), (4, 2, 1)
-    for _ in range(1 + replay.REPEATS):
+    for _ in range(replay.REPEATS):
         L(grid, values, USER_STREAM)
-    assert _kinds(drv) == ["launch"] * (1 + replay.REPEATS)
+    assert _kinds(drv) == ["launch"] * replay.REPEATS
     L(grid, values, USER_STREAM)        # captured (not run), then the executable launched
     L(grid, values, USER_STREAM)
-    assert _kinds(drv)[1 + replay.REPEATS:] == ["capture", "graph", "graph"]
-    capture = drv.log[1 + replay.REPEATS]
+    assert _kinds(drv)[replay.REPEATS:] == ["capture", "graph", "graph"]
+    capture = drv.log[replay.REPEATS]
     assert capture[1] == grid and capture[3] == 7
     assert {entry[2] for entry in drv.log if entry[0] == "graph"} == {USER_STREAM}
     # the buffer holds the caller's stream again after the capture
@@ -105,26 +115,45 @@ def test_a_repeated_launch_is_replayed_as_a_graph(fake):
     assert all(entry[2] == USER_STREAM for entry in drv.log if entry[0] == "launch")
 
 
-def test_other_values_or_another_stream_launch_plainly_and_free_the_graph(fake):
+def test_each_argument_set_replays_its_own_graph(fake):
+    """One kernel called for each of a model's layers, each with its own arguments: every set
+    replays once seen REPEATS times, each its own executable; another stream is another key."""
     L, drv = fake
-    values, grid = (7, 3), (4, 2, 1)
-    for _ in range(replay.REPEATS + 2):
+    grid, sets = (4, 2, 1), [(7, 3), (8, 3), (9, 1)]
+    for _ in range(replay.REPEATS + 1):
+        for values in sets:
+            L(grid, values, USER_STREAM)
+    assert _kinds(drv).count("capture") == 3
+    drv.log.clear()
+    for values in sets * 2:
         L(grid, values, USER_STREAM)
-    assert _kinds(drv)[-1] == "graph" and drv.destroyed == []
-    L(grid, (8, 3), USER_STREAM)        # new values: packed and launched; the executable freed
-    assert drv.log[-1][0] == "launch" and drv.log[-1][3] == 8 and drv.destroyed == [1001]
-    other = (8, 3)
-    L(grid, other, USER_STREAM)
-    L(grid, other, USER_STREAM + 1)     # another stream: packed again, launched there
+    assert _kinds(drv) == ["graph"] * 6
+    assert [entry[1] for entry in drv.log] == [1001, 1002, 1003] * 2   # each set its own executable
+    L(grid, (8, 3), USER_STREAM + 1)    # another stream: a new key, launched plainly there
     assert drv.log[-1][:3] == ("launch", grid, USER_STREAM + 1)
-    assert "graph" not in _kinds(drv)[-3:]
+    assert drv.destroyed == []
+
+
+def test_the_least_recent_argument_set_past_capacity_is_freed(fake, monkeypatch):
+    L, drv = fake
+    monkeypatch.setattr(replay, "CAPACITY", 2)
+    grid = (1, 1, 1)
+    for values in [(1, 0)] * (replay.REPEATS + 1) + [(2, 0)] * (replay.REPEATS + 1):
+        L(grid, values, USER_STREAM)
+    L(grid, (1, 0), USER_STREAM)        # (1, 0) the most recent again: (2, 0) goes first
+    assert drv.log[-1][:2] == ("graph", 1001)
+    L(grid, (3, 0), USER_STREAM)
+    assert drv.destroyed == [1002] and len(L._replay.graphs) == 2
+    L(grid, (2, 0), USER_STREAM)        # forgotten: counted from the start again
+    assert drv.log[-1][0] == "launch" and drv.destroyed == [1002, 1001]
 
 
 def test_a_capturing_stream_gets_the_plain_launch(fake):
     L, drv = fake
     values, grid = (7, 3), (4, 2, 1)
-    for _ in range(replay.REPEATS + 2):
+    for _ in range(replay.REPEATS + 1):
         L(grid, values, USER_STREAM)
+    assert drv.log[-1][0] == "graph"
     drv.capturing_streams.add(USER_STREAM)   # the caller's stream now captures a graph of its own
     L(grid, values, USER_STREAM)
     assert drv.log[-1][:3] == ("launch", grid, USER_STREAM)
@@ -146,6 +175,9 @@ def test_a_graph_that_cannot_be_built_leaves_plain_launches(fake):
         L((1, 1, 1), (5, 5), USER_STREAM)
     assert _kinds(drv).count("capture") == 1 and "graph" not in _kinds(drv)
     assert _kinds(drv)[-1] == "launch" and drv.log[-1][2] == USER_STREAM
+    for _ in range(replay.REPEATS + 2):   # nor is another capture tried, for any arguments
+        L((1, 1, 1), (6, 5), USER_STREAM)
+    assert _kinds(drv).count("capture") == 1
 
 
 def test_the_default_route_never_replays(monkeypatch):
@@ -169,6 +201,6 @@ def test_equal_values_in_new_objects_replay_but_a_float_of_another_sign_does_not
         L(tuple([(4, 2, 1)][0]), tuple([7, 0.0]), USER_STREAM)   # (new tuples each call)
     assert _kinds(drv)[-2:] == ["graph", "graph"]
     L((4, 2, 1), (7, -0.0), USER_STREAM)
-    assert drv.log[-1][0] == "launch" and drv.destroyed == [1001]
-    L((4, 2, 1), (7, 0.0), USER_STREAM)
     assert drv.log[-1][0] == "launch"
+    L((4, 2, 1), (7, 0.0), USER_STREAM)
+    assert drv.log[-1][:2] == ("graph", 1001)

@@ -10,6 +10,8 @@ Rows: microseconds per call, the median of `reps` rounds of `calls` calls:
     FastCall.run(probed)      the remembered launch from probes made already
     3 probes                  the stand-in adapter's probes (numpy dtype names: not torch's cost)
     matmul(a, b, out=c)       tilegen.matmul's remembered choice and launch
+    4 layers in turn          kernel(a, bi, out=ci) over four weights and outputs in turn, per call
+                              (as a model calls one kernel for each of its layers)
     launcher (no-op)          the stand-in launcher's call itself
 tilegen's own time is kernel(...) less the probes and the no-op launcher's call.
 
@@ -55,6 +57,7 @@ def main():
                                               tile=(64, 128, 64), warps=(4, 1), stages=3))
     host = np.zeros((256, 256), ml_dtypes.bfloat16)
     a, b, c = dev.array(host), dev.array(host), dev.empty((256, 256), "bfloat16")
+    layers = [(dev.array(host), dev.empty((256, 256), "bfloat16")) for _ in range(4)]
     lib = interop.library(a)
     pa, pb, pc = lib.probe(a), lib.probe(b), lib.probe(c)
     fast, launcher = kernel.fast_call, kernel.launcher(0)
@@ -65,8 +68,10 @@ def main():
         "3 probes": lambda: (lib.probe(a), lib.probe(b), lib.probe(c)),
         "matmul(a, b, out=c)": lambda: tilegen.matmul(a, b, out=c),
         "launcher (no-op)": lambda: launcher((1, 1, 1), (), 0),
+        "4 layers in turn": lambda: [kernel(a, bi, out=ci) for bi, ci in layers],
     }
     got = {name: per_call_us(fn, calls, reps) for name, fn in rows.items()}
+    got["4 layers in turn"] /= len(layers)
     for name, us in got.items():
         print(f"{name:<24} {us:7.3f} us")
     own = got["kernel(a, b, out=c)"] - got["3 probes"] - got["launcher (no-op)"]

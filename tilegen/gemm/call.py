@@ -37,6 +37,7 @@ from ..runtime.tensormap import map_cache, tensor_map_bytes
 from .prepare import POINTER_NAMES, SIZE_NAMES, plan, preparations
 
 ALIGN = 16
+MEMO = 64   # calls (arrays and scalars) a kernel's fast path remembers the launches of
 _NUMBERS = (float, int)
 _CANONICAL = ("M", "N", "K", "A_ptr", "A_ld", "B_ptr", "B_ld", "C_ptr", "C_ld", "alpha", "beta",
               "bias_ptr", "R_ptr", "R_ld", "scale_a_ptr", "scale_b_ptr")
@@ -369,8 +370,11 @@ class FastCall:
         # The last plain call: its arrays' shapes, strides, dtypes and devices, what was derived
         # from them, the launcher, and its pointers, alpha and beta with the arguments they gave.
         # A loop that calls with arrays of one shape checks them once; with the same arrays
-        # (and scalars) it launches the same arguments again.
+        # (and scalars) it launches the same arguments again. Every such call is remembered by
+        # its probes (up to MEMO of them), so a model calling one kernel for each of its layers,
+        # each with its own arrays, launches each layer's remembered arguments too.
         self._last = None
+        self._memo = {}
 
     def __call__(self, A, B, out, bias, residual, alpha, beta, repitch, scales=NO_SCALES):
         lib = interop.library(A)
@@ -396,8 +400,13 @@ class FastCall:
             return self(A, B, out, None, None, alpha, beta, False)
         pa, pb, pc = lib.probe(A), lib.probe(B), lib.probe(out)
         last = self._last
-        if last is not None and last[5] is None and type(alpha) in _NUMBERS and type(beta) in _NUMBERS and \
-                (pa, pb, pc, alpha, beta) == last[0] and (alpha or copysign(1.0, alpha) == copysign(1.0, last[0][3])) \
+        if last is not None and type(alpha) in _NUMBERS and type(beta) in _NUMBERS:
+            key = (pa, pb, pc, alpha, beta)
+            if key != last[0]:
+                last = self._recall(key)
+        else:
+            last = None
+        if last is not None and last[5] is None and (alpha or copysign(1.0, alpha) == copysign(1.0, last[0][3])) \
                 and self.kernel.launcher(pa[4]) is last[3]:
             stream = lib.stream(pa[4])
             for run, grid, args in last[4]:
@@ -417,15 +426,16 @@ class FastCall:
                 pc = lib.probe(out)
             same = (pa, pb, pc, alpha, beta) if scales is NO_SCALES else \
                 (pa, pb, pc, alpha, beta, _scale_probes(lib, scales))
-            if same == last[0] and (alpha or copysign(1.0, alpha) == copysign(1.0, last[0][3])):
-                # the same arrays and scalars (an alpha of -0.0 is not 0.0: it signs C's zeros; a zero beta
-                # of either sign leaves C unread): the same launches (those whose arguments name a stream's
-                # scratch, on that stream only)
+            hit = last if same == last[0] else self._recall(same)
+            if hit is not None and (alpha or copysign(1.0, alpha) == copysign(1.0, hit[0][3])):
+                # the same arrays and scalars as a remembered call (an alpha of -0.0 is not 0.0: it signs
+                # C's zeros; a zero beta of either sign leaves C unread): its launches (those whose
+                # arguments name a stream's scratch, on that stream only)
                 launcher = self.kernel.launcher(pa[4])
                 stream = lib.stream(pa[4])
-                if launcher is last[3] and (last[5] is None or last[5] == runtime.stream_key(stream)
-                                            and not runtime.capturing(stream)):
-                    for run, grid, args in last[4]:
+                if launcher is hit[3] and (hit[5] is None or hit[5] == runtime.stream_key(stream)
+                                           and not runtime.capturing(stream)):
+                    for run, grid, args in hit[4]:
                         run(grid, args, stream)
                     return out
             elif pc and pa and pb and not self.prepares and not (pa[0] | pb[0] | pc[0]) % ALIGN and \
@@ -443,8 +453,8 @@ class FastCall:
                     scratch = _scratch(lib, pa[4], stream, []) if self.split else None
                     launches = self._launch(launcher, grid, values, stream, pa[4], scratch)
                     if not isinstance(scratch, _GraphScratch):
-                        self._last = (same, last[1], last[2], launcher, launches,
-                                      runtime.stream_key(stream) if self.split else None)
+                        self._remember((same, last[1], last[2], launcher, launches,
+                                        runtime.stream_key(stream) if self.split else None))
                     return out
         if (bias is None) != (self.bias_axis is None) or (residual is None) == self.residual or \
                 (scales[0] is None) == self.scaled[0] or (scales[1] is None) == self.scaled[1]:
@@ -534,17 +544,38 @@ class FastCall:
         if keep is None and bias is None and residual is None and c_ptr % ALIGN == 0 \
                 and not isinstance(scratch, _GraphScratch):
             # (with scales, their probes too: the launches name their pointers)
-            self._last = ((pa, pb, pc, alpha, beta) + (() if scales is NO_SCALES else (_scale_probes(lib, scales),)),
-                          (pa[1], pa[2], pa[3], pa[4], pb[1], pb[2], pb[3], pb[4], c_shape, c_strides, c_dtype, c_device),
-                          (M, N, K, a_ld, b_ld, c_ld, grid), launcher, launches,
-                          runtime.stream_key(stream) if scratch is not None else None)
+            self._remember(((pa, pb, pc, alpha, beta) + (() if scales is NO_SCALES else (_scale_probes(lib, scales),)),
+                            (pa[1], pa[2], pa[3], pa[4], pb[1], pb[2], pb[3], pb[4], c_shape, c_strides, c_dtype,
+                             c_device),
+                            (M, N, K, a_ld, b_ld, c_ld, grid), launcher, launches,
+                            runtime.stream_key(stream) if scratch is not None else None))
             if scratch is not None:   # (its launches name the scratch: forgotten when it is freed)
                 runtime.StreamScratch.remembered_by(self)
         return out
 
+    def _remember(self, entry: tuple) -> None:
+        """entry: (the call's probes and scalars, its arrays' shapes, layouts, dtypes and devices,
+        what was derived from them, the launcher, the launches made, the scratch's stream key)."""
+        self._last = entry
+        memo = self._memo
+        if len(memo) >= MEMO:   # (a bound on what a loop over many arrays leaves behind)
+            memo.clear()
+        try:
+            memo[entry[0]] = entry
+        except TypeError:   # (a probe of an array library that gives unhashable parts)
+            pass
+
+    def _recall(self, key):
+        """The remembered call with these probes and scalars, or None."""
+        try:
+            return self._memo.get(key)
+        except TypeError:
+            return None
+
     def forget_scratch(self) -> None:
         """Forget the remembered launches (runtime.free_scratch frees the memory they name)."""
         self._last = None
+        self._memo.clear()
 
     def _prepare(self, M, N, K, a_ptr, a_ld, b_ptr, b_ld, device, stream, scratch):
         """The first kernels' copies (gemm/prepare.py) in `scratch` (_scratch: the stream's, which

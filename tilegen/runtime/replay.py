@@ -1,46 +1,54 @@
-"""A launch repeated with the same arguments, replayed as a CUDA graph (the "graph" launch route).
+"""Launches repeated with the same arguments, replayed as CUDA graphs (the "graph" launch route).
 
-cuGraphLaunch of an executable graph that holds one kernel launch cost the H200's host 1.72 us a
-call, cuLaunchKernelEx of the same kernel 4.33 (docs/perf_notes.md section 58, run 336). A Launcher
-on the "graph" route (TILEGEN_LAUNCH=graph) gives each launch to its Replay, which counts the launches
-that pack the very bytes of the one before (values, grid and stream; equal values in new objects, such
-as kernel.launch's from a dict, count; a float of the other sign does not). After REPEATS plain launches
-of those bytes the Replay
-captures the one launch on a private stream into a graph, instantiates it, and from then on launches
-the executable on the caller's stream. Launches of other bytes reset it (the executable is freed).
+cuGraphLaunch of an executable graph that holds one kernel launch cost the H200's host 1.72-1.93 us
+a call, cuLaunchKernelEx of the same kernel 4.33-5.03 (docs/perf_notes.md sections 58-59). A
+Launcher on the "graph" route gives each launch to its Replay, which keeps a small table keyed by
+the bytes the launch packed (values, grid and stream; equal values in new objects, such as
+kernel.launch's from a dict, are the same key; a float of the other sign is not). A key's first
+REPEATS launches are plain; the next captures that one launch on a private stream into a graph,
+instantiates it, and from then on launches the executable on the caller's stream. So a model that
+calls one kernel for each of its layers, with each layer's own arguments, replays every layer once
+each has been seen REPEATS times. The table holds CAPACITY keys, the least recently launched
+dropped first (its executable freed), so arguments that never repeat cost a lookup, not a capture.
+
 A stream that is capturing a graph of its own gets the plain launch (an executable's launch there
 would become part of that capture), and after a failure to build an executable so does every launch
-of that Launcher: the replay only ever saves time, never changes what runs.
-
-The route is chosen by hand until the GPU suite and the host times have been measured with it
-(perf_notes 58 says what to settle first).
+of that Launcher: the replay only ever saves time, never changes what runs. The capture check and the
+graph launch go through ctypes with their arguments converted once, when the key's graph is built
+(with argtypes a call converts each argument again, which cost the capture check about half a
+microsecond of its 0.9; section 59).
 """
 from __future__ import annotations
 
 import ctypes
 import struct
 import weakref
+from collections import OrderedDict
 
 from . import driver as _drv
-from .driver import capturing as _capturing
 
-REPEATS = 2          # plain launches of one buffer before it is replayed as a graph
+REPEATS = 2          # plain launches of one key before it is replayed as a graph
+CAPACITY = 64        # keys (argument sets) a Launcher remembers
 _STREAM_AT = 32      # CUlaunchConfig's hStream, bytes into the configuration
 _CAPTURE_MODE = 1    # CU_STREAM_CAPTURE_MODE_THREAD_LOCAL: other threads' captures are left alone
 _NON_BLOCKING = 1    # CU_STREAM_NON_BLOCKING
 
-_GRAPH_LAUNCH: list = []    # [cuGraphLaunch through ctypes, or None]
-_PRIVATE: dict = {}         # device -> the stream launches are captured on
+_CALLS: list = []    # [(cuGraphLaunch, cuStreamIsCapturing) through ctypes, or None]
+_PRIVATE: dict = {}  # device -> the stream launches are captured on
 
 
-def _graph_launch():
-    if not _GRAPH_LAUNCH:
+def _driver_calls():
+    """cuGraphLaunch(exec, stream) and cuStreamIsCapturing(stream, status*) through ctypes, taking
+    ready ctypes values (no argtypes: nothing converted per call), or None without them."""
+    if not _CALLS:
         lib = _drv.libcuda()
-        fn = getattr(lib, "cuGraphLaunch", None) if lib is not None else None
-        if fn is not None:
-            fn.argtypes, fn.restype = [ctypes.c_void_p, ctypes.c_void_p], ctypes.c_int
-        _GRAPH_LAUNCH.append(fn)
-    return _GRAPH_LAUNCH[0]
+        fns = [getattr(lib, name, None) if lib is not None else None
+               for name in ("cuGraphLaunch", "cuStreamIsCapturing")]
+        for fn in fns:
+            if fn is not None:
+                fn.restype = ctypes.c_int
+        _CALLS.append(tuple(fns) if all(fns) else None)
+    return _CALLS[0]
 
 
 def _private_stream(device: int):
@@ -57,58 +65,90 @@ def _destroy(executable) -> None:
         pass
 
 
+class _Graph:
+    """One key's replay: the plain launches seen so far, then the executable and the ready ctypes
+    arguments of its launch."""
+    __slots__ = ("seen", "executable", "args", "free", "__weakref__")
+
+    def __init__(self):
+        self.seen = 0
+        self.executable = None   # its handle as an int once built
+        self.args = None         # (executable, stream) as ctypes values
+        self.free = None         # the finalizer that destroys the executable
+
+    def drop(self) -> None:
+        if self.free is not None:
+            self.free()   # (freed asynchronously by the driver if a launch of it is in flight)
+        self.free = self.executable = self.args = None
+        self.seen = 0
+
+
 class Replay:
-    """The graph replay of one Launcher's packed launch (module docstring). Called under the
+    """The graph replays of one Launcher's packed launches (module docstring). Called under the
     Launcher's lock with the stream the buffer holds; returns the driver's error code."""
 
     def __init__(self, launcher):
         self.launcher = launcher
-        self.executable = None   # the instantiated graph of the packed launch (its handle as an int), or None
-        self.seen = 0            # plain launches of the packed buffer so far
-        self.broken = False      # building failed once: plain launches from then on
-        self.raw = None          # the buffer's bytes the launches counted in `seen` packed
-        self._free = None
+        self.graphs: OrderedDict = OrderedDict()   # packed bytes -> _Graph, least recent first
+        self.current = None                        # the _Graph of the bytes the buffer holds
+        self.broken = False                        # building failed once: plain launches from then on
+        self._status = ctypes.c_int(0)             # cuStreamIsCapturing's answer (under the lock)
+        self._status_ref = ctypes.byref(self._status)
+        self._stream_args: dict = {}               # stream -> ctypes.c_void_p, for the capture check
 
     def reset(self) -> None:
-        """The buffer is packed with other bytes: its executable no longer launches them."""
-        if self._free is not None:
-            self._free()   # (freed asynchronously by the driver if a launch of it is in flight)
-            self._free = None
-        self.executable, self.seen, self.raw = None, 0, None
+        """Forget every key (the buffer's bytes may no longer be what they were launched as)."""
+        for graph in self.graphs.values():
+            graph.drop()
+        self.graphs.clear()
+        self.current = None
 
     def packed(self, stream: int) -> int:
-        """The Launcher packed its buffer anew (other value objects): the same bytes as before
-        (equal values: a float's sign and every bit count) go on as a repeat, others start over
-        with a plain launch."""
+        """The Launcher packed its buffer anew: look its bytes up (or add them) and launch."""
         raw = self.launcher._storage.raw
-        if raw == self.raw:
-            return self(stream)
-        self.reset()
-        self.raw = raw
-        return self.launcher._fn(*self.launcher._ex_args)
+        graphs = self.graphs
+        graph = graphs.get(raw)
+        if graph is None:
+            graph = graphs[raw] = _Graph()
+            if len(graphs) > CAPACITY:
+                graphs.popitem(last=False)[1].drop()
+        else:
+            graphs.move_to_end(raw)
+        self.current = graph
+        return self(stream)
+
+    def _capturing(self, stream: int) -> bool:
+        arg = self._stream_args.get(stream)
+        if arg is None:
+            arg = self._stream_args[stream] = ctypes.c_void_p(stream or None)
+        return _driver_calls()[1](arg, self._status_ref) != 0 or self._status.value != 0
 
     def __call__(self, stream: int) -> int:
-        launcher = self.launcher
-        if self.executable is None:
-            self.seen += 1
-            if self.seen > REPEATS and not self.broken and not _capturing(stream):
-                self._build(stream)
-            if self.executable is None:
-                return launcher._fn(*launcher._ex_args)
-        elif _capturing(stream):
-            return launcher._fn(*launcher._ex_args)
-        return _graph_launch()(self.executable, stream or None)
+        graph = self.current
+        if graph is None:   # (reset under a launch that had not been looked up)
+            return self.packed(stream)
+        if graph.args is not None:
+            calls = _CALLS[0]
+            if calls[1](graph.args[1], self._status_ref) == 0 and self._status.value == 0:
+                return calls[0](*graph.args)
+            return self.launcher._fn(*self.launcher._ex_args)   # the stream captures: launch plainly
+        graph.seen += 1
+        if graph.seen > REPEATS and not self.broken:
+            if _driver_calls() is None:
+                self.broken = True
+            elif not self._capturing(stream):
+                self._build(graph, stream)
+                if graph.args is not None:
+                    return _CALLS[0][0](*graph.args)
+        return self.launcher._fn(*self.launcher._ex_args)
 
-    def _build(self, stream: int) -> None:
-        """Capture the packed launch on the private stream and instantiate it; on any failure the
-        Launcher keeps launching plainly."""
+    def _build(self, graph: _Graph, stream: int) -> None:
+        """Capture the packed launch on the private stream and instantiate it (the launch itself is
+        then the executable's first); on any failure the Launcher keeps launching plainly."""
         launcher = self.launcher
-        if _graph_launch() is None:
-            self.broken = True
-            return
         d = _drv.bindings()
         at = launcher.buffer.config_offset + _STREAM_AT
-        graph = None
+        captured = None
         try:
             private = _private_stream(launcher.device)
             if int(d.cuStreamBeginCapture(private, d.CUstreamCaptureMode(_CAPTURE_MODE))[0]):
@@ -123,19 +163,20 @@ class Replay:
             if err or int(end[0]):
                 self.broken = True
                 return
-            graph = end[1]
-            made = d.cuGraphInstantiate(graph, 0)
+            captured = end[1]
+            made = d.cuGraphInstantiate(captured, 0)
             if int(made[0]):
                 self.broken = True
                 return
             executable = made[1]
-            self.executable = int(executable)
-            self._free = weakref.finalize(self, _destroy, executable)
+            graph.executable = int(executable)
+            graph.args = (ctypes.c_void_p(graph.executable), ctypes.c_void_p(stream or None))
+            graph.free = weakref.finalize(graph, _destroy, executable)
         except Exception:  # noqa: BLE001  (a driver without graphs, a binding of another shape)
             self.broken = True
         finally:
-            if graph is not None:
-                d.cuGraphDestroy(graph)
+            if captured is not None:
+                d.cuGraphDestroy(captured)
 
 
-__all__ = ["Replay", "REPEATS"]
+__all__ = ["CAPACITY", "Replay", "REPEATS"]
