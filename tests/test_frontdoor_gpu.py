@@ -64,6 +64,53 @@ def test_matmul_and_kernel_replay_in_a_cuda_graph(dtype, kw):
         assert _rel(C1, A, B) <= _bound(dtype, K) and _rel(C2, A, B) <= _bound(torch.float32, K)
 
 
+def test_repeated_calls_replay_graphs_of_their_own_and_read_new_contents():
+    """The default launch route: one kernel called for each of three layers, round after round,
+    with new contents and poisoned outputs each round; every layer's launch becomes a graph replay
+    of its own, and each round's results are that round's product. A capture of the user's own
+    in between takes the kernel's launches (not tilegen's graphs) and replays correctly."""
+    from tilegen import runtime
+
+    M, N, K = 192, 160, 96
+    kernel = tilegen.compile(tilegen.GemmSpec(dtype="f16", out_dtype="f16", tile=(64, 64, 32)))
+    layers = [(torch.empty(M, K, device="cuda", dtype=torch.float16),
+               torch.randn(K, N, device="cuda", dtype=torch.float16),
+               torch.empty(M, N, device="cuda", dtype=torch.float16)) for _ in range(3)]
+
+    def check(round_):
+        torch.cuda.synchronize()
+        for i, (A, B, C) in enumerate(layers):
+            assert _rel(C, A, B) <= _bound(torch.float16, K), f"round {round_}, layer {i}"
+
+    for round_ in range(5):
+        for A, B, C in layers:
+            A.copy_(torch.randn(M, K, device="cuda", dtype=torch.float16))
+            C.fill_(float("nan"))
+            kernel(A, B, out=C)
+        check(round_)
+    replay = kernel.launcher()._replay
+    if runtime.launch_route() == "graph":
+        assert replay is not None and sum(g.executable is not None for g in replay.graphs.values()) == 3
+    graph = torch.cuda.CUDAGraph()
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        with torch.cuda.graph(graph, stream=side):
+            for A, B, C in layers:
+                kernel(A, B, out=C)
+    torch.cuda.current_stream().wait_stream(side)
+    for round_ in range(2):
+        for A, B, C in layers:
+            A.copy_(torch.randn(M, K, device="cuda", dtype=torch.float16))
+            C.fill_(float("nan"))
+        graph.replay()
+        check(f"user graph {round_}")
+        for A, B, C in layers:
+            C.fill_(float("nan"))
+            kernel(A, B, out=C)
+        check(f"eager after user graph {round_}")
+
+
 def test_the_first_call_may_be_inside_a_capture():
     """Compiling and loading the module while a capture is open: the load runs in relaxed
     capture mode, the launch is captured."""
@@ -255,10 +302,10 @@ def test_relaunch_repeats_the_packed_launch():
 def test_host_costs_are_measured(dtype):
     """The benchmark that reports the host times runs for every dtype `tilegen bench` takes
     (numbers are in the records, not here)."""
-    from tilegen.bench.host import format_host, host_costs
+    from tilegen.bench.host import LAYERS, format_host, host_costs
 
     res = host_costs(dtype, size=256, calls=20, reps=3)
-    for name in ("torch.matmul", "driver call", "kernel.launch", "kernel(A, B, out=C)", "tilegen.matmul"):
+    for name in ("torch.matmul", "driver call", "kernel.launch", "kernel(A, B, out=C)", "tilegen.matmul", LAYERS):
         assert math.isfinite(res[name]["us"]) and res[name]["us"] > 0
     record(f"host_costs_smoke_{dtype}", **{k: v for k, v in res.items() if isinstance(v, dict)})
     assert "tilegen.matmul" in format_host(res)

@@ -180,8 +180,15 @@ def test_a_graph_that_cannot_be_built_leaves_plain_launches(fake):
     assert _kinds(drv).count("capture") == 1
 
 
-def test_the_default_route_never_replays(monkeypatch):
+def test_the_default_route_replays(monkeypatch):
     monkeypatch.delenv("TILEGEN_LAUNCH", raising=False)
+    assert launch.launch_route() == "graph"
+    monkeypatch.setenv("TILEGEN_LAUNCH", "no such route")
+    assert launch.launch_route() == "graph"
+
+
+def test_the_ex_route_never_replays(monkeypatch):
+    monkeypatch.setenv("TILEGEN_LAUNCH", "ex")
     log = []
     monkeypatch.setitem(launch._FUNCTIONS, "ex", lambda *a: log.append("ex") or 0)
     L = launch.Launcher(_Function(), ("u64",), 32, 0)

@@ -2,9 +2,13 @@
 has its work, in steady state (`tilegen bench --host`).
 
     torch.matmul(A, B, out=C)                 what cuBLAS costs through PyTorch (fp8: torch._scaled_mm)
-    driver call                               cuLaunchKernelEx alone on the buffer a launch packed: the floor
+    driver call                               cuLaunchKernelEx alone on the buffer a launch packed: the
+                                              floor of a kernel's launch (a repeated launch's graph
+                                              replay, the default route, goes under it)
     kernel.launch(args, sizes, stream=s)      a prepared launch (a dict of arguments)
     kernel(A, B, out=C)                       a compiled GemmKernel on torch (or CuPy) arrays
+    kernel(A, Bi, out=Ci), 4 in turn          the same over four weights and outputs in turn, per call
+                                              (one kernel for each of a model's layers)
     tilegen.matmul(A, B, out=C)               the front door
 
 Method: after warm-up calls (compile, load, first launch) and WARM_S seconds of calls (the
@@ -25,6 +29,7 @@ from ..gemm import GemmSpec, compile_gemm, matmul
 
 
 WARM_S = 0.5
+LAYERS = "kernel(A, Bi, out=Ci), 4 in turn"
 
 
 def per_call_us(fns: dict, sync, calls: int, reps: int) -> dict:
@@ -91,6 +96,10 @@ def host_costs(dtype: str = "bf16", size: int = 1024, calls: int = 200, reps: in
         kernel.launch(args, sizes, stream=stream)
         fns["driver call"] = launcher.relaunch
     fns["kernel(A, B, out=C)"] = lambda: kernel(A, B, out=C)
+    layers = [(torch.empty_like(B), torch.empty_like(C)) for _ in range(4)]
+    for Bi, _ in layers:
+        Bi.copy_(B)
+    fns[LAYERS] = lambda: [kernel(A, Bi, out=Ci) for Bi, Ci in layers]
     fns["tilegen.matmul"] = lambda: matmul(A, B, out=C, **kw)
     try:
         import cupy
@@ -103,6 +112,7 @@ def host_costs(dtype: str = "bf16", size: int = 1024, calls: int = 200, reps: in
     torch.backends.cuda.matmul.allow_tf32 = dtype == "tf32"   # (tf32: torch with TF32 allowed too, as in the bench's rows)
     try:
         out.update(per_call_us(fns, sync, calls, reps))
+        out[LAYERS] = {k: v / len(layers) for k, v in out[LAYERS].items()}
     finally:
         torch.backends.cuda.matmul.allow_tf32 = allowed
     out["tilegen.matmul spec"] = str(matmul.explain(A, B, out=C, **kw).spec)
@@ -113,10 +123,10 @@ def format_host(res: dict) -> str:
     lines = [f"host microseconds per call, {res['dtype']} {res['size']}^3 (steady state, median of "
              f"{res['reps']} x {res['calls']} calls; launch route: {res['launch_route']})"]
     for name in ("torch.matmul", "driver call", "kernel.launch", "kernel(A, B, out=C)", "kernel(A, B, out=C) cupy",
-                 "tilegen.matmul"):
+                 LAYERS, "tilegen.matmul"):
         if name in res:
             r = res[name]
-            lines.append(f"  {name:28s} {r['us']:7.2f} us   (min {r['us_min']:.2f}, max {r['us_max']:.2f})")
+            lines.append(f"  {name:34s} {r['us']:7.2f} us   (min {r['us_min']:.2f}, max {r['us_max']:.2f})")
     return "\n".join(lines)
 
 

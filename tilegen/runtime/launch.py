@@ -10,16 +10,17 @@ when the launch is enqueued, so the buffer is free again as soon as the call ret
 lock keeps two threads from packing into it at once).
 
 Four routes make the call (TILEGEN_LAUNCH picks one):
-  "ex"        cuLaunchKernelEx through ctypes, the default: the launch configuration (grid,
-              block, shared memory, stream, attributes such as a cluster shape) is packed into
-              the same buffer as the parameters, so the call passes four pointers that never
-              change, and ctypes converts nothing per call;
-  "graph"     "ex", and a launch repeated with the very values the buffer holds replayed as a
-              CUDA graph (runtime/replay.py: cuGraphLaunch costs the host less than a kernel's
-              launch); chosen by hand until measured on the GPU;
+  "graph"     the default: "ex", and a launch repeated with the same values (the third time a
+              set of values is launched, and every time after) replayed as a CUDA graph
+              (runtime/replay.py: cuGraphLaunch costs the host less than a kernel's launch;
+              docs/perf_notes.md section 59);
+  "ex"        cuLaunchKernelEx through ctypes: the launch configuration (grid, block, shared
+              memory, stream, attributes such as a cluster shape) is packed into the same buffer
+              as the parameters, so the call passes four pointers that never change, and ctypes
+              converts nothing per call;
   "bindings"  cuLaunchKernel through cuda.bindings (eleven arguments, converted by Cython);
   "ctypes"    cuLaunchKernel through ctypes (eleven arguments, converted by ctypes; slowest).
-A cluster launch (cluster=(x, y, z)) needs cuLaunchKernelEx, so it takes "ex" (or "graph") whatever
+A cluster launch (cluster=(x, y, z)) needs cuLaunchKernelEx, so it takes "graph" (or "ex") whatever
 the choice. Measured per call on the H200 host: docs/perf_notes.md section 16.
 """
 from __future__ import annotations
@@ -46,10 +47,10 @@ _CONFIGURED = ("ex", "graph")   # the routes whose buffer holds a CUlaunchConfig
 
 
 def launch_route() -> str:
-    """The driver call launches go through, from TILEGEN_LAUNCH: "ex" (the default), "graph",
+    """The driver call launches go through, from TILEGEN_LAUNCH: "graph" (the default), "ex",
     "bindings" or "ctypes" (module docstring)."""
-    route = os.environ.get("TILEGEN_LAUNCH", "ex").strip().lower()
-    return route if route in ROUTES else "ex"
+    route = os.environ.get("TILEGEN_LAUNCH", "graph").strip().lower()
+    return route if route in ROUTES else "graph"
 
 
 class ParamBuffer:
@@ -176,7 +177,7 @@ class Launcher:
         self.handle = function.handle
         route = launch_route()
         if self.cluster and route not in _CONFIGURED:
-            route = "ex"
+            route = "graph"
         if route != "bindings" and _driver_function("ex" if route == "graph" else route) is None:
             if self.cluster:
                 raise LaunchError("a cluster launch needs cuLaunchKernelEx (CUDA 12.0 or newer), which "
@@ -186,7 +187,7 @@ class Launcher:
         self._config = route in _CONFIGURED
         self.buffer = ParamBuffer(kinds, self.block, self.smem, self.cluster, config=self._config)
         self.lock = threading.Lock()
-        self._packed = _NOTHING_PACKED   # (values, grid, stream) the "ex" route's buffer holds
+        self._packed = _NOTHING_PACKED   # (values, grid, stream) the configured routes' buffer holds
         self._storage = self.buffer.storage
         self._address = self.buffer.address
         self._replay = Replay(self) if route == "graph" else None

@@ -1,4 +1,5 @@
-"""Launches repeated with the same arguments, replayed as CUDA graphs (the "graph" launch route).
+"""Launches repeated with the same arguments, replayed as CUDA graphs (the "graph" launch route, the
+default; TILEGEN_LAUNCH=ex launches every time).
 
 cuGraphLaunch of an executable graph that holds one kernel launch cost the H200's host 1.72-1.93 us
 a call, cuLaunchKernelEx of the same kernel 4.33-5.03 (docs/perf_notes.md sections 58-59). A
