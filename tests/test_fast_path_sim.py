@@ -513,6 +513,39 @@ def test_scalars_the_fast_path_cannot_take_are_refused_by_name(sim_gpu):
     assert len(sim_gpu.launches) == 1
 
 
+def test_a_prepared_launch_repeated_launches_the_same_values(monkeypatch):
+    """kernel.launch with the arguments of the launch before: the Launcher gets the very values
+    it packed (its buffer holds them); any argument or size changed, an alpha of the other zero
+    sign, or values whose == is not a truth value, build the values anew."""
+    kernel = tilegen.compile(tilegen.GemmSpec(dtype="f16", **SMALL))
+    got = []
+
+    class Recorder:
+        sm_count = 132
+
+        def __call__(self, grid, values, stream=0):
+            got.append((grid, values, stream))
+
+    recorder = Recorder()
+    monkeypatch.setattr(kernel, "launcher", lambda device=0: recorder)
+    args = {n: 0x1000 * (i + 1) if n.endswith("_ptr") else 64 for i, (n, _) in enumerate(kernel.params)}
+    args.update(alpha=1.0, beta=0.0)
+    sizes = {"M": 64, "N": 64, "K": 64}
+    kernel.launch(args, sizes, stream=5)
+    kernel.launch(dict(args), dict(sizes), stream=5)
+    assert got[1][1] is got[0][1] and got[1][0] is got[0][0] and got[1][2] == 5
+    args["C_ptr"] += 0x100
+    kernel.launch(args, sizes)
+    assert got[2][1] is not got[1][1] and got[2][1][kernel._names.index("C_ptr")] == args["C_ptr"]
+    kernel.launch(args, {**sizes, "M": 128})
+    assert got[3][0] != got[2][0]
+    args["beta"] = -0.0
+    kernel.launch(args, {**sizes, "M": 128})
+    assert str(got[4][1][kernel._names.index("beta")]) == "-0.0"
+    kernel.launch({**args, "alpha": np.array([1.0, 2.0])}, {**sizes, "M": 128})
+    assert len(got) == 6 and got[5][1] is not got[4][1]
+
+
 def test_a_prepared_launch_by_name_runs_the_one_kernel(sim_gpu):
     """kernel.launch(args, sizes) of a one-kernel spec: Kernel.launch itself, decided once (no
     first kernels, no second kernel, no stack workspace), on the stream given."""
