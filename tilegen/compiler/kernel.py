@@ -175,6 +175,9 @@ class Kernel:
         self._launchers[device] = (module_generation(), launcher)
         return launcher
 
+    _sim_refusal = ("kernel.launch runs on the GPU; on the CPU emulator: tilegen.sim.run_kernel(kernel, args, "
+                    "sizes, memory), the pointers addresses in memory (a tilegen.sim.GlobalMemory)")
+
     def launch(self, args: dict, sizes: dict, stream=None, device=0):
         """Launch with every parameter given by name (pointers as ints, scalars as numbers)
         and the size symbols the grid reads; on `stream` (a handle, a tilegen/torch/CuPy
@@ -186,9 +189,7 @@ class Kernel:
             last[3](last[4], last[5], stream)
             return
         if device == "sim":
-            raise LaunchError(f"{self.name}: kernel.launch runs on the GPU; on the CPU emulator: "
-                              f"tilegen.sim.run_kernel(kernel, args, sizes, memory), the pointers addresses in memory "
-                              f"(a tilegen.sim.GlobalMemory)")
+            raise LaunchError(f"{self.name}: {self._sim_refusal}")
         given = args
         if self.tensor_maps:
             args = runtime.fill_tensor_maps(self.tensor_maps, args)

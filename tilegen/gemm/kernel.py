@@ -40,6 +40,9 @@ class GemmKernel(Kernel):
     _sum = None
     _one_launch = None   # whether launch() is Kernel.launch alone (decided on the first launch)
 
+    _sim_refusal = "kernel.launch of a GEMM runs on the GPU; on the CPU emulator call it on arrays: " \
+                   "kernel(A, B, out=C, device='sim')"
+
     def direct_store_kernel(self) -> "GemmKernel":
         """This kernel, or for a spec with store="tma" its twin that writes C directly (for
         outputs whose rows TMA cannot take), compiled once."""
@@ -74,15 +77,16 @@ class GemmKernel(Kernel):
         while the stream captures a graph, the graph's own); with operands prepared first
         (pretranspose, f32 on wgmma: gemm/prepare.py), their kernels before, into workspaces from
         the stream-ordered allocator."""
+        if self._one_launch:   # (the hot path first: Kernel.launch refuses device="sim" with _sim_refusal)
+            return Kernel.launch(self, args, sizes, stream, device)
         if device == "sim":
-            raise LaunchError(f"{self.name}: kernel.launch of a GEMM runs on the GPU; on the CPU emulator call it on "
-                              f"arrays: kernel(A, B, out=C, device='sim')")
+            raise LaunchError(f"{self.name}: {self._sim_refusal}")
         if self._one_launch is None:   # (no first kernels, no second kernel, no stack's workspace)
             spec = self.spec
             self._one_launch = not spec.prepared_operands and self.second_kernel() is None and \
                 not (spec.split_k > 1 and spec.batched)
-        if self._one_launch:
-            return super().launch(args, sizes, stream=stream, device=device)
+            if self._one_launch:
+                return Kernel.launch(self, args, sizes, stream, device)
         if self.spec.prepared_operands:
             handle = int(runtime.stream_handle(stream))
             preps, K = preparations(self.spec, args)
