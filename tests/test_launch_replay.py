@@ -211,3 +211,56 @@ def test_equal_values_in_new_objects_replay_but_a_float_of_another_sign_does_not
     assert drv.log[-1][0] == "launch"
     L((4, 2, 1), (7, 0.0), USER_STREAM)
     assert drv.log[-1][:2] == ("graph", 1001)
+
+
+def test_launchers_of_two_threads_capture_one_at_a_time(fake, monkeypatch):
+    """Captures share the device's private stream: two threads' Launchers reaching their third
+    launch together must not begin two captures on it (the second would fail and leave its
+    Launcher on plain launches for good)."""
+    import threading
+    import time
+
+    _, drv = fake
+    launchers = [launch.Launcher(_Function(), ("u64", "u32"), 128, 0) for _ in range(2)]
+    by_config = {L.buffer.config_address: L for L in launchers}
+    open_captures = []
+
+    def launch_ex(config, *rest):
+        L = by_config[config.value]
+        if CONFIG.unpack_from(L._storage, L.buffer.config_offset)[7] == PRIVATE_STREAM:
+            time.sleep(0.05)   # (a capture held open while the other thread arrives)
+        return 0
+
+    def begin(stream, mode):
+        assert not open_captures, "a second capture began on the private stream"
+        open_captures.append(stream)
+        return (0,)
+
+    def end(stream):
+        open_captures.clear()
+        return 0, "graph"
+
+    monkeypatch.setitem(launch._FUNCTIONS, "ex", launch_ex)
+    for L in launchers:
+        L._fn = launch_ex
+    monkeypatch.setattr(drv, "cuStreamBeginCapture", begin)
+    monkeypatch.setattr(drv, "cuStreamEndCapture", end)
+    start = threading.Barrier(2)
+    errors = []
+
+    def work(L, value):
+        try:
+            for _ in range(replay.REPEATS):
+                L((1, 1, 1), (value, 1), USER_STREAM)
+            start.wait()
+            L((1, 1, 1), (value, 1), USER_STREAM)
+        except Exception as exc:  # noqa: BLE001
+            errors.append(exc)
+
+    threads = [threading.Thread(target=work, args=(L, i)) for i, L in enumerate(launchers)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors, errors
+    assert all(not L._replay.broken and L._replay.current.executable is not None for L in launchers)

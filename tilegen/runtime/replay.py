@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import ctypes
 import struct
+import threading
 import weakref
 from collections import OrderedDict
 
@@ -36,6 +37,7 @@ _NON_BLOCKING = 1    # CU_STREAM_NON_BLOCKING
 
 _CALLS: list = []    # [(cuGraphLaunch, cuStreamIsCapturing) through ctypes, or None]
 _PRIVATE: dict = {}  # device -> the stream launches are captured on
+_BUILDING = threading.Lock()   # one capture at a time on a device's private stream (Launchers of other threads)
 
 
 def _driver_calls():
@@ -138,7 +140,8 @@ class Replay:
             if _driver_calls() is None:
                 self.broken = True
             elif not self._capturing(stream):
-                self._build(graph, stream)
+                with _BUILDING:
+                    self._build(graph, stream)
                 if graph.args is not None:
                     return _CALLS[0][0](*graph.args)
         return self.launcher._fn(*self.launcher._ex_args)
