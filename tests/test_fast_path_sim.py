@@ -12,6 +12,7 @@ import pytest
 
 import tilegen
 from tilegen.arch.dtypes import numpy_dtype
+from tilegen.runtime.module import module_generation
 import sim_device
 from bounds import gemm_bound, gemm_error
 from seeds import seed
@@ -527,7 +528,7 @@ def test_a_prepared_launch_repeated_launches_the_same_values(monkeypatch):
             got.append((grid, values, stream))
 
     recorder = Recorder()
-    monkeypatch.setattr(kernel, "launcher", lambda device=0: recorder)
+    monkeypatch.setattr(kernel, "_launchers", {0: (module_generation(), recorder)})
     args = {n: 0x1000 * (i + 1) if n.endswith("_ptr") else 64 for i, (n, _) in enumerate(kernel.params)}
     args.update(alpha=1.0, beta=0.0)
     sizes = {"M": 64, "N": 64, "K": 64}
@@ -544,6 +545,16 @@ def test_a_prepared_launch_repeated_launches_the_same_values(monkeypatch):
     assert str(got[4][1][kernel._names.index("beta")]) == "-0.0"
     kernel.launch({**args, "alpha": np.array([1.0, 2.0])}, {**sizes, "M": 128})
     assert len(got) == 6 and got[5][1] is not got[4][1]
+    kernel.launch(args, {**sizes, "M": 128})
+    kernel.launch(args, {**sizes, "M": 128})
+    assert got[7][1] is got[6][1]
+    # modules unloaded since: the remembered Launcher is stale, the launch goes to a new one
+    monkeypatch.setattr(kernel, "_launchers", {0: (module_generation() - 1, recorder)})
+    fresh = []
+    monkeypatch.setattr(kernel, "launcher", lambda device=0: type("Fresh", (), {
+        "sm_count": 132, "__call__": lambda self, grid, values, stream=0: fresh.append(values)})())
+    kernel.launch(args, {**sizes, "M": 128})
+    assert len(got) == 8 and len(fresh) == 1
 
 
 def test_a_prepared_launch_by_name_runs_the_one_kernel(sim_gpu):

@@ -4,8 +4,8 @@ geometry as data; loads its module on first use and launches it. A GEMM kernel
 from __future__ import annotations
 
 import os
+import struct
 import warnings
-from math import copysign
 from functools import cached_property
 from operator import itemgetter
 from typing import Optional
@@ -92,7 +92,12 @@ class Kernel:
         # the last launch(): (args, sizes, device, launcher, grid, values), its dicts copied; the
         # same arguments again launch the same values (the Launcher's buffer already holds them)
         self._last_launch = None
-        self._float_names = tuple(n for n, t in self.params if t == "f32")
+        floats = tuple(n for n, t in self.params if t == "f32")
+        pack = struct.Struct(f"<{len(floats)}d").pack
+        # the float arguments' bytes: equal dicts may hold a zero of the other sign (an alpha of
+        # -0.0 signs C's zeros), which launches other bytes
+        self._float_bytes = (lambda args: b"") if not floats else (lambda args, n=floats[0]: pack(args[n])) \
+            if len(floats) == 1 else (lambda args, get=itemgetter(*floats): pack(*get(args)))
 
     def __repr__(self) -> str:
         return f"<tilegen.Kernel {self.name}: {self.threads} threads, {self.smem_bytes} B shared>"
@@ -185,9 +190,16 @@ class Kernel:
         their tensors' arguments unless given. On the CPU emulator the same arguments go to
         tilegen.sim.run_kernel(kernel, args, sizes, memory)."""
         last = self._last_launch
-        if last is not None and self._same_launch(last, args, sizes, device):
-            last[3](last[4], last[5], stream)
-            return
+        if last is not None:
+            try:   # (values whose == is no truth value, arrays, are not the last launch's)
+                same = args == last[0] and sizes == last[1] and device == last[2] and self._float_bytes(args) == last[6]
+            except (TypeError, ValueError, RuntimeError, struct.error):
+                same = False
+            if same:
+                entry = self._launchers.get(device)
+                if entry is not None and entry[1] is last[3] and entry[0] == module_generation():
+                    last[3](last[4], last[5], stream)   # (the Launcher's buffer holds these very values)
+                    return
         if device == "sim":
             raise LaunchError(f"{self.name}: {self._sim_refusal}")
         given = args
@@ -205,21 +217,10 @@ class Kernel:
         self._last_launch = None
         launcher(grid, values, stream)
         if not (self.tensor_maps and any(m.param in given for m in self.tensor_maps)):   # (a map given is an object)
-            self._last_launch = (dict(given), dict(sizes), device, launcher, grid, values)
-
-    def _same_launch(self, last: tuple, args: dict, sizes: dict, device) -> bool:
-        """Whether launch(args, sizes, device) launches what `last` did: equal dicts (with no float
-        zero of the other sign: an alpha of -0.0 signs C's zeros) and the same Launcher."""
-        try:
-            if not (args == last[0] and sizes == last[1] and device == last[2]):
-                return False
-            for name in self._float_names:
-                v = args[name]
-                if v == 0 and copysign(1.0, v) != copysign(1.0, last[0][name]):
-                    return False
-        except (TypeError, ValueError, RuntimeError):   # (values whose == is not a truth value: arrays)
-            return False
-        return self.launcher(device) is last[3]
+            try:
+                self._last_launch = (dict(given), dict(sizes), device, launcher, grid, values, self._float_bytes(given))
+            except (TypeError, ValueError, struct.error):   # (a float argument struct cannot read: not remembered)
+                pass
 
 
 _KINDS = {"u64": "ptr", "u32": "u32", "s32": "s32", "f32": "f32", "tensormap": "tensormap"}
