@@ -376,3 +376,71 @@ def test_a_stack_copied_through_3d_tensor_maps(broadcast):
     for z in range(count):
         assert np.array_equal(got[z, :M, :N], A[0 if broadcast else z, :, :N])
     assert np.isnan(got[:, M:, :]).all() and np.isnan(got[:, :, N:]).all()
+
+
+# ---- a TMA load's global reads are in flight until the copy lands (sim/ordering.py) ---------------
+
+@tg.kernel
+def tma_in_place(write="after_wait"):
+    """One 64 x 64 block of A copied into shared memory by TMA, then overwritten in place with
+    zeros by every warp: after every thread's wait ("after_wait"), before it ("early", planted),
+    after warp 0's wait and a CTA barrier ("after_barrier"), or after warp 0's wait alone
+    ("unordered", planted: the other warps never see the copy land)."""
+    tg.launch(threads=128, grid=(1, 1, 1))
+    A = tg.tensor("A", "f32", ("M", "N"))
+    s = tg.shared("s", "f32", 64, 64)
+    full = tg.mbarrier("full")
+    zeros = tg.fragment(ATOM, "C", (1, 8))
+    tg.arrive(full[0], expect_bytes=s.stage_bytes, single=True)
+    tg.tma_load(s[0], A.block(0, 0), full[0])
+    if write == "early":
+        tg.store(A.block(tg.warp_id() * 16, 0), zeros)
+    if write in ("after_wait", "early"):
+        tg.mbarrier_wait(full[0], 0)
+    else:
+        with tg.role("waiter", warps=(0, 1)):
+            tg.mbarrier_wait(full[0], 0)
+        if write == "after_barrier":
+            tg.barrier()
+    if write != "early":
+        tg.store(A.block(tg.warp_id() * 16, 0), zeros)
+
+
+@pytest.mark.parametrize("write, says", [
+    ("after_wait", None), ("after_barrier", None),
+    ("early", "writes global memory that a TMA load of this CTA (thread 0, PTX line {load}) may still be reading"),
+    ("unordered", "writes bytes that thread 0 of this CTA read (PTX line {load}) with no barrier in between")])
+def test_a_tma_load_reads_its_source_until_the_copy_lands(write, says):
+    """Writing what a TMA load reads is ordered after the load only once a wait saw the copy land:
+    the threads that waited, and those after them by a barrier, may write it in place; a write
+    before the wait, or by warps that neither waited nor met a waiter, may land before the read."""
+    kernel = tilegen.compile(tma_in_place, target="sm_90a", write=write)
+    mem = GlobalMemory()
+    A = np.random.default_rng(3).standard_normal((64, 64)).astype(np.float32)
+    ptr = mem.alloc(A.nbytes)
+    mem.write(ptr, A)
+    args, sizes = {"M": 64, "N": 64, "A_ptr": ptr, "A_ld": 64}, {"M": 64, "N": 64}
+    if says is None:
+        run_kernel(kernel, args, sizes, mem)
+        assert not mem.read(ptr, A.nbytes, np.float32).any()
+        return
+    load = next(i + 1 for i, ln in enumerate(kernel.ptx.splitlines()) if "cp.async.bulk.tensor" in ln)
+    with pytest.raises(SimError) as e:
+        run_kernel(kernel, args, sizes, mem)
+    assert e.value.kind == "race" and says.format(load=load) in str(e.value), str(e.value)
+
+
+def test_a_cta_that_ends_before_its_tma_copy_landed_is_reported():
+    """Nothing waits for the copy (the wait and the stores taken out of the PTX): the CTA would
+    leave while the copy still writes its shared memory, which the GPU may by then have given
+    to another CTA."""
+    kernel = tilegen.compile(tma_in_place, target="sm_90a", write="after_barrier")
+    ptx = "\n".join(line for line in kernel.ptx.splitlines()
+                    if "mbarrier.try_wait" not in line and "bra $wait" not in line and "st.global" not in line)
+    mem = GlobalMemory()
+    ptr = mem.alloc(64 * 64 * 4)
+    mem.write(ptr, np.random.default_rng(4).standard_normal((64, 64)).astype(np.float32))
+    with pytest.raises(SimError) as e:
+        run_kernel(PtxKernel(kernel, ptx + "\n"), {"M": 64, "N": 64, "A_ptr": ptr, "A_ld": 64}, {"M": 64, "N": 64}, mem)
+    assert e.value.kind == "tma" and "the CTA ends while a TMA copy into its shared memory has not landed" in \
+        str(e.value) and "full[0]" in str(e.value), str(e.value)

@@ -13,8 +13,9 @@ reading (or a wgmma still in flight), wgmma reads of generic-proxy writes withou
 fence.proxy.async, accumulator registers read or written (and register A operands written)
 while their wgmma is in flight (before the wait_group that retires it), global memory one CTA reads or writes after another CTA of the launch wrote it,
 or writes after another CTA read it, with no release-acquire chain between them (ordering.py),
-TMA stores published before a wait_group (without .read) completed them,
-misaligned addresses, and control flow
+TMA stores published before a wait_group (without .read) completed them, writes of global
+memory a TMA load may still be reading (before a wait on its barrier saw the copy land), a CTA
+that ends with a TMA copy into its shared memory not landed, misaligned addresses, and control flow
 it cannot run (divergent branches).
 
     mem = tilegen.sim.GlobalMemory()

@@ -24,6 +24,7 @@ the peers before it is called a deadlock.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Optional
 
 import numpy as np
 
@@ -68,19 +69,24 @@ class BulkCopy:
     data: np.ndarray
     nbytes: int
     line: int
+    reads: Optional[tuple] = None   # its global reads as issued (sim/ordering.py GlobalOrder.landed), or None
 
 
-def land(ins, ctx: Context, off: int) -> bool:
-    """Land every copy in flight on the barrier at `off` (in issue order); False if none was."""
+def land(ins, ctx: Context, off: int, waiter: int) -> bool:
+    """Land every copy in flight on the barrier at `off` (in issue order), as thread `waiter`
+    waits for it; False if none was."""
     mine = [c for c in ctx.bulk if c.bar == off]
     if not mine:
         return False
     ctx.bulk = [c for c in ctx.bulk if c.bar != off]
     bar = ctx.mbarriers[off]
+    phase = (ctx.rank, off, bar.phase)   # (the key the waiters acquire once it completes)
     ctx.progress += 1
     for i, c in enumerate(mine):
         ctx.shared.data[c.offs] = c.data
         ctx.shadow.land_bulk(c.offs)
+        if c.reads is not None and ctx.order is not None:
+            ctx.order.landed(ctx, c.reads, waiter, phase)
         bar.tx -= c.nbytes
         if bar.tx < 0 and bar.pending == 0:
             ctx.fail(ins, f"the TMA copies on {name_of(ctx, off)} deliver {-bar.tx} bytes more than its arrivals "
@@ -274,7 +280,7 @@ def _try_wait(ins, ctx):
         for off in blocked:
             bar = ctx.mbarriers[off]
             bar.spins += 1
-            if bar.spins > 1 and not land(ins, ctx, off):
+            if bar.spins > 1 and not land(ins, ctx, off, int(tids[offs == off][0])):
                 stuck = _deadlock(ins, ctx, off, bar, int(tids[offs == off][0]))
                 if not apart:
                     if ctx.cluster is None:

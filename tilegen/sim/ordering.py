@@ -40,8 +40,12 @@ for another CTA's access, "race" for one of this CTA).
 Reads are recorded in every allocation, inputs the launch never wrote before included, so that
 a kernel writing into its own input in place (a shift, a transpose) is held to this rule too.
 
+A TMA load's reads are in flight from its issue until the copy lands (sim/mbarrier.land, when a
+thread's wait on its barrier finds the phase short of them): before, nothing orders them before any
+write, the issuing thread's own included; after, they count as reads by the thread whose wait landed
+them, and every thread that saw that phase of the barrier complete is ordered after them too.
+
 Limits: per byte only the last read since its last write is kept (one CTA's, one thread's).
-TMA loads count as read when issued.
 """
 from __future__ import annotations
 
@@ -94,9 +98,11 @@ class _Accesses:
         self.epoch = np.zeros(n, dtype=np.int32)
         self.clock = np.zeros(n, dtype=np.int64)
         self.line = np.zeros(n, dtype=np.int32)
+        self.phase = np.full(n, NOBODY, dtype=np.int32)   # a landed TMA load's: GlobalOrder.phases index
 
     def record(self, o, cta: int, tids, epoch: int, clock: int, line: int):
         self.cta[o], self.tid[o], self.epoch[o], self.clock[o], self.line[o] = cta, tids, epoch, clock, line
+        self.phase[o] = NOBODY
 
 
 class _Bytes(_Accesses):
@@ -129,6 +135,7 @@ class GlobalOrder:
         self.known: dict = {}        # CTA -> [Known]
         self.fenced: dict = {}       # (CTA, tid) -> the Grant its last fence made (its next strong write releases it)
         self.pending: dict = {}      # (CTA, tid) -> grants its strong reads saw, acquired by its next fence
+        self.phases: list = []       # the mbarrier phases (barrier, phase) whose completion landed TMA loads
 
     # -- where a thread of the running CTA stands ------------------------------------------
     @staticmethod
@@ -187,6 +194,12 @@ class GlobalOrder:
                 continue
             for g in k.grants:
                 ok |= knows & (w_cta == g.cta) & g.covers(w_tid, w_epoch, w_clock)
+        landed = mine & ~ok & (sh.phase[o] != NOBODY)
+        if landed.any():   # a landed TMA load's reads: ordered before the threads that saw its phase complete
+            observed = ctx.shadow.sync.observed
+            for i in np.flatnonzero(landed).tolist():
+                seen = observed.get(self.phases[int(sh.phase[o[i]])])
+                ok[i] = seen is not None and bool(seen[int(t[i]) + ctx.shadow.base])
         bad[r[ok], c[ok]] = False
         return bad
 
@@ -206,6 +219,14 @@ class GlobalOrder:
         o = int(offs[r, c])
         w_cta = int(sh.cta[o])
         where = f"(thread {int(sh.tid[o])}, PTX line {int(sh.line[o])})"
+        if did == "read" and int(sh.clock[o]) == IN_FLIGHT:
+            mine = w_cta == cta_index(ctx)
+            whose = "this CTA" if mine else f"CTA {cta_of(ctx, w_cta)}"
+            ctx.fail(ins, f"{what} global memory that a TMA load of {whose} {where} may still be reading: its reads "
+                          f"are done when the copy has landed, which a wait on its mbarrier sees (the DSL's "
+                          f"mbarrier_wait; threads that did not wait are ordered after a thread that did by a "
+                          f"barrier or by an arrival of it they wait for)",
+                     kind="race" if mine else "order", tid=int(tids[r]), address=a.base + o)
         if did == "wrote" and int(sh.clock[o]) == IN_FLIGHT:
             mine = w_cta == cta_index(ctx)
             whose = "this CTA" if mine else f"CTA {cta_of(ctx, w_cta)}"
@@ -228,8 +249,9 @@ class GlobalOrder:
                       f"read; then a barrier for its other threads) before the access",
                  kind="order", tid=int(tids[r]), address=a.base + o)
 
-    def read(self, ctx, ins, tids, addrs, width: int, lengths=None, nc: bool = False):
-        """Weak reads of `width` bytes (the first lengths[i] of row i) at addrs by threads tids."""
+    def read(self, ctx, ins, tids, addrs, width: int, lengths=None, nc: bool = False, in_flight: bool = False):
+        """Weak reads of `width` bytes (the first lengths[i] of row i) at addrs by threads tids;
+        with `in_flight`, a TMA load's, recorded as not done (landed() completes them)."""
         for sh, a, rows, offs, valid in self._spans(ctx.memory, addrs, width, lengths):
             if sh is None:   # (read before any write: a later write by another CTA is checked against it)
                 sh = self.bytes[a.base] = _Bytes(a.size)
@@ -247,7 +269,8 @@ class GlobalOrder:
                 self._report(ctx, ins, "reads", sh, a, tids[rows], offs, bad)
             ctx.shadow.clock += 1
             sh.read.record(offs[valid], cta_index(ctx), np.broadcast_to(tids[rows][:, None], offs.shape)[valid],
-                           ctx.shadow.epoch, ctx.shadow.clock, ins.line)
+                           IN_FLIGHT_EPOCH if in_flight else ctx.shadow.epoch,
+                           IN_FLIGHT if in_flight else ctx.shadow.clock, ins.line)
 
     def write(self, ctx, ins, tids, addrs, width: int, in_flight: bool = False):
         """Weak writes of `width` bytes at addrs by threads tids (checked, then recorded); with
@@ -282,6 +305,25 @@ class GlobalOrder:
             o = offs[valid]
             mine = o[(sh.cta[o] == cta_index(ctx)) & (sh.tid[o] == tid) & (sh.clock[o] == IN_FLIGHT)]
             sh.epoch[mine], sh.clock[mine] = shadow.epoch, shadow.clock
+
+    def landed(self, ctx, reads, waiter: int, phase):
+        """A TMA load's copy landed as thread `waiter` of the running CTA waited for `phase`
+        ((barrier, phase) of its mbarrier): its reads, reads=(CTA, thread, addrs, width) of its
+        issue, still in flight become the waiter's, and are ordered before every thread that saw
+        that phase complete."""
+        cta, tid, addrs, width = reads
+        shadow = ctx.shadow
+        shadow.clock += 1
+        index = len(self.phases)
+        self.phases.append(phase)
+        for sh, a, rows, offs, valid in self._spans(ctx.memory, addrs, width, None):
+            if sh is None:
+                continue
+            o = offs[valid]
+            rd = sh.read
+            o = o[(rd.cta[o] == cta) & (rd.tid[o] == tid) & (rd.clock[o] == IN_FLIGHT)]
+            rd.cta[o], rd.tid[o], rd.epoch[o], rd.clock[o] = cta_index(ctx), waiter, shadow.epoch, shadow.clock
+            rd.phase[o] = index
 
     @staticmethod
     def _same_bytes(ctx, ins, a, tids, offs, valid):

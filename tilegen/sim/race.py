@@ -78,6 +78,7 @@ class Sync:
         self.clock = 0
         self.acquired = None      # (threads, threads): [t, u] the latest arrival of u that t acquired
         self.released: dict = {}  # (barrier, phase) -> (threads,) clock of each thread's arrival
+        self.observed: dict = {}  # (barrier, phase) -> (threads,) bool: who saw it complete (its TMA loads' reads done)
 
 
 class SharedShadow:
@@ -143,6 +144,12 @@ class SharedShadow:
 
     def acquire(self, tids: np.ndarray, key):
         """Threads `tids` saw (barrier, phase) complete: they acquire its arrivals."""
+        seen = self.sync.observed.get(key)
+        if seen is None:
+            seen = self.sync.observed[key] = np.zeros(self.threads, dtype=bool)
+            for k in [k for k in self.sync.observed if k[:-1] == key[:-1] and k[-1] < key[-1] - 1]:
+                del self.sync.observed[k]   # (as released: only the last two phases can matter)
+        seen[self._ids(tids)] = True
         rel = self.released.get(key)
         if rel is None:
             return

@@ -22,6 +22,7 @@ from .cluster import MAX_CLUSTER, Cluster
 from .signals import END, Barrier, Converge, Diverge, Exit, Wait
 from .decode import decode
 from .errors import SimError
+from .mbarrier import name_of
 from .memory import GlobalMemory
 from .ordering import GlobalOrder
 from .parser import parse_ptx
@@ -240,6 +241,12 @@ def _run_cta(ctx: Context, code: list) -> int:
                 steps += more
                 if pc is None:
                     break
+        if ctx.bulk:   # (on the GPU the CTA's shared memory may go to another CTA while the copy writes it)
+            c = ctx.bulk[0]
+            ins = next(i for i in ctx.entry.instrs if i.line == c.line)
+            raise SimError(f"the CTA ends while a TMA copy into its shared memory has not landed: nothing waited on "
+                           f"{name_of(ctx, c.bar)} for it; wait for the phase it completes (mbarrier try_wait) before "
+                           f"the kernel exits", kind="tma", line=c.line, text=ins.text, cta=ctx.cta)
         left = pending_store_reads(ctx)
         if left is not None:
             tid, line = left

@@ -33,6 +33,7 @@ from ..arch import tma as A
 from .errors import SimError
 from .cluster import peer_context
 from .mbarrier import BulkCopy, name_of, state
+from .ordering import cta_index
 from .memory import MemoryFault
 from .program import Imm, Mem, TensorRef
 from .state import Context, per_thread
@@ -172,6 +173,7 @@ def _issue(ins, ctx, tid, dst, bar_addr, desc, coords, ranks):
                           f"initialised it (a cluster barrier after mbarrier.init orders the two)", kind="mbarrier",
                      tid=tid)
     # the box, read now: rows c1.., columns c0.., zeros outside the matrix (and the stack)
+    reads = None
     box = np.zeros((box_rows, row_bytes), dtype=np.uint8)
     r_lo, r_hi = max(c1, 0), min(c1 + box_rows, rows)
     k_lo, k_hi = max(c0, 0), min(c0 + box_cols, cols)
@@ -183,14 +185,15 @@ def _issue(ins, ctx, tid, dst, bar_addr, desc, coords, ranks):
                 ctx.fail(ins, f"the TMA copy from {name} reads row {r} outside every allocation ({e})",
                          kind="bounds", tid=tid)
             box[r - c1, (k_lo - c0) * esize:(k_hi - c0) * esize] = got
-        if ctx.order is not None:   # between CTAs (ordering.py)
-            _order_rows(ins, ctx, tid, ptr, pitch, esize, r_lo, r_hi, k_lo, k_hi, write=False)
+        if ctx.order is not None:   # between CTAs (ordering.py): in flight until the copy lands
+            addrs, width = _order_rows(ins, ctx, tid, ptr, pitch, esize, r_lo, r_hi, k_lo, k_hi, write=False)
+            reads = (cta_index(ctx), tid, addrs, width)
     for d in dests:
         v = d.shadow.issue_bulk(tid + ctx.shadow.base, offs, ins.line, foreign=True)
         if v:
             where = "" if d is ctx else f" (the multicast into CTA rank {d.rank})"
             ctx.fail(ins, v.message + where, kind=v.kind, tid=tid, address=d.shared.base + v.offset)
-        d.bulk.append(BulkCopy(bar_off, offs, box.reshape(-1), box_rows * row_bytes, ins.line))
+        d.bulk.append(BulkCopy(bar_off, offs, box.reshape(-1), box_rows * row_bytes, ins.line, reads))
         d.progress += 1
 
 
@@ -264,7 +267,7 @@ def _store(ins, ctx, tid, src, desc, coords):
 
 def _order_rows(ins, ctx, tid, ptr, pitch, esize, r_lo, r_hi, k_lo, k_hi, write: bool):
     """The box's rows in global memory as thread tid's weak accesses, when issued (a store's
-    writes in flight); (their addresses, bytes per row)."""
+    writes, a load's reads in flight); (their addresses, bytes per row)."""
     rows = np.arange(r_lo, r_hi, dtype=np.uint64)
     addrs = np.uint64(ptr + k_lo * esize) + rows * np.uint64(pitch)
     tids = np.full(rows.size, tid, dtype=np.int64)
@@ -272,7 +275,7 @@ def _order_rows(ins, ctx, tid, ptr, pitch, esize, r_lo, r_hi, k_lo, k_hi, write:
     if write:
         ctx.order.write(ctx, ins, tids, addrs, width, in_flight=True)
     else:
-        ctx.order.read(ctx, ins, tids, addrs, width)
+        ctx.order.read(ctx, ins, tids, addrs, width, in_flight=True)
     return addrs, width
 
 
