@@ -538,6 +538,12 @@ def test_a_prepared_launch_repeated_launches_the_same_values(monkeypatch):
     args["C_ptr"] += 0x100
     kernel.launch(args, sizes)
     assert got[2][1] is not got[1][1] and got[2][1][kernel._names.index("C_ptr")] == args["C_ptr"]
+    # an object given (a buffer with .ptr) is not remembered: not kept alive, nor trusted to hold still
+    buf = type("Buffer", (), {"ptr": 0x9000})()
+    kernel.launch({**args, "A_ptr": buf}, sizes)
+    assert kernel._last_launch is None
+    kernel.launch(args, sizes)
+    del got[3:5]   # (the buffer's launch and the one after it)
     kernel.launch(args, {**sizes, "M": 128})
     assert got[3][0] != got[2][0]
     args["beta"] = -0.0

@@ -55,6 +55,9 @@ class _Driver:
     def cuStreamCreate(self, flags):
         return 0, PRIVATE_STREAM
 
+    def cuCtxGetCurrent(self):
+        return 0, 0xC0
+
     def cuStreamBeginCapture(self, stream, mode):
         assert stream == PRIVATE_STREAM and int(mode) == 1   # thread-local: other threads' captures untouched
         return (0,)
@@ -64,14 +67,21 @@ class _Driver:
 
     def cuGraphInstantiate(self, graph, flags):
         self.executables += 1
-        return self.instantiate_error, 1000 + self.executables
+        made = _Executable(1000 + self.executables)
+        made.driver = self
+        return self.instantiate_error, made
 
     def cuGraphDestroy(self, graph):
         return (0,)
 
     def cuGraphExecDestroy(self, executable):
-        self.destroyed.append(executable)
+        # recorded by the fake that made it (an earlier test's executable may be collected late)
+        executable.driver.destroyed.append(int(executable))
         return (0,)
+
+
+class _Executable(int):
+    """A made-up executable handle that knows the fake driver that made it."""
 
 
 @pytest.fixture
@@ -169,15 +179,58 @@ def test_a_capturing_stream_gets_the_plain_launch(fake):
 
 
 def test_a_graph_that_cannot_be_built_leaves_plain_launches(fake):
+    """Each failed build leaves its launch plain (the capture was not run: the launch is made
+    after it); after MAX_FAILURES no capture is tried again, for any arguments."""
     L, drv = fake
     drv.instantiate_error = 1
-    for _ in range(replay.REPEATS + 4):
+    for _ in range(replay.REPEATS + replay.MAX_FAILURES + 3):
         L((1, 1, 1), (5, 5), USER_STREAM)
-    assert _kinds(drv).count("capture") == 1 and "graph" not in _kinds(drv)
-    assert _kinds(drv)[-1] == "launch" and drv.log[-1][2] == USER_STREAM
-    for _ in range(replay.REPEATS + 2):   # nor is another capture tried, for any arguments
+    kinds = _kinds(drv)
+    assert kinds.count("capture") == replay.MAX_FAILURES and "graph" not in kinds
+    assert kinds[-1] == "launch" and drv.log[-1][2] == USER_STREAM
+    assert kinds.count("launch") == replay.REPEATS + replay.MAX_FAILURES + 3   # every call ran once
+    for _ in range(replay.REPEATS + 2):
         L((1, 1, 1), (6, 5), USER_STREAM)
-    assert _kinds(drv).count("capture") == 1
+    assert _kinds(drv).count("capture") == replay.MAX_FAILURES
+
+
+def test_a_build_that_failed_once_is_tried_again(fake):
+    L, drv = fake
+    drv.instantiate_error = 1
+    for _ in range(replay.REPEATS + 1):
+        L((1, 1, 1), (5, 5), USER_STREAM)
+    drv.instantiate_error = 0
+    L((1, 1, 1), (5, 5), USER_STREAM)
+    assert _kinds(drv)[-3:] == ["launch", "capture", "graph"] and not L._replay.broken
+
+
+def test_no_executable_is_freed_while_the_callers_stream_captures(fake, monkeypatch):
+    """A full table makes room for new arguments by freeing the least recent executable, but not
+    inside the caller's own capture (the new arguments launch plainly there)."""
+    L, drv = fake
+    monkeypatch.setattr(replay, "CAPACITY", 2)
+    for values in [(1, 0)] * (replay.REPEATS + 1) + [(2, 0)] * (replay.REPEATS + 1):
+        L((1, 1, 1), values, USER_STREAM)
+    drv.capturing_streams.add(USER_STREAM)
+    L((1, 1, 1), (3, 0), USER_STREAM)
+    assert drv.log[-1][:3] == ("launch", (1, 1, 1), USER_STREAM) and drv.destroyed == []
+    assert len(L._replay.graphs) == 2
+    drv.capturing_streams.clear()
+    L((1, 1, 1), (3, 0), USER_STREAM)
+    assert drv.destroyed == [1001]
+
+
+def test_unloading_modules_frees_every_executable(fake, monkeypatch):
+    from tilegen.runtime import module
+
+    L, drv = fake
+    for _ in range(replay.REPEATS + 1):
+        L((1, 1, 1), (4, 0), USER_STREAM)
+    monkeypatch.setattr(module, "_modules", {})
+    monkeypatch.setattr(module, "_functions", {})
+    monkeypatch.setattr(module, "_generation", [0])
+    module.clear_module_cache()
+    assert drv.destroyed == [1001] and not L._replay.graphs
 
 
 def test_the_default_route_replays(monkeypatch):
@@ -264,3 +317,31 @@ def test_launchers_of_two_threads_capture_one_at_a_time(fake, monkeypatch):
         t.join()
     assert not errors, errors
     assert all(not L._replay.broken and L._replay.current.executable is not None for L in launchers)
+
+
+def test_a_retried_launch_leaves_no_stale_record_of_what_the_buffer_holds(fake, monkeypatch):
+    """A launch refused for the thread's context is packed again and retried; meanwhile another
+    thread launched its own remembered values. The retry's bytes are what the buffer holds after,
+    so the other thread's next launch of its very tuple must pack it again, not launch the
+    retried call's arguments on the retried call's stream."""
+    L, drv = fake
+    fail = [0]
+
+    def launch_ex(*args):
+        if fail[0]:
+            fail[0] -= 1
+            return 201   # CUDA_ERROR_INVALID_CONTEXT
+        return drv.launch_ex(*args)
+
+    monkeypatch.setitem(launch._FUNCTIONS, "ex", launch_ex)
+    L._fn = launch_ex
+    grid, theirs = (1, 1, 1), (0xB, 1)
+    L(grid, theirs, USER_STREAM)
+    # thread A's first launch fails; before its retry takes the lock, thread B launches again
+    monkeypatch.setattr(launch._drv, "forget_current", lambda: None)
+    monkeypatch.setattr(launch._drv, "ensure_context", lambda device=0: L(grid, theirs, USER_STREAM))
+    fail[0] = 1
+    L(grid, (0xA, 1), USER_STREAM + 1)
+    assert drv.log[-1][2:] == (USER_STREAM + 1, 0xA)
+    L(grid, theirs, USER_STREAM)        # thread B, the same tuple object again
+    assert drv.log[-1][2:] == (USER_STREAM, 0xB), drv.log[-1]

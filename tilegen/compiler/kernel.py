@@ -216,13 +216,13 @@ class Kernel:
             return
         self._last_launch = None
         launcher(grid, values, stream)
-        if not (self.tensor_maps and any(m.param in given for m in self.tensor_maps)):   # (a map given is an object)
-            try:
-                self._last_launch = (dict(given), dict(sizes), device, launcher, grid, values, self._float_bytes(given))
-            except (TypeError, ValueError, struct.error):   # (a float argument struct cannot read: not remembered)
-                pass
+        # remembered only of plain numbers: an object given (a buffer, a tensor map) would be kept
+        # alive, and compares by identity whatever it holds now
+        if all(v.__class__ in _PLAIN for v in given.values()):
+            self._last_launch = (dict(given), dict(sizes), device, launcher, grid, values, self._float_bytes(given))
 
 
+_PLAIN = (int, float, bool)
 _KINDS = {"u64": "ptr", "u32": "u32", "s32": "s32", "f32": "f32", "tensormap": "tensormap"}
 
 __all__ = ["Kernel"]

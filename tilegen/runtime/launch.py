@@ -256,6 +256,9 @@ class Launcher:
             _drv.ensure_context(self.device)
             with self.lock:
                 if self._config:
+                    # (another thread may have launched in between: the buffer no longer holds what
+                    # _packed says, and after this repack it holds this call's values)
+                    self._packed = _NOTHING_PACKED
                     if self._replay is not None:
                         self._replay.reset()
                     self.buffer.pack_launch(grid, values, stream)

@@ -27,6 +27,7 @@ from .. import store
 from . import cubins
 from . import driver as _drv
 from .params import check_launch_dims, pack_args
+from .replay import forget_all
 
 _LOG_BYTES = 1 << 16
 
@@ -364,6 +365,7 @@ def clear_module_cache() -> None:
     """Unload every cached module of this process (their Functions become unusable; a
     tilegen.Kernel notices and loads its module again)."""
     d = _drv.bindings()
+    forget_all()   # (the Launchers' graph executables launch these modules' kernels)
     with _lock:
         _generation[0] += 1
         for module, _, _ in _modules.values():

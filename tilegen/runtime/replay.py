@@ -13,8 +13,11 @@ each has been seen REPEATS times. The table holds CAPACITY keys, the least recen
 dropped first (its executable freed), so arguments that never repeat cost a lookup, not a capture.
 
 A stream that is capturing a graph of its own gets the plain launch (an executable's launch there
-would become part of that capture), and after a failure to build an executable so does every launch
-of that Launcher: the replay only ever saves time, never changes what runs. The capture check and the
+would become part of that capture), and no executable is freed to make room while it captures; the
+driver calls that build and free executables run in relaxed capture mode (another thread's capture
+in global mode would refuse them). A build that fails leaves that launch plain, and after
+MAX_FAILURES so does every launch of that Launcher: the replay only ever saves time, never changes
+what runs. The capture check and the
 graph launch go through ctypes with their arguments converted once, when the key's graph is built
 (with argtypes a call converts each argument again, which cost the capture check about half a
 microsecond of its 0.9; section 59).
@@ -22,6 +25,7 @@ microsecond of its 0.9; section 59).
 from __future__ import annotations
 
 import ctypes
+import os
 import struct
 import threading
 import weakref
@@ -31,13 +35,15 @@ from . import driver as _drv
 
 REPEATS = 2          # plain launches of one key before it is replayed as a graph
 CAPACITY = 64        # keys (argument sets) a Launcher remembers
+MAX_FAILURES = 3     # failed builds after which a Launcher launches plainly for good
 _STREAM_AT = 32      # CUlaunchConfig's hStream, bytes into the configuration
 _CAPTURE_MODE = 1    # CU_STREAM_CAPTURE_MODE_THREAD_LOCAL: other threads' captures are left alone
 _NON_BLOCKING = 1    # CU_STREAM_NON_BLOCKING
 
 _CALLS: list = []    # [(cuGraphLaunch, cuStreamIsCapturing) through ctypes, or None]
-_PRIVATE: dict = {}  # device -> the stream launches are captured on
-_BUILDING = threading.Lock()   # one capture at a time on a device's private stream (Launchers of other threads)
+_PRIVATE: dict = {}  # (process, current context) -> the stream launches are captured on
+_BUILDING = threading.Lock()   # one capture at a time on a context's private stream (Launchers of other threads)
+_REPLAYS = weakref.WeakSet()   # every Replay, for forget_all()
 
 
 def _driver_calls():
@@ -54,18 +60,32 @@ def _driver_calls():
     return _CALLS[0]
 
 
-def _private_stream(device: int):
-    stream = _PRIVATE.get(device)
+def _private_stream():
+    """The stream of the thread's current context that launches are captured on (a thread that
+    switched to another device's context gets that context's: the capture then fails, and the
+    launch stays plain)."""
+    d = _drv.bindings()
+    key = (os.getpid(), int(_drv.check(d.cuCtxGetCurrent(), "cuCtxGetCurrent")))
+    stream = _PRIVATE.get(key)
     if stream is None:
-        stream = _PRIVATE[device] = _drv.check(_drv.bindings().cuStreamCreate(_NON_BLOCKING), "cuStreamCreate")
+        stream = _PRIVATE[key] = _drv.check(d.cuStreamCreate(_NON_BLOCKING), "cuStreamCreate")
     return stream
 
 
-def _destroy(executable) -> None:
+def _destroy(executable, pid: int) -> None:
+    if os.getpid() != pid:   # (a forked child: the executable is its parent's)
+        return
     try:
-        _drv.bindings().cuGraphExecDestroy(executable)
-    except Exception:  # noqa: BLE001  (at interpreter exit the driver may be gone)
+        with _drv.capture_relaxed():
+            _drv.bindings().cuGraphExecDestroy(executable)
+    except Exception:  # noqa: BLE001  (the driver may be shutting down)
         pass
+
+
+def forget_all() -> None:
+    """Free every Launcher's executables (modules are being unloaded: their kernels go too)."""
+    for replay in list(_REPLAYS):
+        replay.reset()
 
 
 class _Graph:
@@ -94,10 +114,12 @@ class Replay:
         self.launcher = launcher
         self.graphs: OrderedDict = OrderedDict()   # packed bytes -> _Graph, least recent first
         self.current = None                        # the _Graph of the bytes the buffer holds
-        self.broken = False                        # building failed once: plain launches from then on
+        self.failures = 0                          # builds that failed
+        self.broken = False                        # MAX_FAILURES builds failed: plain launches from then on
         self._status = ctypes.c_int(0)             # cuStreamIsCapturing's answer (under the lock)
         self._status_ref = ctypes.byref(self._status)
         self._stream_args: dict = {}               # stream -> ctypes.c_void_p, for the capture check
+        _REPLAYS.add(self)
 
     def reset(self) -> None:
         """Forget every key (the buffer's bytes may no longer be what they were launched as)."""
@@ -112,9 +134,12 @@ class Replay:
         graphs = self.graphs
         graph = graphs.get(raw)
         if graph is None:
-            graph = graphs[raw] = _Graph()
-            if len(graphs) > CAPACITY:
+            if len(graphs) >= CAPACITY:
+                if self._capturing(stream):   # (no executable freed inside the caller's capture)
+                    self.current = None
+                    return self.launcher._fn(*self.launcher._ex_args)
                 graphs.popitem(last=False)[1].drop()
+            graph = graphs[raw] = _Graph()
         else:
             graphs.move_to_end(raw)
         self.current = graph
@@ -123,6 +148,8 @@ class Replay:
     def _capturing(self, stream: int) -> bool:
         arg = self._stream_args.get(stream)
         if arg is None:
+            if len(self._stream_args) >= CAPACITY:
+                self._stream_args.clear()
             arg = self._stream_args[stream] = ctypes.c_void_p(stream or None)
         return _driver_calls()[1](arg, self._status_ref) != 0 or self._status.value != 0
 
@@ -148,39 +175,47 @@ class Replay:
 
     def _build(self, graph: _Graph, stream: int) -> None:
         """Capture the packed launch on the private stream and instantiate it (the launch itself is
-        then the executable's first); on any failure the Launcher keeps launching plainly."""
+        then the executable's first); on any failure this launch stays plain."""
         launcher = self.launcher
         d = _drv.bindings()
         at = launcher.buffer.config_offset + _STREAM_AT
-        captured = None
-        try:
-            private = _private_stream(launcher.device)
-            if int(d.cuStreamBeginCapture(private, d.CUstreamCaptureMode(_CAPTURE_MODE))[0]):
-                self.broken = True
-                return
-            struct.pack_into("<Q", launcher._storage, at, int(private))
+        captured = private = None
+        begun = False
+        with _drv.capture_relaxed():
             try:
-                err = launcher._fn(*launcher._ex_args)
+                private = _private_stream()
+                begun = not int(d.cuStreamBeginCapture(private, d.CUstreamCaptureMode(_CAPTURE_MODE))[0])
+                if not begun:
+                    return self._failed()
+                struct.pack_into("<Q", launcher._storage, at, int(private))
+                try:
+                    err = launcher._fn(*launcher._ex_args)
+                finally:
+                    struct.pack_into("<Q", launcher._storage, at, stream)
+                    begun = False
+                    end = d.cuStreamEndCapture(private)
+                if err or int(end[0]):
+                    return self._failed()
+                captured = end[1]
+                made = d.cuGraphInstantiate(captured, 0)
+                if int(made[0]):
+                    return self._failed()
+                executable = made[1]
+                free = weakref.finalize(graph, _destroy, executable, os.getpid())
+                free.atexit = False   # (at exit the process's executables go with it)
+                graph.free, graph.executable = free, int(executable)
+                graph.args = (ctypes.c_void_p(graph.executable), ctypes.c_void_p(stream or None))
+            except Exception:  # noqa: BLE001  (a driver without graphs, a binding of another shape)
+                self._failed()
             finally:
-                struct.pack_into("<Q", launcher._storage, at, stream)
-                end = d.cuStreamEndCapture(private)
-            if err or int(end[0]):
-                self.broken = True
-                return
-            captured = end[1]
-            made = d.cuGraphInstantiate(captured, 0)
-            if int(made[0]):
-                self.broken = True
-                return
-            executable = made[1]
-            graph.executable = int(executable)
-            graph.args = (ctypes.c_void_p(graph.executable), ctypes.c_void_p(stream or None))
-            graph.free = weakref.finalize(graph, _destroy, executable)
-        except Exception:  # noqa: BLE001  (a driver without graphs, a binding of another shape)
-            self.broken = True
-        finally:
-            if captured is not None:
-                d.cuGraphDestroy(captured)
+                if begun:   # (interrupted between the capture's start and its launch)
+                    d.cuStreamEndCapture(private)
+                if captured is not None:
+                    d.cuGraphDestroy(captured)
+
+    def _failed(self) -> None:
+        self.failures += 1
+        self.broken = self.failures >= MAX_FAILURES
 
 
-__all__ = ["CAPACITY", "Replay", "REPEATS"]
+__all__ = ["CAPACITY", "Replay", "REPEATS", "forget_all"]
