@@ -52,6 +52,9 @@ def test_explain_takes_what_matmul_takes():
     assert tilegen.matmul.explain(A, B, out_dtype=np.float32).spec.out_dtype == "f32"
     assert tilegen.matmul.explain(A, B, out_dtype="bf16", alpha=2.0, beta=0.0, device="sim").spec.out_dtype == "bf16"
     assert tilegen.matmul(A, B, out_dtype=np.float32, device="sim").dtype == np.float32
+    assert tilegen.matmul.explain(A, B, out_dtype="BF16").spec.out_dtype == "bf16"   # (names in any case)
+    with pytest.raises(tilegen.LaunchError, match=r"out_dtype='BF17'; allowed: bf16, f16, f32"):
+        tilegen.matmul.explain(A, B, out_dtype="BF17")
     with pytest.raises(TypeError, match="bais"):
         tilegen.matmul.explain(A, B, bais=np.ones(24, np.float16))
     with pytest.raises(tilegen.LaunchError, match="out is float16 but out_dtype"):

@@ -482,3 +482,12 @@ def test_a_bad_dimension_in_text_is_answered_in_the_texts_terms(text, says):
     with pytest.raises(tilegen.SpecError) as e:
         tilegen.compile(text)
     assert says in str(e.value), str(e.value)
+
+
+def test_dtype_names_in_any_case():
+    """Activations took any case and dtypes did not ("BF16" was refused); both do now, and a
+    name that is no dtype in any case is refused as written."""
+    assert parse_spec_text("gemm { dtype = BF16  out_dtype = F32 }") == GemmSpec(dtype="bf16", out_dtype="f32")
+    assert GemmSpec(dtype="E4M3", b_layout="col", acc_dtype="F32").dtype == "e4m3"
+    with pytest.raises(SpecError, match=r"dtype='BF17' is invalid; allowed: tf32, f16, bf16, f32, e4m3, e5m2"):
+        GemmSpec(dtype="BF17")

@@ -1453,6 +1453,8 @@ def _out_dtype_name(dt) -> str:
         dt = np.dtype(dt)
     name = str(dt).replace("torch.", "")
     name = getattr(dt, "name", name) if isinstance(dt, np.dtype) else name
+    if isinstance(dt, str):   # ("BF16" as GemmSpec takes it)
+        name = name.lower()
     if name not in _OUT_NAMES:
         raise LaunchError(f"out_dtype={dt!r}; allowed: bf16, f16, f32 (as names, torch or numpy dtypes)")
     return _OUT_NAMES[name]

@@ -284,6 +284,10 @@ class GemmSpec:
         set_ = lambda k, v: object.__setattr__(self, k, v)  # noqa: E731  (frozen)
         for name in _INT_FIELDS:   # (numpy integers, from sizes computed with numpy: plain ints)
             set_(name, _int(getattr(self, name)))
+        for name, names in (("dtype", OPERAND_DTYPES), ("acc_dtype", ACC_DTYPES), ("out_dtype", OUT_DTYPES)):
+            value = getattr(self, name)   # ("BF16" is bf16, as activations take any case)
+            if isinstance(value, str) and value.lower() in names:
+                set_(name, value.lower())
         cluster = self.cluster.tolist() if isinstance(self.cluster, np.ndarray) else self.cluster
         if isinstance(cluster, (list, tuple)):
             set_("cluster", tuple(_int(v) for v in cluster))
