@@ -625,3 +625,47 @@ def test_a_kernel_integer_divided_by_a_constant_zero_is_refused(op):
 
     with pytest.raises(DSLError, match=rf"test_dsl\.py:\d+: kernel integer {op} 0: the divisor is 0; allowed"):
         tilegen.compile(by_zero)
+
+
+def _copy_into(rows, cols):
+    A = tg.tensor("A", "f16", ("M", "K"))
+    sA = tg.shared("sA", "f16", rows, cols, swizzle="32B")
+    tg.copy_async(sA[0], A.block(0, 0))
+    tg.commit()
+    tg.wait(0)
+
+
+def _load_at(row, col):
+    A = tg.tensor("A", "f16", ("M", "K"))
+    s = tg.shared("s", "f16", 32, 32, swizzle="64B")
+    tg.copy_async(s[0], A.block(0, 0))
+    tg.commit()
+    tg.wait(0)
+    tg.barrier()
+    tg.load(tg.fragment(ATOM, "A", (1, 1)), s[0], row, col)
+
+
+@pytest.mark.parametrize("body, error, message", [
+    # raised from inside tilegen without the user's line or the rule before
+    (lambda: _copy_into(16, 16), DSLError,
+     r"test_dsl.py:\d+: copy_async into sA \(16 x 16 f16\) with 128 threads: every thread moves the same number "
+     r"of 16-byte pieces, so the tile's 32 pieces must be a multiple of 128 \(a larger tile, or fewer threads\)"),
+    (lambda: _load_at(3, 5), tilegen.IRError,
+     r"fragment \w+ at \(3, 5\) of s: ldmatrix reads 16-byte rows of the tile, so the origin along its 32-element "
+     r"rows must be a multiple of 8 \(test_dsl.py:\d+\)"),
+    # accepted silently before: the second declaration or launch replaced the first
+    (lambda: (tg.shared("s", "f16", 16, 16, swizzle="32B"), tg.shared("s", "f16", 16, 16, swizzle="32B")), DSLError,
+     r"shared s: a shared tile of that name is already declared in this kernel"),
+    (lambda: tg.shared("s", "f16", 16, 64, swizzle="128"), DSLError,
+     r"shared s: swizzle='128'; allowed: '128B', '64B', '32B', 'pad', 'none'"),
+    (lambda: tg.launch(threads=64, grid=(1, 1, 1)), DSLError,
+     r"launch is given once per kernel; this one already set its threads and grid at test_dsl.py:\d+"),
+])
+def test_mistakes_that_were_silent_or_raised_from_inside_tilegen(body, error, message):
+    @tg.kernel
+    def bad():
+        tg.launch(threads=128, grid=(1, 1, 1))
+        body()
+
+    with pytest.raises(error, match=message):
+        tilegen.compile(bad)

@@ -10,10 +10,10 @@ from ..arch.mma import MmaAtom, mma_atom
 from ..arch.targets import target as _target
 from ..arch.wgmma import FP8 as WGMMA_FP8
 from ..arch.wgmma import WgmmaShape
-from ..errors import DSLError
+from ..errors import DSLError, IRError
 from ..ir import grid as G
 from ..ir import tile as T
-from ..ir.access import TRANSPOSE_BYTES
+from ..ir.access import TRANSPOSE_BYTES, copy_iterations, transpose_iterations
 from ..ir.alloc import shared_bytes, smem_limit
 from ..ir.layout import SmemLayout
 from ..ir.instr import Instr
@@ -314,6 +314,8 @@ def shared(name: str, dtype: str, rows: int, cols: int, *, stages: int = 1, swiz
         fail(f"shared {name}: {e}")
     if logical not in ("row", "col"):
         fail(f"shared {name}: logical={logical!r}; allowed: 'row', 'col'")
+    if any(t.name == name for t in tr.kernel.shared):
+        fail(f"shared {name}: a shared tile of that name is already declared in this kernel (each needs its own name)")
     ir = T.SharedTile(name, _dtype(dtype), layout, stages)
     tr.kernel.shared.append(ir)
     _fits_shared(tr.kernel, name)
@@ -387,6 +389,16 @@ def copy_async(dst: Stage, src: Block, comment: str = "", inbounds: tuple = ()):
     r0, c0 = tensor.ir.stored(src.row, src.col)
     _not_in_role("a cooperative copy (tilegen.dsl.copy_async)")
     check_stage(dst)
+    threads = current().kernel.threads
+    try:   # (every thread moves the same number of pieces: the lowering's rule, said at the user's line)
+        (transpose_iterations if transpose else copy_iterations)(tile.ir, threads)
+    except IRError as e:
+        lay = tile.ir.layout
+        what = f"copy_async into {tile.ir.name} ({lay.rows} x {lay.cols} {tile.ir.dtype}) with {threads} threads"
+        if transpose:
+            fail(f"{what}: {e}")
+        fail(f"{what}: every thread moves the same number of 16-byte pieces, so the tile's "
+             f"{lay.rows * lay.row_bytes // 16} pieces must be a multiple of {threads} (a larger tile, or fewer threads)")
     names = tensor.ir.shape_names
     if isinstance(inbounds, str):
         inbounds = (inbounds,)
@@ -710,6 +722,9 @@ def launch(*, threads: int, grid, cluster=(1, 1, 1)):
     CTAs in clusters of that shape (dsl/cluster.py); the grid is rounded up to whole clusters,
     and SM_COUNT then counts the CTAs that fit at once in such clusters."""
     tr = current()
+    if getattr(tr, "launched_at", None):
+        fail(f"launch is given once per kernel; this one already set its threads and grid at {tr.launched_at}")
+    tr.launched_at = user_location()
     if (not isinstance(cluster, (tuple, list)) or not 1 <= len(cluster) <= 3
             or not all(isinstance(c, int) and c >= 1 for c in cluster)):
         fail(f"cluster={cluster!r}; allowed: (x, y, z) of ints >= 1")

@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ..arch.banks import matrix_wavefronts, wavefronts
+from ..errors import IRError
 from . import tile as T
 from .access import (TRANSPOSE_BYTES, copy_chunks, copy_iterations, fragment_accesses, transpose_elements,
                      transpose_iterations)
@@ -80,6 +81,11 @@ def bank_report(kernel) -> list[BankRow]:
                 addrs = [tile.layout.offset(r0 + r, c0 + c) for r, c in acc.lanes]
                 if acc.kind == "ldmatrix":
                     num = len(acc.regs)
+                    if any(a % 16 for a in addrs[:8 * num]):
+                        raise IRError(f"fragment {frag.name} at ({op.row0}, {op.col0}) of {tile.name}: ldmatrix reads "
+                                      f"16-byte rows of the tile, so the origin along its {tile.layout.cols}-element "
+                                      f"rows must be a multiple of {16 // tile.dtype.bytes}"
+                                      + (f" ({op.loc})" if op.loc else ""))
                     cost = matrix_wavefronts(addrs[:8 * num], num)
                     kind, ideal = f"ldmatrix.x{num}{'.trans' if acc.trans else ''}", num
                 else:

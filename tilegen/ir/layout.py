@@ -34,7 +34,7 @@ class SmemLayout:
             if (self.rows * span) % SWIZZLE_MODES[self.mode].period:
                 raise ValueError(f"{self.rows} rows do not fill whole {self.mode} swizzle periods")
         elif self.mode not in ("pad", "none"):
-            raise ValueError(f"unknown layout mode {self.mode!r}")
+            raise ValueError(f"swizzle={self.mode!r}; allowed: {', '.join(repr(m) for m in SWIZZLE_MODES)}, 'pad', 'none'")
         if self.pad <= 0 or self.pad % 16:
             raise ValueError(f"padding of {self.pad} bytes: rows must stay 16-byte aligned (16, 32, ...)")
 
