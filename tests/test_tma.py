@@ -409,7 +409,8 @@ def tma_in_place(write="after_wait"):
 @pytest.mark.parametrize("write, says", [
     ("after_wait", None), ("after_barrier", None),
     ("early", "writes global memory that a TMA load of this CTA (thread 0, PTX line {load}) may still be reading"),
-    ("unordered", "writes bytes that thread 0 of this CTA read (PTX line {load}) with no barrier in between")])
+    ("unordered", "writes global memory that a TMA load (PTX line {load}) read, with nothing ordering this write "
+                  "after the copy")])
 def test_a_tma_load_reads_its_source_until_the_copy_lands(write, says):
     """Writing what a TMA load reads is ordered after the load only once a wait saw the copy land:
     the threads that waited, and those after them by a barrier, may write it in place; a write
@@ -444,3 +445,123 @@ def test_a_cta_that_ends_before_its_tma_copy_landed_is_reported():
         run_kernel(PtxKernel(kernel, ptx + "\n"), {"M": 64, "N": 64, "A_ptr": ptr, "A_ld": 64}, {"M": 64, "N": 64}, mem)
     assert e.value.kind == "tma" and "the CTA ends while a TMA copy into its shared memory has not landed" in \
         str(e.value) and "full[0]" in str(e.value), str(e.value)
+
+
+def _run_on_a(kernel, M=64, N=64):
+    """The kernel on a random M x N f32 matrix A; A as it is after."""
+    mem = GlobalMemory()
+    A = np.random.default_rng(7).standard_normal((M, N)).astype(np.float32)
+    ptr = mem.alloc(A.nbytes)
+    mem.write(ptr, A)
+    run_kernel(kernel, {"M": M, "N": N, "A_ptr": ptr, "A_ld": N}, {"M": M, "N": N}, mem)
+    return mem.read(ptr, A.nbytes, np.float32).reshape(M, N)
+
+
+@tg.kernel
+def tma_ring(loads=4, relay_warp=None):
+    """A producer warp loads `loads` blocks of A through one barrier (a phase each), the consumer
+    warps wait for each; then block 0 (whose copy landed phases ago) is zeroed in place: by the
+    consumers, or (relay_warp) by warps that only waited for an arrival of consumer warp
+    relay_warp made after it saw the copies land."""
+    tg.launch(threads=256, grid=(1, 1, 1))
+    A = tg.tensor("A", "f32", ("M", "N"))
+    s = tg.shared("s", "f32", 64, 64)
+    full, empty, handed = tg.mbarrier("full"), tg.mbarrier("empty"), tg.mbarrier("handed")
+    zeros = tg.fragment(ATOM, "C", (1, 8))
+    with tg.role("producer", warps=(0, 1)):
+        for i in range(loads):
+            if i:
+                tg.mbarrier_wait(empty[0], (i - 1) & 1)
+            tg.arrive(full[0], expect_bytes=s.stage_bytes, single=True)
+            tg.tma_load(s[0], A.block(64 * i, 0), full[0])
+    with tg.role("consumers", warps=(1, 4)):
+        for i in range(loads):
+            tg.mbarrier_wait(full[0], i & 1)
+            tg.arrive(empty[0], single=True)
+        if relay_warp is None:
+            tg.store(A.block((tg.warp_id() - 1) * 16, 0), zeros)
+        else:
+            with tg.if_(tg.eq(tg.warp_id(), relay_warp)):
+                tg.arrive(handed[0], one_per="warp")
+    with tg.role("writers", warps=(4, 8)):
+        if relay_warp is not None:
+            tg.mbarrier_wait(handed[0], 0)
+            tg.store(A.block((tg.warp_id() - 4) * 16, 0), zeros)
+
+
+@pytest.mark.parametrize("loads, relay_warp", [(1, None), (4, None), (4, 1), (4, 3)])
+def test_threads_that_saw_a_copy_land_or_waited_for_one_that_did_may_write_its_source(loads, relay_warp):
+    """Which consumer thread's wait happened to land the copy does not matter, nor how many phases
+    of the barrier completed since (both had been refused)."""
+    got = _run_on_a(tilegen.compile(tma_ring, target="sm_90a", loads=loads, relay_warp=relay_warp), M=64 * loads)
+    assert not got[:48 if relay_warp is None else 64].any()
+
+
+@tg.kernel
+def tma_two_boxes(second=32):
+    """Two loads on two barriers, the second box from row `second`; only the first is waited for
+    before rows 0..63 are zeroed (with second < 64 the second copy may still read some of them)."""
+    tg.launch(threads=128, grid=(1, 1, 1))
+    A = tg.tensor("A", "f32", ("M", "N"))
+    s = tg.shared("s", "f32", 64, 64, stages=2)
+    full = tg.mbarrier("full", stages=2)
+    zeros = tg.fragment(ATOM, "C", (1, 8))
+    for i, row in enumerate((0, second)):
+        tg.arrive(full[i], expect_bytes=s.stage_bytes, single=True)
+        tg.tma_load(s[i], A.block(row, 0), full[i])
+    tg.mbarrier_wait(full[0], 0)
+    tg.store(A.block(tg.warp_id() * 16, 0), zeros)
+    tg.mbarrier_wait(full[1], 0)
+
+
+def test_a_landed_copy_leaves_another_copys_reads_of_the_same_bytes_in_flight():
+    assert not _run_on_a(tilegen.compile(tma_two_boxes, target="sm_90a", second=64), M=128)[:64].any()
+    with pytest.raises(SimError, match="a TMA load of this CTA .* may still be reading") as e:
+        _run_on_a(tilegen.compile(tma_two_boxes, target="sm_90a", second=32), M=128)
+    assert e.value.kind == "race"
+
+
+@tg.kernel
+def tma_multicast_in_place(issuer=0):
+    """One CTA of a 2-CTA cluster multicasts a block of A into both; each CTA waits for its own
+    barrier, then zeroes its half of the block in place."""
+    tg.launch(threads=128, grid=(2, 1, 1), cluster=(2, 1, 1))
+    A = tg.tensor("A", "f32", ("M", "N"))
+    s = tg.shared("s", "f32", 64, 64)
+    full = tg.mbarrier("full")
+    rank = tg.cluster_rank()
+    zeros = tg.fragment(ATOM, "C", (1, 4))
+    tg.arrive(full[0], expect_bytes=s.stage_bytes, single=True)
+    with tg.if_(tg.eq(rank, issuer)):
+        tg.tma_load(s[0], A.block(0, 0), full[0], multicast=0b11)
+    tg.cluster_sync()
+    tg.mbarrier_wait(full[0], 0)
+    tg.store(A.block(tg.warp_id() * 16, rank * 32), zeros)
+
+
+@pytest.mark.parametrize("issuer", [0, 1])
+def test_every_cta_a_multicast_landed_in_may_write_its_source_after_its_wait(issuer):
+    """(The reads had been credited to the first CTA the copy landed in: the other was refused.)"""
+    assert not _run_on_a(tilegen.compile(tma_multicast_in_place, target="sm_90a", issuer=issuer)).any()
+
+
+@tg.kernel
+def tma_role_waits(waited="full"):
+    """A copy issued outside the warp roles on `full`; a role waits on the barrier `waited`."""
+    tg.launch(threads=128, grid=(1, 1, 1))
+    A = tg.tensor("A", "f32", ("M", "N"))
+    s = tg.shared("s", "f32", 64, 64)
+    bars = {"full": tg.mbarrier("full"), "other": tg.mbarrier("other")}
+    tg.arrive(bars["full"][0], expect_bytes=s.stage_bytes, single=True)
+    tg.arrive(bars["other"][0], single=True)
+    tg.tma_load(s[0], A.block(0, 0), bars["full"][0])
+    with tg.role("waiter", warps=(0, 1)):
+        tg.mbarrier_wait(bars[waited][0], 0)
+
+
+def test_a_copy_no_role_waits_for_is_still_refused_statically():
+    """The static walk leaves waits inside warp roles to the emulator, but only for copies on a
+    barrier some role waits on: a copy on a barrier nothing waits on is refused as before."""
+    _run_on_a(tilegen.compile(tma_role_waits, target="sm_90a"))
+    with pytest.raises(HazardError, match="the kernel ends with a TMA copy into stage 0 of s .* that nothing waited for"):
+        tilegen.compile(tma_role_waits, target="sm_90a", waited="other")

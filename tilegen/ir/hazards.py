@@ -50,7 +50,7 @@ class _State:
         self.written: set = set()
         self.read_since_barrier: dict = {}  # (tile, stage) -> op that read it
         self.guessed_trips = False          # some loop's trip count was unknown
-        self.roles = False                  # the walk passed warp roles by (they may wait: the emulator's to check)
+        self.role_waits: set = set()        # barriers waited on inside the warp roles the walk passed by
         self.unfenced: set = set()          # landed copies no fence_proxy_async covers yet
         self.wgmma_open: list = []          # (key, op, acc) of wgmmas not yet committed
         self.wgmma_groups: list = []        # committed, not yet retired by wgmma_wait
@@ -135,12 +135,24 @@ class _TooLong(Exception):
     pass
 
 
+def _barriers_waited(nodes) -> set:
+    """The names of the mbarriers waited on anywhere in `nodes`."""
+    names = set()
+    for n in nodes:
+        if isinstance(n, T.MBarrierWait):
+            names.add(n.bar.name)
+        for body in (getattr(n, "body", None), getattr(n, "orelse", None)):
+            if isinstance(body, list):
+                names |= _barriers_waited(body)
+    return names
+
+
 def _walk(nodes, ev, st, trips):
     for n in nodes:
         if isinstance(n, Instr):
             ev.step(n)
-        elif isinstance(n, Role):
-            st.roles = True
+        elif isinstance(n, Role):   # (its waits are the emulator's to check: here only which barriers)
+            st.role_waits |= _barriers_waited(n.body)
         elif isinstance(n, Comment):
             continue
         elif isinstance(n, Loop):
@@ -497,8 +509,9 @@ def check_hazards(kernel):
                 break
             if st.uncommitted or st.groups:
                 raise HazardError("the kernel ends with cp.async copies in flight: wait_group(0) before the end")
-            if st.tma_pending and not st.roles:   # (a role may wait for it: the emulator checks that)
-                (tile, stage), op = next(iter(st.tma_pending.items()))
+            unwaited = {k: op for k, op in st.tma_pending.items() if op.bar.name not in st.role_waits}
+            if unwaited:   # (a copy on a barrier some warp role waits on: the emulator checks that wait)
+                (tile, stage), op = next(iter(unwaited.items()))
                 raise HazardError(f"the kernel ends with a TMA copy into stage {stage} of {tile}{_where(op)} "
                                   f"that nothing waited for")
             if st.wgmma_open or st.wgmma_groups:

@@ -42,8 +42,10 @@ a kernel writing into its own input in place (a shift, a transpose) is held to t
 
 A TMA load's reads are in flight from its issue until the copy lands (sim/mbarrier.land, when a
 thread's wait on its barrier finds the phase short of them): before, nothing orders them before any
-write, the issuing thread's own included; after, they count as reads by the thread whose wait landed
-them, and every thread that saw that phase of the barrier complete is ordered after them too.
+write, the issuing thread's own included (an ordinary read of those bytes meanwhile does not replace
+the record); after, they count as reads by the thread whose wait landed them, and every thread that
+saw the phase the copy completed (in any CTA a multicast landed in) is ordered after them, and so is
+every thread that acquired an arrival such a thread made after seeing it.
 
 Limits: per byte only the last read since its last write is kept (one CTA's, one thread's).
 """
@@ -98,11 +100,11 @@ class _Accesses:
         self.epoch = np.zeros(n, dtype=np.int32)
         self.clock = np.zeros(n, dtype=np.int64)
         self.line = np.zeros(n, dtype=np.int32)
-        self.phase = np.full(n, NOBODY, dtype=np.int32)   # a landed TMA load's: GlobalOrder.phases index
+        self.copy = np.full(n, NOBODY, dtype=np.int32)   # a TMA load's reads: its GlobalOrder.copies index
 
-    def record(self, o, cta: int, tids, epoch: int, clock: int, line: int):
+    def record(self, o, cta: int, tids, epoch: int, clock: int, line: int, copy: int = NOBODY):
         self.cta[o], self.tid[o], self.epoch[o], self.clock[o], self.line[o] = cta, tids, epoch, clock, line
-        self.phase[o] = NOBODY
+        self.copy[o] = copy
 
 
 class _Bytes(_Accesses):
@@ -135,7 +137,7 @@ class GlobalOrder:
         self.known: dict = {}        # CTA -> [Known]
         self.fenced: dict = {}       # (CTA, tid) -> the Grant its last fence made (its next strong write releases it)
         self.pending: dict = {}      # (CTA, tid) -> grants its strong reads saw, acquired by its next fence
-        self.phases: list = []       # the mbarrier phases (barrier, phase) whose completion landed TMA loads
+        self.copies: list = []       # per TMA load: [(CTAs, (rank, barrier), phase)] of each landing
 
     # -- where a thread of the running CTA stands ------------------------------------------
     @staticmethod
@@ -194,14 +196,32 @@ class GlobalOrder:
                 continue
             for g in k.grants:
                 ok |= knows & (w_cta == g.cta) & g.covers(w_tid, w_epoch, w_clock)
-        landed = mine & ~ok & (sh.phase[o] != NOBODY)
-        if landed.any():   # a landed TMA load's reads: ordered before the threads that saw its phase complete
-            observed = ctx.shadow.sync.observed
-            for i in np.flatnonzero(landed).tolist():
-                seen = observed.get(self.phases[int(sh.phase[o[i]])])
-                ok[i] = seen is not None and bool(seen[int(t[i]) + ctx.shadow.base])
+        landed = ~ok & (sh.copy[o] != NOBODY) & (w_clock != IN_FLIGHT)
+        if landed.any():
+            ok[landed] = self._saw_landing(ctx, sh.copy[o][landed], t[landed])
         bad[r[ok], c[ok]] = False
         return bad
+
+    def _saw_landing(self, ctx, copies, tids) -> np.ndarray:
+        """Whether threads `tids` of the running CTA are ordered after the landing of TMA loads
+        `copies` (GlobalOrder.copies indices): they saw a phase a landing completed, or acquired an
+        arrival of a thread after it saw one (its first sight of the last phase it saw, a bound)."""
+        me, sync, base = cta_index(ctx), ctx.shadow.sync, ctx.shadow.base
+        ok = np.zeros(tids.size, dtype=bool)
+        for copy in np.unique(copies).tolist():
+            sel = copies == copy
+            ids = tids[sel].astype(np.int64) + base
+            got = np.zeros(ids.size, dtype=bool)
+            for ctas, bar, phase in self.copies[copy]:
+                seen = sync.seen.get(bar) if me in ctas else None
+                if seen is None:
+                    continue
+                saw, when = seen[0] >= phase, seen[1]
+                got |= saw[ids]
+                if sync.acquired is not None and saw.any():
+                    got |= (sync.acquired[np.ix_(ids, np.flatnonzero(saw))] >= when[saw]).any(axis=1)
+            ok[sel] = got
+        return ok
 
     @staticmethod
     def _ordered_here(ctx, w_tid, w_epoch, w_clock, tids) -> np.ndarray:
@@ -219,6 +239,12 @@ class GlobalOrder:
         o = int(offs[r, c])
         w_cta = int(sh.cta[o])
         where = f"(thread {int(sh.tid[o])}, PTX line {int(sh.line[o])})"
+        if did == "read" and int(sh.copy[o]) != NOBODY and int(sh.clock[o]) != IN_FLIGHT:
+            ctx.fail(ins, f"{what} global memory that a TMA load (PTX line {int(sh.line[o])}) read, with nothing "
+                          f"ordering this write after the copy: this thread neither saw the barrier phase the copy "
+                          f"completed nor is ordered after a thread that did (by a barrier, or by waiting for an "
+                          f"arrival such a thread made after it saw the phase)",
+                     kind="race" if w_cta == cta_index(ctx) else "order", tid=int(tids[r]), address=a.base + o)
         if did == "read" and int(sh.clock[o]) == IN_FLIGHT:
             mine = w_cta == cta_index(ctx)
             whose = "this CTA" if mine else f"CTA {cta_of(ctx, w_cta)}"
@@ -249,9 +275,9 @@ class GlobalOrder:
                       f"read; then a barrier for its other threads) before the access",
                  kind="order", tid=int(tids[r]), address=a.base + o)
 
-    def read(self, ctx, ins, tids, addrs, width: int, lengths=None, nc: bool = False, in_flight: bool = False):
+    def read(self, ctx, ins, tids, addrs, width: int, lengths=None, nc: bool = False, copy: int = NOBODY):
         """Weak reads of `width` bytes (the first lengths[i] of row i) at addrs by threads tids;
-        with `in_flight`, a TMA load's, recorded as not done (landed() completes them)."""
+        with `copy` (new_copy()), a TMA load's, recorded as not done (landed() completes them)."""
         for sh, a, rows, offs, valid in self._spans(ctx.memory, addrs, width, lengths):
             if sh is None:   # (read before any write: a later write by another CTA is checked against it)
                 sh = self.bytes[a.base] = _Bytes(a.size)
@@ -268,9 +294,12 @@ class GlobalOrder:
             if bad.any():
                 self._report(ctx, ins, "reads", sh, a, tids[rows], offs, bad)
             ctx.shadow.clock += 1
+            in_flight = copy != NOBODY
+            if not in_flight:   # (a TMA load's read still in flight stays the record: it is the later one)
+                valid = valid & (sh.read.clock[offs] != IN_FLIGHT)
             sh.read.record(offs[valid], cta_index(ctx), np.broadcast_to(tids[rows][:, None], offs.shape)[valid],
                            IN_FLIGHT_EPOCH if in_flight else ctx.shadow.epoch,
-                           IN_FLIGHT if in_flight else ctx.shadow.clock, ins.line)
+                           IN_FLIGHT if in_flight else ctx.shadow.clock, ins.line, copy)
 
     def write(self, ctx, ins, tids, addrs, width: int, in_flight: bool = False):
         """Weak writes of `width` bytes at addrs by threads tids (checked, then recorded); with
@@ -306,24 +335,29 @@ class GlobalOrder:
             mine = o[(sh.cta[o] == cta_index(ctx)) & (sh.tid[o] == tid) & (sh.clock[o] == IN_FLIGHT)]
             sh.epoch[mine], sh.clock[mine] = shadow.epoch, shadow.clock
 
+    def new_copy(self) -> int:
+        """An index for a TMA load's reads (landed() records where it lands)."""
+        self.copies.append([])
+        return len(self.copies) - 1
+
     def landed(self, ctx, reads, waiter: int, phase):
-        """A TMA load's copy landed as thread `waiter` of the running CTA waited for `phase`
-        ((barrier, phase) of its mbarrier): its reads, reads=(CTA, thread, addrs, width) of its
-        issue, still in flight become the waiter's, and are ordered before every thread that saw
-        that phase complete."""
-        cta, tid, addrs, width = reads
+        """A TMA load's copy landed in the running CTA as its thread `waiter` waited for `phase`
+        ((rank, barrier, phase) of the mbarrier it completes): the threads that see that phase are
+        ordered after its reads (reads=(copy, CTA, thread, addrs, width) of its issue); the first
+        landing (a multicast lands in several CTAs) makes the reads still in flight the waiter's."""
+        copy, cta, tid, addrs, width = reads
         shadow = ctx.shadow
+        cluster = getattr(ctx, "cluster", None)
+        ctas = frozenset(cta_index(c) for c in cluster.ctxs) if cluster is not None else frozenset((cta_index(ctx),))
+        self.copies[copy].append((ctas, phase[:-1], phase[-1]))
         shadow.clock += 1
-        index = len(self.phases)
-        self.phases.append(phase)
         for sh, a, rows, offs, valid in self._spans(ctx.memory, addrs, width, None):
             if sh is None:
                 continue
-            o = offs[valid]
             rd = sh.read
-            o = o[(rd.cta[o] == cta) & (rd.tid[o] == tid) & (rd.clock[o] == IN_FLIGHT)]
+            o = offs[valid]
+            o = o[(rd.copy[o] == copy) & (rd.clock[o] == IN_FLIGHT)]
             rd.cta[o], rd.tid[o], rd.epoch[o], rd.clock[o] = cta_index(ctx), waiter, shadow.epoch, shadow.clock
-            rd.phase[o] = index
 
     @staticmethod
     def _same_bytes(ctx, ins, a, tids, offs, valid):

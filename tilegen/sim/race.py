@@ -78,7 +78,9 @@ class Sync:
         self.clock = 0
         self.acquired = None      # (threads, threads): [t, u] the latest arrival of u that t acquired
         self.released: dict = {}  # (barrier, phase) -> (threads,) clock of each thread's arrival
-        self.observed: dict = {}  # (barrier, phase) -> (threads,) bool: who saw it complete (its TMA loads' reads done)
+        # (rank, barrier) -> ((threads,) the last phase each thread saw complete, (threads,) the clock it
+        # first saw that one at): phases complete in order, so this is all that "saw phase p" needs
+        self.seen: dict = {}
 
 
 class SharedShadow:
@@ -144,12 +146,15 @@ class SharedShadow:
 
     def acquire(self, tids: np.ndarray, key):
         """Threads `tids` saw (barrier, phase) complete: they acquire its arrivals."""
-        seen = self.sync.observed.get(key)
+        seen = self.sync.seen.get(key[:-1])
         if seen is None:
-            seen = self.sync.observed[key] = np.zeros(self.threads, dtype=bool)
-            for k in [k for k in self.sync.observed if k[:-1] == key[:-1] and k[-1] < key[-1] - 1]:
-                del self.sync.observed[k]   # (as released: only the last two phases can matter)
-        seen[self._ids(tids)] = True
+            seen = self.sync.seen[key[:-1]] = (np.full(self.threads, -1, dtype=np.int64),
+                                               np.full(self.threads, -1, dtype=np.int64))
+        ids = np.atleast_1d(self._ids(tids))
+        ids = ids[seen[0][ids] < key[-1]]
+        if ids.size:
+            self.clock += 1
+            seen[0][ids], seen[1][ids] = key[-1], self.clock
         rel = self.released.get(key)
         if rel is None:
             return

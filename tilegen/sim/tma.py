@@ -186,8 +186,9 @@ def _issue(ins, ctx, tid, dst, bar_addr, desc, coords, ranks):
                          kind="bounds", tid=tid)
             box[r - c1, (k_lo - c0) * esize:(k_hi - c0) * esize] = got
         if ctx.order is not None:   # between CTAs (ordering.py): in flight until the copy lands
-            addrs, width = _order_rows(ins, ctx, tid, ptr, pitch, esize, r_lo, r_hi, k_lo, k_hi, write=False)
-            reads = (cta_index(ctx), tid, addrs, width)
+            copy = ctx.order.new_copy()
+            addrs, width = _order_rows(ins, ctx, tid, ptr, pitch, esize, r_lo, r_hi, k_lo, k_hi, write=False, copy=copy)
+            reads = (copy, cta_index(ctx), tid, addrs, width)
     for d in dests:
         v = d.shadow.issue_bulk(tid + ctx.shadow.base, offs, ins.line, foreign=True)
         if v:
@@ -265,7 +266,7 @@ def _store(ins, ctx, tid, src, desc, coords):
     ctx.bulk_reads.setdefault(tid, [[]])[-1].append((offs, ins.line))
 
 
-def _order_rows(ins, ctx, tid, ptr, pitch, esize, r_lo, r_hi, k_lo, k_hi, write: bool):
+def _order_rows(ins, ctx, tid, ptr, pitch, esize, r_lo, r_hi, k_lo, k_hi, write: bool, copy: int = -1):
     """The box's rows in global memory as thread tid's weak accesses, when issued (a store's
     writes, a load's reads in flight); (their addresses, bytes per row)."""
     rows = np.arange(r_lo, r_hi, dtype=np.uint64)
@@ -275,7 +276,7 @@ def _order_rows(ins, ctx, tid, ptr, pitch, esize, r_lo, r_hi, k_lo, k_hi, write:
     if write:
         ctx.order.write(ctx, ins, tids, addrs, width, in_flight=True)
     else:
-        ctx.order.read(ctx, ins, tids, addrs, width, in_flight=True)
+        ctx.order.read(ctx, ins, tids, addrs, width, copy=copy)
     return addrs, width
 
 
