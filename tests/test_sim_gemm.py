@@ -250,6 +250,7 @@ def test_long_emulations_report_their_progress(monkeypatch, capsys, caplog):
     import logging
 
     from tilegen.gemm import call
+    from tilegen.sim import progress
 
     monkeypatch.setattr(call, "PROGRESS_S", 0.0)   # every run counts as long
     monkeypatch.setattr(call, "TICK_S", 0.02)
@@ -263,14 +264,44 @@ def test_long_emulations_report_their_progress(monkeypatch, capsys, caplog):
     assert any(" s of about " in line for line in said[1:])
     assert capsys.readouterr().err == ""
     # logging not set up: stderr, unless the tilegen logger was turned down
-    monkeypatch.setattr(call._log, "hasHandlers", lambda: False)
+    monkeypatch.setattr(progress._log, "hasHandlers", lambda: False)
     k(A, B, device="sim")
     err = capsys.readouterr().err.splitlines()
     assert err[0].startswith("tilegen: emulating 64x64x256 on the CPU: about ") and err[0].endswith(" s")
     assert any(" s of about " in line for line in err[1:])
-    monkeypatch.setattr(call._log, "level", logging.WARNING)
+    monkeypatch.setattr(progress._log, "level", logging.WARNING)
     k(A, B, device="sim")
     assert capsys.readouterr().err == ""
+
+
+def test_a_dsl_kernel_still_running_says_how_far_it_got(monkeypatch, caplog):
+    """run_kernel of any kernel: a run still going after a while says so (a u32 trip count that
+    wrapped, N - 1 with N = 0, runs for hours: it had run without a word)."""
+    import logging
+
+    import tilegen.dsl as tg
+    from tilegen.sim import GlobalMemory, progress, run_kernel
+
+    monkeypatch.setattr(progress, "AFTER_S", 0.0)
+    monkeypatch.setattr(progress, "EVERY_S", 0.01)
+
+    @tg.kernel
+    def spin():
+        tg.launch(threads=32, grid=(1, 1, 1))
+        X = tg.tensor("X", "f32", ("M", "N"))
+        acc = tg.fragment("m16n8k16.f16.f32", "C", (1, 1))
+        for _ in tg.range(0, tg.size("T")):
+            tg.accumulate(acc, X.block(0, 0))
+        tg.store(X.block(0, 0), acc)
+
+    k = tilegen.compile(spin)
+    mem = GlobalMemory()
+    x = mem.alloc(16 * 8 * 4)
+    mem.write(x, np.zeros(16 * 8, np.float32))
+    with caplog.at_level(logging.INFO, logger="tilegen"):
+        run_kernel(k, {"M": 16, "N": 8, "X_ptr": x, "X_ld": 8, "T": 400}, {"M": 16, "N": 8, "T": 400}, mem)
+    said = [r.getMessage() for r in caplog.records if r.name == "tilegen"]
+    assert said and said[0].startswith(f"emulating {k.name}: ") and "0 of 1 CTAs done" in said[0], said
 
 
 # ---- property test over the spec space --------------------------------------------------------

@@ -17,10 +17,6 @@ The fused epilogue's operands (a bias vector, a residual matrix) have the output
 """
 from __future__ import annotations
 
-import logging
-import sys
-import threading
-import time
 from math import copysign
 from operator import itemgetter
 
@@ -785,7 +781,6 @@ EMULATOR_LIMIT_S = 30.0   # without a GPU, longer emulations need device="sim"
 PROGRESS_S = 5.0          # emulations estimated longer than this report their progress,
 TICK_S = 5.0              # this often
 _said: set = set()
-_log = logging.getLogger("tilegen")
 
 
 def _warn_once(message: str) -> None:
@@ -796,13 +791,10 @@ def _warn_once(message: str) -> None:
 
 
 def _progress(message: str) -> None:
-    """A long emulation's progress: through the "tilegen" logger at INFO where the program set up
-    logging (its level and handlers decide), else on stderr, unless that logger was turned down
-    (logging.getLogger("tilegen").setLevel(logging.WARNING)): never minutes without a word."""
-    if _log.hasHandlers():
-        _log.info(message)
-    elif _log.level <= logging.INFO:
-        print(f"tilegen: {message}", file=sys.stderr, flush=True)
+    """A long emulation's progress (sim/progress.py says how)."""
+    from ..sim.progress import say
+
+    say(message)
 
 
 def refuse_long_emulation(M: int, N: int, K: int) -> None:
@@ -878,27 +870,19 @@ class _SimMemory:
             w = workspace_arguments(kernel.spec, rows, cols, self.put(np.full(max(rows * cols, 1), np.nan, np.float32)),
                                     sizes["M"], sizes["N"], counters)   # (poisoned: a slot read before it is written shows)
             args, sizes = {**args, **w}, {**sizes, "WM": rows, "WN": cols}
-        if second is not None:   # then C from them
-            run = lambda: (run_kernel(kernel, args, sizes, self.memory),  # noqa: E731
-                           run_kernel(second, args, sizes, self.memory))
+        if second is not None:   # then C from them (the GEMM's own progress below, not each kernel's)
+            run = lambda: (run_kernel(kernel, args, sizes, self.memory, progress=False),  # noqa: E731
+                           run_kernel(second, args, sizes, self.memory, progress=False))
         else:
-            run = lambda: run_kernel(kernel, args, sizes, self.memory)  # noqa: E731
+            run = lambda: run_kernel(kernel, args, sizes, self.memory, progress=False)  # noqa: E731
         if est <= PROGRESS_S:
             run()
             return
+        from ..sim.progress import ticking
+
         _progress(f"emulating {shape} on the CPU: about {_duration(est)}")
-        done = threading.Event()
-        start = time.perf_counter()
-
-        def tick():
-            while not done.wait(TICK_S):
-                _progress(f"emulating {shape}: {time.perf_counter() - start:.0f} s of about {_duration(est)}")
-
-        threading.Thread(target=tick, daemon=True).start()
-        try:
+        with ticking(lambda seconds: f"emulating {shape}: {seconds:.0f} s of about {_duration(est)}", TICK_S, TICK_S):
             run()
-        finally:
-            done.set()
 
     def close(self):
         pass

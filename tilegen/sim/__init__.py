@@ -23,6 +23,9 @@ it cannot run (divergent branches).
     tilegen.sim.run_kernel(kernel, {"A_ptr": a, ...}, {"M": M, "N": N, "K": K}, mem)
     C = tilegen.compile(spec)(A, B, device="sim")          # numpy in, numpy out
 
+A run still going after a few seconds says how far it got, every few seconds (sim/progress.py:
+the "tilegen" logger, or stderr where logging is not set up).
+
 Limits:
 - the PTX subset of parser.py; opcodes outside it fail at decode time, naming the line;
 - control flow: lockstep while every thread of the CTA takes the same path; a branch or exit

@@ -13,6 +13,7 @@ import math
 import numbers
 import re
 import threading
+from contextlib import nullcontext
 from dataclasses import dataclass
 from typing import Optional
 
@@ -26,6 +27,7 @@ from .mbarrier import name_of
 from .memory import GlobalMemory
 from .ordering import GlobalOrder
 from .parser import parse_ptx
+from .progress import ticking
 from .program import Program
 from .state import Context
 from .tma import fill_tensor_maps, pending_store_reads
@@ -107,12 +109,13 @@ def _shared_layout(program: Program, entry, base: int, dynamic_bytes: int):
 
 
 def launch(ptx, grid, threads: int, args: dict, *, memory: GlobalMemory, entry: Optional[str] = None,
-           shared_bytes: int = 0, shared_base: int = SHARED_BASE, barriers=(), cluster=None) -> LaunchStats:
+           shared_bytes: int = 0, shared_base: int = SHARED_BASE, barriers=(), cluster=None,
+           stats: Optional[LaunchStats] = None) -> LaunchStats:
     """Run `entry` of a PTX module (text or parsed Program) over `grid` CTAs of `threads`
     threads; pointer arguments are addresses in `memory`. `barriers` ((name, offset from
     the 1024-aligned dynamic shared base, stages)) name the mbarriers in messages. `cluster`
     (x, y, z), or the entry's .reqnctapercluster: the CTAs of each cluster run side by side
-    (sim/cluster.py)."""
+    (sim/cluster.py). `stats`, if given, is counted into as the CTAs finish (and returned)."""
     program = parse_ptx(ptx) if isinstance(ptx, str) else ptx
     ent = program.entry(entry)
     grid = tuple(int(g) for g in (tuple(grid) + (1, 1, 1))[:3])
@@ -146,7 +149,7 @@ def launch(ptx, grid, threads: int, args: dict, *, memory: GlobalMemory, entry: 
         ctx.barrier_names = names
         ctx.order = order
         ctx.bind(params, grid, memory)
-    stats = LaunchStats()
+    stats = stats if stats is not None else LaunchStats()
     try:
         with np.errstate(all="ignore"):
             if group is None:
@@ -511,10 +514,11 @@ EMULATOR_SM_COUNT = 3  # persistent kernels on the emulator: a few CTAs, so each
 
 
 def run_kernel(kernel, args: dict, sizes: dict, memory: Optional[GlobalMemory] = None, *,
-               shared_base: int = SHARED_BASE) -> LaunchStats:
+               shared_base: int = SHARED_BASE, progress: bool = True) -> LaunchStats:
     """Run a tilegen.Kernel on the emulator: args by parameter name (pointers are addresses
     in `memory`, default tilegen.sim.global_memory()), grid from kernel.grid(sizes) with
-    EMULATOR_SM_COUNT multiprocessors."""
+    EMULATOR_SM_COUNT multiprocessors. A run still going after a few seconds says how far it
+    got, every few seconds (sim/progress.py; progress=False for callers that say their own)."""
     memory = memory if memory is not None else global_memory()
     args = fill_tensor_maps(getattr(kernel, "tensor_maps", ()), args)
     names = [n for n, _ in kernel.params]
@@ -525,10 +529,19 @@ def run_kernel(kernel, args: dict, sizes: dict, memory: Optional[GlobalMemory] =
               if isinstance(args.get(k), numbers.Integral) and not isinstance(args[k], bool) and args[k] != v]
     if differ:   # the grid would cover one problem and the kernel walk another
         raise SimError(f"{kernel.name}: {'; '.join(differ)} (the grid is sized from sizes, the kernel reads args)")
+    grid = kernel.grid(sizes, EMULATOR_SM_COUNT)
+    stats, total = LaunchStats(), math.prod(grid)
+
+    def status(seconds: float) -> str:
+        return (f"emulating {kernel.name}: {seconds:.0f} s, {stats.ctas} of {total} CTAs done (a CTA of many loop "
+                f"trips is slow here: a trip count computed from sizes, e.g. a u32 subtraction that wrapped, may "
+                f"be far larger than meant)")
+
     try:
-        return launch(kernel.ptx, kernel.grid(sizes, EMULATOR_SM_COUNT), kernel.threads, {n: args[n] for n in names},
-                      memory=memory, entry=kernel.name, shared_bytes=kernel.smem_bytes, shared_base=shared_base,
-                      barriers=getattr(kernel, "barriers", ()))
+        with ticking(status) if progress else nullcontext():
+            return launch(kernel.ptx, grid, kernel.threads, {n: args[n] for n in names}, memory=memory,
+                          entry=kernel.name, shared_bytes=kernel.smem_bytes, shared_base=shared_base,
+                          barriers=getattr(kernel, "barriers", ()), stats=stats)
     except SimError as e:
         if e.address is not None:
             e.within_argument(_argument_at(memory, {n: args[n] for n in names if n.endswith("_ptr")}, e.address))
