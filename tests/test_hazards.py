@@ -133,3 +133,21 @@ def test_a_wait_allowing_more_groups_than_are_pending_retires_none():
     """wait(4) with 3 groups committed leaves all 3 in flight (not the first 2 landed)."""
     with pytest.raises(HazardError, match=r"stage 0 of sA while a cp.async into it may still be in flight"):
         tilegen.compile(pipeline, stages=4, wait_pending=4)
+
+
+@tg.kernel
+def never_committed():
+    tg.launch(threads=32, grid=(1, 1, 1))
+    A = tg.tensor("A", "f16", ("M", "K"))
+    sA = tg.shared("sA", "f16", 16, 64, swizzle="128B")
+    tg.copy_async(sA[0], A.block(0, 0))
+    tg.wait(0)
+    tg.load(tg.fragment(ATOM, "A", (1, 1)), sA[0], 0, 0)
+
+
+def test_a_copy_never_committed_is_named_as_such():
+    """wait(0) waits for committed groups only: the missing piece is the commit (it had said to
+    wait for the group)."""
+    with pytest.raises(HazardError, match=r"the copy was never committed into a group \(tilegen.dsl.commit\(\) after "
+                                          r"the copies, then tilegen.dsl.wait\(n\) for its group\) \(test_hazards.py:\d+\)"):
+        tilegen.compile(never_committed)

@@ -565,3 +565,23 @@ def test_a_copy_no_role_waits_for_is_still_refused_statically():
     _run_on_a(tilegen.compile(tma_role_waits, target="sm_90a"))
     with pytest.raises(HazardError, match="the kernel ends with a TMA copy into stage 0 of s .* that nothing waited for"):
         tilegen.compile(tma_role_waits, target="sm_90a", waited="other")
+
+
+@tg.kernel
+def tma_wait_parity(parity=0):
+    tg.launch(threads=128, grid=(1, 1, 1))
+    A = tg.tensor("A", "f32", ("M", "N"))
+    s = tg.shared("s", "f32", 64, 64)
+    full = tg.mbarrier("full")
+    tg.arrive(full[0], expect_bytes=s.stage_bytes, single=True)
+    tg.tma_load(s[0], A.block(0, 0), full[0])
+    tg.mbarrier_wait(full[0], parity)
+
+
+def test_a_wait_on_the_wrong_parity_is_named_when_the_copy_is_never_waited_for():
+    """(It had said only that nothing waited for the copy: there was a wait, on parity 1.)"""
+    tilegen.compile(tma_wait_parity, target="sm_90a")
+    with pytest.raises(HazardError, match=r"that nothing waited for: the wait on full\[0\] \(test_tma.py:\d+\) asked "
+                                          r"for parity 1, which a new mbarrier counts as complete .* so it returned at "
+                                          r"once; the copy completes phase 0 \(parity 0\)"):
+        tilegen.compile(tma_wait_parity, target="sm_90a", parity=1)

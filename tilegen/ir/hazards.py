@@ -477,6 +477,10 @@ def _check_read(st, key, n):
                               + f", so it returned at once; the copy completes phase {done} (parity {done & 1})")
         raise HazardError(f"reads stage {key[1]} of {key[0]}{_where(n)} before waiting on the mbarrier that "
                           f"its TMA copy{_where(st.tma_pending[key])} completes on")
+    if key in st.uncommitted:   # (no group to wait for: a wait_group waits only for committed groups)
+        raise HazardError(f"reads stage {key[1]} of {key[0]} while a cp.async into it may still be in flight: "
+                          f"the copy was never committed into a group (tilegen.dsl.commit() after the copies, then "
+                          f"tilegen.dsl.wait(n) for its group){_where(n)}")
     if st.pending(key):
         raise HazardError(f"reads stage {key[1]} of {key[0]} while a cp.async into it may still be in "
                           f"flight (wait for its group first){_where(n)}")
@@ -512,6 +516,17 @@ def check_hazards(kernel):
             unwaited = {k: op for k, op in st.tma_pending.items() if op.bar.name not in st.role_waits}
             if unwaited:   # (a copy on a barrier some warp role waits on: the emulator checks that wait)
                 (tile, stage), op = next(iter(unwaited.items()))
+                bkey = st.tma_barrier.get((tile, stage))
+                passed = st.passed.get(bkey)
+                if passed is not None:   # a wait there was, on the parity of a phase already complete
+                    wait, parity = passed
+                    done = st.completed.get(bkey, 0)
+                    raise HazardError(
+                        f"the kernel ends with a TMA copy into stage {stage} of {tile}{_where(op)} that nothing "
+                        f"waited for: the wait on {bkey[0]}[{bkey[1]}]{_where(wait)} asked for parity {parity & 1}, "
+                        + (f"of phase {done - 1}, complete already" if done else
+                           "which a new mbarrier counts as complete (the phase before its first)")
+                        + f", so it returned at once; the copy completes phase {done} (parity {done & 1})")
                 raise HazardError(f"the kernel ends with a TMA copy into stage {stage} of {tile}{_where(op)} "
                                   f"that nothing waited for")
             if st.wgmma_open or st.wgmma_groups:
