@@ -149,6 +149,11 @@ ELEMENTWISE = {
                 lambda X, Y, s: _rows(2 * X.max(1) + Y.sum(1), X)),
     "softmax": (lambda x, y, e: tg.div(tg.exp(tg.sub(x, tg.row_max(x))), tg.row_sum(tg.exp(tg.sub(x, tg.row_max(x))))),
                 lambda X, Y, s: _softmax(X)),
+    # the same ops written with Python's operators
+    "operators": (lambda x, y, e: (x * 2.0 + 1.0) / 4.0 - y * e["s"], lambda X, Y, s: (X * 2 + 1) / 4 - Y * s),
+    "reflected": (lambda x, y, e: 1.5 - 2.0 / (3.0 + x * x) + -y, lambda X, Y, s: 1.5 - 2 / (3 + X * X) - Y),
+    "operators_rows": (lambda x, y, e: x - tg.row_max(x) * 0.5 + tg.row_sum(y) / 8.0,
+                       lambda X, Y, s: X - 0.5 * X.max(1)[:, None] + Y.sum(1)[:, None] / 8),
 }
 
 
@@ -506,3 +511,10 @@ def test_float_instructions_of_fragment_arithmetic_on_the_emulator():
         want = np.stack([ex2, np.fmax(x, y), x / y, np.where(x > y, -np.inf, x)], axis=1).astype(np.float32)
     assert np.array_equal(got, want, equal_nan=True)
     assert got[2, 0] == 0 and got[0, 0] == 0 and got[3, 1] == 0  # ex2(-126.5) flushed; ex2(-inf) = 0; max(0, NaN) = 0
+
+
+def test_fragments_are_not_compared_as_a_whole():
+    """Python's max(x, 0.0) compares: it is refused with what to write instead (it had been a
+    TypeError from Python)."""
+    with pytest.raises(DSLError, match=r"fragments are not compared as a whole .* tilegen.dsl.maximum\(x, y\)"):
+        run_lab(lambda x, y, e: max(x, 0.0))

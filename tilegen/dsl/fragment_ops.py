@@ -29,7 +29,7 @@ from ..arch.mma import MmaAtom, mma_atom
 from ..ir import tile as T
 from ..ir.lower.elementwise import accumulator_layout, operand_plan
 from ..ir.values import Imm
-from .objects import Fragment
+from .objects import Arithmetic, Fragment
 from .primitives import tile_op
 from .scalars import Float, Int, raw, wrap
 from .trace import current, fail, made
@@ -37,7 +37,7 @@ from .trace import current, fail, made
 LOG2E = 1.4426950408889634
 
 
-class RowVector:
+class RowVector(Arithmetic):
     """One f32 value per row of an accumulator fragment (see the module docstring)."""
 
     def __init__(self, ir: T.RowVector):

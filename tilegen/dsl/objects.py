@@ -85,7 +85,55 @@ class Stage:
     index: Int
 
 
-class Fragment:
+class Arithmetic:
+    """x + y, x - y, x * y, x / y and -x, element by element, on accumulator fragments and row
+    vectors with numbers, tilegen.dsl.Float values, fragments and row vectors: the same ops as
+    tilegen.dsl.add / sub / mul / div (each a new fragment or row vector). Comparisons have no
+    meaning on a whole fragment: tilegen.dsl.maximum and tilegen.dsl.mask say what is meant."""
+
+    def _op(self, fn: str, x, y):
+        from . import fragment_ops
+
+        return getattr(fragment_ops, fn)(x, y)
+
+    def __add__(self, other):
+        return self._op("add", self, other)
+
+    def __radd__(self, other):
+        return self._op("add", other, self)
+
+    def __sub__(self, other):
+        return self._op("sub", self, other)
+
+    def __rsub__(self, other):
+        return self._op("sub", other, self)
+
+    def __mul__(self, other):
+        return self._op("mul", self, other)
+
+    def __rmul__(self, other):
+        return self._op("mul", other, self)
+
+    def __truediv__(self, other):
+        return self._op("div", self, other)
+
+    def __rtruediv__(self, other):
+        return self._op("div", other, self)
+
+    def __neg__(self):
+        return self._op("scale", self, -1.0)
+
+    def _compared(self, other):
+        from .trace import fail
+
+        fail(f"{type(self).__name__.lower()}s are not compared as a whole (Python's max() and min() compare): "
+             f"tilegen.dsl.maximum(x, y) takes the larger element by element, tilegen.dsl.mask(x, ...) sets "
+             f"elements by their coordinates")
+
+    __lt__ = __le__ = __gt__ = __ge__ = _compared
+
+
+class Fragment(Arithmetic):
     """A warp's registers for a grid of mma atoms of one operand (A, B or C)."""
 
     def __init__(self, ir: T.Fragment):
