@@ -669,3 +669,19 @@ def test_mistakes_that_were_silent_or_raised_from_inside_tilegen(body, error, me
 
     with pytest.raises(error, match=message):
         tilegen.compile(bad)
+
+
+@pytest.mark.parametrize("body, message", [
+    (lambda: tg.mask(tg.fragment(ATOM, "C", (1, 1)), 0, 0, lambda r, c: c >= 8 & r < 4, 0.0),
+     r"mask: & and \| bind tighter than comparisons in Python, .* \(c >= 8\) & \(r < 4\)"),
+    (lambda: tg.copy_async(tg.shared("sA", "f16", 16, 64, stages=2)[2], tg.tensor("A", "f16", ("M", "K")).block(0, 0)),
+     r"stage 2 of sA, which has 2 stages \(0\.\.1\); a stage index that cycles is taken modulo the stages"),
+])
+def test_messages_that_had_been_python_errors_or_cut_short(body, message):
+    @tg.kernel
+    def bad():
+        tg.launch(threads=32, grid=(1, 1, 1))
+        body()
+
+    with pytest.raises(DSLError, match=message):
+        tilegen.compile(bad)

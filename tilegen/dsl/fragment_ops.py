@@ -320,6 +320,12 @@ class Coord:
     def __rsub__(self, o): return Coord(self._lin(o) + self._neg(self.terms))
     def __neg__(self): return Coord(self._neg(self.terms))
 
+    def _precedence(self, o):
+        fail("mask: & and | bind tighter than comparisons in Python, so `c >= 8 & r < 4` reads "
+             "`c >= (8 & r) < 4`: put each comparison in parentheses, (c >= 8) & (r < 4)")
+
+    __and__ = __rand__ = __or__ = __ror__ = _precedence
+
     def _cmp(self, rel, o):
         return Cond(T.MaskCompare(rel, T.MaskLinear(self.terms), T.MaskLinear(self._lin(o))))
 

@@ -413,7 +413,9 @@ def copy_async(dst: Stage, src: Block, comment: str = "", inbounds: tuple = ()):
 
 def check_stage(stage: Stage):
     if isinstance(stage.index.raw, int) and not 0 <= stage.index.raw < stage.tile.ir.stages:
-        fail(f"stage {stage.index.raw} of {stage.tile.ir.name}, which has {stage.tile.ir.stages}")
+        n = stage.tile.ir.stages
+        fail(f"stage {stage.index.raw} of {stage.tile.ir.name}, which has {n} stage{'s' if n > 1 else ''} "
+             f"(0..{n - 1}); a stage index that cycles is taken modulo the stages, e.g. sA[kt % {n}]")
 
 
 def commit():
