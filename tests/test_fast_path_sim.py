@@ -578,3 +578,21 @@ def test_a_prepared_launch_by_name_runs_the_one_kernel(sim_gpu):
     assert [(np.prod(g), s) for _, g, s in sim_gpu.launches] == [(4, sim_gpu.stream)]
     with pytest.raises(tilegen.LaunchError, match="kernel.launch of a GEMM runs on the GPU"):
         kernel.launch(args, {"M": 70, "N": 96, "K": 48}, device="sim")
+
+
+def test_a_leading_dimension_below_the_columns_is_refused(sim_gpu, monkeypatch):
+    """A_ld < K would make A's rows overlap: a silent wrong answer before; kernel.launch and
+    the emulator's run_kernel both refuse it, naming the parameter and its least value."""
+    from tilegen.sim import GlobalMemory, SimError, run_kernel
+
+    kernel = tilegen.compile(tilegen.GemmSpec(dtype="f16", **SMALL))
+    args = {n: 0x1000 * (i + 1) if n.endswith("_ptr") else 64 for i, (n, _) in enumerate(kernel.params)}
+    args.update(alpha=1.0, beta=0.0, A_ld=63)
+    sizes = {"M": 64, "N": 64, "K": 64}
+    says = r"A_ld = 63 is less than the 64 elements of each stored row of A \(K = 64\): its rows would overlap"
+    with pytest.raises(tilegen.LaunchError, match=says):
+        kernel.launch(args, sizes)
+    with pytest.raises(SimError, match=says):
+        run_kernel(kernel, args, sizes, GlobalMemory())
+    args.update(A_ld=64, M=1)   # (one row: its ld is not read)
+    assert kernel.leading_problem({**args, "A_ld": 1}, {**sizes, "M": 1}) == ""

@@ -42,7 +42,21 @@ def build(ir, spec=None, kernel_class=Kernel) -> Kernel:
                         grid=lowered.grid, ptx=emit_ptx(lowered), ir=texts["tile"],
                         instructions=lambda: print_ir(lowered), banks=texts["banks"], spec=spec,
                         tensor_maps=[tensor_map_decl(lowered, m) for m in lowered.tensor_maps],
-                        barriers=[(b.name, b.offset, b.stages) for b in lowered.barriers])
+                        barriers=[(b.name, b.offset, b.stages) for b in lowered.barriers],
+                        leading=leading_dimensions(lowered))
+
+
+def leading_dimensions(kernel) -> list:
+    """(tensor, ld parameter, stored rows' parameter, stored columns' parameter) of each tensor
+    whose three are parameters: a launch checks that rows do not overlap (ld >= columns)."""
+    name_of = {id(p.value): p.name for p in kernel.params}
+    name_of.update({id(p.global_value): p.name for p in kernel.params if p.global_value is not None})
+    out = []
+    for t in kernel.tensors:
+        names = [name_of.get(id(v)) for v in (t.ld, t.rows, t.cols)]
+        if None not in names:
+            out.append((t.name, *names))
+    return out
 
 
 def tensor_map_decl(kernel, tmap) -> TensorMapDecl:

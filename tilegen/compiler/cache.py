@@ -66,6 +66,7 @@ def kernel_payload(kernel: Kernel) -> dict:
         "params": [[n, t] for n, t in kernel.params],
         "tensor_maps": [m.to_data() for m in kernel.tensor_maps],
         "barriers": [list(b) for b in kernel.barriers],
+        "leading": [list(x) for x in kernel.leading],
         "grid": kernel.launch_grid.to_data(),
         "ptx": kernel.ptx,
         "ir": kernel.ir,
@@ -86,7 +87,7 @@ def kernel_from_payload(payload: dict, spec, kernel_class=Kernel) -> Kernel:
         grid=LaunchGrid.from_data(payload["grid"]), ptx=payload["ptx"], ir=payload["ir"],
         instructions=payload["instructions"], banks=[BankRow(**row) for row in payload["banks"]], spec=spec,
         tensor_maps=[TensorMapDecl.from_data(m) for m in payload["tensor_maps"]],
-        barriers=[tuple(b) for b in payload["barriers"]])
+        barriers=[tuple(b) for b in payload["barriers"]], leading=[tuple(x) for x in payload["leading"]])
 
 
 def load_kernel(spec, kernel_class=Kernel) -> Optional[Kernel]:

@@ -62,13 +62,14 @@ class Kernel:
     | launch_grid   | the grid over the size symbols (tilegen.ir.grid.LaunchGrid)  |
     | tensor_maps   | [arch.tma.TensorMapDecl]: TMA maps built at each launch      |
     | barriers      | [(name, shared offset, stages)] of the mbarriers             |
+    | leading       | [(tensor, ld, rows, cols parameters)]: ld >= cols at launch  |
     | cluster       | CTAs per cluster (x, y, z), (1, 1, 1) without (sm_90)        |
     | threads, smem_bytes, target, name, spec (GemmSpec or None)                   |
     | resources     | ptxas's report (registers, shared memory, spills) or None    |
     """
 
     def __init__(self, *, name: str, threads: int, target: str, smem_bytes: int, params, grid: LaunchGrid,
-                 ptx: str, ir: str, instructions=None, banks=(), spec=None, tensor_maps=(), barriers=()):
+                 ptx: str, ir: str, instructions=None, banks=(), spec=None, tensor_maps=(), barriers=(), leading=()):
         self.name = name
         self.threads = int(threads)
         self.target = target
@@ -82,6 +83,7 @@ class Kernel:
         self.spec = spec
         self.tensor_maps = tuple(tensor_maps)
         self.barriers = tuple((str(n), int(o), int(k)) for n, o, k in barriers)
+        self.leading = tuple((str(t), str(ld), str(r), str(c)) for t, ld, r, c in leading)
         self._grid = grid.evaluator()
         self._names = tuple(n for n, _ in self.params)
         self._values = itemgetter(*self._names) if len(self._names) > 1 else (
@@ -180,6 +182,21 @@ class Kernel:
         self._launchers[device] = (module_generation(), launcher)
         return launcher
 
+    def leading_problem(self, args: dict, sizes: dict = None) -> str:
+        """What is wrong with a tensor's leading dimension in these arguments (its rows would
+        overlap: ld below the columns of a matrix of more than one row), or ""."""
+        sizes = sizes or {}
+        for tensor, ld, rows, cols in self.leading:
+            got = [args.get(n, sizes.get(n)) for n in (ld, rows, cols)]
+            if not all(isinstance(v, int) and not isinstance(v, bool) for v in got):
+                continue
+            n_ld, n_rows, n_cols = got
+            if n_rows > 1 and n_ld < n_cols:
+                return (f"{ld} = {n_ld} is less than the {n_cols} elements of each stored row of {tensor} ({cols} = "
+                        f"{n_cols}): its rows would overlap; {ld} is the elements from one row's start to the next, "
+                        f"at least {cols}")
+        return ""
+
     _sim_refusal = ("kernel.launch runs on the GPU; on the CPU emulator: tilegen.sim.run_kernel(kernel, args, "
                     "sizes, memory), the pointers addresses in memory (a tilegen.sim.GlobalMemory)")
 
@@ -202,6 +219,9 @@ class Kernel:
                     return
         if device == "sim":
             raise LaunchError(f"{self.name}: {self._sim_refusal}")
+        problem = self.leading_problem(args, sizes)
+        if problem:
+            raise LaunchError(f"{self.name}: {problem}")
         given = args
         if self.tensor_maps:
             args = runtime.fill_tensor_maps(self.tensor_maps, args)

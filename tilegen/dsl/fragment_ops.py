@@ -29,7 +29,7 @@ from ..arch.mma import MmaAtom, mma_atom
 from ..ir import tile as T
 from ..ir.lower.elementwise import accumulator_layout, operand_plan
 from ..ir.values import Imm
-from .objects import Arithmetic, Fragment
+from .objects import OPERATORS, Arithmetic, Fragment
 from .primitives import tile_op
 from .scalars import Float, Int, raw, wrap
 from .trace import current, fail, made
@@ -431,6 +431,9 @@ def to_operand(x, operand: str = "A", *, atom=None, name: str = "") -> list:
         out.append(frag)
     return out
 
+
+
+OPERATORS.update(add=add, sub=sub, mul=mul, div=div, scale=scale)   # (Fragment's and RowVector's operators)
 
 __all__ = ["RowVector", "Coord", "Cond", "add", "add_if_finite", "sub", "mul", "div", "maximum", "scale", "exp", "exp2",
            "assign", "row_vector", "row_max", "row_sum", "mask", "to_operand"]

@@ -5,6 +5,7 @@ from dataclasses import dataclass, replace
 
 from ..ir import tile as T
 from .scalars import Int, wrap
+from .trace import fail
 
 
 class Tensor:
@@ -85,6 +86,11 @@ class Stage:
     index: Int
 
 
+# name -> function of the fragment arithmetic the operators below make (dsl/fragment_ops.py, which
+# builds on this module, fills it when it is imported)
+OPERATORS: dict = {}
+
+
 class Arithmetic:
     """x + y, x - y, x * y, x / y and -x, element by element, on accumulator fragments and row
     vectors with numbers, tilegen.dsl.Float values, fragments and row vectors: the same ops as
@@ -92,9 +98,7 @@ class Arithmetic:
     meaning on a whole fragment: tilegen.dsl.maximum and tilegen.dsl.mask say what is meant."""
 
     def _op(self, fn: str, x, y):
-        from . import fragment_ops
-
-        return getattr(fragment_ops, fn)(x, y)
+        return OPERATORS[fn](x, y)
 
     def __add__(self, other):
         return self._op("add", self, other)
@@ -124,8 +128,6 @@ class Arithmetic:
         return self._op("scale", self, -1.0)
 
     def _compared(self, other):
-        from .trace import fail
-
         fail(f"{type(self).__name__.lower()}s are not compared as a whole (Python's max() and min() compare): "
              f"tilegen.dsl.maximum(x, y) takes the larger element by element, tilegen.dsl.mask(x, ...) sets "
              f"elements by their coordinates")

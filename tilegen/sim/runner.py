@@ -529,6 +529,9 @@ def run_kernel(kernel, args: dict, sizes: dict, memory: Optional[GlobalMemory] =
               if isinstance(args.get(k), numbers.Integral) and not isinstance(args[k], bool) and args[k] != v]
     if differ:   # the grid would cover one problem and the kernel walk another
         raise SimError(f"{kernel.name}: {'; '.join(differ)} (the grid is sized from sizes, the kernel reads args)")
+    problem = getattr(kernel, "leading_problem", lambda a, s: "")(args, sizes)
+    if problem:
+        raise SimError(f"{kernel.name}: {problem}")
     grid = kernel.grid(sizes, EMULATOR_SM_COUNT)
     stats, total = LaunchStats(), math.prod(grid)
 
