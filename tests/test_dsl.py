@@ -685,3 +685,21 @@ def test_messages_that_had_been_python_errors_or_cut_short(body, message):
 
     with pytest.raises(DSLError, match=message):
         tilegen.compile(bad)
+
+
+@pytest.mark.parametrize("body, message", [
+    (lambda: list(tg.range(tg.scalar("n"))), r"expected an integer kernel value .*, got a Float \(an f32 value"),
+    (lambda: list(range(tg.cdiv(tg.size("N"), 16))), r"Python's range\(\) unrolls at trace time: a loop over a "
+                                                        r"runtime count is tilegen.dsl.range"),
+    (lambda: tg.wgmma(tg.fragment(ATOM, "C", (1, 8)), tg.shared("sA", "f16", 64, 64)[0],
+                      tg.shared("sB", "f16", 64, 64)[0], 0, 0, 0),
+     r"wgmma runs on whole warpgroups of 128 threads \(warps 4g \.\. 4g \+ 3\); the CTA has 96 threads"),
+])
+def test_more_mistakes_said_at_the_users_line(body, message):
+    @tg.kernel
+    def bad():
+        tg.launch(threads=96, grid=(1, 1, 1))
+        body()
+
+    with pytest.raises(DSLError, match=message):
+        tilegen.compile(bad, target="sm_90a")

@@ -559,3 +559,18 @@ def test_gemm_given_too_little_shared_memory(gemm):
     with pytest.raises(SimError) as e:
         run_gemm_ptx(gemm, gemm.ptx, smem=gemm.smem_bytes - 1024)
     assert e.value.kind == "bounds" and "shared" in str(e.value)
+
+
+def test_pointers_of_a_memory_not_passed_are_named():
+    """run_kernel without memory= uses the emulator's shared memory: pointers allocated in a
+    GlobalMemory of one's own are in none of its allocations (it had read "below every allocation")."""
+    import tilegen
+    from tilegen.sim import GlobalMemory, SimError, run_kernel
+
+    kernel = tilegen.compile(tilegen.GemmSpec(dtype="f16", tile=(64, 64, 32), warps=(2, 2)))
+    mine = GlobalMemory()
+    args = {n: mine.alloc(64 * 64 * 4) if n.endswith("_ptr") else 64 for n, _ in kernel.params}
+    args.update(alpha=1.0, beta=0.0, bias_ptr=0, R_ptr=0, R_ld=64)
+    with pytest.raises(SimError, match=r"A_ptr = 0x[0-9a-f]+ is in no allocation of the emulator's shared "
+                                       r"tilegen.sim.global_memory\(\): pass memory= the GlobalMemory"):
+        run_kernel(kernel, {n: args[n] for n, _ in kernel.params}, {"M": 64, "N": 64, "K": 64})

@@ -191,7 +191,7 @@ class Kernel:
             if not all(isinstance(v, int) and not isinstance(v, bool) for v in got):
                 continue
             n_ld, n_rows, n_cols = got
-            if n_rows > 1 and n_ld < n_cols:
+            if n_rows > 1 and 0 <= n_ld < n_cols:   # (a negative one is out of range: the launch says so)
                 return (f"{ld} = {n_ld} is less than the {n_cols} elements of each stored row of {tensor} ({cols} = "
                         f"{n_cols}): its rows would overlap; {ld} is the elements from one row's start to the next, "
                         f"at least {cols}")

@@ -530,6 +530,12 @@ def wgmma(acc: Fragment, a, b: Stage, m0, k0: int, n0, accumulate: bool = True):
     if (not isinstance(acc, Fragment) or acc.operand != "C" or not isinstance(b, Stage)
             or not (isinstance(a, Stage) or from_registers)):
         fail("wgmma(accumulator fragment, A stage or A fragment, B stage, m0, k0, n0)")
+    role = getattr(current(), "role_threads", None)
+    threads = role[1] if role else current().kernel.threads
+    if threads % 128 or (role and role[0] % 128):   # (a warpgroup's four warps issue it together)
+        fail(f"wgmma runs on whole warpgroups of 128 threads (warps 4g .. 4g + 3); "
+             + (f"this role runs threads {role[0]} .. {role[0] + role[1] - 1}" if role else
+                f"the CTA has {threads} threads (launch a multiple of 128)"))
     dt = b.tile.ir.dtype.name
     a_dt = a.atom.a_type.name if from_registers else a.tile.ir.dtype.name
     if a_dt != dt and not (a_dt in WGMMA_FP8 and dt in WGMMA_FP8):

@@ -9,6 +9,9 @@ from .trace import current, fail
 def _raw(x):
     if isinstance(x, Int):
         return x.raw
+    if isinstance(x, Float):
+        fail("expected an integer kernel value (an Int, a size or a Python int), got a Float (an f32 value: "
+             "tilegen.dsl.scalar declares f32 parameters, tilegen.dsl.size integer ones)")
     if isinstance(x, bool) or not isinstance(x, int):
         fail(f"expected an integer kernel value, got {type(x).__name__} {x!r}")
     if not 0 <= x < 2 ** 32:
@@ -86,7 +89,8 @@ class Int:
     def __index__(self):
         if isinstance(self.raw, int):
             return self.raw
-        fail("a runtime kernel integer cannot be used where Python needs a constant")
+        fail("a runtime kernel integer cannot be used where Python needs a constant (Python's range() unrolls at "
+             "trace time: a loop over a runtime count is tilegen.dsl.range(...))")
 
     def __repr__(self):
         return f"Int({self.raw!r})"

@@ -519,7 +519,14 @@ def run_kernel(kernel, args: dict, sizes: dict, memory: Optional[GlobalMemory] =
     in `memory`, default tilegen.sim.global_memory()), grid from kernel.grid(sizes) with
     EMULATOR_SM_COUNT multiprocessors. A run still going after a few seconds says how far it
     got, every few seconds (sim/progress.py; progress=False for callers that say their own)."""
-    memory = memory if memory is not None else global_memory()
+    given = memory is not None
+    memory = memory if given else global_memory()
+    if not given:   # (pointers from a GlobalMemory of the caller's, which was not passed: say so)
+        for name, ptr in args.items():
+            a = memory.at_or_below(ptr) if name.endswith("_ptr") and isinstance(ptr, int) and ptr else None
+            if name.endswith("_ptr") and isinstance(ptr, int) and ptr and (a is None or ptr > a.end):
+                raise SimError(f"{kernel.name}: {name} = 0x{ptr:x} is in no allocation of the emulator's shared "
+                               f"tilegen.sim.global_memory(): pass memory= the GlobalMemory it was allocated in")
     args = fill_tensor_maps(getattr(kernel, "tensor_maps", ()), args)
     names = [n for n, _ in kernel.params]
     missing = [n for n in names if n not in args]
