@@ -533,7 +533,7 @@ def wgmma(acc: Fragment, a, b: Stage, m0, k0: int, n0, accumulate: bool = True):
     role = getattr(current(), "role_threads", None)
     threads = role[1] if role else current().kernel.threads
     if threads % 128 or (role and role[0] % 128):   # (a warpgroup's four warps issue it together)
-        fail(f"wgmma runs on whole warpgroups of 128 threads (warps 4g .. 4g + 3); "
+        fail("wgmma runs on whole warpgroups of 128 threads (warps 4g .. 4g + 3); "
              + (f"this role runs threads {role[0]} .. {role[0] + role[1] - 1}" if role else
                 f"the CTA has {threads} threads (launch a multiple of 128)"))
     dt = b.tile.ir.dtype.name
