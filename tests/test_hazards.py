@@ -151,3 +151,27 @@ def test_a_copy_never_committed_is_named_as_such():
     with pytest.raises(HazardError, match=r"the copy was never committed into a group \(tilegen.dsl.commit\(\) after "
                                           r"the copies, then tilegen.dsl.wait\(n\) for its group\) \(test_hazards.py:\d+\)"):
         tilegen.compile(never_committed)
+
+
+@tg.kernel
+def per_warp_origin(rows=32):
+    """Each of 4 warps loads its own 16 rows of sA (64 rows needed); sB follows sA in shared memory."""
+    tg.launch(threads=128, grid=(1, 1, 1))
+    A = tg.tensor("A", "f16", ("M", "K"))
+    sA = tg.shared("sA", "f16", rows, 32, swizzle="64B")
+    sB = tg.shared("sB", "f16", 32, 64, swizzle="128B")
+    tg.copy_async(sA[0], A.block(0, 0))
+    tg.copy_async(sB[0], A.block(0, 0))
+    tg.commit()
+    tg.wait(0)
+    tg.barrier()
+    tg.load(tg.fragment(ATOM, "A", (1, 1)), sA[0], tg.warp_id() * 16, 0)
+
+
+def test_a_runtime_origin_past_the_tile_is_refused_for_the_warp_it_is_past_for():
+    """A constant origin outside the tile was refused; one computed per warp was not, and warps 2
+    and 3 read sB's bytes as if they were sA's (a silent wrong answer on the GPU and the emulator)."""
+    tilegen.compile(per_warp_origin, rows=64)
+    with pytest.raises(HazardError, match=r"fragment \w+ at \(32, 0\) for warp 2 does not fit in sA \(32x32\): it would "
+                                          r"read another tile's shared memory \(test_hazards.py:\d+\)"):
+        tilegen.compile(per_warp_origin)

@@ -34,6 +34,7 @@ from __future__ import annotations
 from ..errors import IRError
 from . import tile as T
 from .instr import Comment, If, Instr, Loop, Role
+from .verify import fragment_bounds
 from .scalar_eval import ScalarEval
 
 
@@ -51,6 +52,7 @@ class _State:
         self.read_since_barrier: dict = {}  # (tile, stage) -> op that read it
         self.guessed_trips = False          # some loop's trip count was unknown
         self.role_waits: set = set()        # barriers waited on inside the warp roles the walk passed by
+        self.origins_checked: set = set()   # loads whose runtime origin was checked (shared by the walks)
         self.unfenced: set = set()          # landed copies no fence_proxy_async covers yet
         self.wgmma_open: list = []          # (key, op, acc) of wgmmas not yet committed
         self.wgmma_groups: list = []        # committed, not yet retired by wgmma_wait
@@ -316,7 +318,25 @@ def _store_stage(n, ev, st):
         _barrier(n.sync, ev, st)
 
 
+def _check_origin(n, ev, st):
+    """A load's runtime origin, for each warp (its lane 0) where it is known: inside the tile
+    (a constant one is verify's to check). Each load once per check_hazards."""
+    if id(n) in st.origins_checked or all(isinstance(o, int) for o in (n.row0, n.col0)):
+        return
+    st.origins_checked.add(id(n))
+    for w in range(st.threads // 32):
+        memo = {}
+        for origin, extent, limit in fragment_bounds(n):
+            at = ev.at_thread(origin, 32 * w, memo)
+            if at is not None and not 0 <= at <= limit - extent:
+                rows, cols = (ev.at_thread(x, 32 * w, memo) for x in (n.row0, n.col0))
+                raise HazardError(f"fragment {n.frag.name} at ({rows}, {cols}) for warp {w} does not fit in "
+                                  f"{n.src.name} ({n.src.layout.rows}x{n.src.layout.cols}): it would read another "
+                                  f"tile's shared memory{_where(n)}")
+
+
 def _load_fragment(n, ev, st):
+    _check_origin(n, ev, st)
     tc = st.wgmma_reading(_registers(n.frag))
     if tc is not None:
         raise HazardError(f"load overwrites fragment {n.frag.name} while a wgmma{_where(tc)} may still be "
@@ -503,10 +523,12 @@ def check_hazards(kernel):
     """Raise HazardError for the first unsafe step of the pipeline; return the kernel."""
     stages = max((t.stages for t in kernel.shared), default=1)
     symbols = set(kernel.symbols)
+    checked: set = set()
     for size in SIZES:
         for trips in range(1, 2 * stages + 2):
             params = {p.name: (size if p.name in symbols else 4096) for p in kernel.params if p.type == "u32"}
             st = _State(kernel.threads)
+            st.origins_checked = checked
             try:
                 _walk(kernel.body, ScalarEval(params, kernel.params), st, trips)
             except _TooLong:

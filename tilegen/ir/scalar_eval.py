@@ -23,6 +23,7 @@ class ScalarEval:
         """params: parameter name -> value; declared: the kernel's Params, whose registers
         hold those values from the start (tile level: the loads come with lowering)."""
         self.env: dict[Value, object] = {}
+        self.defs: dict = {}        # Value -> the instruction that made it last (at_thread)
         self.params = params or {}  # parameter name -> value, for ld.param
         for p in declared:
             self.env[p.value] = self.params.get(p.name)
@@ -45,21 +46,23 @@ class ScalarEval:
         if len(instr.outs) != 1 or not isinstance(instr.outs[0], Value):
             return
         out = instr.outs[0]
+        self.defs[out] = instr
+        self.env[out] = self._apply(instr, [self.value(x) for x in instr.ins])
+
+    def _apply(self, instr, args):
+        """The result of `instr` on argument values `args` (None when unknown)."""
+        out = instr.outs[0]
         parts = instr.opcode.split(".")
-        args = [self.value(x) for x in instr.ins]
         result = None
         if parts[0] == "setp" and len(args) == 2 and None not in args and instr.pred is None:
             a, b = args
             if parts[2] == "s32":
                 a, b = (a - (1 << 32) if a >= 1 << 31 else a), (b - (1 << 32) if b >= 1 << 31 else b)
-            result = _COMPARE.get(parts[1], lambda x, y: None)(a, b)
-            self.env[out] = result
-            return
+            return _COMPARE.get(parts[1], lambda x, y: None)(a, b)
         if parts[0] in ("and", "or", "not") and parts[-1] == "pred":
             if None not in args:
                 result = (all(args) if parts[0] == "and" else any(args) if parts[0] == "or" else not args[0])
-            self.env[out] = result
-            return
+            return result
         if parts[0] == "ld" and parts[1] == "param":
             src = instr.ins[0]
             result = self.params.get(getattr(getattr(src, "base", None), "name", None))
@@ -78,4 +81,17 @@ class ScalarEval:
                 result = _BINARY[op](args[0], args[1])
             if isinstance(result, int):
                 result &= _U32
-        self.env[out] = result
+        return result
+
+    def at_thread(self, x, tid: int, memo=None):
+        """x's value in thread `tid` of CTA 0 (self.value is thread 0's), from the instructions
+        that made it: None when unknown."""
+        if isinstance(x, Sym) and x.name == "%tid.x":
+            return tid
+        if not isinstance(x, Value) or x not in self.defs:
+            return self.value(x)
+        memo = {} if memo is None else memo
+        if x not in memo:
+            instr = self.defs[x]
+            memo[x] = self._apply(instr, [self.at_thread(y, tid, memo) for y in instr.ins])
+        return memo[x]

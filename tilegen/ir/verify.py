@@ -110,11 +110,11 @@ def _check_copy(kernel, op, defined, where):
         raise IRError(f"copy from {op.src.dtype} into a {op.dst.dtype} tile{where}")
 
 
-def _check_load(kernel, op, defined, where):
-    _declared_stage(kernel, op.src, op.stage, where)
+def fragment_bounds(op) -> list:
+    """For a LoadFragment: (origin, extent, limit) along the tile's stored rows and columns: the
+    fragment fits where 0 <= origin <= limit - extent on both."""
     frag, tile = op.frag, op.src
     rows, cols = _fragment_extent(frag)
-    st_rows, st_cols = tile.layout.rows, tile.layout.cols
     logical = (rows, cols)
     if frag.operand == "A":
         need = logical if op.k_major else (cols, rows)
@@ -125,10 +125,16 @@ def _check_load(kernel, op, defined, where):
         o = origin if op.k_major else origin[::-1]
     else:
         o = origin[::-1] if op.k_major else origin
-    for n, extent, limit in zip(o, need, (st_rows, st_cols)):
+    return list(zip(o, need, (tile.layout.rows, tile.layout.cols)))
+
+
+def _check_load(kernel, op, defined, where):
+    _declared_stage(kernel, op.src, op.stage, where)
+    frag, tile = op.frag, op.src
+    for n, extent, limit in fragment_bounds(op):
         if isinstance(n, int) and not 0 <= n <= limit - extent:
-            raise IRError(f"fragment {frag.name} at {origin} does not fit in {tile.name} "
-                          f"({st_rows}x{st_cols}){where}")
+            raise IRError(f"fragment {frag.name} at {(op.row0, op.col0)} does not fit in {tile.name} "
+                          f"({tile.layout.rows}x{tile.layout.cols}){where}")
         if extent > limit:
             raise IRError(f"fragment {frag.name} ({extent}) larger than {tile.name}{where}")
 
