@@ -574,3 +574,16 @@ def test_pointers_of_a_memory_not_passed_are_named():
     with pytest.raises(SimError, match=r"A_ptr = 0x[0-9a-f]+ is in no allocation of the emulator's shared "
                                        r"tilegen.sim.global_memory\(\): pass memory= the GlobalMemory"):
         run_kernel(kernel, {n: args[n] for n, _ in kernel.params}, {"M": 64, "N": 64, "K": 64})
+
+
+def test_a_missing_argument_names_a_misspelled_one_given():
+    import tilegen
+    from tilegen.sim import GlobalMemory, SimError, run_kernel
+
+    kernel = tilegen.compile(tilegen.GemmSpec(dtype="f16", tile=(64, 64, 32), warps=(2, 2)))
+    args = {n: 64 for n, _ in kernel.params if n != "alpha"}
+    args["alpah"] = 2.0
+    with pytest.raises(SimError, match=r"missing arguments alpha \(given: 'alpah' for 'alpha'\?\)"):
+        run_kernel(kernel, args, {"M": 64, "N": 64, "K": 64}, GlobalMemory())
+    with pytest.raises(tilegen.LaunchError, match=r"missing arguments alpha \(given: 'alpah' for 'alpha'\?\)"):
+        kernel.launch(args, {"M": 64, "N": 64, "K": 64})

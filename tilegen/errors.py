@@ -1,5 +1,7 @@
 """Errors users see. Each names what was wrong and what is allowed."""
 
+import difflib
+
 
 class TilegenError(Exception):
     """Base class of every error tilegen raises on purpose."""
@@ -56,6 +58,16 @@ class PrecisionWarning(UserWarning):
 
 class PerformanceWarning(UserWarning):
     """A kernel that runs, but slower than it should (say, registers spilled to local memory)."""
+
+
+def missing_arguments(missing, given) -> str:
+    """"missing arguments a, b", with the given names that look like misspellings of them."""
+    near = []
+    for name in missing:
+        close = difflib.get_close_matches(name, [g for g in given if g not in missing], n=1)
+        if close:
+            near.append(f"{close[0]!r} for {name!r}?")
+    return f"missing arguments {', '.join(missing)}" + (f" (given: {'; '.join(near)})" if near else "")
 
 
 def warn(message: str, category) -> None:

@@ -12,7 +12,7 @@ from typing import Optional
 
 from .. import runtime
 from ..codegen.ptxas import PtxasError, assemble_cubin, find_ptxas, resources
-from ..errors import LaunchError, PerformanceWarning
+from ..errors import LaunchError, PerformanceWarning, missing_arguments
 from ..ir.bank_report import format_bank_report
 from ..ir.grid import LaunchGrid
 from ..runtime.module import module_generation
@@ -229,7 +229,7 @@ class Kernel:
             values = self._values(args)
         except KeyError:
             missing = [n for n in self._names if n not in args]
-            raise LaunchError(f"{self.name}: missing arguments {', '.join(missing)}") from None
+            raise LaunchError(f"{self.name}: {missing_arguments(missing, args)}") from None
         launcher = self.launcher(device)
         grid = self.grid(sizes, launcher.sm_count)
         if 0 in grid:

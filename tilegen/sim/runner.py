@@ -23,6 +23,7 @@ from .cluster import MAX_CLUSTER, Cluster
 from .signals import END, Barrier, Converge, Diverge, Exit, Wait
 from .decode import decode
 from .errors import SimError
+from ..errors import missing_arguments
 from .mbarrier import name_of
 from .memory import GlobalMemory
 from .ordering import GlobalOrder
@@ -531,7 +532,7 @@ def run_kernel(kernel, args: dict, sizes: dict, memory: Optional[GlobalMemory] =
     names = [n for n, _ in kernel.params]
     missing = [n for n in names if n not in args]
     if missing:
-        raise SimError(f"{kernel.name}: missing arguments {', '.join(missing)}")
+        raise SimError(f"{kernel.name}: {missing_arguments(missing, args)}")
     differ = [f"{k} = {v} in sizes but {args[k]} in args" for k, v in sizes.items()
               if isinstance(args.get(k), numbers.Integral) and not isinstance(args[k], bool) and args[k] != v]
     if differ:   # the grid would cover one problem and the kernel walk another
