@@ -587,3 +587,62 @@ def test_a_missing_argument_names_a_misspelled_one_given():
         run_kernel(kernel, args, {"M": 64, "N": 64, "K": 64}, GlobalMemory())
     with pytest.raises(tilegen.LaunchError, match=r"missing arguments alpha \(given: 'alpah' for 'alpha'\?\)"):
         kernel.launch(args, {"M": 64, "N": 64, "K": 64})
+
+
+ATOM_F16 = "m16n8k16.f16.f32"
+
+
+def _axpy():
+    import tilegen.dsl as tg
+
+    @tg.kernel
+    def axpy(y_layout="row", BN=32):
+        """Y = alpha * X + Y over 16 x BN blocks (ragged edges), Y stored in `y_layout` order."""
+        tg.launch(threads=32, grid=(tg.cdiv("M", 16), tg.cdiv("N", BN), 1))
+        X = tg.tensor("X", "f32", ("M", "N"))
+        Y = tg.tensor("Y", "f32", ("M", "N"), layout=y_layout)
+        alpha = tg.scalar("alpha")
+        r0, c0 = tg.program_id("x") * 16, tg.program_id("y") * BN
+        x, y = tg.fragment(ATOM_F16, "C", (1, BN // 8)), tg.fragment(ATOM_F16, "C", (1, BN // 8))
+        tg.accumulate(x, X.block(r0, c0))
+        tg.accumulate(y, Y.block(r0, c0))
+        tg.store(Y.block(r0, c0), x * alpha + y)
+    return axpy
+
+
+@pytest.mark.parametrize("layout", ["row", "col"])
+def test_a_dsl_kernel_runs_on_numpy_arrays_by_tensor_name(layout):
+    """run_arrays: the arrays laid out as the kernel declares them (a column-major Y stored
+    transposed), their shapes the sizes, alpha by name; Y holds the result afterwards."""
+    import tilegen
+    from tilegen.sim import run_arrays
+
+    kernel = tilegen.compile(_axpy(), y_layout=layout)
+    rng = np.random.default_rng(11)
+    X, Y = (rng.standard_normal((37, 50)).astype(np.float32) for _ in range(2))
+    want = -1.5 * X.astype(np.float64) + Y
+    run_arrays(kernel, X=X, Y=Y, alpha=-1.5)
+    assert np.abs(Y - want).max() <= 4 * 2.0 ** -24 * np.abs(want).max()
+
+
+@pytest.mark.parametrize("call, says", [
+    (lambda k, X, Y: run_arrays_(k, X=X.astype(np.float64), Y=Y, alpha=1.0),
+     r"X is declared f32: pass a float32 array, not float64"),
+    (lambda k, X, Y: run_arrays_(k, X=X, Y=Y[:, :49], alpha=1.0), r"Y gives N = 49, but X gives N = 50"),
+    (lambda k, X, Y: run_arrays_(k, X=X, alpha=1.0), r"no array for tensor Y \(its tensors: X, Y\)"),
+    (lambda k, X, Y: run_arrays_(k, X=X, Y=Y, alpah=1.0), r"alpah is neither a tensor nor a parameter of this "
+                                                          r"kernel \(alpha\?\)"),
+])
+def test_run_arrays_says_what_does_not_fit(call, says):
+    import tilegen
+
+    kernel = tilegen.compile(_axpy())
+    X = np.zeros((20, 50), np.float32)
+    with pytest.raises(SimError, match=says):
+        call(kernel, X, X.copy())
+
+
+def run_arrays_(*args, **kw):
+    from tilegen.sim import run_arrays
+
+    return run_arrays(*args, **kw)

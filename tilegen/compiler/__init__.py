@@ -47,15 +47,16 @@ def build(ir, spec=None, kernel_class=Kernel) -> Kernel:
 
 
 def leading_dimensions(kernel) -> list:
-    """(tensor, ld parameter, stored rows' parameter, stored columns' parameter) of each tensor
-    whose three are parameters: a launch checks that rows do not overlap (ld >= columns)."""
+    """(tensor, ld parameter, stored rows' parameter, stored columns' parameter, dtype, logical
+    order) of each tensor whose three are parameters: a launch checks that rows do not overlap
+    (ld >= columns); tilegen.sim.run_arrays lays numpy arrays out by them."""
     name_of = {id(p.value): p.name for p in kernel.params}
     name_of.update({id(p.global_value): p.name for p in kernel.params if p.global_value is not None})
     out = []
     for t in kernel.tensors:
         names = [name_of.get(id(v)) for v in (t.ld, t.rows, t.cols)]
         if None not in names:
-            out.append((t.name, *names))
+            out.append((t.name, *names, t.dtype.name, t.logical))
     return out
 
 

@@ -62,7 +62,7 @@ class Kernel:
     | launch_grid   | the grid over the size symbols (tilegen.ir.grid.LaunchGrid)  |
     | tensor_maps   | [arch.tma.TensorMapDecl]: TMA maps built at each launch      |
     | barriers      | [(name, shared offset, stages)] of the mbarriers             |
-    | leading       | [(tensor, ld, rows, cols parameters)]: ld >= cols at launch  |
+    | leading       | [(tensor, ld, rows, cols parameters, dtype, logical order)]  |
     | cluster       | CTAs per cluster (x, y, z), (1, 1, 1) without (sm_90)        |
     | threads, smem_bytes, target, name, spec (GemmSpec or None)                   |
     | resources     | ptxas's report (registers, shared memory, spills) or None    |
@@ -83,7 +83,7 @@ class Kernel:
         self.spec = spec
         self.tensor_maps = tuple(tensor_maps)
         self.barriers = tuple((str(n), int(o), int(k)) for n, o, k in barriers)
-        self.leading = tuple((str(t), str(ld), str(r), str(c)) for t, ld, r, c in leading)
+        self.leading = tuple(tuple(str(x) for x in entry) for entry in leading)
         self._grid = grid.evaluator()
         self._names = tuple(n for n, _ in self.params)
         self._values = itemgetter(*self._names) if len(self._names) > 1 else (
@@ -186,7 +186,7 @@ class Kernel:
         """What is wrong with a tensor's leading dimension in these arguments (its rows would
         overlap: ld below the columns of a matrix of more than one row), or ""."""
         sizes = sizes or {}
-        for tensor, ld, rows, cols in self.leading:
+        for tensor, ld, rows, cols, *_ in self.leading:
             got = [args.get(n, sizes.get(n)) for n in (ld, rows, cols)]
             if not all(isinstance(v, int) and not isinstance(v, bool) for v in got):
                 continue

@@ -62,6 +62,7 @@ from .errors import PtxSyntaxError, SimError
 from .memory import GlobalMemory
 from .parser import parse_ptx
 from .runner import EMULATOR_SM_COUNT, LaunchStats, global_memory, launch, run_kernel
+from .arrays import run_arrays
 
-__all__ = ["SimError", "PtxSyntaxError", "GlobalMemory", "parse_ptx", "launch", "run_kernel",
+__all__ = ["SimError", "PtxSyntaxError", "GlobalMemory", "parse_ptx", "launch", "run_kernel", "run_arrays",
            "global_memory", "LaunchStats", "EMULATOR_SM_COUNT"]
