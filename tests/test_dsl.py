@@ -438,18 +438,23 @@ def test_a_runtime_loop_with_a_step_and_float_arithmetic():
         np.testing.assert_array_equal(C, want, err_msg=f"range({first}, {W}, 8)")
 
 
+def _refused(body, error, message, threads=32, **compile_kw):
+    """A kernel of `threads` threads whose body is body() is refused with `error` matching `message`."""
+    @tg.kernel
+    def bad():
+        tg.launch(threads=threads, grid=(1, 1, 1))
+        body()
+
+    with pytest.raises(error, match=message):
+        tilegen.compile(bad, **compile_kw)
+
+
 @pytest.mark.parametrize("body, message", [
     (lambda: list(tg.range(0, 8, 0)), r"step=0\): the step must be a Python int >= 1"),
     (lambda: tg.scalar("a") * "x", "a Float combines with another Float or a Python number, not str"),
 ])
 def test_steps_and_float_operands_that_make_no_sense_are_explained(body, message):
-    @tg.kernel
-    def bad():
-        tg.launch(threads=32, grid=(1, 1, 1))
-        body()
-
-    with pytest.raises(DSLError, match=message):
-        tilegen.compile(bad)
+    _refused(body, DSLError, message)
 
 
 def _relu_of(dtype: str, transposed: bool):
@@ -662,13 +667,7 @@ def _load_at(row, col):
      r"launch is given once per kernel; this one already set its threads and grid at test_dsl.py:\d+"),
 ])
 def test_mistakes_that_were_silent_or_raised_from_inside_tilegen(body, error, message):
-    @tg.kernel
-    def bad():
-        tg.launch(threads=128, grid=(1, 1, 1))
-        body()
-
-    with pytest.raises(error, match=message):
-        tilegen.compile(bad)
+    _refused(body, error, message, threads=128)
 
 
 @pytest.mark.parametrize("body, message", [
@@ -678,13 +677,7 @@ def test_mistakes_that_were_silent_or_raised_from_inside_tilegen(body, error, me
      r"stage 2 of sA, which has 2 stages \(0\.\.1\); a stage index that cycles is taken modulo the stages"),
 ])
 def test_messages_that_had_been_python_errors_or_cut_short(body, message):
-    @tg.kernel
-    def bad():
-        tg.launch(threads=32, grid=(1, 1, 1))
-        body()
-
-    with pytest.raises(DSLError, match=message):
-        tilegen.compile(bad)
+    _refused(body, DSLError, message)
 
 
 @pytest.mark.parametrize("body, message", [
@@ -696,10 +689,4 @@ def test_messages_that_had_been_python_errors_or_cut_short(body, message):
      r"wgmma runs on whole warpgroups of 128 threads \(warps 4g \.\. 4g \+ 3\); the CTA has 96 threads"),
 ])
 def test_more_mistakes_said_at_the_users_line(body, message):
-    @tg.kernel
-    def bad():
-        tg.launch(threads=96, grid=(1, 1, 1))
-        body()
-
-    with pytest.raises(DSLError, match=message):
-        tilegen.compile(bad, target="sm_90a")
+    _refused(body, DSLError, message, threads=96, target="sm_90a")

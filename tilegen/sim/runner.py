@@ -524,8 +524,10 @@ def run_kernel(kernel, args: dict, sizes: dict, memory: Optional[GlobalMemory] =
     memory = memory if given else global_memory()
     if not given:   # (pointers from a GlobalMemory of the caller's, which was not passed: say so)
         for name, ptr in args.items():
-            a = memory.at_or_below(ptr) if name.endswith("_ptr") and isinstance(ptr, int) and ptr else None
-            if name.endswith("_ptr") and isinstance(ptr, int) and ptr and (a is None or ptr > a.end):
+            if not (name.endswith("_ptr") and isinstance(ptr, int) and ptr):
+                continue
+            a = memory.at_or_below(ptr)
+            if a is None or ptr > a.end:
                 raise SimError(f"{kernel.name}: {name} = 0x{ptr:x} is in no allocation of the emulator's shared "
                                f"tilegen.sim.global_memory(): pass memory= the GlobalMemory it was allocated in")
     args = fill_tensor_maps(getattr(kernel, "tensor_maps", ()), args)
