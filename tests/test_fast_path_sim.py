@@ -557,7 +557,9 @@ def test_a_prepared_launch_repeated_launches_the_same_values(monkeypatch):
     # modules unloaded since: the remembered Launcher is stale, the launch goes to a new one
     monkeypatch.setattr(kernel, "_launchers", {0: (module_generation() - 1, recorder)})
     fresh = []
-    monkeypatch.setattr(kernel, "launcher", lambda device=0: type("Fresh", (), {
+    # (setitem on the instance's dict: undone by deleting it, so the compiled kernel, which
+    # compile() hands to later tests too, is left with its class's launcher)
+    monkeypatch.setitem(kernel.__dict__, "launcher", lambda device=0: type("Fresh", (), {
         "sm_count": 132, "__call__": lambda self, grid, values, stream=0: fresh.append(values)})())
     kernel.launch(args, {**sizes, "M": 128})
     assert len(got) == 8 and len(fresh) == 1
