@@ -629,8 +629,8 @@ def test_a_dsl_kernel_runs_on_numpy_arrays_by_tensor_name(layout):
     (lambda k, X, Y: run_arrays_(k, X=X.astype(np.float64), Y=Y, alpha=1.0),
      r"X is declared f32: pass a float32 array, not float64"),
     (lambda k, X, Y: run_arrays_(k, X=X, Y=Y[:, :49], alpha=1.0), r"Y gives N = 49, but X gives N = 50"),
-    (lambda k, X, Y: run_arrays_(k, X=X, alpha=1.0), r"no array for tensor Y \(its tensors: X, Y\)"),
-    (lambda k, X, Y: run_arrays_(k, X=X, Y=Y, alpah=1.0), r"alpah is neither a tensor nor a parameter of this "
+    (lambda k, X, Y: run_arrays_(k, X=X, alpha=1.0), r"no array for Y \(its arrays, in order: X, Y\)"),
+    (lambda k, X, Y: run_arrays_(k, X=X, Y=Y, alpah=1.0), r"alpah is neither an array nor a parameter of this "
                                                           r"kernel \(alpha\?\)"),
 ])
 def test_run_arrays_says_what_does_not_fit(call, says):
@@ -638,7 +638,7 @@ def test_run_arrays_says_what_does_not_fit(call, says):
 
     kernel = tilegen.compile(_axpy())
     X = np.zeros((20, 50), np.float32)
-    with pytest.raises(SimError, match=says):
+    with pytest.raises(tilegen.LaunchError, match=says):
         call(kernel, X, X.copy())
 
 

@@ -21,6 +21,7 @@ from ..codegen import emit_ptx
 from ..ir import print_ir, run_passes
 from ..ir.bank_report import bank_report
 from . import cache
+from .arrays import array_params
 from .kernel import Kernel
 
 _memo: dict = {}          # spec -> Kernel, this process
@@ -35,6 +36,7 @@ def build(ir, spec=None, kernel_class=Kernel) -> Kernel:
         if kernel.level == "tile":  # the last tile-level form, offsets assigned
             texts["tile"] = print_ir(kernel)
             texts["banks"] = bank_report(kernel)
+            texts["arrays"] = array_params(kernel)
 
     lowered = run_passes(ir, after=keep_tile_level)
     return kernel_class(name=lowered.name, threads=lowered.threads, target=lowered.target,
@@ -43,21 +45,7 @@ def build(ir, spec=None, kernel_class=Kernel) -> Kernel:
                         instructions=lambda: print_ir(lowered), banks=texts["banks"], spec=spec,
                         tensor_maps=[tensor_map_decl(lowered, m) for m in lowered.tensor_maps],
                         barriers=[(b.name, b.offset, b.stages) for b in lowered.barriers],
-                        leading=leading_dimensions(lowered))
-
-
-def leading_dimensions(kernel) -> list:
-    """(tensor, ld parameter, stored rows' parameter, stored columns' parameter, dtype, logical
-    order) of each tensor whose three are parameters: a launch checks that rows do not overlap
-    (ld >= columns); tilegen.sim.run_arrays lays numpy arrays out by them."""
-    name_of = {id(p.value): p.name for p in kernel.params}
-    name_of.update({id(p.global_value): p.name for p in kernel.params if p.global_value is not None})
-    out = []
-    for t in kernel.tensors:
-        names = [name_of.get(id(v)) for v in (t.ld, t.rows, t.cols)]
-        if None not in names:
-            out.append((t.name, *names, t.dtype.name, t.logical))
-    return out
+                        arrays=texts["arrays"])
 
 
 def tensor_map_decl(kernel, tmap) -> TensorMapDecl:

@@ -23,10 +23,11 @@ from .. import store
 from ..arch.tma import TensorMapDecl
 from ..ir.bank_report import BankRow
 from ..ir.grid import LaunchGrid
+from .arrays import ArrayParam
 from .kernel import Kernel
 
 KIND = "ptx"
-PAYLOAD_FORMAT = 3              # bump when the payload's fields change
+PAYLOAD_FORMAT = 4              # bump when the payload's fields change
 _source_hash: Optional[str] = None
 
 
@@ -66,7 +67,7 @@ def kernel_payload(kernel: Kernel) -> dict:
         "params": [[n, t] for n, t in kernel.params],
         "tensor_maps": [m.to_data() for m in kernel.tensor_maps],
         "barriers": [list(b) for b in kernel.barriers],
-        "leading": [list(x) for x in kernel.leading],
+        "arrays": [a.to_data() for a in kernel.arrays],
         "grid": kernel.launch_grid.to_data(),
         "ptx": kernel.ptx,
         "ir": kernel.ir,
@@ -87,7 +88,7 @@ def kernel_from_payload(payload: dict, spec, kernel_class=Kernel) -> Kernel:
         grid=LaunchGrid.from_data(payload["grid"]), ptx=payload["ptx"], ir=payload["ir"],
         instructions=payload["instructions"], banks=[BankRow(**row) for row in payload["banks"]], spec=spec,
         tensor_maps=[TensorMapDecl.from_data(m) for m in payload["tensor_maps"]],
-        barriers=[tuple(b) for b in payload["barriers"]], leading=[tuple(x) for x in payload["leading"]])
+        barriers=[tuple(b) for b in payload["barriers"]], arrays=[ArrayParam.from_data(a) for a in payload["arrays"]])
 
 
 def load_kernel(spec, kernel_class=Kernel) -> Optional[Kernel]:

@@ -16,6 +16,8 @@ from ..errors import LaunchError, PerformanceWarning, missing_arguments
 from ..ir.bank_report import format_bank_report
 from ..ir.grid import LaunchGrid
 from ..runtime.module import module_generation
+from .arrays import ArrayParam
+from .call import call as call_on_arrays
 
 
 class PtxasAssembler:
@@ -62,6 +64,7 @@ class Kernel:
     | launch_grid   | the grid over the size symbols (tilegen.ir.grid.LaunchGrid)  |
     | tensor_maps   | [arch.tma.TensorMapDecl]: TMA maps built at each launch      |
     | barriers      | [(name, shared offset, stages)] of the mbarriers             |
+    | arrays        | [compiler.arrays.ArrayParam]: each memory parameter, as data |
     | leading       | [(tensor, ld, rows, cols parameters, dtype, logical order)]  |
     | cluster       | CTAs per cluster (x, y, z), (1, 1, 1) without (sm_90)        |
     | threads, smem_bytes, target, name, spec (GemmSpec or None)                   |
@@ -69,7 +72,7 @@ class Kernel:
     """
 
     def __init__(self, *, name: str, threads: int, target: str, smem_bytes: int, params, grid: LaunchGrid,
-                 ptx: str, ir: str, instructions=None, banks=(), spec=None, tensor_maps=(), barriers=(), leading=()):
+                 ptx: str, ir: str, instructions=None, banks=(), spec=None, tensor_maps=(), barriers=(), arrays=()):
         self.name = name
         self.threads = int(threads)
         self.target = target
@@ -83,7 +86,8 @@ class Kernel:
         self.spec = spec
         self.tensor_maps = tuple(tensor_maps)
         self.barriers = tuple((str(n), int(o), int(k)) for n, o, k in barriers)
-        self.leading = tuple(tuple(str(x) for x in entry) for entry in leading)
+        self.arrays = tuple(ArrayParam(*a) for a in arrays)
+        self.leading = tuple((a.name, a.ld, a.rows, a.cols, a.dtype, a.logical) for a in self.arrays if a.ld)
         self._grid = grid.evaluator()
         self._names = tuple(n for n, _ in self.params)
         self._values = itemgetter(*self._names) if len(self._names) > 1 else (
@@ -146,10 +150,18 @@ class Kernel:
                               f"{', '.join(sizes) or 'none'}") from None
 
     # -- running ----------------------------------------------------------------------------
-    def __call__(self, *args, **kwargs):
-        raise LaunchError(f"{self.name} is not a GEMM: launch it with kernel.launch(args, sizes), every "
-                          f"parameter by name ({', '.join(self._names) or 'none'}), or on the CPU emulator with "
-                          f"tilegen.sim.run_kernel(kernel, args, sizes, memory)")
+    def __call__(self, *arrays, stream=None, device=None, **named):
+        """Run on arrays: each array the kernel declared by position (in declaration order) or
+        by name, the other parameters and sizes only the grid reads by name. GPU arrays (PyTorch,
+        CuPy, any CUDA array) are used in place on their library's current stream (or `stream`);
+        numpy arrays are copied to the GPU and the arrays the kernel writes copied back, or run
+        on the CPU emulator (device="sim", or no GPU). compiler/call.py says more."""
+        return self.call_arrays(*arrays, stream=stream, device=device, **named)
+
+    def call_arrays(self, *arrays, stream=None, device=None, **named):
+        """kernel(...) of a DSL kernel (a GEMM kernel's own kernel(A, B) takes the GEMM's
+        operands instead)."""
+        return call_on_arrays(self, arrays, named, stream, device)
 
     def function(self, device: int = 0):
         """The loaded CUDA function (JIT-compiled by the driver on first use; loaded again

@@ -18,6 +18,7 @@ A CTA never waits on another: no CTA needs another to be resident, whatever the 
 """
 from __future__ import annotations
 
+from ..ir import tile as T
 from ..ir.instr import Instr
 from ..ir.values import Addr, Imm, Value
 from .primitives import barrier, declare_param, thread_id
@@ -59,7 +60,9 @@ def counters(name: str) -> Counters:
     each put back by its last arrival, after it)."""
     if not isinstance(name, str) or not name.isidentifier():
         fail(f"counters: name must be an identifier, got {name!r}")
-    return Counters(name, declare_param(f"{name}_ptr", "u64", pointer=True))
+    ptr = declare_param(f"{name}_ptr", "u64", pointer=True)
+    current().kernel.arrays.append(T.ArrayDecl(name, "counters", ptr))
+    return Counters(name, ptr)
 
 
 __all__ = ["Counters", "counters"]

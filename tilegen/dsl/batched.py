@@ -78,6 +78,8 @@ def batched_tensor(name: str, dtype: str, shape: tuple, layout: str = "row", cou
     if not isinstance(count, str) or not count.isidentifier():
         fail(f"batched_tensor: count={count!r}; allowed: a size name like 'BATCH'")
     stride = declare_param(f"{name}_batch_stride", "u32")
+    decl = current().kernel.arrays[-1]   # (the matrix tensor() just declared: one of a stack)
+    decl.kind, decl.stride, decl.count = "stack", stride, count
     builder = current().builder
     stride_bytes = builder.mul(stride, base.dtype.bytes)
     # (at the declaration, so that every view's coordinate can use it, whichever branch takes one)

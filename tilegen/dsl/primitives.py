@@ -72,6 +72,7 @@ def tensor(name: str, dtype: str, shape: tuple, layout: str = "row") -> Tensor:
     stored = (rows, cols) if layout == "row" else (cols, rows)
     ir = T.GlobalTensor(name, dt, gptr, stored[0].raw, stored[1].raw, ld, layout, shape)
     tr.kernel.tensors.append(ir)
+    tr.kernel.arrays.append(T.ArrayDecl(name, "matrix", gptr, tensor=ir))
     return Tensor(ir, (rows, cols))
 
 
@@ -86,7 +87,9 @@ def vector(name: str, dtype: str, size: str):
         fail(f"vector {name}: size must be a size name like 'N', got {size!r}")
     length = _symbol(size)
     gptr = declare_param(f"{name}_ptr", "u64", pointer=True)
-    return Vector(T.GlobalVector(name, dt, gptr, length.raw), size)
+    ir = T.GlobalVector(name, dt, gptr, length.raw)
+    current().kernel.arrays.append(T.ArrayDecl(name, "vector", gptr, vector=ir))
+    return Vector(ir, size)
 
 
 def size(name: str) -> Int:
@@ -114,6 +117,7 @@ def device_scalar(name: str) -> Float:
     roles cost the fp8 GEMM 12% (run 232)."""
     _identifier(name, "device_scalar")
     ptr = declare_param(f"{name}_ptr", "u64", pointer=True)
+    current().kernel.arrays.append(T.ArrayDecl(name, "scalar", ptr))
 
     def load():
         b = current().builder

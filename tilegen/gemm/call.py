@@ -25,6 +25,7 @@ import numpy as np
 from .. import runtime
 from ..arch.dtypes import dtype as arch_dtype
 from ..arch.dtypes import F32_INF_FROM, F32_MAX, numpy_dtype
+from ..compiler.call import EmulatorMemory, GpuMemory
 from ..errors import EmulatorWarning, LaunchError, warn
 from ..runtime import interop
 from ..runtime.interop import DEVICE, DTYPE, PTR, SHAPE, STRIDES
@@ -293,7 +294,7 @@ def run_gemm(kernel, A, B, *, out=None, alpha=1.0, beta=0.0, bias=None, residual
                        f"up to about {EMULATOR_LIMIT_S:.0f} s of emulation each (larger ones need device='sim')")
             return _run_host(kernel, A, B, out, alpha, beta, bias, residual, _SimMemory(explicit=False), scales)
         return _run_host(kernel, A, B, out, alpha, beta, bias, residual,
-                         _GpuMemory(device if isinstance(device, int) else 0), scales)
+                         GpuMemory(device if isinstance(device, int) else 0), scales)
     return _run_device(kernel, A, B, out, alpha, beta, bias, residual, repitch, scales)
 
 
@@ -749,34 +750,6 @@ class _FirstKernel:
 
 # ---- host arrays: through the GPU or the emulator ----------------------------------------
 
-class _GpuMemory:
-    """Host arrays through device buffers kept between calls (runtime.HostCallBuffers)."""
-
-    def __init__(self, device: int):
-        self.device = device
-        self.buffers = {}
-
-    def put(self, host: np.ndarray, copy: bool = True) -> int:
-        """A device buffer for `host`, its bytes copied in unless `copy` is False (an output the
-        kernel only writes)."""
-        buf = runtime.HostCallBuffers.take(host.nbytes, self.device)
-        self.buffers[buf.ptr] = buf
-        if copy:
-            buf.copy_from_host(host)
-        return buf.ptr
-
-    def get(self, ptr: int, host: np.ndarray):
-        self.buffers[ptr].copy_to_host(host)
-
-    def launch(self, kernel, args, sizes):
-        kernel.launch(args, sizes, device=self.device)   # (the legacy default stream, as the copies)
-
-    def close(self):
-        for buf in self.buffers.values():
-            runtime.HostCallBuffers.give(buf)
-        self.buffers = {}
-
-
 EMULATOR_LIMIT_S = 30.0   # without a GPU, longer emulations need device="sim"
 PROGRESS_S = 5.0          # emulations estimated longer than this report their progress,
 TICK_S = 5.0              # this often
@@ -809,26 +782,15 @@ def refuse_long_emulation(M: int, N: int, K: int) -> None:
                           f"anyway (tilegen run: --device sim), or run it on a machine with an NVIDIA GPU")
 
 
-class _SimMemory:
-    """Host arrays through the CPU emulator's global memory. Before a launch it estimates
-    the emulator's time (sim/estimate.py): without device="sim" (`explicit`), a launch over
-    EMULATOR_LIMIT_S is refused; a long one reports its progress (_progress)."""
+class _SimMemory(EmulatorMemory):
+    """Host arrays through the CPU emulator's global memory, a GEMM's launch with its first and
+    second kernels and workspace. Before a launch it estimates the emulator's time
+    (sim/estimate.py): without device="sim" (`explicit`), a launch over EMULATOR_LIMIT_S is
+    refused; a long one reports its progress (_progress)."""
 
     def __init__(self, explicit: bool = True):
-        from ..sim.memory import GlobalMemory  # the emulator loads its PTX grammar on first use
-
-        self.memory = GlobalMemory()
+        super().__init__()
         self.explicit = explicit
-
-    def put(self, host: np.ndarray, copy: bool = True) -> int:
-        ptr = self.memory.alloc(host.nbytes)
-        # (an output not copied in holds NaNs here, as a reused GPU buffer holds anything: a kernel that
-        # read it would show)
-        self.memory.write(ptr, host if copy else np.full(host.nbytes, 0xFF, np.uint8))
-        return ptr
-
-    def get(self, ptr: int, host: np.ndarray):
-        host[...] = self.memory.read(ptr, host.nbytes).view(host.dtype).reshape(host.shape)
 
     def launch(self, kernel, args, sizes):
         from ..sim.estimate import estimate_seconds
@@ -883,9 +845,6 @@ class _SimMemory:
         _progress(f"emulating {shape} on the CPU: about {_duration(est)}")
         with ticking(lambda seconds: f"emulating {shape}: {seconds:.0f} s of about {_duration(est)}", TICK_S, TICK_S):
             run()
-
-    def close(self):
-        pass
 
 
 def _duration(seconds: float) -> str:
@@ -1249,7 +1208,7 @@ def _run_batched_host(kernel, A, B, out, count, sizes, alpha, beta, bias, residu
     elif device is None and not runtime.gpu_available():
         memory = _SimMemory(explicit=False)
     else:
-        memory = _GpuMemory(device if isinstance(device, int) else 0)
+        memory = GpuMemory(device if isinstance(device, int) else 0)
     try:
         args = {"M": M, "N": N, "K": K, "alpha": alpha, "beta": beta}
         c_host = None

@@ -15,6 +15,7 @@ class KernelIR:
     target: str
     params: list = field(default_factory=list)      # Param, in launch order (loaded at entry)
     tensors: list = field(default_factory=list)     # GlobalTensor (their ptr/ld/extents are Params)
+    arrays: list = field(default_factory=list)      # ArrayDecl: every memory parameter, as declared
     shared: list = field(default_factory=list)      # SharedTile
     barriers: list = field(default_factory=list)    # MBarrier (shared memory after the tiles)
     tensor_maps: list = field(default_factory=list) # TensorMap (each also a Param of type "tensormap")

@@ -68,6 +68,22 @@ class GlobalVector:
 
 
 @dataclass(eq=False)
+class ArrayDecl:
+    """A memory parameter as the kernel declared it (kept in declaration order): what a call
+    of the kernel on arrays takes for it (compiler/arrays.py). `kind` is "matrix" (a tensor),
+    "stack" (a batched tensor: its matrices `stride` elements apart, `count` of them),
+    "vector", "counters" (u32, zero before the launch) or "scalar" (one f32 in memory)."""
+
+    name: str
+    kind: str
+    ptr: Value                              # the pointer parameter's register
+    tensor: Optional[GlobalTensor] = None   # a matrix's or a stack's (its first matrix)
+    vector: Optional[GlobalVector] = None
+    stride: Optional[Value] = None          # a stack's
+    count: str = ""                         # a stack's size symbol of the matrices
+
+
+@dataclass(eq=False)
 class SharedTile:
     """`stages` copies of a tile with `layout`, at byte `offset` of the kernel's shared memory."""
 

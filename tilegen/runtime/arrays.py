@@ -14,8 +14,8 @@ Host bf16/fp8 arrays use the ml_dtypes types (bfloat16, float8_e4m3fn, float8_e5
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Optional
+from dataclasses import dataclass, field, replace
+from typing import NamedTuple, Optional
 
 import numpy as np
 
@@ -258,6 +258,11 @@ def describe_array(x, *, name: str, dtype, shape=None, layout: Optional[str] = N
     if len(raw.shape) != 2:
         raise LaunchError(f"{name} must be a 2-D matrix; got a {len(raw.shape)}-D array of "
                           f"shape {tuple(raw.shape)}")
+    return _describe(raw, name, dtype, shape, layout, writable, align, device, dims)
+
+
+def _checked_dtype(raw: _Raw, name: str, dtype) -> np.dtype:
+    """The numpy dtype `dtype` names, which `raw` must have (else a LaunchError)."""
     want, label = _expected_dtype(dtype)
     got = raw.dtype
     if not (isinstance(got, np.dtype) and got == want):
@@ -266,6 +271,12 @@ def describe_array(x, *, name: str, dtype, shape=None, layout: Optional[str] = N
             hint = (f"; typestr {got.str!r} does not say which {got.itemsize}-byte type it is: "
                     f"pass the array through DLPack (e.g. torch, JAX), which names it")
         raise LaunchError(f"{name} has dtype {_dtype_name(got)}; this kernel takes {label}{hint}")
+    return want
+
+
+def _describe(raw: _Raw, name: str, dtype, shape, layout, writable, align, device, dims) -> OperandView:
+    """describe_array of what a 2-D array says about itself."""
+    want = _checked_dtype(raw, name, dtype)
     isz = want.itemsize
 
     # shape
@@ -354,3 +365,57 @@ def describe_array(x, *, name: str, dtype, shape=None, layout: Optional[str] = N
                        dtype=want, nbytes=int(span * isz), needs_copy=raw.kind == "numpy",
                        device=None if raw.kind == "numpy" else raw.device, host=raw.host,
                        stream=raw.stream, keepalive=raw.keepalive)
+
+
+class StackView(NamedTuple):
+    """A stack of matrices: its first matrix (nbytes spanning the whole stack), how many, and
+    the elements from one matrix's start to the next (0: every index reads the same one)."""
+    matrix: OperandView
+    count: int
+    stride: int
+
+
+def describe_stack(x, *, name: str, dtype, layout: Optional[str] = None, writable: bool = False,
+                   align: Optional[int] = None, device: int = 0) -> StackView:
+    """Check `x` as a stack of matrices (count, rows, cols: each matrix as describe_array
+    takes it) and describe it; LaunchError says what is wrong."""
+    raw = _inspect(x, name)
+    if len(raw.shape) != 3:
+        raise LaunchError(f"{name} is a stack of matrices: pass a 3-D array (count, rows, cols), not a "
+                          f"{len(raw.shape)}-D array of shape {tuple(raw.shape)}")
+    count, apart = int(raw.shape[0]), int(raw.strides[0])
+    if count == 0:
+        raise LaunchError(f"{name} is empty (shape {tuple(raw.shape)}); tilegen kernels need at least one element")
+    view = _describe(replace(raw, shape=raw.shape[1:], strides=raw.strides[1:]), f"{name}[0]", dtype, None, layout,
+                     writable, align, device, None)
+    isz = view.itemsize
+    if count == 1:
+        apart = view.nbytes
+    if apart % isz or apart < 0:
+        raise LaunchError(f"{name}'s matrices are {apart} bytes apart, not a positive multiple of its {isz}-byte "
+                          f"elements; make a copy with np.ascontiguousarray({name})")
+    if apart < view.nbytes and writable:
+        what = "the same matrix (stride 0, a broadcast view)" if apart == 0 else "overlapping matrices"
+        raise LaunchError(f"{name} holds {what}, but the kernel writes it: pass a stack of its own "
+                          f"matrices (np.ascontiguousarray({name}))")
+    if align and count > 1 and apart % align:
+        raise LaunchError(f"{name}'s matrices are {apart} bytes apart, not a multiple of {align} bytes; the kernel "
+                          f"moves {align}-byte chunks: pad each matrix (allocate a larger stack and slice)")
+    return StackView(replace(view, name=name, nbytes=(count - 1) * apart + view.nbytes), count, apart // isz)
+
+
+def describe_vector(x, *, name: str, dtype, writable: bool = False, device: int = 0,
+                    also: tuple = ()) -> OperandView:
+    """Check `x` as a 1-D array of contiguous elements of `dtype` (or of a dtype in `also`) and
+    describe it as a one-row matrix; LaunchError says what is wrong."""
+    raw = _inspect(x, name)
+    if len(raw.shape) != 1:
+        raise LaunchError(f"{name} is a vector: pass a 1-D array, not a {len(raw.shape)}-D array of shape "
+                          f"{tuple(raw.shape)}")
+    if isinstance(raw.dtype, np.dtype) and any(raw.dtype == np.dtype(d) for d in also):
+        dtype = raw.dtype
+    if raw.shape[0] > 1 and raw.strides[0] != raw.itemsize:
+        raise LaunchError(f"{name}'s elements are {raw.strides[0]} bytes apart; the kernel reads them side by side: "
+                          f"pass a contiguous vector (np.ascontiguousarray({name}), PyTorch: {name}.contiguous())")
+    return _describe(replace(raw, shape=(1, raw.shape[0]), strides=(0, raw.strides[0])), name, dtype, None, "row",
+                     writable, None, device, None)

@@ -1,0 +1,279 @@
+"""A DSL kernel called on arrays (compiler/call.py): kernel(A, B, C=c, alpha=...) by the names the
+kernel declared. On numpy arrays on the emulator (device="sim"), through the GPU path with the
+emulator standing in for the GPU (the sim_gpu fixture: arrays in its memory taken as PyTorch
+tensors are), and numpy through device buffers; every kind of array (matrices in either layout,
+stacks, vectors, counters, f32 scalars in memory); and the refusals, each naming what was wrong."""
+import numpy as np
+import pytest
+
+import tilegen
+import tilegen.dsl as tg
+from tilegen.compiler.arrays import ArrayParam
+
+ATOM = "m16n8k16.f16.f32"
+
+
+@tg.kernel
+def one_tile():
+    """The docs' first kernel: C (f32) = A @ B for one block of at most 16 x 16 from K <= 32, A and B
+    copied to shared memory with cp.async (16-byte chunks: their rows must be 16-byte aligned)."""
+    tg.launch(threads=32, grid=(1, 1, 1))
+    A = tg.tensor("A", "f16", ("M", "K"))
+    B = tg.tensor("B", "f16", ("K", "N"))
+    C = tg.tensor("C", "f32", ("M", "N"))
+    sA = tg.shared("sA", "f16", 16, 32, swizzle="64B")
+    sB = tg.shared("sB", "f16", 32, 16, swizzle="32B")
+    tg.copy_async(sA[0], A.block(0, 0))
+    tg.copy_async(sB[0], B.block(0, 0))
+    tg.commit()
+    tg.wait(0)
+    tg.barrier()
+    acc = tg.fragment(ATOM, "C", (1, 2))
+    a = tg.fragment(ATOM, "A", (1, 1))
+    b = tg.fragment(ATOM, "B", (1, 2))
+    for kk in range(2):
+        tg.load(a, sA[0], 0, 16 * kk)
+        tg.load(b, sB[0], 16 * kk, 0)
+        tg.mma(acc, a, b)
+    tg.store(C.block(0, 0), acc)
+
+
+@tg.kernel
+def scaled_stack(y_layout="col"):
+    """Y[b] = s * X[b] + bias (per column) for a stack of matrices: a stack read, a stack written
+    in `y_layout` order, a vector, and an f32 scalar in memory; the grid's z from the stack's count."""
+    tg.launch(threads=32, grid=(tg.cdiv("M", 16), tg.cdiv("N", 8), "BATCH"))
+    X = tg.batched_tensor("X", "f32", ("M", "N"))
+    Y = tg.batched_tensor("Y", "f32", ("M", "N"), layout=y_layout)
+    bias = tg.vector("bias", "f32", "N")
+    s = tg.device_scalar("s")
+    b = tg.program_id("z")
+    r0, c0 = tg.program_id("x") * 16, tg.program_id("y") * 8
+    x = tg.fragment(ATOM, "C", (1, 1))
+    tg.accumulate(x, X.batch(b).block(r0, c0))
+    tg.store(Y.batch(b).block(r0, c0), x * s, bias=bias)
+
+
+def _f16(rng, shape):
+    return rng.integers(-3, 4, shape).astype(np.float16)   # (small integers: every product exact in f32)
+
+
+def _stack_inputs(seed=5, count=3, M=21, N=13):
+    rng = np.random.default_rng(seed)
+    X = rng.standard_normal((count, M, N)).astype(np.float32)
+    bias = rng.standard_normal(N).astype(np.float32)
+    return X, bias, np.float32(rng.uniform(0.5, 2.0))
+
+
+def _stack_want(X, bias, s):
+    return X.astype(np.float64) * np.float64(s) + bias.astype(np.float64)
+
+
+def test_the_table_of_arrays_says_what_each_parameter_takes():
+    """cp.async's 16-byte copies make A and B need 16-byte rows; C is written; a stack names its
+    stride and count; a vector its length; the scalar its pointer alone."""
+    k = tilegen.compile(one_tile)
+    assert k.arrays == (
+        ArrayParam("A", "matrix", "f16", "A_ptr", "A_ld", "M", "K", "row", align=16),
+        ArrayParam("B", "matrix", "f16", "B_ptr", "B_ld", "K", "N", "row", align=16),
+        ArrayParam("C", "matrix", "f32", "C_ptr", "C_ld", "M", "N", "row", align=0, written=True))
+    s = tilegen.compile(scaled_stack)
+    assert [(a.name, a.kind, a.shape, a.written) for a in s.arrays] == [
+        ("X", "stack", ("BATCH", "M", "N"), False), ("Y", "stack", ("BATCH", "M", "N"), True),
+        ("bias", "vector", ("N",), False), ("s", "scalar", (), False)]
+    y = s.arrays[1]
+    assert (y.stride, y.count, y.rows, y.cols, y.logical) == ("Y_batch_stride", "BATCH", "N", "M", "col")
+
+
+@pytest.mark.parametrize("M, K, N", [(16, 32, 16), (13, 20, 11), (1, 7, 3)])
+def test_numpy_arrays_on_the_emulator(M, K, N):
+    """Rows of 20 f16 (40 bytes) are padded to what cp.async needs; A, B by position, C by name; C
+    holds the product afterwards (poisoned before), A and B are left as they were."""
+    rng = np.random.default_rng(M * K * N)
+    A, B = _f16(rng, (M, K)), _f16(rng, (K, N))
+    A0, B0 = A.copy(), B.copy()
+    C = np.full((M, N), np.nan, np.float32)
+    tilegen.compile(one_tile)(A, B, C=C, device="sim")
+    assert np.array_equal(C, A.astype(np.float32) @ B.astype(np.float32))
+    assert np.array_equal(A, A0) and np.array_equal(B, B0)
+
+
+def test_read_only_inputs_are_taken():
+    """Arrays the kernel only reads are not written back: read-only ones are fine."""
+    rng = np.random.default_rng(3)
+    A, B = _f16(rng, (16, 32)), _f16(rng, (32, 16))
+    A.flags.writeable = B.flags.writeable = False
+    C = np.full((16, 16), np.nan, np.float32)
+    tilegen.compile(one_tile)(A=A, B=B, C=C, device="sim")
+    assert np.array_equal(C, A.astype(np.float32) @ B.astype(np.float32))
+
+
+@pytest.mark.parametrize("y_layout", ["row", "col"])
+def test_stacks_vectors_and_scalars_on_the_emulator(y_layout):
+    """A stack read and one written (column-major: stored transposed, and copied back so), a bias
+    vector, the scalar given as a number; BATCH, which only the grid reads, from the stacks."""
+    X, bias, s = _stack_inputs()
+    Y = np.full_like(X, np.nan)
+    tilegen.compile(scaled_stack, y_layout=y_layout)(X, Y, bias, float(s), device="sim")
+    want = _stack_want(X, bias, s)
+    assert np.abs(Y - want).max() <= 4 * 2.0 ** -24 * np.abs(want).max()
+
+
+def test_counters_and_grid_sizes_by_name():
+    """Arrival counters as a uint32 (or int32) array of zeros, put back to 0 by the kernel; G, a size
+    no array gives, by name; the last CTA's sum in C."""
+    from test_arrivals import make_kernel
+
+    kernel = make_kernel()
+    rng = np.random.default_rng(9)
+    for G, dtype in ((3, np.uint32), (2, np.int32)):
+        X = rng.standard_normal((32 * G, 8)).astype(np.float32)
+        W, C, F = np.full_like(X, np.nan), np.full((32, 8), np.nan, np.float32), np.zeros(4, dtype)
+        kernel(X, W, C, F, G=G, device="sim")
+        want = np.zeros((32, 8), np.float32)
+        for c in range(G):   # (in slot order, as the kernel adds)
+            want += X[32 * c:32 * c + 32]
+        assert np.array_equal(C, want) and not F.any()
+        assert np.array_equal(W, X)
+
+
+def _refusal(call, says):
+    with pytest.raises(tilegen.LaunchError, match=says):
+        call()
+
+
+@pytest.mark.parametrize("make, says", [
+    (lambda k, A, B, C: k(A.astype(np.float32), B, C), r"A is declared f16: pass a float16 array, not float32"),
+    (lambda k, A, B, C: k(A, B[:5], C), r"B gives K = 5, but A gives K = 32"),
+    (lambda k, A, B, C: k(A, B), r"no array for C \(its arrays, in order: A, B, C\)"),
+    (lambda k, A, B, C: k(A, B, C, C), r"takes 3 arrays by position \(A, B, C\), got 4"),
+    (lambda k, A, B, C: k(A, B, C, B=B), r"B is given twice, by position and by name"),
+    (lambda k, A, B, C: k(A, B, Cc=C), r"Cc is neither an array nor a parameter of this kernel \(C\?\)"),
+    (lambda k, A, B, C: k(A, B, C, C_ld=16), r"C_ld comes from C's array: pass C="),
+    (lambda k, A, B, C: k(A, B, C, M=15), r"M = 15 given, but A gives M = 16"),
+    (lambda k, A, B, C: k(A, B, C[None]), r"C takes a 2-D array, not a 3-D array"),
+    (lambda k, A, B, C: k(A, B, np.zeros((16, 0), np.float32)), r"C is empty"),
+    (lambda k, A, B, C: k(A, B, C, device="tpu"), r"device='tpu'; allowed"),
+    (lambda k, A, B, C: k(A, B, _read_only(C)), r"C is read-only, but the kernel writes it"),
+])
+def test_what_does_not_fit_is_said(make, says):
+    rng = np.random.default_rng(0)
+    A, B, C = _f16(rng, (16, 32)), _f16(rng, (32, 16)), np.zeros((16, 16), np.float32)
+    kernel = tilegen.compile(one_tile)
+    _refusal(lambda: make(lambda *a, **kw: kernel(*a, **{"device": "sim", **kw}), A, B, C), says)
+
+
+def _read_only(x):
+    x = x.copy()
+    x.flags.writeable = False
+    return x
+
+
+def test_a_missing_scalar_and_a_parameter_named_device_are_said():
+    @tg.kernel
+    def scale(called="alpha"):
+        tg.launch(threads=32, grid=(1, 1, 1))
+        X = tg.tensor("X", "f32", ("M", "N"))
+        alpha = tg.scalar(called)
+        x = tg.fragment(ATOM, "C", (1, 1))
+        tg.accumulate(x, X.block(0, 0))
+        tg.store(X.block(0, 0), x * alpha)
+
+    X = np.ones((16, 8), np.float32)
+    _refusal(lambda: tilegen.compile(scale)(X, alhpa=2.0, device="sim"),
+             r"alhpa is neither an array nor a parameter of this kernel \(alpha\?\)")
+    _refusal(lambda: tilegen.compile(scale)(X, device="sim"), r"missing arguments alpha \(give them by name")
+    _refusal(lambda: tilegen.compile(scale, called="device")(X, device="sim"),
+             r"has a parameter named 'device', which kernel\(...\) takes as where to run")
+    tilegen.compile(scale)(X, alpha=-2.0, device="sim")
+    assert np.array_equal(X, np.full((16, 8), -2.0, np.float32))
+
+
+# -- the GPU path, the emulator standing in for the GPU ---------------------------------------
+def test_gpu_arrays_in_place_on_the_librarys_stream(sim_gpu):
+    rng = np.random.default_rng(21)
+    A, B = _f16(rng, (16, 32)), _f16(rng, (32, 16))
+    c = sim_gpu.empty((16, 16), "float32")
+    kernel = tilegen.compile(one_tile)
+    kernel(sim_gpu.array(A), sim_gpu.array(B), c)
+    assert np.array_equal(c.numpy(), A.astype(np.float32) @ B.astype(np.float32))
+    assert sim_gpu.launches[-1] == (kernel.name, (1, 1, 1), sim_gpu.stream)
+    kernel(sim_gpu.array(A), sim_gpu.array(B), c, stream=7)
+    assert sim_gpu.launches[-1][2] == 7
+
+
+def test_gpu_arrays_of_other_layouts_and_pitches(sim_gpu):
+    """A column-major B where the kernel declares it row-major is refused with what to pass; rows
+    whose pitch cp.async cannot take are refused (numpy arrays are padded instead); a pitched
+    A (rows 40 elements apart) is read in place."""
+    rng = np.random.default_rng(22)
+    A, B = _f16(rng, (16, 32)), _f16(rng, (32, 16))
+    kernel = tilegen.compile(one_tile)
+    c = sim_gpu.empty((16, 16), "float32")
+    _refusal(lambda: kernel(sim_gpu.array(A), sim_gpu.array(B, order="F"), c),
+             r"B is column-major .* this kernel takes B row-major")
+    _refusal(lambda: kernel(sim_gpu.array(A[:, :20]), sim_gpu.array(B[:20]), c),
+             r"A's leading dimension is 20 elements \(40 bytes\), not a multiple of 16 bytes")
+    _refusal(lambda: kernel(sim_gpu.array(A), B, c), r"B is a ndarray on the host while other arrays are on the GPU")
+    kernel(sim_gpu.array(A, pitch=40), sim_gpu.array(B), c)
+    assert np.array_equal(c.numpy(), A.astype(np.float32) @ B.astype(np.float32))
+    assert sim_gpu.arguments[-1]["A_ld"] == 40
+
+
+def test_gpu_stacks_vectors_and_scalars(sim_gpu):
+    """A stack's stride from its array; the column-major output stack given as a transposed view
+    of a row-major one; the scalar a one-element GPU array (a Python number is refused there)."""
+    X, bias, s = _stack_inputs(seed=8)
+    count, M, N = X.shape
+    y = sim_gpu.empty((count, N, M), "float32")   # stored (N, M) per matrix: Y's logical (M, N) column-major
+    y_logical = type(y)(sim_gpu, y.ptr, (count, M, N), (N * M, 1, M), y.dtype)
+    kernel = tilegen.compile(scaled_stack)
+    args = (sim_gpu.array(X), y_logical, sim_gpu.array(bias))
+    _refusal(lambda: kernel(*args, float(s)), r"s is one f32 in memory: pass a one-element float32 array on the GPU")
+    kernel(*args, sim_gpu.array(np.array([s], np.float32)))
+    got = np.swapaxes(y.numpy(), 1, 2)
+    want = _stack_want(X, bias, s)
+    assert np.abs(got - want).max() <= 4 * 2.0 ** -24 * np.abs(want).max()
+    assert sim_gpu.arguments[-1]["X_batch_stride"] == M * N and sim_gpu.launches[-1][1] == (2, 2, count)
+
+
+def test_numpy_arrays_through_device_buffers(sim_gpu, monkeypatch):
+    """With a GPU, numpy arrays go through device buffers (copied in, launched, copied back): the
+    buffers here are the emulator's, and only C, which the kernel writes, is copied back."""
+    from tilegen import runtime
+
+    got_back = []
+
+    class Buffer:
+        def __init__(self, nbytes):
+            self.nbytes, self.ptr = nbytes, sim_gpu.alloc(nbytes)
+
+        def copy_from_host(self, host):
+            sim_gpu.memory.write(self.ptr, np.ascontiguousarray(host).reshape(-1).view(np.uint8))
+
+        def copy_to_host(self, host):
+            got_back.append(host.shape)
+            host[...] = sim_gpu.memory.read(self.ptr, host.nbytes).view(host.dtype).reshape(host.shape)
+
+    monkeypatch.setattr(runtime.HostCallBuffers, "take", classmethod(lambda cls, n, device: Buffer(n)))
+    monkeypatch.setattr(runtime.HostCallBuffers, "give", classmethod(lambda cls, buf: None))
+    monkeypatch.setattr(runtime, "gpu_available", lambda: True)
+    rng = np.random.default_rng(23)
+    A, B = _f16(rng, (13, 20)), _f16(rng, (20, 11))
+    C = np.full((13, 11), np.nan, np.float32)
+    tilegen.compile(one_tile)(A, B, C)
+    assert np.array_equal(C, A.astype(np.float32) @ B.astype(np.float32))
+    assert got_back == [(13, 11)]
+    assert sim_gpu.arguments[-1]["A_ld"] == 24 and sim_gpu.launches[-1][2] is None
+
+
+def test_numpy_without_a_gpu_runs_on_the_emulator_and_says_so(monkeypatch):
+    from tilegen import runtime
+
+    monkeypatch.setattr(runtime, "gpu_available", lambda: False)
+    rng = np.random.default_rng(24)
+    A, B = _f16(rng, (16, 32)), _f16(rng, (32, 16))
+    C = np.full((16, 16), np.nan, np.float32)
+    with pytest.warns(tilegen.EmulatorWarning, match="no GPU found; one_tile runs on the CPU emulator"):
+        tilegen.compile(one_tile)(A, B, C)
+    assert np.array_equal(C, A.astype(np.float32) @ B.astype(np.float32))
