@@ -214,7 +214,7 @@ def test_gpu_arrays_of_other_layouts_and_pitches(sim_gpu):
              r"B is column-major .* this kernel takes B row-major")
     _refusal(lambda: kernel(sim_gpu.array(A[:, :20]), sim_gpu.array(B[:20]), c),
              r"A's leading dimension is 20 elements \(40 bytes\), not a multiple of 16 bytes")
-    _refusal(lambda: kernel(sim_gpu.array(A), B, c), r"B is a ndarray on the host while other arrays are on the GPU")
+    _refusal(lambda: kernel(sim_gpu.array(A), B, c), r"B is a ndarray on the host while other arrays of the call are on")
     kernel(sim_gpu.array(A, pitch=40), sim_gpu.array(B), c)
     assert np.array_equal(c.numpy(), A.astype(np.float32) @ B.astype(np.float32))
     assert sim_gpu.arguments[-1]["A_ld"] == 40
@@ -277,3 +277,96 @@ def test_numpy_without_a_gpu_runs_on_the_emulator_and_says_so(monkeypatch):
     with pytest.warns(tilegen.EmulatorWarning, match="no GPU found; one_tile runs on the CPU emulator"):
         tilegen.compile(one_tile)(A, B, C)
     assert np.array_equal(C, A.astype(np.float32) @ B.astype(np.float32))
+
+
+def test_a_call_like_one_before_launches_what_that_one_derived(sim_gpu, monkeypatch):
+    """The memo (compiler/call.py): the same arrays' probes and other arguments launch the
+    arguments derived before, without describing the arrays again, on the library's stream as it is
+    at this call; other pointers, another sign of zero in a scalar or another stream derive anew;
+    at most MEMO calls are kept."""
+    from tilegen.compiler import call as call_module
+
+    @tg.kernel
+    def scale():
+        tg.launch(threads=32, grid=(1, 1, 1))
+        X = tg.tensor("X", "f32", ("M", "N"))
+        Y = tg.tensor("Y", "f32", ("M", "N"))
+        alpha = tg.scalar("alpha")
+        x = tg.fragment(ATOM, "C", (1, 1))
+        tg.accumulate(x, X.block(0, 0))
+        tg.store(Y.block(0, 0), x * alpha)
+
+    kernel = tilegen.compile(scale)
+    derived = []
+    real = call_module._device_arguments
+    monkeypatch.setattr(call_module, "_device_arguments", lambda *a: derived.append(1) or real(*a))
+    X = np.random.default_rng(1).standard_normal((16, 8)).astype(np.float32)
+    x, y = sim_gpu.array(X), sim_gpu.empty((16, 8), "float32")
+    kernel(x, y, alpha=2.0)
+    kernel(x, Y=y, alpha=2.0)   # (Y by name: the same call)
+    assert len(derived) == 1 and np.array_equal(y.numpy(), 2 * X)
+    monkeypatch.setattr(sim_gpu, "stream", 0x77)
+    kernel(x, y, alpha=2.0)
+    assert len(derived) == 1 and sim_gpu.launches[-1][2] == 0x77
+    kernel(x, y, alpha=-0.0)
+    kernel(x, y, alpha=0.0)
+    assert len(derived) == 3
+    assert np.array_equal(np.signbit(y.numpy()), np.signbit(X * 0.0))
+    kernel(x, y, alpha=-0.0)
+    assert len(derived) == 3 and np.array_equal(np.signbit(y.numpy()), np.signbit(X * -0.0))
+    y2 = sim_gpu.empty((16, 8), "float32")
+    kernel(x, y2, alpha=3.0)
+    assert len(derived) == 4 and np.array_equal(y2.numpy(), 3 * X)
+    kernel(x, y2, alpha=3.0, stream=5)
+    assert len(derived) == 5 and sim_gpu.launches[-1][2] == 5
+    for i in range(call_module.MEMO + 1):
+        kernel(x, y2, alpha=float(i))
+    assert len(kernel._calls) <= call_module.MEMO
+
+
+def test_a_gemm_kernel_called_as_a_dsl_kernel(sim_gpu):
+    """kernel.call_arrays: a GEMM kernel's own A, B, C by position, alpha and beta by name (what
+    `tilegen bench --host` times beside kernel(A, B, out=C))."""
+    from test_fast_path_sim import SMALL
+
+    kernel = tilegen.compile(tilegen.GemmSpec(dtype="f16", **SMALL))
+    rng = np.random.default_rng(25)
+    A, B = _f16(rng, (40, 48)), _f16(rng, (48, 24))
+    C = rng.standard_normal((40, 24)).astype(np.float32)
+    c = sim_gpu.array(C)
+    kernel.call_arrays(sim_gpu.array(A), sim_gpu.array(B), c, alpha=2.0, beta=-1.0)
+    want = 2.0 * (A.astype(np.float64) @ B.astype(np.float64)) - C
+    assert np.abs(c.numpy() - want).max() <= 1e-5 * np.abs(want).max()
+
+
+_GEMM_GENERAL_PATH = __import__("tilegen.gemm.call", fromlist=["_run_device"])._run_device   # (before sim_gpu swaps it)
+
+
+@pytest.mark.parametrize("host", ["A", "B", "out", "bias"])
+def test_a_numpy_array_among_gpu_arrays_is_refused(sim_gpu, monkeypatch, host):
+    """tilegen.matmul and a GEMM kernel's call with one numpy array among GPU ones: the general path
+    had launched the kernel on the numpy array's host address (an illegal address on the GPU, which
+    spoils the context); now refused, naming it. A DSL kernel's call likewise."""
+    from tilegen.gemm import call as gemm_call
+
+    monkeypatch.setattr(gemm_call, "_run_device", _GEMM_GENERAL_PATH)
+    launched = []
+    monkeypatch.setattr(tilegen.GemmKernel, "launch", lambda *a, **kw: launched.append(a))
+    rng = np.random.default_rng(26)
+    arrays = {"A": _f16(rng, (64, 32)), "B": _f16(rng, (32, 48)), "out": np.zeros((64, 48), np.float16),
+              "bias": rng.standard_normal(48).astype(np.float16)}
+    given = {name: x if name == host else sim_gpu.array(x) for name, x in arrays.items()}
+    kernel = tilegen.compile(tilegen.GemmSpec(dtype="f16", out_dtype="f16", epilogue=tilegen.Epilogue(bias="col")))
+    with pytest.raises(tilegen.LaunchError, match=rf"{host} is a ndarray on the host while other arrays of the call "
+                                                  r"are on the GPU: pass every array on the GPU"):
+        kernel(given["A"], given["B"], out=given["out"], bias=given["bias"])
+    assert not launched
+
+
+def test_a_numpy_array_among_gpu_arrays_of_a_dsl_kernel_is_refused(sim_gpu):
+    rng = np.random.default_rng(27)
+    A, B = _f16(rng, (16, 32)), _f16(rng, (32, 16))
+    with pytest.raises(tilegen.LaunchError, match=r"C is a ndarray on the host while other arrays of the call are on "
+                                                  r"the GPU"):
+        tilegen.compile(one_tile)(sim_gpu.array(A), sim_gpu.array(B), np.zeros((16, 16), np.float32))
+    assert not sim_gpu.launches

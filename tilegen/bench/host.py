@@ -9,6 +9,8 @@ has its work, in steady state (`tilegen bench --host`).
     kernel(A, B, out=C)                       a compiled GemmKernel on torch (or CuPy) arrays
     kernel(A, Bi, out=Ci), 4 in turn          the same over four weights and outputs in turn, per call
                                               (one kernel for each of a model's layers)
+    as a DSL kernel: (A, B, C, alpha, beta)   the same kernel called as a kernel of one's own is
+                                              (kernel.call_arrays: arrays by the names declared)
     tilegen.matmul(A, B, out=C)               the front door
 
 Method: after warm-up calls (compile, load, first launch) and WARM_S seconds of calls (the
@@ -30,6 +32,7 @@ from ..gemm import GemmSpec, compile_gemm, matmul
 
 WARM_S = 0.5
 LAYERS = "kernel(A, Bi, out=Ci), 4 in turn"
+DSL = "as a DSL kernel: (A, B, C, alpha, beta)"
 
 
 def per_call_us(fns: dict, sync, calls: int, reps: int) -> dict:
@@ -100,6 +103,8 @@ def host_costs(dtype: str = "bf16", size: int = 1024, calls: int = 200, reps: in
     for Bi, _ in layers:
         Bi.copy_(B)
     fns[LAYERS] = lambda: [kernel(A, Bi, out=Ci) for Bi, Ci in layers]
+    if kernel._array_names == ("A", "B", "C"):
+        fns[DSL] = lambda: kernel.call_arrays(A, B, C, alpha=1.0, beta=0.0)
     fns["tilegen.matmul"] = lambda: matmul(A, B, out=C, **kw)
     try:
         import cupy
@@ -123,7 +128,7 @@ def format_host(res: dict) -> str:
     lines = [f"host microseconds per call, {res['dtype']} {res['size']}^3 (steady state, median of "
              f"{res['reps']} x {res['calls']} calls; launch route: {res['launch_route']})"]
     for name in ("torch.matmul", "driver call", "kernel.launch", "kernel(A, B, out=C)", "kernel(A, B, out=C) cupy",
-                 LAYERS, "tilegen.matmul"):
+                 LAYERS, DSL, "tilegen.matmul"):
         if name in res:
             r = res[name]
             lines.append(f"  {name:34s} {r['us']:7.2f} us   (min {r['us_min']:.2f}, max {r['us_max']:.2f})")

@@ -266,8 +266,8 @@ def _launch(kernel, args: dict, sizes: dict, others: dict, launch) -> None:
     launch(kernel, args, sizes)
 
 
-def _run_device(kernel, given: dict, others: dict, stream, device) -> None:
-    """GPU arrays in place."""
+def _device_arguments(kernel, given: dict, others: dict, device) -> tuple:
+    """(args, sizes, GPU, the first array's library adapter or None) of GPU arrays, in place."""
     dev, lib = (device if isinstance(device, int) else None), None
     for x in given.values():   # (the GPU and the stream of the first array of a library known here)
         probe = None if _is_host(x) else interop.probe(x)
@@ -278,22 +278,16 @@ def _run_device(kernel, given: dict, others: dict, stream, device) -> None:
     views = {}
     for a in kernel.arrays:
         x = given[a.name]
-        if _is_host(x) and a.kind != "scalar":
-            raise LaunchError(f"{a.name} is a {type(x).__name__} on the host while other arrays are on the GPU: "
-                              f"pass every array on the GPU, or every one as a numpy array")
         if a.kind in ("matrix", "stack"):
             describe = runtime.describe_array if a.kind == "matrix" else runtime.describe_stack
             view = describe(x, name=a.name, dtype=a.dtype, layout=a.logical, writable=a.written, align=a.align or None,
-                            device=dev)
+                            device=dev, on_gpu=True)
         elif a.kind == "counters":
             view = runtime.describe_vector(x, name=a.name, dtype=np.uint32, also=(np.int32,), writable=True,
-                                           device=dev)
+                                           device=dev, on_gpu=True)
         else:
             view = runtime.describe_vector(x if a.kind == "vector" else _one(a, x), name=a.name,
-                                           dtype=a.dtype if a.kind == "vector" else np.float32, device=dev)
-        if (view.matrix if a.kind == "stack" else view).needs_copy:
-            raise LaunchError(f"{a.name} lives on the host: pass numpy arrays (copied to the GPU and back) or GPU "
-                              f"arrays, all of one kind")
+                                           dtype=a.dtype if a.kind == "vector" else np.float32, device=dev, on_gpu=True)
         views[a.name] = view
     shapes = {}
     args = {}
@@ -310,9 +304,8 @@ def _run_device(kernel, given: dict, others: dict, stream, device) -> None:
             shapes[a.name] = (view.cols,)
             args[a.ptr] = view.ptr
     sizes = _sizes_from(kernel, shapes, others)
-    if stream is None:
-        stream = lib.stream(dev) if lib is not None else 0
-    _launch(kernel, args, sizes, others, lambda k, a, s: k.launch(a, s, stream=stream, device=dev))
+    _launch(kernel, args, sizes, others, lambda *_: None)
+    return args, sizes, dev, lib
 
 
 def _one(a, x):
@@ -324,8 +317,49 @@ def _one(a, x):
     return x.reshape(1)
 
 
+MEMO = 64   # calls remembered per kernel (by their arrays' probes and other arguments)
+
+
+def _plain(v):
+    """A value as the memo's key holds it: a float by its bits (-0.0 is not 0.0: an alpha of
+    -0.0 signs zeros)."""
+    return float(v).hex() if isinstance(v, (float, np.floating)) else v
+
+
+def _fast_key(kernel, positional: tuple, named: dict, stream, device):
+    """The memo's key of a call whose arrays are all of a library known here (runtime/interop.py:
+    pointer, shape, strides, dtype and GPU of each, in a few attribute reads), or None."""
+    if device is not None or not (stream is None or isinstance(stream, int)):
+        return None
+    names = kernel._array_names
+    if len(positional) == len(names) and not named.keys() & names:
+        xs = positional
+    else:
+        xs = tuple(positional) + tuple(named.get(n) for n in names[len(positional):])
+    probes = tuple(map(interop.probe, xs))
+    if None in probes:
+        return None
+    others = tuple((k, _plain(v)) for k, v in named.items() if k not in names)
+    try:
+        key = (probes, others, stream)
+        hash(key)
+    except TypeError:   # (an argument that is no plain value: the general path says what it takes)
+        return None
+    return key
+
+
 def call(kernel, positional: tuple, named: dict, stream=None, device=None) -> None:
-    """kernel(*positional, stream=, device=, **named): see the module's text."""
+    """kernel(*positional, stream=, device=, **named): see the module's text. A call like one
+    before it (the same arrays' pointers, shapes, strides and dtypes, the same other arguments)
+    launches what that one derived."""
+    key = _fast_key(kernel, positional, named, stream, device)
+    if key is not None:
+        hit = kernel._calls.get(key)
+        if hit is not None:
+            args, sizes, dev, lib = hit
+            s = stream if stream is not None else lib.stream(dev) if lib is not None else 0
+            kernel.launch(args, sizes, stream=s, device=dev)
+            return
     if device not in (None, "gpu", "cuda", "sim") and not (isinstance(device, int) and not isinstance(device, bool)
                                                          and device >= 0):
         raise LaunchError(f"device={device!r}; allowed: None (the GPU, else the emulator), 'gpu', 'cuda', a GPU "
@@ -341,9 +375,16 @@ def call(kernel, positional: tuple, named: dict, stream=None, device=None) -> No
         return _run_host(kernel, given, others, EmulatorMemory())
     if host:
         return _run_host(kernel, given, others, GpuMemory(device if isinstance(device, int) else 0))
-    if stream is not None:
-        stream = runtime.stream_handle(stream)
-    return _run_device(kernel, given, others, stream, device)
+    args, sizes, dev, lib = _device_arguments(kernel, given, others, device)
+    if stream is None:
+        s = lib.stream(dev) if lib is not None else 0
+    else:
+        s = runtime.stream_handle(stream)
+    kernel.launch(args, sizes, stream=s, device=dev)
+    if key is not None:   # (remembered once launched: its arguments passed every check)
+        if len(kernel._calls) >= MEMO:
+            kernel._calls.clear()
+        kernel._calls[key] = (args, sizes, dev, lib)
 
 
 __all__ = ["call", "GpuMemory", "EmulatorMemory"]

@@ -88,6 +88,8 @@ class Kernel:
         self.barriers = tuple((str(n), int(o), int(k)) for n, o, k in barriers)
         self.arrays = tuple(ArrayParam(*a) for a in arrays)
         self.leading = tuple((a.name, a.ld, a.rows, a.cols, a.dtype, a.logical) for a in self.arrays if a.ld)
+        self._array_names = tuple(a.name for a in self.arrays)
+        self._calls: dict = {}   # kernel(...)'s remembered calls (compiler/call.py)
         self._grid = grid.evaluator()
         self._names = tuple(n for n, _ in self.params)
         self._values = itemgetter(*self._names) if len(self._names) > 1 else (

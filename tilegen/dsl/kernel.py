@@ -66,9 +66,9 @@ class KernelFunction:
         return kernel
 
     def __call__(self, *args, **kwargs):
-        raise DSLError(f"{self.name} is a tilegen kernel: compile it with tilegen.compile({self.name}, ...) and "
-                       f"launch the result with kernel.launch(args, sizes) (its parameters by name), or on the CPU "
-                       f"emulator with tilegen.sim.run_kernel(kernel, args, sizes, memory)")
+        raise DSLError(f"{self.name} is a tilegen kernel: compile it with kernel = tilegen.compile({self.name}, ...) "
+                       f"(compile-time constants by name) and call the result on arrays, kernel(A, B, ..., alpha=...) "
+                       f"(device='sim': the CPU emulator), or launch it with kernel.launch(args, sizes)")
 
 
 def kernel(fn=None, *, name: str | None = None):

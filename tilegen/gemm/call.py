@@ -1272,9 +1272,9 @@ def _run_device(kernel, A, B, out, alpha, beta, bias, residual, repitch=False, s
     # (operands prepared by first kernels may have any pitch: they read single elements)
     align = {op: None if repitch or op in spec.prepared_operands else ALIGN for op in "AB"}
     a = runtime.describe_array(A, name="A", dtype=in_dt, shape=None, layout=spec.a_layout, writable=False,
-                               align=align["A"])
+                               align=align["A"], on_gpu=True)
     b = runtime.describe_array(B, name="B", dtype=numpy_dtype(spec.b_dtype), shape=None, layout=spec.b_layout, writable=False,
-                               align=align["B"])
+                               align=align["B"], on_gpu=True)
     M, K = a.rows, a.cols
     if b.rows != K:
         raise LaunchError(f"A is {M} x {K} but B is {b.rows} x {b.cols}: inner dimensions differ")
@@ -1283,7 +1283,8 @@ def _run_device(kernel, A, B, out, alpha, beta, bias, residual, repitch=False, s
         if beta != 0.0:
             raise LaunchError("beta != 0 reads C from out=; pass out")
         out = _empty_like_device(A, (M, N), out_dt)
-    c = runtime.describe_array(out, name="out", dtype=out_dt, shape=(M, N), layout="row", writable=True, align=None)
+    c = runtime.describe_array(out, name="out", dtype=out_dt, shape=(M, N), layout="row", writable=True, align=None,
+                               on_gpu=True)
     if M == 0 or N == 0:
         return out
     c_map = _c_map(kernel)
@@ -1302,9 +1303,9 @@ def _run_device(kernel, A, B, out, alpha, beta, bias, residual, repitch=False, s
             raise LaunchError(f"bias must have shape ({length},) for a bias per {spec.epilogue.bias}, "
                               f"got {tuple(getattr(bias, 'shape', ()))}")
         args["bias_ptr"] = runtime.describe_array(bias.reshape(1, length), name="bias", dtype=out_dt,
-                                                  shape=(1, length), layout="row").ptr
+                                                  shape=(1, length), layout="row", on_gpu=True).ptr
     if residual is not None:
-        r = runtime.describe_array(residual, name="residual", dtype=out_dt, shape=(M, N), layout="row")
+        r = runtime.describe_array(residual, name="residual", dtype=out_dt, shape=(M, N), layout="row", on_gpu=True)
         args["R_ptr"], args["R_ld"] = r.ptr, r.ld
     for vec, name, length in zip(scales, ("scale_a", "scale_b"), scale_lengths(spec, M, N)):
         if vec is not None:
@@ -1312,7 +1313,7 @@ def _run_device(kernel, A, B, out, alpha, beta, bias, residual, repitch=False, s
             if tuple(getattr(vec, "shape", ())) != (length,):
                 raise LaunchError(f"{name} must have shape ({length},), got {tuple(getattr(vec, 'shape', ()))}")
             args[f"{name}_ptr"] = runtime.describe_array(vec.reshape(1, length), name=name, dtype=np.float32,
-                                                         shape=(1, length), layout="row").ptr
+                                                         shape=(1, length), layout="row", on_gpu=True).ptr
     try:
         kernel.launch(args, {"M": M, "N": N, "K": K}, stream=stream)
     finally:

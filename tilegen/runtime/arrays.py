@@ -239,7 +239,7 @@ def _convert_hint(name: str, raw: _Raw, want: np.dtype) -> str:
 
 def describe_array(x, *, name: str, dtype, shape=None, layout: Optional[str] = None,
                    writable: bool = False, align: Optional[int] = None, device: int = 0,
-                   dims: Optional[tuple[str, str]] = None) -> OperandView:
+                   dims: Optional[tuple[str, str]] = None, on_gpu: bool = False) -> OperandView:
     """Check `x` as a 2-D kernel operand and describe it; LaunchError says what is wrong.
 
     dtype     tilegen dtype name ("f16", "tf32", ...) or a numpy dtype
@@ -249,6 +249,7 @@ def describe_array(x, *, name: str, dtype, shape=None, layout: Optional[str] = N
     align     bytes the base address and the leading dimension must be multiples of (e.g. 16)
     device    the GPU the kernel runs on; device arrays elsewhere are refused
     dims      names of the two dims for messages, e.g. ("M", "K")
+    on_gpu    the array must be on the GPU (the other arrays of the call are): a host array is refused
     """
     if layout is not None and layout not in LAYOUTS:
         raise LaunchError(f"layout={layout!r}; allowed: 'row', 'col'")
@@ -258,7 +259,18 @@ def describe_array(x, *, name: str, dtype, shape=None, layout: Optional[str] = N
     if len(raw.shape) != 2:
         raise LaunchError(f"{name} must be a 2-D matrix; got a {len(raw.shape)}-D array of "
                           f"shape {tuple(raw.shape)}")
-    return _describe(raw, name, dtype, shape, layout, writable, align, device, dims)
+    view = _describe(raw, name, dtype, shape, layout, writable, align, device, dims)
+    if on_gpu:
+        _refuse_host(view, x)
+    return view
+
+
+def _refuse_host(view: OperandView, x) -> None:
+    """A host array among GPU ones would be read at its host address by the kernel: said instead."""
+    if view.needs_copy:
+        raise LaunchError(f"{view.name} is a {type(x).__name__} on the host while other arrays of the call are on the "
+                          f"GPU: pass every array on the GPU (PyTorch: torch.from_numpy(x).cuda()), or every one as a "
+                          f"numpy array")
 
 
 def _checked_dtype(raw: _Raw, name: str, dtype) -> np.dtype:
@@ -376,7 +388,7 @@ class StackView(NamedTuple):
 
 
 def describe_stack(x, *, name: str, dtype, layout: Optional[str] = None, writable: bool = False,
-                   align: Optional[int] = None, device: int = 0) -> StackView:
+                   align: Optional[int] = None, device: int = 0, on_gpu: bool = False) -> StackView:
     """Check `x` as a stack of matrices (count, rows, cols: each matrix as describe_array
     takes it) and describe it; LaunchError says what is wrong."""
     raw = _inspect(x, name)
@@ -401,11 +413,14 @@ def describe_stack(x, *, name: str, dtype, layout: Optional[str] = None, writabl
     if align and count > 1 and apart % align:
         raise LaunchError(f"{name}'s matrices are {apart} bytes apart, not a multiple of {align} bytes; the kernel "
                           f"moves {align}-byte chunks: pad each matrix (allocate a larger stack and slice)")
-    return StackView(replace(view, name=name, nbytes=(count - 1) * apart + view.nbytes), count, apart // isz)
+    view = replace(view, name=name, nbytes=(count - 1) * apart + view.nbytes)
+    if on_gpu:
+        _refuse_host(view, x)
+    return StackView(view, count, apart // isz)
 
 
 def describe_vector(x, *, name: str, dtype, writable: bool = False, device: int = 0,
-                    also: tuple = ()) -> OperandView:
+                    also: tuple = (), on_gpu: bool = False) -> OperandView:
     """Check `x` as a 1-D array of contiguous elements of `dtype` (or of a dtype in `also`) and
     describe it as a one-row matrix; LaunchError says what is wrong."""
     raw = _inspect(x, name)
@@ -417,5 +432,8 @@ def describe_vector(x, *, name: str, dtype, writable: bool = False, device: int 
     if raw.shape[0] > 1 and raw.strides[0] != raw.itemsize:
         raise LaunchError(f"{name}'s elements are {raw.strides[0]} bytes apart; the kernel reads them side by side: "
                           f"pass a contiguous vector (np.ascontiguousarray({name}), PyTorch: {name}.contiguous())")
-    return _describe(replace(raw, shape=(1, raw.shape[0]), strides=(0, raw.strides[0])), name, dtype, None, "row",
+    view = _describe(replace(raw, shape=(1, raw.shape[0]), strides=(0, raw.strides[0])), name, dtype, None, "row",
                      writable, None, device, None)
+    if on_gpu:
+        _refuse_host(view, x)
+    return view
