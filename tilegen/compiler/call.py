@@ -259,8 +259,8 @@ def _launch(kernel, args: dict, sizes: dict, others: dict, launch) -> None:
                 args[name] = others[name]
             elif name in sizes:
                 args[name] = sizes[name]
-    missing = [n for n in kernel._names if n not in args]
-    if missing:
+    missing = [n for n, kind in zip(kernel._names, kernel._kinds) if n not in args and kind != "tensormap"]
+    if missing:   # (tensor maps are built by the launch from their tensors' parameters)
         raise LaunchError(f"{kernel.name}: {missing_arguments(missing, others)} (give them by name: "
                           f"kernel(..., {missing[0]}=...))")
     launch(kernel, args, sizes)
