@@ -27,6 +27,7 @@ from tilegen.sim.runner import EMULATOR_SM_COUNT, SHARED_BASE, launch
 from tilegen.sim.tma import encode_tensor_map
 
 gemm_call = importlib.import_module("tilegen.gemm.call")
+tensormap = importlib.import_module("tilegen.runtime.tensormap")
 gemm_matmul = importlib.import_module("tilegen.gemm.matmul")   # (tilegen.gemm.matmul is also the function)
 
 STREAM = 0x5EED0   # the handle the adapter gives as its library's current stream
@@ -190,6 +191,7 @@ class SimDevice:
         monkeypatch.setitem(interop._LIBS, SimArray, adapter)
         monkeypatch.setattr(compiler.Kernel, "launcher", lambda kernel, device=0: self._launcher(kernel))
         monkeypatch.setattr(gemm_call, "tensor_map_bytes", encode_tensor_map)
+        monkeypatch.setattr(tensormap, "tensor_map_bytes", encode_tensor_map)   # (Kernel.launch's maps)
         monkeypatch.setattr(gemm_call, "copy_2d", self._copy_2d)
         monkeypatch.setattr(runtime, "capturing", lambda stream: self.capturing)
         monkeypatch.setattr(runtime, "zero_async", self._zero)

@@ -151,7 +151,7 @@ def _refusal(call, says):
     (lambda k, A, B, C: k(A, B, Cc=C), r"Cc is neither an array nor a parameter of this kernel \(C\?\)"),
     (lambda k, A, B, C: k(A, B, C, C_ld=16), r"C_ld comes from C's array: pass C="),
     (lambda k, A, B, C: k(A, B, C, M=15), r"M = 15 given, but A gives M = 16"),
-    (lambda k, A, B, C: k(A, B, C[None]), r"C takes a 2-D array, not a 3-D array"),
+    (lambda k, A, B, C: k(A, B, C[None]), r"C takes a 2-D array \(numpy, PyTorch, CuPy\), not a 3-D array"),
     (lambda k, A, B, C: k(A, B, np.zeros((16, 0), np.float32)), r"C is empty"),
     (lambda k, A, B, C: k(A, B, C, device="tpu"), r"device='tpu'; allowed"),
     (lambda k, A, B, C: k(A, B, _read_only(C)), r"C is read-only, but the kernel writes it"),
@@ -370,3 +370,144 @@ def test_a_numpy_array_among_gpu_arrays_of_a_dsl_kernel_is_refused(sim_gpu):
                                                   r"the GPU"):
         tilegen.compile(one_tile)(sim_gpu.array(A), sim_gpu.array(B), np.zeros((16, 16), np.float32))
     assert not sim_gpu.launches
+
+
+# -- what a demanding user tries (a review's findings, each refused or taken as said) ---------
+@tg.kernel
+def scale_grid():
+    """Y = alpha * X over a grid of G CTAs that each store the same block (G only the grid reads)."""
+    tg.launch(threads=32, grid=("G", 1, 1))
+    X = tg.tensor("X", "f32", ("M", "N"))
+    Y = tg.tensor("Y", "f32", ("M", "N"))
+    alpha = tg.scalar("alpha")
+    x = tg.fragment(ATOM, "C", (1, 1))
+    tg.accumulate(x, X.block(0, 0))
+    tg.store(Y.block(0, 0), x * alpha)
+
+
+class _DLPackCPU:
+    """A CPU DLPack array that is no numpy array (as a PyTorch CPU tensor is)."""
+
+    def __init__(self, a):
+        self.a = a
+
+    def __dlpack__(self, **kw):
+        return self.a.__dlpack__(**kw)
+
+    def __dlpack_device__(self):
+        return (1, 0)
+
+
+class _CAIOnly:
+    """A GPU array with __cuda_array_interface__ alone (no reshape, no library tilegen knows)."""
+
+    def __init__(self, a):
+        self.a = a
+
+    @property
+    def __cuda_array_interface__(self):
+        return self.a.__cuda_array_interface__
+
+
+@pytest.mark.parametrize("make, says", [
+    (lambda k, X, Y: k(X, None, alpha=1.0), r"scale_grid: Y is None; it takes a 2-D array \(numpy, PyTorch, CuPy\)"),
+    (lambda k, X, Y: k(X, list(Y), alpha=1.0), r"Y is a list; it takes a 2-D array"),
+    (lambda k, X, Y: k(X, 3.0, alpha=1.0), r"Y is a float; it takes a 2-D array"),
+    (lambda k, X, Y: k(X, Y, alpha="3", G=1), r"alpha = '3': '3' \(str\) is not a real number"),
+    (lambda k, X, Y: k(X, Y, alpha=True, G=1), r"alpha = True: True \(bool\) is not a real number"),
+    (lambda k, X, Y: k(X, Y, alpha=1.0, G="3"), r"G = '3': a size is a whole number from 0 to 2\^31 - 1"),
+    (lambda k, X, Y: k(X, Y, alpha=1.0, G=2.5), r"G = 2.5: a size is a whole number"),
+    (lambda k, X, Y: k(X, Y, alpha=1.0, G=None), r"G = None: a size is a whole number"),
+    (lambda k, X, Y: k(X, Y, alpha=1.0, G=2 ** 33), r"G = 8589934592: a size is a whole number"),
+    (lambda k, X, Y: k(X, Y, alpha=1.0, G=1, M=16.0), r"M = 16.0: a size is a whole number"),
+    (lambda k, X, Y: k(X, Y, alpha=1.0, Gx=1), r"Gx is neither an array nor a parameter of this kernel \(G\?\); "
+                                                r"it takes the arrays X, Y and M, N, alpha, G"),
+    (lambda k, X, Y: k(X, Y, alpha=1.0, G=1, stream=3), r"stream= is for GPU arrays"),
+])
+def test_arguments_that_are_no_arrays_or_no_sizes_are_named(make, says):
+    X = np.ones((16, 8), np.float32)
+    kernel = tilegen.compile(scale_grid)
+    _refusal(lambda: make(lambda *a, **kw: kernel(*a, **{"device": "sim", **kw}), X, X.copy()), says)
+
+
+def test_without_a_gpu_a_bad_argument_is_named_not_a_gpu(monkeypatch):
+    """(A None, a list or a bool had taken the GPU path and blamed a good numpy array.)"""
+    from tilegen import runtime
+
+    monkeypatch.setattr(runtime, "gpu_available", lambda: False)
+    X = np.ones((16, 8), np.float32)
+    _refusal(lambda: tilegen.compile(scale_grid)(X, None, alpha=1.0, G=1), r"Y is None; it takes a 2-D array")
+    X, bias, s = _stack_inputs()
+    _refusal(lambda: tilegen.compile(scaled_stack)(X, np.zeros_like(X), bias, True),
+             r"s is a bool; it takes a number or a one-element float32 array")
+    _refusal(lambda: tilegen.compile(scaled_stack)(X, np.zeros_like(X), bias, np.array([1 + 2j]), device="sim"),
+             r"s is one f32 in memory: pass a number or a one-element float32 array, not complex128")
+
+
+def test_cpu_dlpack_arrays_are_host_arrays():
+    """A CPU DLPack array (a PyTorch CPU tensor) runs as numpy does, its results written into it."""
+    rng = np.random.default_rng(28)
+    A, B = _f16(rng, (16, 32)), _f16(rng, (32, 16))
+    C = np.full((16, 16), np.nan, np.float32)
+    tilegen.compile(one_tile)(_DLPackCPU(A), _DLPackCPU(B), _DLPackCPU(C), device="sim")
+    assert np.array_equal(C, A.astype(np.float32) @ B.astype(np.float32))
+
+
+def test_counters_that_are_not_zero_or_empty_are_refused():
+    """(A non-zero counter had left C unwritten without a word; an empty array ran out of bounds.)"""
+    from test_arrivals import make_kernel
+
+    X = np.ones((64, 8), np.float32)
+    W, C = np.zeros_like(X), np.zeros((32, 8), np.float32)
+    kernel = make_kernel()
+    _refusal(lambda: kernel(X, W, C, np.array([5, 0, 0, 0], np.uint32), G=2, device="sim"),
+             r"F holds counters that must be 0 before the launch")
+    _refusal(lambda: kernel(X, W, C, np.zeros(0, np.uint32), G=2, device="sim"), r"F is empty")
+
+
+def test_a_stack_refused_is_named_with_a_fix_for_the_stack(sim_gpu):
+    X, bias, s = _stack_inputs(count=2, M=16, N=8)
+    kernel = tilegen.compile(scaled_stack)   # Y column-major
+    y_rows = sim_gpu.empty(X.shape, "float32")   # row-major matrices
+    _refusal(lambda: kernel(sim_gpu.array(X), y_rows, sim_gpu.array(bias), sim_gpu.array(np.array([s]))),
+             r"Y is row-major .* pass the row-major stack of its transposes Yt \(count, columns, rows\) as "
+             r"Yt.transpose\(0, 2, 1\)")
+
+
+def test_gpu_path_refusals(sim_gpu):
+    """A tensor map is the launch's to build; a stream must be a stream; an array given twice is refused
+    also once a call like it was remembered."""
+    X = np.ones((16, 8), np.float32)
+    x, y = sim_gpu.array(X), sim_gpu.empty((16, 8), "float32")
+    kernel = tilegen.compile(scale_grid)
+    _refusal(lambda: kernel(x, y, alpha=1.0, G=1, stream="junk"), r"stream='junk': pass a PyTorch, CuPy or tilegen")
+    kernel(x, y, alpha=1.0, G=1)
+    _refusal(lambda: kernel(x, y, X=sim_gpu.array(X), alpha=1.0, G=1), r"X is given twice, by position and by name")
+    step4 = _ladder_step("step4_tma", "step4")
+    _refusal(lambda: step4(x, x, y, A_tmap=b"\0" * 128), r"A_tmap is the tensor map the launch builds from A's array")
+
+
+def _ladder_step(module: str, fn: str):
+    from ladder_util import load
+
+    return tilegen.compile(getattr(load(module), fn), target="sm_90a")
+
+
+def test_tma_kernels_and_scalars_of_any_cuda_array_on_the_gpu_path(sim_gpu):
+    """The ladder's TMA step on GPU arrays (its tensor maps built by the launch from the arrays),
+    ragged; a scalar in memory given as an object with __cuda_array_interface__ alone."""
+    rng = np.random.default_rng(29)
+    M, N, K = 70, 40, 72
+    A, B = rng.standard_normal((M, K)).astype(np.float16), rng.standard_normal((K, N)).astype(np.float16)
+    c = sim_gpu.empty((M, N), "float32")
+    _ladder_step("step4_tma", "step4")(sim_gpu.array(A), sim_gpu.array(B), c)
+    want = A.astype(np.float64) @ B.astype(np.float64)
+    scale = np.abs(A.astype(np.float64)) @ np.abs(B.astype(np.float64))
+    assert np.all(np.abs(c.numpy() - want) <= K * 2.0 ** -23 * scale)   # (f16 products exact; K f32 additions)
+    X, bias, s = _stack_inputs(seed=30, count=2)
+    y = sim_gpu.empty((2, X.shape[2], X.shape[1]), "float32")
+    y_logical = type(y)(sim_gpu, y.ptr, X.shape, (X.shape[1] * X.shape[2], 1, X.shape[1]), y.dtype)
+    tilegen.compile(scaled_stack)(_CAIOnly(sim_gpu.array(X)), y_logical, sim_gpu.array(bias),
+                                  _CAIOnly(sim_gpu.array(np.array([[s]], np.float32))))
+    want = _stack_want(X, bias, s)
+    assert np.abs(np.swapaxes(y.numpy(), 1, 2) - want).max() <= 4 * 2.0 ** -24 * np.abs(want).max()

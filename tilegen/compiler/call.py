@@ -6,12 +6,14 @@ parameters (scalars, sizes no array gives, sizes only the grid reads) by name. T
 shapes give the size symbols (shapes that disagree are refused, naming both arrays); their
 pointers, leading dimensions and stack strides become the parameters the kernel reads.
 
-| arrays                          | where it runs                                            |
-| ------------------------------- | -------------------------------------------------------- |
-| PyTorch / CuPy / any CUDA array | in place, on the library's current stream (or `stream=`), |
+| arrays                          | where it runs                                             |
+| ------------------------------- | --------------------------------------------------------- |
+| PyTorch / CuPy                  | in place, on the library's current stream (or `stream=`), |
 |                                 | asynchronously, as the library's own work                 |
-| numpy                           | copied to the GPU, the launch, the arrays the kernel      |
-|                                 | writes copied back; without a GPU, or with device="sim",  |
+| other CUDA arrays (CAI, DLPack) | in place, on `stream=` (the legacy default stream without)|
+| numpy (or CPU DLPack arrays)    | copied to the GPU, the launch, the arrays the kernel      |
+|                                 | writes copied back, on the default stream; the call       |
+|                                 | returns when done. Without a GPU, or with device="sim",   |
 |                                 | on the CPU emulator                                       |
 
 Numpy arrays are laid out as the kernel needs (a matrix declared layout="col" stored
@@ -21,6 +23,7 @@ whose layout, alignment or dtype the kernel cannot take is refused with what to 
 from __future__ import annotations
 
 import difflib
+import numbers
 
 import numpy as np
 
@@ -94,6 +97,11 @@ def _near(name: str, names) -> str:
     return f" ({close[0]}?)" if close else ""
 
 
+def _grid_only(kernel) -> list:
+    """Sizes the grid reads that are no parameter: given by name, or taken from the arrays."""
+    return sorted(kernel.launch_grid.symbols - set(kernel._names))
+
+
 def _bind(kernel, positional: tuple, named: dict) -> tuple[dict, dict]:
     """({array name: array}, {other parameter or size: value}) from a call's arguments."""
     arrays = kernel.arrays
@@ -107,25 +115,27 @@ def _bind(kernel, positional: tuple, named: dict) -> tuple[dict, dict]:
                           f"({', '.join(names) or 'none'}), got {len(positional)}; give scalars and sizes by name")
     given = dict(zip(names, positional))
     others = {}
-    described = {p for a in arrays for p in (a.ptr, a.ld, a.stride) if p}
-    grid_sizes = kernel.launch_grid.symbols
+    described = {p: a.name for a in arrays for p in (a.ptr, a.ld, a.stride) if p}
+    maps = {n: n.rsplit("_tmap", 1)[0] for n, kind in zip(kernel._names, kernel._kinds) if kind == "tensormap"}
+    takes = [n for n in kernel._names if n not in described and n not in maps] + _grid_only(kernel)
     for key, value in named.items():
         if key in names:
             if key in given:
                 raise LaunchError(f"{kernel.name}: {key} is given twice, by position and by name")
             given[key] = value
         elif key in described:
-            owner = next(a.name for a in arrays if key in (a.ptr, a.ld, a.stride))
+            owner = described[key]
             raise LaunchError(f"{kernel.name}: {key} comes from {owner}'s array: pass {owner}= (kernel.launch(args, "
                               f"sizes) takes pointers and leading dimensions by hand)")
-        elif key in kernel._names or key in grid_sizes:
+        elif key in maps:
+            raise LaunchError(f"{kernel.name}: {key} is the tensor map the launch builds from {maps[key]}'s array "
+                              f"(kernel.launch(args, sizes) takes one made by hand)")
+        elif key in takes:
             others[key] = value
         else:
-            known = names + [n for n in kernel._names if n not in described] + sorted(grid_sizes)
             raise LaunchError(f"{kernel.name}: {key} is neither an array nor a parameter of this kernel"
-                              f"{_near(key, known)}; it takes the arrays {', '.join(names) or '(none)'}"
-                              + (f" and {', '.join(n for n in kernel._names if n not in described)}"
-                                 if any(n not in described for n in kernel._names) else ""))
+                              f"{_near(key, names + takes)}; it takes the arrays {', '.join(names) or '(none)'}"
+                              + (f" and {', '.join(takes)}" if takes else ""))
     missing = [n for n in names if n not in given]
     if missing:
         raise LaunchError(f"{kernel.name}: no array for {', '.join(missing)} (its arrays, in order: "
@@ -133,8 +143,55 @@ def _bind(kernel, positional: tuple, named: dict) -> tuple[dict, dict]:
     return given, others
 
 
-def _is_host(x) -> bool:
-    return isinstance(x, (np.ndarray, np.generic, float, int)) and not isinstance(x, bool)
+_TAKES = {"matrix": "a 2-D array (numpy, PyTorch, CuPy)", "stack": "a 3-D array of matrices (count, rows, cols)",
+          "vector": "a 1-D array", "counters": "a 1-D uint32 (or int32) array of zeros",
+          "scalar": "a number or a one-element float32 array"}
+
+
+def _where(x) -> str:
+    """'host' (numpy, or a CPU DLPack array), 'number', 'gpu' (a CUDA array), or '' (none)."""
+    if isinstance(x, np.ndarray):
+        return "host"
+    if isinstance(x, (bool, np.bool_)):
+        return ""
+    if isinstance(x, numbers.Real):
+        return "number"
+    if hasattr(x, "__cuda_array_interface__"):
+        return "gpu"
+    if hasattr(x, "__dlpack_device__"):
+        try:
+            kind = int(x.__dlpack_device__()[0])
+        except Exception:
+            return ""
+        return "host" if kind == 1 else "gpu" if kind in (2, 13) else ""
+    return ""
+
+
+def _classify(kernel, given: dict) -> bool:
+    """True when the call's arrays are on the host (numpy, CPU DLPack, numbers for scalars), False
+    when on the GPU; an argument that is no array (None, a list, a bool) refused, naming it."""
+    kinds = set()
+    for a in kernel.arrays:
+        x, where = given[a.name], _where(given[a.name])
+        if not where or where == "number" and a.kind != "scalar":
+            what = "None" if x is None else f"a {type(x).__name__}"
+            raise LaunchError(f"{kernel.name}: {a.name} is {what}; it takes {_TAKES[a.kind]}")
+        kinds.add(where)
+    return "gpu" not in kinds
+
+
+def _stream(stream):
+    """A stream given to kernel(...) as the handle the driver takes; a LaunchError for anything else."""
+    h = runtime.stream_handle(stream)
+    if isinstance(h, bool) or not (isinstance(h, int) and h >= 0 or type(h).__name__ == "CUstream"):
+        raise LaunchError(f"stream={stream!r}: pass a PyTorch, CuPy or tilegen stream, a CUstream, or a stream "
+                          f"handle (an int)")
+    return h
+
+
+def _check_size(kernel, key: str, value) -> None:
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or not 0 <= value < 2 ** 31:
+        raise LaunchError(f"{kernel.name}: {key} = {value!r}: a size is a whole number from 0 to 2^31 - 1")
 
 
 def _sizes_from(kernel, shapes: dict, others: dict) -> dict:
@@ -149,48 +206,55 @@ def _sizes_from(kernel, shapes: dict, others: dict) -> dict:
             source.setdefault(sym, a.name)
     for key, value in others.items():
         if key in sizes:
+            _check_size(kernel, key, value)
             if value != sizes[key]:
                 raise LaunchError(f"{kernel.name}: {key} = {value!r} given, but {source[key]} gives {key} = "
                                   f"{sizes[key]}")
         elif key in kernel.launch_grid.symbols:
-            sizes[key] = value
+            _check_size(kernel, key, value)
+            sizes[key] = int(value)
     return sizes
 
 
-def _scalar_array(a, x):
-    """A scalar in memory given as a Python number: a one-element float32 array."""
-    if isinstance(x, (float, int, np.floating, np.integer)) and not isinstance(x, bool):
-        return np.array([x], np.float32)
-    return x
-
-
-def _host_shape(a, x) -> tuple:
+def _host_array(a, x) -> np.ndarray:
+    """A host argument as the numpy array the kernel reads: its shape and dtype checked (int32
+    counters read as u32; a scalar's number as one float32)."""
     if a.kind == "scalar":
-        if not isinstance(x, np.ndarray) or x.size != 1:
-            raise LaunchError(f"{a.name} is one f32 in memory: pass a number or a one-element float32 array")
-        return ()
-    if x.ndim != len(a.shape) and a.kind != "counters":
-        what = {"matrix": "a 2-D array", "stack": "a 3-D stack of matrices (count, rows, cols)",
-                "vector": "a 1-D array"}[a.kind]
-        raise LaunchError(f"{a.name} takes {what}, not a {x.ndim}-D array of shape {x.shape}")
-    if a.kind == "counters" and x.ndim != 1:
-        raise LaunchError(f"{a.name} takes a 1-D array of counters, not a {x.ndim}-D array of shape {x.shape}")
-    return x.shape
-
-
-def _host_dtype(a, x: np.ndarray) -> np.ndarray:
-    """`x` as the kernel reads it: its dtype checked (int32 counters taken as u32)."""
+        if _where(x) == "number":
+            return np.array([x], np.float32)
+        x = _numpy(a, x)
+        if x.size != 1 or x.dtype != np.float32:
+            raise LaunchError(f"{a.name} is one f32 in memory: pass a number or a one-element float32 array, not "
+                              f"{x.dtype} of shape {x.shape}")
+        return x.reshape(1)
+    x = _numpy(a, x)
+    if x.ndim != (len(a.shape) if a.kind != "counters" else 1):
+        raise LaunchError(f"{a.name} takes {_TAKES[a.kind]}, not a {x.ndim}-D array of shape {x.shape}")
+    if not x.size:
+        raise LaunchError(f"{a.name} is empty (shape {x.shape}); tilegen kernels need at least one element")
     if a.kind == "counters":
         if x.dtype not in (np.uint32, np.int32):
             raise LaunchError(f"{a.name} holds u32 counters: pass a uint32 (or int32) array of zeros, not {x.dtype}")
+        if x.any():
+            raise LaunchError(f"{a.name} holds counters that must be 0 before the launch (each last arrival puts its "
+                              f"own back to 0): pass np.zeros(n, np.uint32), n at least the counters the kernel "
+                              f"counts on")
         return x.view(np.uint32)
     want = numpy_dtype(a.dtype)
     if x.dtype != want:
         raise LaunchError(f"{a.name} is declared {a.dtype}: pass a {want} array, not {x.dtype} (x.astype(...) "
                           f"converts)")
-    if not x.size:
-        raise LaunchError(f"{a.name} is empty (shape {x.shape}); tilegen kernels need at least one element")
     return x
+
+
+def _numpy(a, x) -> np.ndarray:
+    """A CPU DLPack array (a PyTorch CPU tensor) as numpy, sharing its memory."""
+    if isinstance(x, np.ndarray):
+        return x
+    try:
+        return np.from_dlpack(x)
+    except Exception as e:
+        raise LaunchError(f"{a.name}: a host array numpy cannot read ({e}); pass a numpy array") from None
 
 
 def _stored(a, x: np.ndarray) -> np.ndarray:
@@ -214,14 +278,10 @@ def _laid_out(a, x: np.ndarray) -> tuple:
 
 
 def _run_host(kernel, given: dict, others: dict, memory) -> None:
-    """Numpy arrays through `memory` (GpuMemory or EmulatorMemory)."""
+    """Host arrays through `memory` (GpuMemory or EmulatorMemory)."""
     hosts = {}
     for a in kernel.arrays:
-        x = _scalar_array(a, given[a.name]) if a.kind == "scalar" else given[a.name]
-        if not isinstance(x, np.ndarray):
-            raise LaunchError(f"{a.name} is a {type(x).__name__}; pass a numpy array (or GPU arrays for all of them)")
-        _host_shape(a, x)
-        x = _host_dtype(a, x) if a.kind != "scalar" else x.astype(np.float32).reshape(1)
+        x = _host_array(a, given[a.name])
         if a.written and not x.flags.writeable:
             raise LaunchError(f"{a.name} is read-only, but the kernel writes it; pass a writable array")
         hosts[a.name] = x
@@ -252,13 +312,20 @@ def _run_host(kernel, given: dict, others: dict, memory) -> None:
 
 
 def _launch(kernel, args: dict, sizes: dict, others: dict, launch) -> None:
-    """The parameters no array gave, from the values given by name and the sizes, then the launch."""
-    for name in kernel._names:
-        if name not in args:
-            if name in others:
-                args[name] = others[name]
-            elif name in sizes:
-                args[name] = sizes[name]
+    """The parameters no array gave, from the sizes and the values given by name (each checked
+    against its parameter's type), then the launch."""
+    for name, kind in zip(kernel._names, kernel._kinds):
+        if name in args:
+            continue
+        if name in sizes:
+            args[name] = sizes[name]
+        elif name in others:
+            value = others[name]
+            try:
+                runtime.pack_arg(value, kind)
+            except LaunchError as e:
+                raise LaunchError(f"{kernel.name}: {name} = {value!r}: {str(e).split(': ', 1)[-1]}") from None
+            args[name] = value
     missing = [n for n, kind in zip(kernel._names, kernel._kinds) if n not in args and kind != "tensormap"]
     if missing:   # (tensor maps are built by the launch from their tensors' parameters)
         raise LaunchError(f"{kernel.name}: {missing_arguments(missing, others)} (give them by name: "
@@ -270,29 +337,27 @@ def _device_arguments(kernel, given: dict, others: dict, device) -> tuple:
     """(args, sizes, GPU, the first array's library adapter or None) of GPU arrays, in place."""
     dev, lib = (device if isinstance(device, int) else None), None
     for x in given.values():   # (the GPU and the stream of the first array of a library known here)
-        probe = None if _is_host(x) else interop.probe(x)
+        probe = interop.probe(x)
         if probe is not None:
             dev, lib = probe[interop.DEVICE] if dev is None else dev, interop.library(x)
             break
     dev = 0 if dev is None else dev
-    views = {}
+    args, shapes = {}, {}
     for a in kernel.arrays:
         x = given[a.name]
         if a.kind in ("matrix", "stack"):
             describe = runtime.describe_array if a.kind == "matrix" else runtime.describe_stack
             view = describe(x, name=a.name, dtype=a.dtype, layout=a.logical, writable=a.written, align=a.align or None,
                             device=dev, on_gpu=True)
-        elif a.kind == "counters":
-            view = runtime.describe_vector(x, name=a.name, dtype=np.uint32, also=(np.int32,), writable=True,
-                                           device=dev, on_gpu=True)
+        elif a.kind == "scalar":
+            if _where(x) == "number":
+                raise LaunchError(f"{a.name} is one f32 in memory: pass a one-element float32 array on the GPU, as "
+                                  f"the other arrays, not a {type(x).__name__}")
+            view = runtime.describe_scalar(x, name=a.name, device=dev, on_gpu=True)
         else:
-            view = runtime.describe_vector(x if a.kind == "vector" else _one(a, x), name=a.name,
-                                           dtype=a.dtype if a.kind == "vector" else np.float32, device=dev, on_gpu=True)
-        views[a.name] = view
-    shapes = {}
-    args = {}
-    for a in kernel.arrays:
-        view = views[a.name]
+            view = runtime.describe_vector(x, name=a.name, dtype=np.uint32 if a.kind == "counters" else a.dtype,
+                                           also=(np.int32,) if a.kind == "counters" else (), writable=a.written,
+                                           device=dev, on_gpu=True)
         if a.kind == "stack":
             m = view.matrix
             shapes[a.name] = (view.count, m.rows, m.cols)
@@ -301,20 +366,11 @@ def _device_arguments(kernel, given: dict, others: dict, device) -> tuple:
             shapes[a.name] = (view.rows, view.cols)
             args[a.ptr], args[a.ld] = view.ptr, view.ld
         else:
-            shapes[a.name] = (view.cols,)
+            shapes[a.name] = (view.cols,) if a.kind == "vector" else ()
             args[a.ptr] = view.ptr
     sizes = _sizes_from(kernel, shapes, others)
     _launch(kernel, args, sizes, others, lambda *_: None)
     return args, sizes, dev, lib
-
-
-def _one(a, x):
-    """A scalar in memory as a one-element vector."""
-    shape = tuple(getattr(x, "shape", ()))
-    if isinstance(x, (float, int, np.floating, np.integer)) or int(np.prod(shape)) != 1:
-        raise LaunchError(f"{a.name} is one f32 in memory: pass a one-element float32 array on the GPU, as the other "
-                          f"arrays, not {type(x).__name__}" + (f" of shape {shape}" if shape else ""))
-    return x.reshape(1)
 
 
 MEMO = 64   # calls remembered per kernel (by their arrays' probes and other arguments)
@@ -322,17 +378,21 @@ MEMO = 64   # calls remembered per kernel (by their arrays' probes and other arg
 
 def _plain(v):
     """A value as the memo's key holds it: a float by its bits (-0.0 is not 0.0: an alpha of
-    -0.0 signs zeros)."""
-    return float(v).hex() if isinstance(v, (float, np.floating)) else v
+    -0.0 signs zeros), a bool apart from the int it equals."""
+    if isinstance(v, (float, np.floating)):
+        return float(v).hex()
+    return ("bool", v) if isinstance(v, bool) else v
 
 
 def _fast_key(kernel, positional: tuple, named: dict, stream, device):
     """The memo's key of a call whose arrays are all of a library known here (runtime/interop.py:
     pointer, shape, strides, dtype and GPU of each, in a few attribute reads), or None."""
-    if device is not None or not (stream is None or isinstance(stream, int)):
+    if device is not None or not (stream is None or type(stream) is int):
         return None
     names = kernel._array_names
-    if len(positional) == len(names) and not named.keys() & names:
+    if named.keys() & names[:len(positional)]:
+        return None   # (an array given twice: the general path says so)
+    if len(positional) == len(names):
         xs = positional
     else:
         xs = tuple(positional) + tuple(named.get(n) for n in names[len(positional):])
@@ -365,10 +425,14 @@ def call(kernel, positional: tuple, named: dict, stream=None, device=None) -> No
         raise LaunchError(f"device={device!r}; allowed: None (the GPU, else the emulator), 'gpu', 'cuda', a GPU "
                           f"ordinal, or 'sim' (the CPU emulator)")
     given, others = _bind(kernel, positional, named)
-    host = all(_is_host(x) for x in given.values()) or not given
+    host = _classify(kernel, given)
+    if host and stream is not None:
+        raise LaunchError("stream= is for GPU arrays: a call on numpy arrays copies them in, runs and copies back on "
+                          "the default stream, and returns when done")
     if device == "sim" or host and device is None and not runtime.gpu_available():
         if not host:
-            raise LaunchError("device='sim' runs on numpy arrays; pass numpy arrays (or run on the GPU)")
+            gpu = next(a.name for a in kernel.arrays if _where(given[a.name]) == "gpu")
+            raise LaunchError(f"device='sim' runs on numpy arrays; {gpu} is a {type(given[gpu]).__name__} on the GPU")
         if device is None:
             warn(f"no GPU found; {kernel.name} runs on the CPU emulator (device='sim' says so and silences this)",
                  EmulatorWarning)
@@ -376,10 +440,7 @@ def call(kernel, positional: tuple, named: dict, stream=None, device=None) -> No
     if host:
         return _run_host(kernel, given, others, GpuMemory(device if isinstance(device, int) else 0))
     args, sizes, dev, lib = _device_arguments(kernel, given, others, device)
-    if stream is None:
-        s = lib.stream(dev) if lib is not None else 0
-    else:
-        s = runtime.stream_handle(stream)
+    s = (lib.stream(dev) if lib is not None else 0) if stream is None else _stream(stream)
     kernel.launch(args, sizes, stream=s, device=dev)
     if key is not None:   # (remembered once launched: its arguments passed every check)
         if len(kernel._calls) >= MEMO:

@@ -26,7 +26,7 @@ from .launch import Launcher, ParamBuffer, cluster_capacity, launch_route
 from .tensormap import fill_tensor_maps, tensor_map_bytes
 from .memory import (DeviceBuffer, Event, HostCallBuffers, Stream, StreamBuffer, StreamScratch, copy_2d, elapsed_ms,
                      free_scratch, stream_key, synchronize, zero_async)
-from .arrays import OperandView, StackView, describe_array, describe_stack, describe_vector, detect_layout
+from .arrays import OperandView, StackView, describe_array, describe_scalar, describe_stack, describe_vector, detect_layout
 
 __all__ = [
     "DeviceInfo", "check", "device_info", "ensure_context", "forget_current", "gpu_available",
@@ -34,5 +34,5 @@ __all__ = [
     "Function", "clear_module_cache", "jit_error_line", "load_module", "precompile", "stream_handle",
     "Launcher", "ParamBuffer", "cluster_capacity", "launch_route", "fill_tensor_maps", "tensor_map_bytes",
     "DeviceBuffer", "Event", "HostCallBuffers", "Stream", "StreamBuffer", "StreamScratch", "capturing", "free_scratch", "stream_key", "zero_async", "copy_2d", "elapsed_ms", "synchronize",
-    "OperandView", "StackView", "describe_array", "describe_stack", "describe_vector", "detect_layout",
+    "OperandView", "StackView", "describe_array", "describe_scalar", "describe_stack", "describe_vector", "detect_layout",
 ]

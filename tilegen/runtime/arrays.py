@@ -286,8 +286,10 @@ def _checked_dtype(raw: _Raw, name: str, dtype) -> np.dtype:
     return want
 
 
-def _describe(raw: _Raw, name: str, dtype, shape, layout, writable, align, device, dims) -> OperandView:
-    """describe_array of what a 2-D array says about itself."""
+def _describe(raw: _Raw, name: str, dtype, shape, layout, writable, align, device, dims,
+              stack: bool = False) -> OperandView:
+    """describe_array of what a 2-D array says about itself (`stack`: the matrices of a stack of
+    them, whose fixes are said for the whole stack)."""
     want = _checked_dtype(raw, name, dtype)
     isz = want.itemsize
 
@@ -335,7 +337,9 @@ def _describe(raw: _Raw, name: str, dtype, shape, layout, writable, align, devic
                    f"{name}.contiguous())")
         else:
             fix = (f"make a column-major copy with np.asfortranarray({name}), or, if you hold "
-                   f"its transpose {name}t row-major, pass {name}t.T")
+                   f"its transpose {name}t row-major, pass {name}t.T") if not stack else (
+                   f"pass the row-major stack of its transposes {name}t (count, columns, rows) as "
+                   f"{name}t.transpose(0, 2, 1) (PyTorch: {name}t.transpose(1, 2))")
         kinds = {"row": "row-major (last dim contiguous)",
                  "col": "column-major (first dim contiguous)"}
         raise LaunchError(f"{name} is {kinds[found]}, strides {elem_strides} elements; this "
@@ -398,8 +402,8 @@ def describe_stack(x, *, name: str, dtype, layout: Optional[str] = None, writabl
     count, apart = int(raw.shape[0]), int(raw.strides[0])
     if count == 0:
         raise LaunchError(f"{name} is empty (shape {tuple(raw.shape)}); tilegen kernels need at least one element")
-    view = _describe(replace(raw, shape=raw.shape[1:], strides=raw.strides[1:]), f"{name}[0]", dtype, None, layout,
-                     writable, align, device, None)
+    view = _describe(replace(raw, shape=raw.shape[1:], strides=raw.strides[1:]), name, dtype, None, layout,
+                     writable, align, device, None, stack=True)
     isz = view.itemsize
     if count == 1:
         apart = view.nbytes
@@ -434,6 +438,20 @@ def describe_vector(x, *, name: str, dtype, writable: bool = False, device: int 
                           f"pass a contiguous vector (np.ascontiguousarray({name}), PyTorch: {name}.contiguous())")
     view = _describe(replace(raw, shape=(1, raw.shape[0]), strides=(0, raw.strides[0])), name, dtype, None, "row",
                      writable, None, device, None)
+    if on_gpu:
+        _refuse_host(view, x)
+    return view
+
+
+def describe_scalar(x, *, name: str, device: int = 0, on_gpu: bool = False) -> OperandView:
+    """Check `x` as one float32 in memory (an array of one element, of any shape) and describe it;
+    LaunchError says what is wrong."""
+    raw = _inspect(x, name)
+    if int(np.prod(raw.shape, dtype=np.int64)) != 1:
+        raise LaunchError(f"{name} is one f32 in memory: pass a one-element float32 array, not one of shape "
+                          f"{tuple(raw.shape)}")
+    view = _describe(replace(raw, shape=(1, 1), strides=(0, 0)), name, np.float32, None, "row", False, None, device,
+                     None)
     if on_gpu:
         _refuse_host(view, x)
     return view
