@@ -390,7 +390,7 @@ def _fast_key(kernel, positional: tuple, named: dict, stream, device):
     if device is not None or not (stream is None or type(stream) is int):
         return None
     names = kernel._array_names
-    if named.keys() & names[:len(positional)]:
+    if named and positional and not named.keys().isdisjoint(names[:len(positional)]):
         return None   # (an array given twice: the general path says so)
     if len(positional) == len(names):
         xs = positional

@@ -158,7 +158,7 @@ class Kernel:
         CuPy, any CUDA array) are used in place on their library's current stream (or `stream`);
         numpy arrays are copied to the GPU and the arrays the kernel writes copied back, or run
         on the CPU emulator (device="sim", or no GPU). compiler/call.py says more."""
-        return self.call_arrays(*arrays, stream=stream, device=device, **named)
+        return call_on_arrays(self, arrays, named, stream, device)
 
     def call_arrays(self, *arrays, stream=None, device=None, **named):
         """kernel(...) of a DSL kernel (a GEMM kernel's own kernel(A, B) takes the GEMM's
