@@ -31,7 +31,7 @@ def no_gpu(monkeypatch):
     """Behave as on a machine without a GPU, also on one that has it (and in a process that
     has not said so yet)."""
     import tilegen.runtime
-    from tilegen.gemm import call
+    from tilegen.compiler import call
 
     monkeypatch.setattr(tilegen.runtime, "gpu_available", lambda: False)
     monkeypatch.setattr(call, "_said", set())

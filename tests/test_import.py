@@ -56,6 +56,7 @@ def test_public_names():
     for name in tilegen.__all__:
         assert hasattr(tilegen, name), name
     assert issubclass(tilegen.SpecError, ValueError)
+    assert "HazardError" in tilegen.__all__ and issubclass(tilegen.HazardError, tilegen.IRError)
 
 
 def test_arch_imports_nothing_else_of_tilegen():

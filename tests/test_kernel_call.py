@@ -3,6 +3,8 @@ kernel declared. On numpy arrays on the emulator (device="sim"), through the GPU
 emulator standing in for the GPU (the sim_gpu fixture: arrays in its memory taken as PyTorch
 tensors are), and numpy through device buffers; every kind of array (matrices in either layout,
 stacks, vectors, counters, f32 scalars in memory); and the refusals, each naming what was wrong."""
+import warnings
+
 import numpy as np
 import pytest
 
@@ -269,14 +271,19 @@ def test_numpy_arrays_through_device_buffers(sim_gpu, monkeypatch):
 
 def test_numpy_without_a_gpu_runs_on_the_emulator_and_says_so(monkeypatch):
     from tilegen import runtime
+    from tilegen.compiler import call as call_module
 
     monkeypatch.setattr(runtime, "gpu_available", lambda: False)
+    monkeypatch.setattr(call_module, "_said", set())
     rng = np.random.default_rng(24)
     A, B = _f16(rng, (16, 32)), _f16(rng, (32, 16))
     C = np.full((16, 16), np.nan, np.float32)
     with pytest.warns(tilegen.EmulatorWarning, match="no GPU found; one_tile runs on the CPU emulator"):
         tilegen.compile(one_tile)(A, B, C)
     assert np.array_equal(C, A.astype(np.float32) @ B.astype(np.float32))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")   # said once a process
+        tilegen.compile(one_tile)(A, B, C)
 
 
 def test_a_call_like_one_before_launches_what_that_one_derived(sim_gpu, monkeypatch):
@@ -511,3 +518,16 @@ def test_tma_kernels_and_scalars_of_any_cuda_array_on_the_gpu_path(sim_gpu):
                                   _CAIOnly(sim_gpu.array(np.array([[s]], np.float32))))
     want = _stack_want(X, bias, s)
     assert np.abs(np.swapaxes(y.numpy(), 1, 2) - want).max() <= 4 * 2.0 ** -24 * np.abs(want).max()
+
+
+@pytest.mark.parametrize("call, says", [
+    (lambda k, A, B, C: k(A, B, C=C), r"kernel\(\.\.\.\) of a GEMM takes no C= \(C is out= here\)"),
+    (lambda k, A, B, C: k(A), r"takes the GEMM's operands A \(M x K\) and B \(K x N\); B was not given"),
+    (lambda k, A, B, C: k(), r"A and B were not given"),
+    (lambda k, A, B, C: k(A, B, outt=C), r"takes no outt= \(out\?\); it takes A, B and out=, alpha="),
+])
+def test_a_gemm_kernel_called_with_what_it_does_not_take(call, says):
+    """(Python's own TypeErrors had answered these.)"""
+    kernel = tilegen.compile(tilegen.GemmSpec(dtype="f16"))
+    A, B = np.ones((16, 16), np.float16), np.ones((16, 16), np.float16)
+    _refusal(lambda: call(kernel, A, B, np.zeros((16, 16), np.float32)), says)

@@ -147,7 +147,7 @@ def test_no_gpu_falls_back_to_the_emulator(monkeypatch):
 
     import tilegen.runtime
 
-    from tilegen.gemm import call
+    from tilegen.compiler import call
 
     monkeypatch.setattr(tilegen.runtime, "gpu_available", lambda: False)
     monkeypatch.setattr(call, "_said", set())
@@ -177,10 +177,11 @@ def test_no_gpu_refuses_long_emulations_at_once(monkeypatch, capsys):
     import time
 
     import tilegen.runtime
+    from tilegen.compiler import call as said_by
     from tilegen.gemm import call
 
     monkeypatch.setattr(tilegen.runtime, "gpu_available", lambda: False)
-    monkeypatch.setattr(call, "_said", set())
+    monkeypatch.setattr(said_by, "_said", set())
     A = np.ones((2048, 2048), np.float16)
     t0 = time.perf_counter()
     with pytest.raises(tilegen.LaunchError, match=r"2048x2048x2048 GEMM would take at least \d+ (s|min) .*device='sim'"):

@@ -45,6 +45,11 @@ class IRError(TilegenError):
     """An IR invariant broken by a front-end or a pass (a tilegen bug, or a DSL misuse)."""
 
 
+class HazardError(IRError):
+    """A pipeline schedule that would read data before it lands or overwrite data in use
+    (the hazard check, ir/hazards.py)."""
+
+
 class EmulatorWarning(UserWarning):
     """No GPU was found, so work the caller did not send to the emulator by name runs on the
     CPU emulator (device="sim") instead. Said once a process; silenced like any warning:

@@ -92,6 +92,16 @@ class EmulatorMemory:
         pass
 
 
+_said: set = set()
+
+
+def warn_once(message: str) -> None:
+    """An EmulatorWarning, once a process, pointing at the caller's line outside tilegen."""
+    if message not in _said:
+        _said.add(message)
+        warn(message, EmulatorWarning)
+
+
 def _near(name: str, names) -> str:
     close = difflib.get_close_matches(name, list(names), n=1)
     return f" ({close[0]}?)" if close else ""
@@ -434,8 +444,8 @@ def call(kernel, positional: tuple, named: dict, stream=None, device=None) -> No
             gpu = next(a.name for a in kernel.arrays if _where(given[a.name]) == "gpu")
             raise LaunchError(f"device='sim' runs on numpy arrays; {gpu} is a {type(given[gpu]).__name__} on the GPU")
         if device is None:
-            warn(f"no GPU found; {kernel.name} runs on the CPU emulator (device='sim' says so and silences this)",
-                 EmulatorWarning)
+            warn_once(f"no GPU found; {kernel.name} runs on the CPU emulator (pass device='sim' to ask for it and "
+                      f"silence this)")
         return _run_host(kernel, given, others, EmulatorMemory())
     if host:
         return _run_host(kernel, given, others, GpuMemory(device if isinstance(device, int) else 0))
@@ -448,4 +458,4 @@ def call(kernel, positional: tuple, named: dict, stream=None, device=None) -> No
         kernel._calls[key] = (args, sizes, dev, lib)
 
 
-__all__ = ["call", "GpuMemory", "EmulatorMemory"]
+__all__ = ["call", "GpuMemory", "EmulatorMemory", "warn_once"]

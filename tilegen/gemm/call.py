@@ -25,8 +25,8 @@ import numpy as np
 from .. import runtime
 from ..arch.dtypes import dtype as arch_dtype
 from ..arch.dtypes import F32_INF_FROM, F32_MAX, numpy_dtype
-from ..compiler.call import EmulatorMemory, GpuMemory
-from ..errors import EmulatorWarning, LaunchError, warn
+from ..compiler.call import EmulatorMemory, GpuMemory, warn_once
+from ..errors import LaunchError
 from ..runtime import interop
 from ..runtime.interop import DEVICE, DTYPE, PTR, SHAPE, STRIDES
 from ..runtime.memory import copy_2d
@@ -290,7 +290,7 @@ def run_gemm(kernel, A, B, *, out=None, alpha=1.0, beta=0.0, bias=None, residual
         return _run_host(kernel, A, B, out, alpha, beta, bias, residual, _SimMemory(explicit=True), scales)
     if host:
         if device is None and not runtime.gpu_available():  # no GPU: the emulator, said plainly
-            _warn_once("no GPU found; GEMMs on numpy arrays run on the CPU emulator (device='sim'), "
+            warn_once("no GPU found; GEMMs on numpy arrays run on the CPU emulator (device='sim'), "
                        f"up to about {EMULATOR_LIMIT_S:.0f} s of emulation each (larger ones need device='sim')")
             return _run_host(kernel, A, B, out, alpha, beta, bias, residual, _SimMemory(explicit=False), scales)
         return _run_host(kernel, A, B, out, alpha, beta, bias, residual,
@@ -753,16 +753,6 @@ class _FirstKernel:
 EMULATOR_LIMIT_S = 30.0   # without a GPU, longer emulations need device="sim"
 PROGRESS_S = 5.0          # emulations estimated longer than this report their progress,
 TICK_S = 5.0              # this often
-_said: set = set()
-
-
-def _warn_once(message: str) -> None:
-    """An EmulatorWarning, once a process, pointing at the caller's line outside tilegen."""
-    if message not in _said:
-        _said.add(message)
-        warn(message, EmulatorWarning)
-
-
 def _progress(message: str) -> None:
     """A long emulation's progress (sim/progress.py says how)."""
     from ..sim.progress import say

@@ -1,6 +1,7 @@
 """GemmKernel: a compiled GEMM, callable on arrays: kernel(A, B, out=C)."""
 from __future__ import annotations
 
+import difflib
 from dataclasses import dataclass
 
 import numpy as np
@@ -157,8 +158,8 @@ class GemmKernel(Kernel):
             self._fast = FastCall(self) if not self.spec.batched else _takes_nothing
         return self._fast
 
-    def __call__(self, A, B, *, out=None, alpha: float = 1.0, beta: float = 0.0, bias=None, residual=None,
-                 device=None, repitch: bool = False, scale_a=None, scale_b=None):
+    def __call__(self, A=None, B=None, *, out=None, alpha: float = 1.0, beta: float = 0.0, bias=None, residual=None,
+                 device=None, repitch: bool = False, scale_a=None, scale_b=None, **unknown):
         """C = act(alpha * A @ B + beta * C + bias) + residual (the epilogue its spec names; with
         Epilogue(scale_rows=, scale_cols=) A @ B's rows are multiplied by the f32 vector scale_a,
         its columns by scale_b).
@@ -172,6 +173,8 @@ class GemmKernel(Kernel):
         out_dtype equal to the inputs'). GPU operands whose rows are not 16-byte aligned are
         refused, or copied into aligned buffers first with repitch=True (tilegen.matmul does
         that)."""
+        if unknown or B is None:
+            raise self._call_error(A, B, unknown)
         scales = NO_SCALES if scale_a is None and scale_b is None else (scale_a, scale_b)
         if device is None:
             fast = self._fast or self.fast_call
@@ -186,6 +189,22 @@ class GemmKernel(Kernel):
         return run_gemm(self, A, B, out=out, alpha=alpha, beta=beta, bias=bias, residual=residual, device=device,
                         repitch=repitch, scales=scales)
 
+
+    _KEYWORDS = ("out", "alpha", "beta", "bias", "residual", "device", "repitch", "scale_a", "scale_b")
+
+    def _call_error(self, A, B, unknown: dict) -> LaunchError:
+        """What is wrong with a call that names something kernel(A, B, ...) does not take."""
+        if A is None or B is None:
+            return LaunchError(f"{self.name}: kernel(A, B, out=...) takes the GEMM's operands A (M x K) and B (K x N); "
+                               f"{'A and B were' if A is None else 'B was'} not given")
+        name = next(iter(unknown))
+        hint = " (C is out= here)" if name == "C" else ""
+        if name in ("A", "B"):
+            hint = f" ({name} is given by position: kernel(A, B, out=...))"
+        near = difflib.get_close_matches(name, self._KEYWORDS, n=1)
+        return LaunchError(f"{self.name}: kernel(...) of a GEMM takes no {name}={hint or (f' ({near[0]}?)' if near else '')}"
+                           f"; it takes A, B and {', '.join(k + '=' for k in self._KEYWORDS)} (a kernel's arrays by their "
+                           f"declared names: kernel.call_arrays)")
 
     def _call_stack(self, A, B, out, alpha, beta, bias, residual, device, scales):
         """A batched kernel on stacks: A (count or 1, M, K), B (count or 1, K, N) -> C (count, M, N)."""

@@ -31,15 +31,11 @@ the same protocol at run time (sim/runner.py, sim/mbarrier.py, sim/race.py).
 """
 from __future__ import annotations
 
-from ..errors import IRError
+from ..errors import HazardError
 from . import tile as T
 from .instr import Comment, If, Instr, Loop, Role
 from .verify import fragment_bounds
 from .scalar_eval import ScalarEval
-
-
-class HazardError(IRError):
-    """A pipeline schedule that would read data before it lands or overwrite data in use."""
 
 
 class _State:
