@@ -54,10 +54,10 @@ def flash_attention(head_dim=64, dtype="f16", out_dtype="f16", causal=False, blo
     atom = f"m16n8k16.{dtype}.f32"
     tg.launch(threads=32 * warps, grid=(tg.cdiv("S", BM), "BH", 1))
 
-    Q = tg.batched_tensor("Q", dtype, ("S", "D"))
-    K = tg.batched_tensor("K", dtype, ("D", "S"), layout="col")  # K^T (D x S), stored S x D
-    V = tg.batched_tensor("V", dtype, ("S", "D"))
-    O = tg.batched_tensor("O", out_dtype, ("S", "D"))
+    Q = tg.batched_tensor("Q", dtype, ("S", "D"), count="BH")
+    K = tg.batched_tensor("K", dtype, ("D", "S"), layout="col", count="BH")  # K^T (D x S), stored S x D
+    V = tg.batched_tensor("V", dtype, ("S", "D"), count="BH")
+    O = tg.batched_tensor("O", out_dtype, ("S", "D"), count="BH")
     scale = tg.scalar("scale")
     S = Q.shape[0]
 
@@ -210,7 +210,8 @@ def main(argv=None) -> int:
     ap.add_argument("--warps", type=size, default=4, help="warps per CTA, stacked along the query rows")
     args = ap.parse_args(argv)
     if args.block_m % (16 * args.warps) or args.block_n % 16:
-        ap.error("--block-m must be a multiple of 16 * --warps and --block-n a multiple of 16")
+        ap.error(f"--block-m {args.block_m} must be a multiple of 16 * --warps = {16 * args.warps}, and --block-n "
+                 f"{args.block_n} a multiple of 16")
     # (two products of seq x seq x head_dim per batch-head, at the emulated defaults where not given)
     device = pick_device(args.device, 2 * (args.batch_heads or 2) * (args.seq or 80) ** 2 * args.head_dim)
     bh = args.batch_heads or (16 if device == "gpu" else 2)

@@ -531,3 +531,24 @@ def test_a_gemm_kernel_called_with_what_it_does_not_take(call, says):
     kernel = tilegen.compile(tilegen.GemmSpec(dtype="f16"))
     A, B = np.ones((16, 16), np.float16), np.ones((16, 16), np.float16)
     _refusal(lambda: call(kernel, A, B, np.zeros((16, 16), np.float32)), says)
+
+
+def test_store_with_alpha_alone_does_not_read_c():
+    """tg.store(..., alpha=) alone: beta is 0 and C (NaN-poisoned here) is not read; beta= alone:
+    alpha is 1. (Either alone had been refused.)"""
+    @tg.kernel
+    def scaled(which="alpha"):
+        tg.launch(threads=32, grid=(1, 1, 1))
+        X = tg.tensor("X", "f32", ("M", "N"))
+        Y = tg.tensor("Y", "f32", ("M", "N"))
+        x = tg.fragment(ATOM, "C", (1, 1))
+        tg.accumulate(x, X.block(0, 0))
+        tg.store(Y.block(0, 0), x, **{which: 2.0})
+
+    X = np.random.default_rng(2).standard_normal((16, 8)).astype(np.float32)
+    Y = np.full_like(X, np.nan)
+    tilegen.compile(scaled)(X, Y, device="sim")
+    assert np.array_equal(Y, 2 * X)
+    Y = np.ones_like(X)
+    tilegen.compile(scaled, which="beta")(X, Y, device="sim")
+    assert np.array_equal(Y, X + 2)

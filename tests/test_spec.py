@@ -512,3 +512,12 @@ def test_a_tile_and_warps_that_do_not_fit_blame_the_field_given():
         GemmSpec(tile=(48, 128, 64))
     with pytest.raises(SpecError, match=r"^tile=\(64, 64, 32\) is invalid; allowed: tile.n a multiple"):
         GemmSpec(tile=(64, 64, 32), warps=(2, 3))
+
+
+@pytest.mark.parametrize("fields", [dict(cluster=(2, 1)), dict(stream_k=True), dict(persistent=True),
+                                    dict(copy="tma"), dict(pingpong=True, tile=(64, 256, 64), warps=(4, 1))])
+def test_a_hopper_field_on_mma_sync_says_to_add_instruction_wgmma(fields):
+    """(The refusals had listed four conditions, or none, where instruction='wgmma' alone is enough.)"""
+    with pytest.raises(tilegen.SpecError, match=r"add instruction='wgmma' \(the target sm_90a, persistent CTAs"):
+        tilegen.GemmSpec(**fields)
+    assert tilegen.GemmSpec(instruction="wgmma", **fields).target == "sm_90a"

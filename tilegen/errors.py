@@ -14,6 +14,7 @@ class SpecError(TilegenError, ValueError):
         self.field = field
         self.value = value
         self.allowed = allowed
+        self.why = why
         msg = f"{field}={shown(value)} is invalid"
         if why:
             msg += f": {why}"

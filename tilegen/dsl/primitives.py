@@ -649,8 +649,8 @@ def store(dst: Block, acc: Fragment, *, alpha: Float = None, beta: Float = None,
     if dst.tensor.dtype.name not in ("f32", "f16", "bf16"):
         fail(f"store: writes f32, f16 or bf16 tensors; {dst.tensor.ir.name} is {dst.tensor.dtype.name} (an "
              f"output of another dtype has no conversion here)")
-    if (alpha is None) != (beta is None):
-        fail("store: give both alpha and beta or neither")
+    if (alpha is None) != (beta is None):   # (one given: the other's identity, C = alpha * acc or acc + beta * C)
+        alpha, beta = (1.0 if alpha is None else alpha), (0.0 if beta is None else beta)
     alpha, beta = _float_operand(alpha, "alpha"), _float_operand(beta, "beta")
     act = T.canonical_activation(activation)
     if act is None:

@@ -62,6 +62,8 @@ def _target_hint(name) -> str:
             f"driver's JIT: pass target='{NEWER_GPUS}' (tilegen.matmul does)")
 
 
+# fields of the Hopper kernels only: a refusal of them on another instruction says what to add
+_WGMMA_FIELDS = ("persistent", "copy", "store", "cluster", "stream_k", "pingpong", "swap_ab", "promote")
 _INT_FIELDS = ("stages", "group_m", "frag_buffers", "split_k", "promote")
 
 
@@ -364,7 +366,13 @@ class GemmSpec:
             set_("store", family.default_store(self))
         if deeper and self._pipeline_too_big():   # (a deeper default, not a chosen tile's refusal)
             set_("stages", family.default_stages)
-        self._validate()
+        try:
+            self._validate()
+        except SpecError as e:
+            if e.field in _WGMMA_FIELDS and self.instruction != "wgmma":   # (what the user did not know to add)
+                raise SpecError(e.field, e.value, e.allowed, e.why + "; add instruction='wgmma' (the target sm_90a, "
+                                "persistent CTAs, copy and store follow from it)") from None
+            raise
 
     def _pipeline_too_big(self) -> bool:
         try:
