@@ -303,6 +303,38 @@ def test_a_dsl_kernel_still_running_says_how_far_it_got(monkeypatch, caplog):
         run_kernel(k, {"M": 16, "N": 8, "X_ptr": x, "X_ld": 8, "T": 400}, {"M": 16, "N": 8, "T": 400}, mem)
     said = [r.getMessage() for r in caplog.records if r.name == "tilegen"]
     assert said and said[0].startswith(f"emulating {k.name}: ") and "0 of 1 CTAs done" in said[0], said
+    assert "loop trips" in said[0]   # (no CTA done yet: the hint about trip counts)
+
+
+def test_a_long_emulation_of_many_ctas_says_the_pace(monkeypatch, caplog):
+    """Many quick CTAs: the progress says how long the rest takes at the pace so far, not the hint
+    about loop trips (which had been said of every long emulation)."""
+    import logging
+
+    import tilegen.dsl as tg
+    from tilegen.sim import GlobalMemory, progress, run_kernel
+
+    monkeypatch.setattr(progress, "AFTER_S", 0.0)
+    monkeypatch.setattr(progress, "EVERY_S", 0.05)
+
+    @tg.kernel
+    def copies():
+        tg.launch(threads=32, grid=(tg.cdiv("M", 16), 1, 1))
+        X = tg.tensor("X", "f32", ("M", "N"))
+        acc = tg.fragment("m16n8k16.f16.f32", "C", (1, 1))
+        tg.accumulate(acc, X.block(tg.program_id("x") * 16, 0))
+        tg.store(X.block(tg.program_id("x") * 16, 0), acc)
+
+    k = tilegen.compile(copies)
+    mem = GlobalMemory()
+    M = 16 * 400
+    x = mem.alloc(M * 8 * 4)
+    mem.write(x, np.zeros(M * 8, np.float32))
+    with caplog.at_level(logging.INFO, logger="tilegen"):
+        run_kernel(k, {"M": M, "N": 8, "X_ptr": x, "X_ld": 8}, {"M": M, "N": 8}, mem)
+    said = [r.getMessage() for r in caplog.records if r.name == "tilegen"]
+    paced = [m for m in said if "s left at this pace" in m]
+    assert paced and not any("loop trips" in m for m in paced), said
 
 
 # ---- property test over the spec space --------------------------------------------------------

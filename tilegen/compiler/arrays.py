@@ -54,6 +54,11 @@ class ArrayParam(NamedTuple):
             return ((self.count,) if self.kind == "stack" else ()) + logical
         return (self.length,) if self.kind == "vector" else ()
 
+    def __repr__(self) -> str:   # (what a caller passes first: the shape in the order given)
+        params = ", ".join(f"{k}={getattr(self, k)!r}" for k in ("ptr", "ld", "stride") if getattr(self, k))
+        return (f"ArrayParam({self.name!r}, {self.kind}, {self.dtype}, shape={self.shape}, layout={self.logical!r}, "
+                f"align={self.align}, written={self.written}; {params})")
+
     def to_data(self) -> list:
         return list(self)
 

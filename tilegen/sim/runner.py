@@ -546,9 +546,12 @@ def run_kernel(kernel, args: dict, sizes: dict, memory: Optional[GlobalMemory] =
     stats, total = LaunchStats(), math.prod(grid)
 
     def status(seconds: float) -> str:
-        return (f"emulating {kernel.name}: {seconds:.0f} s, {stats.ctas} of {total} CTAs done (a CTA of many loop "
-                f"trips is slow here: a trip count computed from sizes, e.g. a u32 subtraction that wrapped, may "
-                f"be far larger than meant)")
+        done = stats.ctas
+        said = f"emulating {kernel.name}: {seconds:.0f} s, {done} of {total} CTAs done"
+        if done:   # (the pace so far says how long the rest takes)
+            return f"{said}, about {seconds / done * (total - done):.0f} s left at this pace"
+        return (f"{said} (a CTA of many loop trips is slow here: a trip count computed from sizes, e.g. a u32 "
+                f"subtraction that wrapped, may be far larger than meant)")
 
     try:
         with ticking(status) if progress else nullcontext():
