@@ -147,7 +147,8 @@ def _refusal(call, says):
 @pytest.mark.parametrize("make, says", [
     (lambda k, A, B, C: k(A.astype(np.float32), B, C), r"A is declared f16: pass a float16 array, not float32"),
     (lambda k, A, B, C: k(A, B[:5], C), r"B gives K = 5, but A gives K = 32"),
-    (lambda k, A, B, C: k(A, B), r"no array for C \(its arrays, in order: A, B, C\)"),
+    (lambda k, A, B, C: k(A, B),
+     r"no array for C, a 2-D array \(numpy, PyTorch, CuPy\) \(its arrays, in order: A, B, C\)"),
     (lambda k, A, B, C: k(A, B, C, C), r"takes 3 arrays by position \(A, B, C\), got 4"),
     (lambda k, A, B, C: k(A, B, C, B=B), r"B is given twice, by position and by name"),
     (lambda k, A, B, C: k(A, B, Cc=C), r"Cc is neither an array nor a parameter of this kernel \(C\?\)"),

@@ -148,7 +148,8 @@ def _bind(kernel, positional: tuple, named: dict) -> tuple[dict, dict]:
                               + (f" and {', '.join(takes)}" if takes else ""))
     missing = [n for n in names if n not in given]
     if missing:
-        raise LaunchError(f"{kernel.name}: no array for {', '.join(missing)} (its arrays, in order: "
+        takes = f", {_TAKES[arrays[names.index(missing[0])].kind]}" if len(missing) == 1 else ""
+        raise LaunchError(f"{kernel.name}: no array for {', '.join(missing)}{takes} (its arrays, in order: "
                           f"{', '.join(names)})")
     return given, others
 
