@@ -10,34 +10,10 @@ import pytest
 
 import tilegen
 import tilegen.dsl as tg
+from test_dsl import one_tile   # (the docs' first kernel: C = A @ B, one 16 x 16 block, cp.async copies)
 from tilegen.compiler.arrays import ArrayParam
 
 ATOM = "m16n8k16.f16.f32"
-
-
-@tg.kernel
-def one_tile():
-    """The docs' first kernel: C (f32) = A @ B for one block of at most 16 x 16 from K <= 32, A and B
-    copied to shared memory with cp.async (16-byte chunks: their rows must be 16-byte aligned)."""
-    tg.launch(threads=32, grid=(1, 1, 1))
-    A = tg.tensor("A", "f16", ("M", "K"))
-    B = tg.tensor("B", "f16", ("K", "N"))
-    C = tg.tensor("C", "f32", ("M", "N"))
-    sA = tg.shared("sA", "f16", 16, 32, swizzle="64B")
-    sB = tg.shared("sB", "f16", 32, 16, swizzle="32B")
-    tg.copy_async(sA[0], A.block(0, 0))
-    tg.copy_async(sB[0], B.block(0, 0))
-    tg.commit()
-    tg.wait(0)
-    tg.barrier()
-    acc = tg.fragment(ATOM, "C", (1, 2))
-    a = tg.fragment(ATOM, "A", (1, 1))
-    b = tg.fragment(ATOM, "B", (1, 2))
-    for kk in range(2):
-        tg.load(a, sA[0], 0, 16 * kk)
-        tg.load(b, sB[0], 16 * kk, 0)
-        tg.mma(acc, a, b)
-    tg.store(C.block(0, 0), acc)
 
 
 @tg.kernel
@@ -54,6 +30,18 @@ def scaled_stack(y_layout="col"):
     x = tg.fragment(ATOM, "C", (1, 1))
     tg.accumulate(x, X.batch(b).block(r0, c0))
     tg.store(Y.batch(b).block(r0, c0), x * s, bias=bias)
+
+
+@tg.kernel
+def scale_grid():
+    """Y = alpha * X over a grid of G CTAs that each store the same block (G only the grid reads)."""
+    tg.launch(threads=32, grid=("G", 1, 1))
+    X = tg.tensor("X", "f32", ("M", "N"))
+    Y = tg.tensor("Y", "f32", ("M", "N"))
+    alpha = tg.scalar("alpha")
+    x = tg.fragment(ATOM, "C", (1, 1))
+    tg.accumulate(x, X.block(0, 0))
+    tg.store(Y.block(0, 0), x * alpha)
 
 
 def _f16(rng, shape):
@@ -294,41 +282,31 @@ def test_a_call_like_one_before_launches_what_that_one_derived(sim_gpu, monkeypa
     at most MEMO calls are kept."""
     from tilegen.compiler import call as call_module
 
-    @tg.kernel
-    def scale():
-        tg.launch(threads=32, grid=(1, 1, 1))
-        X = tg.tensor("X", "f32", ("M", "N"))
-        Y = tg.tensor("Y", "f32", ("M", "N"))
-        alpha = tg.scalar("alpha")
-        x = tg.fragment(ATOM, "C", (1, 1))
-        tg.accumulate(x, X.block(0, 0))
-        tg.store(Y.block(0, 0), x * alpha)
-
-    kernel = tilegen.compile(scale)
+    kernel = tilegen.compile(scale_grid)
     derived = []
     real = call_module._device_arguments
     monkeypatch.setattr(call_module, "_device_arguments", lambda *a: derived.append(1) or real(*a))
     X = np.random.default_rng(1).standard_normal((16, 8)).astype(np.float32)
     x, y = sim_gpu.array(X), sim_gpu.empty((16, 8), "float32")
-    kernel(x, y, alpha=2.0)
-    kernel(x, Y=y, alpha=2.0)   # (Y by name: the same call)
+    kernel(x, y, alpha=2.0, G=1)
+    kernel(x, Y=y, alpha=2.0, G=1)   # (Y by name: the same call)
     assert len(derived) == 1 and np.array_equal(y.numpy(), 2 * X)
     monkeypatch.setattr(sim_gpu, "stream", 0x77)
-    kernel(x, y, alpha=2.0)
+    kernel(x, y, alpha=2.0, G=1)
     assert len(derived) == 1 and sim_gpu.launches[-1][2] == 0x77
-    kernel(x, y, alpha=-0.0)
-    kernel(x, y, alpha=0.0)
+    kernel(x, y, alpha=-0.0, G=1)
+    kernel(x, y, alpha=0.0, G=1)
     assert len(derived) == 3
     assert np.array_equal(np.signbit(y.numpy()), np.signbit(X * 0.0))
-    kernel(x, y, alpha=-0.0)
+    kernel(x, y, alpha=-0.0, G=1)
     assert len(derived) == 3 and np.array_equal(np.signbit(y.numpy()), np.signbit(X * -0.0))
     y2 = sim_gpu.empty((16, 8), "float32")
-    kernel(x, y2, alpha=3.0)
+    kernel(x, y2, alpha=3.0, G=1)
     assert len(derived) == 4 and np.array_equal(y2.numpy(), 3 * X)
-    kernel(x, y2, alpha=3.0, stream=5)
+    kernel(x, y2, alpha=3.0, G=1, stream=5)
     assert len(derived) == 5 and sim_gpu.launches[-1][2] == 5
     for i in range(call_module.MEMO + 1):
-        kernel(x, y2, alpha=float(i))
+        kernel(x, y2, alpha=float(i), G=1)
     assert len(kernel._calls) <= call_module.MEMO
 
 
@@ -381,18 +359,6 @@ def test_a_numpy_array_among_gpu_arrays_of_a_dsl_kernel_is_refused(sim_gpu):
 
 
 # -- what a demanding user tries (a review's findings, each refused or taken as said) ---------
-@tg.kernel
-def scale_grid():
-    """Y = alpha * X over a grid of G CTAs that each store the same block (G only the grid reads)."""
-    tg.launch(threads=32, grid=("G", 1, 1))
-    X = tg.tensor("X", "f32", ("M", "N"))
-    Y = tg.tensor("Y", "f32", ("M", "N"))
-    alpha = tg.scalar("alpha")
-    x = tg.fragment(ATOM, "C", (1, 1))
-    tg.accumulate(x, X.block(0, 0))
-    tg.store(Y.block(0, 0), x * alpha)
-
-
 class _DLPackCPU:
     """A CPU DLPack array that is no numpy array (as a PyTorch CPU tensor is)."""
 
