@@ -477,7 +477,8 @@ def load(frag: Fragment, src: Stage, row, col, comment: str = "", round: bool = 
     if not isinstance(frag, Fragment) or not isinstance(src, Stage):
         fail("load(fragment, tile.stage(s), row, col)")
     if frag.operand == "C":
-        fail("accumulator fragments are not loaded from shared memory")
+        _load_accumulator(frag, src, row, col, add=False, what="load")
+        return
     tile_dt = src.tile.ir.dtype.name
     want = (frag.atom.a_type if frag.operand == "A" else frag.atom.b_type).name   # (mixed fp8 atoms differ)
     if tile_dt != want and not (want == "tf32" and tile_dt == "f32"):  # tf32 is stored as f32
@@ -689,12 +690,35 @@ def _float_operand(x, name: str):
     fail(f"store: {name} must be a number or a tilegen.dsl.scalar (a Float), got {type(x).__name__}")
 
 
-def accumulate(acc: Fragment, src: Block):
-    """acc += src's elements at the accumulator's positions (those outside src add nothing):
-    an f32 accumulator and an f32, f16 or bf16 tensor (or its .T view), widened to f32: partial
-    sums of split-K, or any tensor read into registers (into a fragment filled with 0 first)."""
+def _load_accumulator(acc: Fragment, src: Stage, row, col, add: bool, what: str):
+    """acc (+)= a row-major shared stage at (row, col): what another warp put there with store_stage."""
+    tile = src.tile
+    if tile.logical != "row":
+        fail(f"{what}: an accumulator is read from a row-major tile; {tile.ir.name} is declared "
+             f"{tile.logical}-major (its .T view: declare the tile the other way round)")
+    if tile.ir.dtype.name not in ("f32", "f16", "bf16") or acc.ir.reg_type != "f32":
+        fail(f"{what}: reads an f32, f16 or bf16 tile into an f32 accumulator; {tile.ir.name} is {tile.ir.dtype}, the "
+             f"accumulator {acc.ir.reg_type}")
+    check_stage(src)
+    tile_op(T.LoadAccumulator(acc.ir, tile.ir, raw(src.index), raw(row), raw(col), add))
+
+
+def accumulate(acc: Fragment, src, row=None, col=None):
+    """acc += src's elements at the accumulator's positions: from a tensor's block (those outside
+    it add nothing), an f32 accumulator and an f32, f16 or bf16 tensor (or its .T view), widened to
+    f32: partial sums of split-K, or any tensor read into registers (into a fragment filled with 0
+    first); or from a shared stage at (row, col) (a row-major f32, f16 or bf16 tile, such as the
+    parts other warps wrote there with store_stage: warps that split a sum combine it this way)."""
+    if isinstance(src, Stage) and isinstance(acc, Fragment) and acc.operand == "C":
+        if row is None or col is None:
+            fail("accumulate(accumulator, tile[stage], row, col): the fragment's origin in the tile")
+        _load_accumulator(acc, src, row, col, add=True, what="accumulate")
+        return
+    if row is not None or col is not None:
+        fail("accumulate(accumulator, tensor.block(r, c)): a block carries its origin (row and col are for a shared "
+             "stage)")
     if not isinstance(src, Block) or not isinstance(acc, Fragment) or acc.operand != "C":
-        fail("accumulate(accumulator fragment, tensor.block(r, c))")
+        fail("accumulate(accumulator fragment, tensor.block(r, c)) or accumulate(accumulator, tile[stage], row, col)")
     if src.tensor.dtype.name not in ("f32", "f16", "bf16") or acc.ir.reg_type != "f32":
         fail(f"accumulate: adds an f32, f16 or bf16 tensor into an f32 accumulator; {src.tensor.ir.name} is "
              f"{src.tensor.dtype}, the accumulator {acc.ir.reg_type}")

@@ -303,7 +303,9 @@ def _park_vector(n, ev, st):
 
 
 def _store_stage(n, ev, st):
-    """Reads the accumulator and its staged vectors; with `sync`, a barrier follows the reads."""
+    """Reads the accumulator and its staged vectors; with `sync`, a barrier follows the reads;
+    then writes the stage, as park does: no other thread's read of it may lack a barrier since,
+    and other threads read it (tg.load / tg.accumulate of an accumulator) after the next one."""
     _reads_accumulators(n, ev, st)
     for sv in (n.bias, n.row_scale, n.col_scale):
         if isinstance(sv, T.StagedVector):
@@ -312,6 +314,10 @@ def _store_stage(n, ev, st):
             st.read_since_barrier.setdefault(key, n)
     if n.sync is not None:
         _barrier(n.sync, ev, st)
+    key = (n.dst.name, _stage(ev, n, n.dst))
+    _check_refill(n, st, key, "store_stage")
+    st.written.add(key)
+    st.unpublished.add(key)
 
 
 def _check_origin(n, ev, st):
@@ -338,6 +344,15 @@ def _load_fragment(n, ev, st):
         raise HazardError(f"load overwrites fragment {n.frag.name} while a wgmma{_where(tc)} may still be "
                           f"reading it: a wgmma_wait must retire that wgmma first{_where(n)}")
     st.unfenced_frags[id(n.frag)] = n
+    key = (n.src.name, _stage(ev, n, n.src))
+    _check_read(st, key, n)
+    st.read_since_barrier.setdefault(key, n)
+
+
+def _load_accumulator(n, ev, st):
+    """Reads a stage into an accumulator's registers (reading them first with `add`)."""
+    _check_origin(n, ev, st)
+    _writes_fragment("frag", reads=n.add)(n, ev, st)
     key = (n.src.name, _stage(ev, n, n.src))
     _check_read(st, key, n)
     st.read_since_barrier.setdefault(key, n)
@@ -442,6 +457,7 @@ RULES = {
     T.StoreFragment: _reads_accumulators,
     T.StoreRowVector: _no_hazard,
     T.AccumulateFragment: _writes_fragment("frag"),
+    T.LoadAccumulator: _load_accumulator,
     T.Wgmma: _wgmma,
     T.WgmmaFence: _wgmma_fence,
     T.WgmmaCommit: _wgmma_commit,

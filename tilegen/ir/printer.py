@@ -144,6 +144,8 @@ TEXT = {
     T.StoreFragment: _store,
     T.StoreRowVector: lambda n, t: f"{n.dst.name}[{t.val(n.row0)}.., {t.val(n.col)}] = row vector {n.vec.name}",
     T.AccumulateFragment: lambda n, t: f"{n.frag.name} += {n.src.name}[{t.val(n.row0)}.., {t.val(n.col0)}..]",
+    T.LoadAccumulator: lambda n, t: (f"{t.frag(n.frag)} {'+=' if n.add else '='} {n.src.name}[{t.val(n.stage)}] at "
+                                     f"({t.val(n.row0)}, {t.val(n.col0)})"),
     T.Wgmma: _wgmma,
     T.WgmmaFence: lambda n, t: "wgmma_fence",
     T.WgmmaCommit: lambda n, t: "wgmma_commit",

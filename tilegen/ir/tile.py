@@ -250,6 +250,20 @@ class LoadFragment(TileOp):
 
 
 @dataclass(eq=False)
+class LoadAccumulator(TileOp):
+    """frag = (or with `add`, +=) one stage of the row-major shared tile `src` at the fragment's
+    elements' (row0 + r, col0 + c), widened to f32: an accumulator read back from shared memory
+    (another warp's part, written there by StoreStage)."""
+
+    frag: Fragment
+    src: SharedTile
+    stage: object
+    row0: object
+    col0: object
+    add: bool = False
+
+
+@dataclass(eq=False)
 class SplitTF32(TileOp):
     """`hi` holds f32 values; afterwards hi = tf32(x) and lo = tf32(x - tf32(x)), so that
     hi + lo carries about 21 of x's 24 significant bits (3xTF32). With `finite_hi`, the parts

@@ -111,11 +111,13 @@ def _check_copy(kernel, op, defined, where):
 
 
 def fragment_bounds(op) -> list:
-    """For a LoadFragment: (origin, extent, limit) along the tile's stored rows and columns: the
+    """For a LoadFragment (or LoadAccumulator): (origin, extent, limit) along the tile's stored rows and columns: the
     fragment fits where 0 <= origin <= limit - extent on both."""
     frag, tile = op.frag, op.src
     rows, cols = _fragment_extent(frag)
     logical = (rows, cols)
+    if frag.operand == "C":   # (LoadAccumulator: a row-major tile, logical = stored)
+        return list(zip((op.row0, op.col0), logical, (tile.layout.rows, tile.layout.cols)))
     if frag.operand == "A":
         need = logical if op.k_major else (cols, rows)
     else:
@@ -267,6 +269,7 @@ CHECKS = {
     T.Barrier: _nothing_more,
     T.FillFragment: _nothing_more,
     T.LoadFragment: _check_load,
+    T.LoadAccumulator: _check_load,
     T.Mma: _check_mma,
     T.SplitTF32: _nothing_more,
     T.StoreFragment: _nothing_more,

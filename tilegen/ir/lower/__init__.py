@@ -10,7 +10,7 @@ from .barrier import lower_barrier
 from .context import LowerContext
 from .copy import lower_copy
 from .fragment import lower_fill, lower_load_fragment, lower_mma, lower_split
-from .store import (lower_accumulate, lower_fetch_vector, lower_park_vector, lower_store, lower_store_row_vector,
+from .store import (lower_accumulate, lower_load_accumulator, lower_fetch_vector, lower_park_vector, lower_store, lower_store_row_vector,
                     lower_store_stage)
 from .wgmma import (lower_fence_proxy_async, lower_wgmma, lower_wgmma_commit, lower_wgmma_fence,
                     lower_wgmma_wait)
@@ -46,6 +46,7 @@ LOWERINGS = {
     T.StoreFragment: lower_store,
     T.StoreRowVector: lower_store_row_vector,
     T.AccumulateFragment: lower_accumulate,
+    T.LoadAccumulator: lower_load_accumulator,
     # sm_90a: warpgroup mma from shared memory
     T.Wgmma: lower_wgmma,
     T.WgmmaFence: lower_wgmma_fence,

@@ -12,7 +12,7 @@ from .activations import apply_activation
 from .barrier import lower_barrier
 from .fragment import split_origin
 from .lanes import fit_bit_linear
-from .smem import shared_address
+from .smem import cached_stage_base, emit_offset, shared_address
 
 
 
@@ -141,6 +141,37 @@ def lower_accumulate(b, ctx, op):
                 reg = frag.regs[(i, j)][r]
                 part = _load_f32(b, row_address(src, stored_row), coord(*stored_col)[0], src.dtype, inside)
                 b.emit(Instr("add.f32", (reg,), (reg, part)))
+
+
+def lower_load_accumulator(b, ctx, op):
+    """frag (+)= the stage at each element's (row0 + r, col0 + c), widened to f32: the elements'
+    rows and columns as lower_accumulate takes them, their shared addresses through the tile's
+    layout (its swizzle), one ld.shared each. The fragment lies inside the tile (verify, and the
+    hazard check for runtime origins)."""
+    frag, tile = op.frag, op.src
+    if frag.operand != "C" or frag.reg_type != "f32" or tile.dtype.name not in ("f32", "f16", "bf16"):
+        raise IRError(f"an accumulator is read from an f32, f16 or bf16 tile into f32 registers, not {tile.dtype} "
+                      f"into {frag.reg_type}")
+    esize = tile.dtype.bytes
+    coord, _ = _addressing(b, ctx, op.row0, op.col0, {"r": tile.layout.rows, "c": tile.layout.cols})
+    base = cached_stage_base(b, ctx, tile, op.stage)
+    tm, tn = frag.tiles
+    for i in range(tm):
+        for j in range(tn):
+            b.comment(f"{frag.name} atom ({i},{j}) {'+=' if op.add else '='} {tile.name}")
+            for r, e, ((br, bc), deltas) in _elements(frag.map):
+                row = coord("r", (i, br, tuple(d[0] for d in deltas)))[0]
+                col = coord("c", (j, bc, tuple(d[1] for d in deltas)))[0]
+                addr = b.add(base, emit_offset(b, tile.layout, row, b.mul(col, esize)))
+                if esize == 4:
+                    value = b.op("mov.f32", "f32", Imm(0.0, "f32"))
+                    b.emit(Instr("ld.shared.f32", (value,), (Addr(addr),)))
+                else:
+                    raw = b.op("mov.b32", "b32", Imm(0))
+                    b.emit(Instr("ld.shared.b16", (raw,), (Addr(addr),)))
+                    value = _to_f32(b, raw, tile.dtype.name)
+                reg = frag.regs[(i, j)][r]
+                b.emit(Instr("add.f32", (reg,), (reg, value)) if op.add else Instr("mov.f32", (reg,), (value,)))
 
 
 def lower_store_row_vector(b, ctx, op):
