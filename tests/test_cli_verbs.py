@@ -31,10 +31,10 @@ def no_gpu(monkeypatch):
     """Behave as on a machine without a GPU, also on one that has it (and in a process that
     has not said so yet)."""
     import tilegen.runtime
-    from tilegen.compiler import call
+    from tilegen import errors
 
     monkeypatch.setattr(tilegen.runtime, "gpu_available", lambda: False)
-    monkeypatch.setattr(call, "_said", set())
+    monkeypatch.setattr(errors, "_said", set())
 
 
 # -- help and exit codes ---------------------------------------------------------------------

@@ -133,7 +133,7 @@ def _refusal(call, says):
 
 
 @pytest.mark.parametrize("make, says", [
-    (lambda k, A, B, C: k(A.astype(np.float32), B, C), r"A is declared f16: pass a float16 array, not float32"),
+    (lambda k, A, B, C: k(A.astype(np.float32), B, C), r"A has dtype float32; this kernel takes float16 \(f16\): pass A.astype\(np.float16\)"),
     (lambda k, A, B, C: k(A, B[:5], C), r"B gives K = 5, but A gives K = 32"),
     (lambda k, A, B, C: k(A, B),
      r"no array for C, a 2-D array \(numpy, PyTorch, CuPy\) \(its arrays, in order: A, B, C\)"),
@@ -259,15 +259,14 @@ def test_numpy_arrays_through_device_buffers(sim_gpu, monkeypatch):
 
 
 def test_numpy_without_a_gpu_runs_on_the_emulator_and_says_so(monkeypatch):
-    from tilegen import runtime
-    from tilegen.compiler import call as call_module
+    from tilegen import errors, runtime
 
     monkeypatch.setattr(runtime, "gpu_available", lambda: False)
-    monkeypatch.setattr(call_module, "_said", set())
+    monkeypatch.setattr(errors, "_said", set())
     rng = np.random.default_rng(24)
     A, B = _f16(rng, (16, 32)), _f16(rng, (32, 16))
     C = np.full((16, 16), np.nan, np.float32)
-    with pytest.warns(tilegen.EmulatorWarning, match="no GPU found; one_tile runs on the CPU emulator"):
+    with pytest.warns(tilegen.EmulatorWarning, match="no GPU found; kernels of your own on numpy arrays run on the CPU emulator"):
         tilegen.compile(one_tile)(A, B, C)
     assert np.array_equal(C, A.astype(np.float32) @ B.astype(np.float32))
     with warnings.catch_warnings():
@@ -491,6 +490,7 @@ def test_tma_kernels_and_scalars_of_any_cuda_array_on_the_gpu_path(sim_gpu):
     (lambda k, A, B, C: k(A, B, C=C), r"kernel\(\.\.\.\) of a GEMM takes no C= \(C is out= here\)"),
     (lambda k, A, B, C: k(A), r"takes the GEMM's operands A \(M x K\) and B \(K x N\); B was not given"),
     (lambda k, A, B, C: k(), r"A and B were not given"),
+    (lambda k, A, B, C: k(B=B), r"A was not given"),
     (lambda k, A, B, C: k(A, B, outt=C), r"takes no outt= \(out\?\); it takes A, B and out=, alpha="),
 ])
 def test_a_gemm_kernel_called_with_what_it_does_not_take(call, says):
@@ -519,3 +519,43 @@ def test_store_with_alpha_alone_does_not_read_c():
     Y = np.ones_like(X)
     tilegen.compile(scaled, which="beta")(X, Y, device="sim")
     assert np.array_equal(Y, X + 2)
+
+
+class _RaisingCAI:
+    """A GPU array whose __cuda_array_interface__ raises, as a PyTorch tensor's does when it
+    requires grad or is fp8, and whose DLPack says where it lives."""
+
+    def __init__(self, a, error=RuntimeError):
+        self.a, self.error = a, error
+
+    @property
+    def __cuda_array_interface__(self):
+        raise self.error("Can't get __cuda_array_interface__ on Variable that requires grad")
+
+    def __dlpack_device__(self):
+        return (2, 0)
+
+    def __dlpack__(self, **kw):
+        raise self.error("Cannot export a tensor that requires grad")
+
+
+@pytest.mark.parametrize("error", [RuntimeError, KeyError])
+def test_a_gpu_array_whose_interface_raises_is_answered_in_tilegens_words(sim_gpu, error):
+    """(Its property had escaped as the library's own error from the first call on.)"""
+    X = np.ones((16, 8), np.float32)
+    with pytest.raises(tilegen.LaunchError, match=r"X: DLPack export failed"):
+        tilegen.compile(scale_grid)(_RaisingCAI(sim_gpu.array(X), error), sim_gpu.empty((16, 8), "float32"),
+                                    alpha=1.0, G=1)
+
+
+def test_host_arrays_the_gemm_path_refuses_are_refused_here_too():
+    """A masked array (its mask would be ignored) and an output whose rows overlap (stride 0: every
+    row written over the last) had been taken by kernel(...) while kernel(A, B) refused them."""
+    X = np.ones((16, 8), np.float32)
+    kernel = tilegen.compile(scale_grid)
+    _refusal(lambda: kernel(np.ma.masked_array(X, X > 0), X.copy(), alpha=1.0, G=1, device="sim"),
+             r"X is a numpy masked array: the kernel would read every element")
+    rows = np.lib.stride_tricks.as_strided(np.zeros(8, np.float32), (16, 8), (0, 4), writeable=True)
+    _refusal(lambda: kernel(X, rows, alpha=1.0, G=1, device="sim"), r"Y has strides \(0, 4\) .* its elements overlap")
+    _refusal(lambda: kernel(X.byteswap().view(X.dtype.newbyteorder()), X.copy(), alpha=1.0, G=1, device="sim"),
+             r"X is byte-swapped")

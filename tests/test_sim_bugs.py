@@ -627,7 +627,7 @@ def test_a_dsl_kernel_runs_on_numpy_arrays_by_tensor_name(layout):
 
 @pytest.mark.parametrize("call, says", [
     (lambda k, X, Y: run_arrays_(k, X=X.astype(np.float64), Y=Y, alpha=1.0),
-     r"X is declared f32: pass a float32 array, not float64"),
+     r"X has dtype float64; this kernel takes float32 \(f32\): pass X.astype\(np.float32\)"),
     (lambda k, X, Y: run_arrays_(k, X=X, Y=Y[:, :49], alpha=1.0), r"Y gives N = 49, but X gives N = 50"),
     (lambda k, X, Y: run_arrays_(k, X=X, alpha=1.0), r"no array for Y, a 2-D array .* \(its arrays, in order: X, Y\)"),
     (lambda k, X, Y: run_arrays_(k, X=X, Y=Y, alpah=1.0), r"alpah is neither an array nor a parameter of this "

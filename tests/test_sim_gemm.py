@@ -146,11 +146,10 @@ def test_no_gpu_falls_back_to_the_emulator(monkeypatch):
     import warnings
 
     import tilegen.runtime
-
-    from tilegen.compiler import call
+    from tilegen import errors
 
     monkeypatch.setattr(tilegen.runtime, "gpu_available", lambda: False)
-    monkeypatch.setattr(call, "_said", set())
+    monkeypatch.setattr(errors, "_said", set())
     k = small(dtype="f16")
     A, B = inputs("f16", 20, 30, 40, 0)
     with pytest.warns(tilegen.EmulatorWarning) as said:
@@ -163,7 +162,7 @@ def test_no_gpu_falls_back_to_the_emulator(monkeypatch):
         warnings.simplefilter("error")        # any warning now fails the test
         k(A, B)                               # said once per process
         k(A, B, device="sim")                 # asked for by name: no notice
-    monkeypatch.setattr(call, "_said", set())
+    monkeypatch.setattr(errors, "_said", set())
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         warnings.filterwarnings("ignore", category=tilegen.EmulatorWarning)   # silenced as warnings are
@@ -177,11 +176,11 @@ def test_no_gpu_refuses_long_emulations_at_once(monkeypatch, capsys):
     import time
 
     import tilegen.runtime
-    from tilegen.compiler import call as said_by
+    from tilegen import errors
     from tilegen.gemm import call
 
     monkeypatch.setattr(tilegen.runtime, "gpu_available", lambda: False)
-    monkeypatch.setattr(said_by, "_said", set())
+    monkeypatch.setattr(errors, "_said", set())
     A = np.ones((2048, 2048), np.float16)
     t0 = time.perf_counter()
     with pytest.raises(tilegen.LaunchError, match=r"2048x2048x2048 GEMM would take at least \d+ (s|min) .*device='sim'"):

@@ -521,3 +521,11 @@ def test_a_hopper_field_on_mma_sync_says_to_add_instruction_wgmma(fields):
     with pytest.raises(tilegen.SpecError, match=r"add instruction='wgmma' \(the target sm_90a, persistent CTAs"):
         tilegen.GemmSpec(**fields)
     assert tilegen.GemmSpec(instruction="wgmma", **fields).target == "sm_90a"
+
+
+@pytest.mark.parametrize("fields", [dict(copy="bogus"), dict(cluster=(2, 1), target="sm_80")])
+def test_no_wgmma_hint_where_wgmma_would_not_take_it(fields):
+    """A value no kernel takes, or a target given for another GPU, gets no hint to add instruction='wgmma'."""
+    with pytest.raises(tilegen.SpecError) as e:
+        tilegen.GemmSpec(**fields)
+    assert "add instruction='wgmma'" not in str(e.value) and ": ;" not in str(e.value)

@@ -76,6 +76,16 @@ def missing_arguments(missing, given) -> str:
     return f"missing arguments {', '.join(missing)}" + (f" (given: {'; '.join(near)})" if near else "")
 
 
+_said: set = set()
+
+
+def warn_once(message: str, category=None) -> None:
+    """warn(message, category) once a process (an EmulatorWarning unless another is given)."""
+    if message not in _said:
+        _said.add(message)
+        warn(message, category or EmulatorWarning)
+
+
 def warn(message: str, category) -> None:
     """warnings.warn pointing at the first line outside tilegen: the caller's code, however deep
     in tilegen the warning is made."""

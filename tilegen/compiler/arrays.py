@@ -26,7 +26,7 @@ from typing import NamedTuple
 from ..arch.tma import ADDRESS_ALIGN
 from ..ir import tile as T
 from ..ir.access import CHUNK, TRANSPOSE_BYTES
-from ..ir.instr import If, Loop, SpinWait
+from ..ir.instr import walk
 
 KINDS = ("matrix", "stack", "vector", "counters", "scalar")
 
@@ -70,16 +70,6 @@ class ArrayParam(NamedTuple):
         return entry
 
 
-def _nodes(body):
-    """Every node of a tile-level body, inside loops and branches too."""
-    for node in body:
-        yield node
-        if isinstance(node, (Loop, If, SpinWait)):
-            yield from _nodes(node.body)
-        if isinstance(node, If):
-            yield from _nodes(node.orelse)
-
-
 def _uses(kernel) -> tuple[dict, set]:
     """(tensor name -> the alignment its copies need, names of tensors stored into)."""
     align, written = {}, set()
@@ -89,7 +79,7 @@ def _uses(kernel) -> tuple[dict, set]:
 
     for tmap in kernel.tensor_maps:
         need(tmap.tensor, ADDRESS_ALIGN)
-    for op in _nodes(kernel.body):
+    for op in walk(kernel.body):
         if isinstance(op, T.CopyAsync):
             need(op.src, TRANSPOSE_BYTES if op.transpose else CHUNK)
         elif isinstance(op, (T.StoreFragment, T.StoreRowVector)):

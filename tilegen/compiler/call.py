@@ -29,7 +29,7 @@ import numpy as np
 
 from .. import runtime
 from ..arch.dtypes import numpy_dtype
-from ..errors import EmulatorWarning, LaunchError, missing_arguments, warn
+from ..errors import LaunchError, missing_arguments, warn_once
 from ..runtime import interop
 
 RESERVED = ("stream", "device")   # kernel(...)'s own keywords
@@ -92,16 +92,6 @@ class EmulatorMemory:
         pass
 
 
-_said: set = set()
-
-
-def warn_once(message: str) -> None:
-    """An EmulatorWarning, once a process, pointing at the caller's line outside tilegen."""
-    if message not in _said:
-        _said.add(message)
-        warn(message, EmulatorWarning)
-
-
 def _near(name: str, names) -> str:
     close = difflib.get_close_matches(name, list(names), n=1)
     return f" ({close[0]}?)" if close else ""
@@ -160,22 +150,24 @@ _TAKES = {"matrix": "a 2-D array (numpy, PyTorch, CuPy)", "stack": "a 3-D array 
 
 
 def _where(x) -> str:
-    """'host' (numpy, or a CPU DLPack array), 'number', 'gpu' (a CUDA array), or '' (none)."""
+    """'host' (numpy, or a CPU DLPack array), 'number', 'gpu' (a CUDA array), or '' (none). Asks
+    DLPack first and looks for __cuda_array_interface__ on the type: a PyTorch tensor's property
+    raises (a tensor that requires grad, fp8) rather than say it has none."""
     if isinstance(x, np.ndarray):
         return "host"
     if isinstance(x, (bool, np.bool_)):
         return ""
     if isinstance(x, numbers.Real):
         return "number"
-    if hasattr(x, "__cuda_array_interface__"):
+    if interop.probe(x) is not None:
         return "gpu"
-    if hasattr(x, "__dlpack_device__"):
+    if hasattr(type(x), "__dlpack_device__"):
         try:
             kind = int(x.__dlpack_device__()[0])
         except Exception:
             return ""
         return "host" if kind == 1 else "gpu" if kind in (2, 13) else ""
-    return ""
+    return "gpu" if hasattr(type(x), "__cuda_array_interface__") or hasattr(x, "__cuda_array_interface__") else ""
 
 
 def _classify(kernel, given: dict) -> bool:
@@ -239,6 +231,7 @@ def _host_array(a, x) -> np.ndarray:
                               f"{x.dtype} of shape {x.shape}")
         return x.reshape(1)
     x = _numpy(a, x)
+    runtime.refuse_masked(x, a.name)
     if x.ndim != (len(a.shape) if a.kind != "counters" else 1):
         raise LaunchError(f"{a.name} takes {_TAKES[a.kind]}, not a {x.ndim}-D array of shape {x.shape}")
     if not x.size:
@@ -250,11 +243,11 @@ def _host_array(a, x) -> np.ndarray:
             raise LaunchError(f"{a.name} holds counters that must be 0 before the launch (each last arrival puts its "
                               f"own back to 0): pass np.zeros(n, np.uint32), n at least the counters the kernel "
                               f"counts on")
-        return x.view(np.uint32)
-    want = numpy_dtype(a.dtype)
-    if x.dtype != want:
-        raise LaunchError(f"{a.name} is declared {a.dtype}: pass a {want} array, not {x.dtype} (x.astype(...) "
-                          f"converts)")
+        x = x.view(np.uint32)
+    else:
+        runtime.check_host(x, a.name, numpy_dtype(a.dtype), a.dtype, x.ndim)
+    if a.written:
+        runtime.check_writable(x, a.name)
     return x
 
 
@@ -278,24 +271,15 @@ def _laid_out(a, x: np.ndarray) -> tuple:
     padded to what its copies need."""
     if a.kind not in ("matrix", "stack"):
         return np.ascontiguousarray(x).reshape(-1), 0, 0
-    stored = _stored(a, x)
-    cols = stored.shape[-1]
-    per = max(a.align // stored.itemsize, 1) if a.align else 1
-    ld = max(-(-cols // per) * per, 1)
-    out = np.zeros(stored.shape[:-1] + (ld,), stored.dtype)
-    out[..., :cols] = stored
-    stride = int(np.prod(out.shape[-2:])) if a.kind == "stack" else 0
-    return out, ld, stride
+    out, ld = runtime.pitched_copy(_stored(a, x), a.align)
+    return out, ld, int(np.prod(out.shape[-2:])) if a.kind == "stack" else 0
 
 
 def _run_host(kernel, given: dict, others: dict, memory) -> None:
     """Host arrays through `memory` (GpuMemory or EmulatorMemory)."""
     hosts = {}
     for a in kernel.arrays:
-        x = _host_array(a, given[a.name])
-        if a.written and not x.flags.writeable:
-            raise LaunchError(f"{a.name} is read-only, but the kernel writes it; pass a writable array")
-        hosts[a.name] = x
+        hosts[a.name] = _host_array(a, given[a.name])
     sizes = _sizes_from(kernel, {a.name: hosts[a.name].shape for a in kernel.arrays}, others)
     args = {}
     placed = []
@@ -420,8 +404,9 @@ def _fast_key(kernel, positional: tuple, named: dict, stream, device):
 
 
 def call(kernel, positional: tuple, named: dict, stream=None, device=None) -> None:
-    """kernel(*positional, stream=, device=, **named): see the module's text. A call like one
-    before it (the same arrays' pointers, shapes, strides and dtypes, the same other arguments)
+    """kernel(*positional, stream=, device=, **named): see the module's text. A call of PyTorch or
+    CuPy arrays like one before it (no device=, a stream given as an int or not at all, the same
+    arrays' pointers, shapes, strides, dtypes and GPU, the same other arguments in the same order)
     launches what that one derived."""
     key = _fast_key(kernel, positional, named, stream, device)
     if key is not None:
@@ -445,8 +430,8 @@ def call(kernel, positional: tuple, named: dict, stream=None, device=None) -> No
             gpu = next(a.name for a in kernel.arrays if _where(given[a.name]) == "gpu")
             raise LaunchError(f"device='sim' runs on numpy arrays; {gpu} is a {type(given[gpu]).__name__} on the GPU")
         if device is None:
-            warn_once(f"no GPU found; {kernel.name} runs on the CPU emulator (pass device='sim' to ask for it and "
-                      f"silence this)")
+            warn_once("no GPU found; kernels of your own on numpy arrays run on the CPU emulator (device='sim' asks "
+                      "for it and silences this)")
         return _run_host(kernel, given, others, EmulatorMemory())
     if host:
         return _run_host(kernel, given, others, GpuMemory(device if isinstance(device, int) else 0))
@@ -459,4 +444,4 @@ def call(kernel, positional: tuple, named: dict, stream=None, device=None) -> No
         kernel._calls[key] = (args, sizes, dev, lib)
 
 
-__all__ = ["call", "GpuMemory", "EmulatorMemory", "warn_once"]
+__all__ = ["call", "GpuMemory", "EmulatorMemory"]

@@ -78,7 +78,7 @@ def batched_tensor(name: str, dtype: str, shape: tuple, layout: str = "row", cou
     if not isinstance(count, str) or not count.isidentifier():
         fail(f"batched_tensor: count={count!r}; allowed: a size name like 'BATCH'")
     stride = declare_param(f"{name}_batch_stride", "u32")
-    decl = current().kernel.arrays[-1]   # (the matrix tensor() just declared: one of a stack)
+    decl = next(d for d in current().kernel.arrays if d.tensor is base.ir)   # (tensor()'s: a matrix of a stack)
     decl.kind, decl.stride, decl.count = "stack", stride, count
     builder = current().builder
     stride_bytes = builder.mul(stride, base.dtype.bytes)

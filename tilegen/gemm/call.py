@@ -25,10 +25,11 @@ import numpy as np
 from .. import runtime
 from ..arch.dtypes import dtype as arch_dtype
 from ..arch.dtypes import F32_INF_FROM, F32_MAX, numpy_dtype
-from ..compiler.call import EmulatorMemory, GpuMemory, warn_once
-from ..errors import LaunchError
+from ..compiler.call import EmulatorMemory, GpuMemory
+from ..errors import LaunchError, warn_once
 from ..runtime import interop
 from ..runtime.interop import DEVICE, DTYPE, PTR, SHAPE, STRIDES
+from ..runtime.arrays import check_host, check_writable, pitched_copy
 from ..runtime.memory import copy_2d
 from ..runtime.tensormap import map_cache, tensor_map_bytes
 from .prepare import POINTER_NAMES, SIZE_NAMES, plan, preparations
@@ -87,43 +88,6 @@ def workspace_arguments(spec, rows: int, cols: int, ptr: int, M: int, N: int, co
 
 def _is_host(x) -> bool:
     return isinstance(x, np.ndarray)
-
-
-def _check_host(x, name: str, want: np.dtype, dtype_name: str, ndim: int = 2):
-    if not isinstance(x, np.ndarray):
-        raise LaunchError(f"{name} must be a {ndim}-D array (numpy, or a GPU array with __cuda_array_interface__ "
-                          f"or DLPack), got {type(x).__name__}")
-    if x.ndim != ndim:
-        stack = " (a stack of matrices: a GemmSpec(batched=True) kernel, or tilegen.matmul, takes stacks)" \
-            if ndim == 2 and x.ndim > 2 else ""
-        raise LaunchError(f"{name} must be {ndim}-D, got shape {x.shape}{stack}")
-    refuse_masked(x, name)
-    if x.dtype != want:
-        hint = ""
-        if x.dtype.newbyteorder("=") == want:   # (the same type in the other byte order)
-            hint = f": {name} is byte-swapped, pass " + (
-                "an array in the machine's byte order" if name == "out" else f"{name}.astype({name}.dtype.newbyteorder('='))")
-        elif name != "out" and x.dtype.kind in "fiu":
-            hint = f": pass {name}.astype(np.{want.name})" if want.name in ("float16", "float32") else \
-                f": pass {name}.astype(ml_dtypes.{want.name})"
-        raise LaunchError(f"{name} has dtype {x.dtype}; this kernel takes {want} ({dtype_name}){hint}")
-
-
-def refuse_masked(x, name: str) -> None:
-    """A numpy masked array is refused: its mask would be ignored, every element read."""
-    if isinstance(x, np.ma.MaskedArray):
-        raise LaunchError(f"{name} is a numpy masked array: the kernel would read every element, masked or not; "
-                          f"pass {name}.filled(0) (or {name}.data to ignore the mask)")
-
-
-def _check_writable(out: np.ndarray) -> None:
-    """out can take the result: writable, and no two of its elements in one place (a
-    broadcast, stride-0 axis would have every row written over the last)."""
-    if not out.flags.writeable:
-        raise LaunchError("out is read-only")
-    if out.size and any(stride == 0 and size > 1 for stride, size in zip(out.strides, out.shape)):
-        raise LaunchError(f"out has strides {out.strides} for shape {out.shape}: its elements overlap (an axis of "
-                          f"stride 0); pass an array whose elements are distinct")
 
 
 def _pitched(stored: np.ndarray) -> tuple[np.ndarray, int]:
@@ -848,11 +812,11 @@ def _duration(seconds: float) -> str:
 def _run_host(kernel, A, B, out, alpha, beta, bias, residual, memory, scales=NO_SCALES):
     spec = kernel.spec
     in_dt, out_dt = numpy_dtype(spec.dtype), numpy_dtype(spec.out_dtype)
-    _check_host(A, "A", in_dt, spec.dtype)
-    _check_host(B, "B", numpy_dtype(spec.b_dtype), spec.b_dtype)
+    check_host(A, "A", in_dt, spec.dtype)
+    check_host(B, "B", numpy_dtype(spec.b_dtype), spec.b_dtype)
     if out is not None:
-        _check_host(out, "out", out_dt, spec.out_dtype)
-        _check_writable(out)
+        check_host(out, "out", out_dt, spec.out_dtype)
+        check_writable(out)
     M, N, K = _shapes(A, B, out)
     if beta != 0.0 and out is None:
         raise LaunchError("beta != 0 reads C from out=; pass out")
@@ -877,19 +841,19 @@ def _run_host(kernel, A, B, out, alpha, beta, bias, residual, memory, scales=NO_
                 "alpha": alpha, "beta": beta}
         if bias is not None:
             length = N if spec.epilogue.bias == "col" else M
-            _check_host(bias, "bias", out_dt, spec.out_dtype, ndim=1)
+            check_host(bias, "bias", out_dt, spec.out_dtype, ndim=1)
             if bias.shape[0] != length:
                 raise LaunchError(f"bias has {bias.shape[0]} elements; a bias per {spec.epilogue.bias} needs {length}")
             args["bias_ptr"] = memory.put(np.ascontiguousarray(bias))
         if residual is not None:
-            _check_host(residual, "residual", out_dt, spec.out_dtype)
+            check_host(residual, "residual", out_dt, spec.out_dtype)
             if residual.shape != (M, N):
                 raise LaunchError(f"residual has shape {residual.shape}; expected ({M}, {N})")
             args["R_ptr"], args["R_ld"] = memory.put(np.ascontiguousarray(residual)), N
         for vec, name, length in zip(scales, ("scale_a", "scale_b"), scale_lengths(spec, M, N)):
             if vec is not None:
                 vec = vec.reshape(-1) if length == 1 else vec   # (a per-tensor scale: any one-element shape)
-                _check_host(vec, name, np.dtype(np.float32), "f32", ndim=1)
+                check_host(vec, name, np.dtype(np.float32), "f32", ndim=1)
                 if vec.shape[0] != length:
                     raise LaunchError(f"{name} has {vec.shape[0]} elements; it scales each of the {length} "
                                       f"{'rows' if name == 'scale_a' else 'columns'}")
@@ -1173,20 +1137,20 @@ def _run_batched_host(kernel, A, B, out, count, sizes, alpha, beta, bias, residu
     spec = kernel.spec
     in_dt, out_dt = numpy_dtype(spec.dtype), numpy_dtype(spec.out_dtype)
     M, N, K = sizes["M"], sizes["N"], sizes["K"]
-    _check_host(A, "A", in_dt, spec.dtype, ndim=3)
-    _check_host(B, "B", numpy_dtype(spec.b_dtype), spec.b_dtype, ndim=3)
+    check_host(A, "A", in_dt, spec.dtype, ndim=3)
+    check_host(B, "B", numpy_dtype(spec.b_dtype), spec.b_dtype, ndim=3)
     if out is None:
         if beta != 0.0:
             raise LaunchError("beta != 0 reads C from out=; pass out")
         out = np.empty((count, M, N), dtype=out_dt)
-    _check_host(out, "out", out_dt, spec.out_dtype, ndim=3)
-    _check_writable(out)
+    check_host(out, "out", out_dt, spec.out_dtype, ndim=3)
+    check_writable(out)
     if residual is not None:
-        _check_host(residual, "residual", out_dt, spec.out_dtype, ndim=3)
+        check_host(residual, "residual", out_dt, spec.out_dtype, ndim=3)
         if residual.shape != (count, M, N):
             raise LaunchError(f"residual has shape {residual.shape}; expected {(count, M, N)}")
     if bias is not None:
-        _check_host(bias, "bias", out_dt, spec.out_dtype, ndim=1)
+        check_host(bias, "bias", out_dt, spec.out_dtype, ndim=1)
         length = N if spec.epilogue.bias == "col" else M
         if bias.shape[0] != length:
             raise LaunchError(f"bias has {bias.shape[0]} elements; a bias per {spec.epilogue.bias} needs {length}")
@@ -1231,11 +1195,7 @@ def _run_batched_host(kernel, A, B, out, count, sizes, alpha, beta, bias, residu
 
 def _pitched_stack(stored: np.ndarray) -> tuple[np.ndarray, int]:
     """_pitched for each matrix of a (n, rows, cols) stack: one (n, rows, ld) copy."""
-    n, rows, cols = stored.shape
-    ld = _aligned_ld(cols, stored.itemsize)
-    buf = np.zeros((max(n, 1), max(rows, 1), ld), dtype=stored.dtype)  # never empty: addresses must stay mapped
-    buf[:n, :rows, :cols] = stored
-    return buf, ld
+    return pitched_copy(stored, ALIGN)
 
 
 # ---- other GPU arrays: described and checked ------------------------------------------------

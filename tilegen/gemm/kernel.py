@@ -173,7 +173,7 @@ class GemmKernel(Kernel):
         out_dtype equal to the inputs'). GPU operands whose rows are not 16-byte aligned are
         refused, or copied into aligned buffers first with repitch=True (tilegen.matmul does
         that)."""
-        if unknown or B is None:
+        if unknown or A is None or B is None:
             raise self._call_error(A, B, unknown)
         scales = NO_SCALES if scale_a is None and scale_b is None else (scale_a, scale_b)
         if device is None:
@@ -195,8 +195,9 @@ class GemmKernel(Kernel):
     def _call_error(self, A, B, unknown: dict) -> LaunchError:
         """What is wrong with a call that names something kernel(A, B, ...) does not take."""
         if A is None or B is None:
+            gone = " and ".join(n for n, x in (("A", A), ("B", B)) if x is None)
             return LaunchError(f"{self.name}: kernel(A, B, out=...) takes the GEMM's operands A (M x K) and B (K x N); "
-                               f"{'A and B were' if A is None else 'B was'} not given")
+                               f"{gone} {'were' if ' and ' in gone else 'was'} not given")
         name = next(iter(unknown))
         hint = " (C is out= here)" if name == "C" else ""
         if name in ("A", "B"):

@@ -31,9 +31,10 @@ from ..arch.targets import target_for
 from ..codegen.ptxas import find_ptxas
 from ..errors import LaunchError, PerformanceWarning, PrecisionWarning, SpecError, TilegenError, warn
 from ..runtime import interop
+from ..runtime.arrays import refuse_masked
 from ..runtime.interop import DEVICE, DTYPE, PTR, SHAPE, STRIDES
 from . import batch, tuned
-from .call import (NO_SCALES, bias_axis, bias_vector, check_device, check_real_arrays, real_number, refuse_long_emulation, refuse_masked, run_batched,
+from .call import (NO_SCALES, bias_axis, bias_vector, check_device, check_real_arrays, real_number, refuse_long_emulation, run_batched,
                    stack_problem)
 from .kernel import compile_gemm
 from .mainloops.wgmma import SWAPPED_TILE_WARPS

@@ -64,6 +64,18 @@ def _target_hint(name) -> str:
 
 # fields of the Hopper kernels only: a refusal of them on another instruction says what to add
 _WGMMA_FIELDS = ("persistent", "copy", "store", "cluster", "stream_k", "pingpong", "swap_ab", "promote")
+
+
+def _valid_on_wgmma(given: dict) -> bool:
+    """Whether the fields a caller gave, refused on their instruction, make a valid Hopper spec
+    with instruction='wgmma' (a target given for another GPU stays, and is refused)."""
+    if given.get("instruction") == "wgmma":
+        return False
+    try:
+        GemmSpec(**{**given, "instruction": "wgmma"})
+    except (SpecError, ValueError, TypeError):
+        return False
+    return True
 _INT_FIELDS = ("stages", "group_m", "frag_buffers", "split_k", "promote")
 
 
@@ -284,6 +296,7 @@ class GemmSpec:
 
     def __post_init__(self):
         set_ = lambda k, v: object.__setattr__(self, k, v)  # noqa: E731  (frozen)
+        given = {f.name: getattr(self, f.name) for f in fields(self)}   # (as the caller wrote them)
         for name in _INT_FIELDS:   # (numpy integers, from sizes computed with numpy: plain ints)
             set_(name, _int(getattr(self, name)))
         for name, names in (("dtype", OPERAND_DTYPES), ("acc_dtype", ACC_DTYPES), ("out_dtype", OUT_DTYPES)):
@@ -369,7 +382,7 @@ class GemmSpec:
         try:
             self._validate()
         except SpecError as e:
-            if e.field in _WGMMA_FIELDS and self.instruction != "wgmma":   # (what the user did not know to add)
+            if e.field in _WGMMA_FIELDS and e.why and _valid_on_wgmma(given):   # (what the user did not know to add)
                 raise SpecError(e.field, e.value, e.allowed, e.why + "; add instruction='wgmma' (the target sm_90a, "
                                 "persistent CTAs, copy and store follow from it)") from None
             raise

@@ -15,7 +15,7 @@ from ..errors import IRError
 from . import tile as T
 from .access import (TRANSPOSE_BYTES, copy_chunks, copy_iterations, fragment_accesses, transpose_elements,
                      transpose_iterations)
-from .instr import If, Loop
+from .instr import walk
 
 
 @dataclass(frozen=True)
@@ -34,18 +34,10 @@ def _origin(x) -> int:
     return x if isinstance(x, int) else 0
 
 
-def _walk(nodes):
-    for n in nodes:
-        if isinstance(n, (Loop, If)):
-            yield from _walk(n.body)
-        else:
-            yield n
-
-
 def bank_report(kernel) -> list[BankRow]:
     rows: list[BankRow] = []
     seen = set()
-    for op in _walk(kernel.body):
+    for op in walk(kernel.body):
         if isinstance(op, T.CopyAsync):
             tile = op.dst
             if ("copy", tile.name) in seen:

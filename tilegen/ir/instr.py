@@ -72,3 +72,14 @@ class SpinWait:
     body: list
     until: Value
     comment: str = ""
+
+
+def walk(body):
+    """Every node of a body in program order, inside loops, branches (both arms) and spin
+    waits too; containers are yielded before their contents."""
+    for node in body:
+        yield node
+        if isinstance(node, (Loop, If, SpinWait)):
+            yield from walk(node.body)
+        if isinstance(node, If):
+            yield from walk(node.orelse)

@@ -26,7 +26,8 @@ from .launch import Launcher, ParamBuffer, cluster_capacity, launch_route
 from .tensormap import fill_tensor_maps, tensor_map_bytes
 from .memory import (DeviceBuffer, Event, HostCallBuffers, Stream, StreamBuffer, StreamScratch, copy_2d, elapsed_ms,
                      free_scratch, stream_key, synchronize, zero_async)
-from .arrays import OperandView, StackView, describe_array, describe_scalar, describe_stack, describe_vector, detect_layout
+from .arrays import (OperandView, StackView, check_host, check_writable, describe_array, describe_scalar, describe_stack,
+                     describe_vector, detect_layout, pitched_copy, refuse_masked)
 
 __all__ = [
     "DeviceInfo", "check", "device_info", "ensure_context", "forget_current", "gpu_available",
@@ -35,4 +36,5 @@ __all__ = [
     "Launcher", "ParamBuffer", "cluster_capacity", "launch_route", "fill_tensor_maps", "tensor_map_bytes",
     "DeviceBuffer", "Event", "HostCallBuffers", "Stream", "StreamBuffer", "StreamScratch", "capturing", "free_scratch", "stream_key", "zero_async", "copy_2d", "elapsed_ms", "synchronize",
     "OperandView", "StackView", "describe_array", "describe_scalar", "describe_stack", "describe_vector", "detect_layout",
+    "check_host", "check_writable", "pitched_copy", "refuse_masked",
 ]

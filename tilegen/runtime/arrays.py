@@ -455,3 +455,54 @@ def describe_scalar(x, *, name: str, device: int = 0, on_gpu: bool = False) -> O
     if on_gpu:
         _refuse_host(view, x)
     return view
+
+
+# -- host arrays: what a call copies to the GPU (or the emulator) checks first -----------------
+def check_host(x, name: str, want: np.dtype, dtype_name: str, ndim: int = 2) -> None:
+    """`x` is a numpy array of `ndim` dimensions and dtype `want`, not a masked array; else a
+    LaunchError saying what to pass."""
+    if not isinstance(x, np.ndarray):
+        raise LaunchError(f"{name} must be a {ndim}-D array (numpy, or a GPU array with __cuda_array_interface__ "
+                          f"or DLPack), got {type(x).__name__}")
+    if x.ndim != ndim:
+        stack = " (a stack of matrices: tilegen.matmul and batched kernels take stacks)" \
+            if ndim == 2 and x.ndim > 2 else ""
+        raise LaunchError(f"{name} must be {ndim}-D, got shape {x.shape}{stack}")
+    refuse_masked(x, name)
+    if x.dtype != want:
+        hint = ""
+        if x.dtype.newbyteorder("=") == want:   # (the same type in the other byte order)
+            hint = f": {name} is byte-swapped, pass " + (
+                "an array in the machine's byte order" if name == "out" else f"{name}.astype({name}.dtype.newbyteorder('='))")
+        elif name != "out" and x.dtype.kind in "fiu":
+            hint = f": pass {name}.astype(np.{want.name})" if want.name in ("float16", "float32") else \
+                f": pass {name}.astype(ml_dtypes.{want.name})"
+        raise LaunchError(f"{name} has dtype {x.dtype}; this kernel takes {want} ({dtype_name}){hint}")
+
+
+def refuse_masked(x, name: str) -> None:
+    """A numpy masked array is refused: its mask would be ignored, every element read."""
+    if isinstance(x, np.ma.MaskedArray):
+        raise LaunchError(f"{name} is a numpy masked array: the kernel would read every element, masked or not; "
+                          f"pass {name}.filled(0) (or {name}.data to ignore the mask)")
+
+
+def check_writable(out: np.ndarray, name: str = "out") -> None:
+    """A host array a kernel writes can take the result: writable, and no two of its elements
+    in one place (a broadcast, stride-0 axis would have every row written over the last)."""
+    if not out.flags.writeable:
+        raise LaunchError(f"{name} is read-only, but the kernel writes it; pass a writable array")
+    if out.size and any(stride == 0 and size > 1 for stride, size in zip(out.strides, out.shape)):
+        raise LaunchError(f"{name} has strides {out.strides} for shape {out.shape}: its elements overlap (an axis of "
+                          f"stride 0); pass an array whose elements are distinct")
+
+
+def pitched_copy(stored: np.ndarray, align: int) -> tuple[np.ndarray, int]:
+    """(a copy of `stored` (..., rows, cols) with each row padded to a multiple of `align` bytes
+    (at least one such span; never empty, so its address stays mapped), its ld in elements)."""
+    per = max(align // stored.itemsize, 1) if align else 1
+    cols = stored.shape[-1]
+    ld = max(per, -(-cols // per) * per)
+    buf = np.zeros(tuple(max(n, 1) for n in stored.shape[:-1]) + (ld,), dtype=stored.dtype)
+    buf[tuple(slice(0, n) for n in stored.shape[:-1]) + (slice(0, cols),)] = stored
+    return buf, ld
