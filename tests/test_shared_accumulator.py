@@ -16,7 +16,7 @@ from tilegen.sim import SimError
 ATOM = "m16n8k16.f16.f32"
 
 
-def split_k_in_warps(part_dtype="f32", swizzle="64B", barrier=True, how="accumulate"):
+def split_k_in_warps(part_dtype="f32", swizzle="64B", barrier=True, how="accumulate", roles=True):
     @tg.kernel
     def halves():
         tg.launch(threads=64, grid=(1, 1, 1))
@@ -39,11 +39,13 @@ def split_k_in_warps(part_dtype="f32", swizzle="64B", barrier=True, how="accumul
             tg.load(a, sA[0], 0, w * 32 + 16 * kk)
             tg.load(b, sB[0], w * 32 + 16 * kk, 0)
             tg.mma(acc, a, b)
-        with tg.role("upper", warps=(1, 2)):   # (roles: code that only some warps run)
+        only = (lambda name, first: tg.role(name, warps=(first, first + 1))) if roles else \
+            (lambda name, first: tg.if_(tg.eq(w, first)))   # (roles, or branches on the warp)
+        with only("upper", 1):
             tg.store_stage(sP[0], acc, 0)
         if barrier:
             tg.barrier()
-        with tg.role("lower", warps=(0, 1)):
+        with only("lower", 0):
             if how == "accumulate":
                 tg.accumulate(acc, sP[0], 0, 0)
             else:   # the part alone, then this warp's added to it
@@ -71,6 +73,16 @@ def test_warps_that_split_k_combine_through_shared_memory(part_dtype, swizzle, h
     # f16 products are exact in f32; 64 f32 additions; a 16-bit part rounds once more (half the sum's scale)
     bound = 64 * 2.0 ** -23 + {"f32": 0.0, "f16": 2.0 ** -11, "bf16": 2.0 ** -8}[part_dtype]
     assert np.all(np.abs(C - want) <= bound * scale)
+
+
+def test_branches_on_the_warp_are_checked_as_every_warp_takes_them():
+    """The same with tg.if_(warp == k) instead of roles: the hazard check walks a branch on the
+    warp for the warps that take it (it had walked thread 0's way alone, reporting the part read
+    "before anything was copied into it" and leaving warp 1's code unchecked)."""
+    C, want, scale = _run(tilegen.compile(split_k_in_warps(roles=False)))
+    assert np.all(np.abs(C - want) <= 64 * 2.0 ** -23 * scale)
+    with pytest.raises(tilegen.HazardError, match=r"reads stage 0 of sP before a barrier makes the other threads'"):
+        tilegen.compile(split_k_in_warps(roles=False, barrier=False))
 
 
 def test_the_part_read_at_an_offset():

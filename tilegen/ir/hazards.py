@@ -168,6 +168,8 @@ def _walk(nodes, ev, st, trips):
                 _walk(n.body, ev, st, trips)
         elif isinstance(n, If):
             cond = ev.value(n.cond)
+            if cond is not None and _differs_by_thread(ev, n.cond, st.threads):
+                cond = None   # (thread 0's value is not every thread's: a branch some warps take)
             if cond is None:  # unknown here: both branches must be safe; go on after the first
                 saved = st.copy()
                 _walk(n.orelse, ev, saved, trips)
@@ -176,6 +178,18 @@ def _walk(nodes, ev, st, trips):
                 _walk(n.body if bool(cond) != n.negate else n.orelse, ev, st, trips)
         else:
             RULES[type(n)](n, ev, st)
+
+
+def _differs_by_thread(ev, cond, threads: int) -> bool:
+    """Whether a branch condition thread 0 evaluates may be another thread's otherwise: its value
+    at the first and last lane of every warp (branches on the warp or the lane: tg.if_(warp == 1))."""
+    first = ev.value(cond)
+    memo_by = {}
+    for t in sorted({t for w in range(0, max(threads, 32), 32) for t in (w, w + 31)}):
+        at = ev.at_thread(cond, t, memo_by.setdefault(t, {}))
+        if at != first:
+            return True
+    return False
 
 
 def _copy_async(n, ev, st):
