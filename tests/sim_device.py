@@ -21,6 +21,7 @@ import importlib
 import numpy as np
 
 from tilegen import compiler, runtime
+from tilegen.runtime.module import module_generation
 from tilegen.runtime import interop
 from tilegen.sim.memory import GlobalMemory
 from tilegen.sim.runner import EMULATOR_SM_COUNT, SHARED_BASE, launch
@@ -240,6 +241,8 @@ class SimDevice:
         got = self.kernels.get(id(kernel))
         if got is None or got.kernel is not kernel:
             got = self.kernels[id(kernel)] = _Launcher(self, kernel)
+        if isinstance(getattr(kernel, "_launchers", None), dict):   # (as Kernel.launcher keeps it: launch's memo)
+            kernel._launchers[0] = (module_generation(), got)
         return got
 
     def _copy_2d(self, dst, dst_pitch, src, src_pitch, width_bytes, height, stream=None):

@@ -559,3 +559,19 @@ def test_host_arrays_the_gemm_path_refuses_are_refused_here_too():
     _refusal(lambda: kernel(X, rows, alpha=1.0, G=1, device="sim"), r"Y has strides \(0, 4\) .* its elements overlap")
     _refusal(lambda: kernel(X.byteswap().view(X.dtype.newbyteorder()), X.copy(), alpha=1.0, G=1, device="sim"),
              r"X is byte-swapped")
+
+
+def test_bf16_gpu_arrays_are_described_by_their_librarys_probe(sim_gpu):
+    """A bf16 array of a library tilegen knows is described from its adapter's probe, which names
+    the dtype (its __cuda_array_interface__ typestr '|V2' does not: the call had been refused for want
+    of DLPack)."""
+    import ml_dtypes
+    from test_fast_path_sim import SMALL
+
+    kernel = tilegen.compile(tilegen.GemmSpec(dtype="bf16", **SMALL))
+    rng = np.random.default_rng(31)
+    A = rng.integers(-3, 4, (32, 48)).astype(ml_dtypes.bfloat16)
+    B = rng.integers(-3, 4, (48, 40)).astype(ml_dtypes.bfloat16)
+    c = sim_gpu.empty((32, 40), "float32")
+    kernel.call_arrays(sim_gpu.array(A), sim_gpu.array(B), c, alpha=1.0, beta=0.0)
+    assert np.array_equal(c.numpy(), A.astype(np.float32) @ B.astype(np.float32))

@@ -13,6 +13,9 @@ Rows: microseconds per call, the median of `reps` rounds of `calls` calls:
     4 layers in turn          kernel(a, bi, out=ci) over four weights and outputs in turn, per call
                               (as a model calls one kernel for each of its layers)
     launcher (no-op)          the stand-in launcher's call itself
+    kernel.launch(args, ...)  a prepared launch of a dict of arguments (the same dict each call)
+    as a DSL kernel           kernel.call_arrays(a, b, c, alpha=1.0, beta=0.0): the call of a kernel
+                              of one's own (compiler/call.py), its remembered arguments and launch
 tilegen's own time is kernel(...) less the probes and the no-op launcher's call.
 
     python3 tools/host_python.py [calls] [reps]
@@ -61,6 +64,10 @@ def main():
     lib = interop.library(a)
     pa, pb, pc = lib.probe(a), lib.probe(b), lib.probe(c)
     fast, launcher = kernel.fast_call, kernel.launcher(0)
+    args = {"M": 256, "N": 256, "K": 256, "A_ptr": a.ptr, "A_ld": 256, "B_ptr": b.ptr, "B_ld": 256, "C_ptr": c.ptr,
+            "C_ld": 256, "alpha": 1.0, "beta": 0.0}
+    args = {n: args[n] for n, _ in kernel.params if n in args}
+    sizes = {"M": 256, "N": 256, "K": 256}
     rows = {
         "kernel(a, b, out=c)": lambda: kernel(a, b, out=c),
         "FastCall(...)": lambda: fast(a, b, c, None, None, 1.0, 0.0, False),
@@ -69,6 +76,8 @@ def main():
         "matmul(a, b, out=c)": lambda: tilegen.matmul(a, b, out=c),
         "launcher (no-op)": lambda: launcher((1, 1, 1), (), 0),
         "4 layers in turn": lambda: [kernel(a, bi, out=ci) for bi, ci in layers],
+        "kernel.launch(args, ...)": lambda: kernel.launch(args, sizes, stream=0),
+        "as a DSL kernel": lambda: kernel.call_arrays(a, b, c, alpha=1.0, beta=0.0),
     }
     got = {name: per_call_us(fn, calls, reps) for name, fn in rows.items()}
     got["4 layers in turn"] /= len(layers)

@@ -22,6 +22,8 @@ import numpy as np
 from ..arch import dtypes as arch_dtypes
 from ..errors import LaunchError
 from . import dlpack as _dl
+from .interop import DEVICE as _DEVICE, DTYPE as _DTYPE, PTR as _PTR, SHAPE as _SHAPE, STRIDES as _STRIDES
+from .interop import probe as _probe
 
 LAYOUTS = ("row", "col")
 
@@ -173,9 +175,26 @@ def _ml_dtype(name: str):
         return name
 
 
+def _from_probe(x, p: tuple) -> _Raw:
+    """A PyTorch or CuPy GPU array from its adapter's probe (runtime/interop.py): what the fast
+    paths read of it, its dtype named (bf16 and fp8 too, which __cuda_array_interface__ cannot
+    name) without a DLPack export."""
+    name = p[_DTYPE]
+    dt = _ml_dtype(name) if name in _ML_DTYPES else np.dtype(name)
+    isz = dt.itemsize
+    return _Raw("probe", int(p[_PTR]), tuple(int(n) for n in p[_SHAPE]), tuple(int(e) * isz for e in p[_STRIDES]), dt,
+                isz, False, device=p[_DEVICE], keepalive=x)
+
+
+_ML_DTYPES = ("bfloat16", "float8_e4m3fn", "float8_e5m2")
+
+
 def _inspect(x, name: str) -> _Raw:
     if isinstance(x, np.ndarray):
         return _from_numpy(x)
+    p = _probe(x)
+    if p is not None:
+        return _from_probe(x, p)
     cai_error = None
     if hasattr(type(x), "__cuda_array_interface__") or hasattr(x, "__cuda_array_interface__"):
         try:
@@ -465,7 +484,7 @@ def check_host(x, name: str, want: np.dtype, dtype_name: str, ndim: int = 2) -> 
         raise LaunchError(f"{name} must be a {ndim}-D array (numpy, or a GPU array with __cuda_array_interface__ "
                           f"or DLPack), got {type(x).__name__}")
     if x.ndim != ndim:
-        stack = " (a stack of matrices: tilegen.matmul and batched kernels take stacks)" \
+        stack = " (a stack of matrices: a GemmSpec(batched=True) kernel, or tilegen.matmul, takes stacks)" \
             if ndim == 2 and x.ndim > 2 else ""
         raise LaunchError(f"{name} must be {ndim}-D, got shape {x.shape}{stack}")
     refuse_masked(x, name)
