@@ -454,6 +454,8 @@ def test_gpu_path_refusals(sim_gpu):
     x, y = sim_gpu.array(X), sim_gpu.empty((16, 8), "float32")
     kernel = tilegen.compile(scale_grid)
     _refusal(lambda: kernel(x, y, alpha=1.0, G=1, stream="junk"), r"stream='junk': pass a PyTorch, CuPy or tilegen")
+    _refusal(lambda: kernel(x, y, alpha=np.array([1.0, 2.0]), G=1), r"alpha = array\(\[1\., 2\.\]\): .* is not a real "
+                                                                   r"number")   # (unhashable: past the memo)
     kernel(x, y, alpha=1.0, G=1)
     _refusal(lambda: kernel(x, y, X=sim_gpu.array(X), alpha=1.0, G=1), r"X is given twice, by position and by name")
     step4 = _ladder_step("step4_tma", "step4")

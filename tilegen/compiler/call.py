@@ -394,13 +394,7 @@ def _fast_key(kernel, positional: tuple, named: dict, stream, device):
     probes = tuple(map(interop.probe, xs))
     if None in probes:
         return None
-    others = tuple((k, _plain(v)) for k, v in named.items() if k not in names)
-    try:
-        key = (probes, others, stream)
-        hash(key)
-    except TypeError:   # (an argument that is no plain value: the general path says what it takes)
-        return None
-    return key
+    return probes, tuple((k, _plain(v)) for k, v in named.items() if k not in names), stream
 
 
 def call(kernel, positional: tuple, named: dict, stream=None, device=None) -> None:
@@ -410,7 +404,10 @@ def call(kernel, positional: tuple, named: dict, stream=None, device=None) -> No
     launches what that one derived."""
     key = _fast_key(kernel, positional, named, stream, device)
     if key is not None:
-        hit = kernel._calls.get(key)
+        try:
+            hit = kernel._calls.get(key)
+        except TypeError:   # (an argument that is no plain value: the general path says what it takes)
+            key = hit = None
         if hit is not None:
             args, sizes, dev, lib = hit
             s = stream if stream is not None else lib.stream(dev) if lib is not None else 0
