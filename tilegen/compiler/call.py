@@ -385,16 +385,25 @@ def _fast_key(kernel, positional: tuple, named: dict, stream, device):
     if device is not None or not (stream is None or type(stream) is int):
         return None
     names = kernel._array_names
-    if named and positional and not named.keys().isdisjoint(names[:len(positional)]):
+    arrays_named = named and not named.keys().isdisjoint(names)
+    if arrays_named and positional and not named.keys().isdisjoint(names[:len(positional)]):
         return None   # (an array given twice: the general path says so)
-    if len(positional) == len(names):
-        xs = positional
+    xs = tuple(positional) + tuple(named.get(n) for n in names[len(positional):]) if arrays_named or \
+        len(positional) != len(names) else positional
+    libs, probes = interop.LIBRARIES, []
+    for x in xs:
+        lib = libs.get(x.__class__) or interop.library(x)
+        p = lib.probe(x) if lib else None
+        if p is None:
+            return None
+        probes.append(p)
+    if arrays_named:   # (the arrays' probes stand for them: the other arguments only)
+        keys = tuple(k for k in named if k not in names)
+        values = [named[k] for k in keys]
     else:
-        xs = tuple(positional) + tuple(named.get(n) for n in names[len(positional):])
-    probes = tuple(map(interop.probe, xs))
-    if None in probes:
-        return None
-    return probes, tuple((k, _plain(v)) for k, v in named.items() if k not in names), stream
+        keys, values = tuple(named), named.values()
+    # (floats by their bits, as _plain says, without a call for the common float)
+    return tuple(probes), keys, tuple([v.hex() if v.__class__ is float else _plain(v) for v in values]), stream
 
 
 def call(kernel, positional: tuple, named: dict, stream=None, device=None) -> None:

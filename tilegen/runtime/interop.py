@@ -82,6 +82,7 @@ class _CuPy:
 
 
 _LIBS: dict = {}   # array type -> its library adapter (or None: not one we know)
+LIBRARIES = _LIBS  # (read on hot paths: LIBRARIES.get(type(x)) before library(x) fills it in)
 _ADAPTERS = {"torch": ("Tensor", _Torch), "cupy": ("ndarray", _CuPy)}
 
 
@@ -115,4 +116,4 @@ def probe(x) -> Optional[tuple]:
     return None if lib is None else lib.probe(x)
 
 
-__all__ = ["library", "probe", "PTR", "SHAPE", "STRIDES", "DTYPE", "DEVICE"]
+__all__ = ["library", "probe", "LIBRARIES", "PTR", "SHAPE", "STRIDES", "DTYPE", "DEVICE"]
