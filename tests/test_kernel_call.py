@@ -577,3 +577,21 @@ def test_bf16_gpu_arrays_are_described_by_their_librarys_probe(sim_gpu):
     c = sim_gpu.empty((32, 40), "float32")
     kernel.call_arrays(sim_gpu.array(A), sim_gpu.array(B), c, alpha=1.0, beta=0.0)
     assert np.array_equal(c.numpy(), A.astype(np.float32) @ B.astype(np.float32))
+
+
+def test_without_a_gpu_a_long_emulation_is_refused_at_once(monkeypatch):
+    """As a GEMM's: a launch the emulator would need more than EMULATOR_LIMIT_S for (its PTX's work
+    outside loops, per CTA) is refused with the estimate unless device='sim' asks for it."""
+    import time
+
+    from tilegen import errors, runtime
+
+    monkeypatch.setattr(runtime, "gpu_available", lambda: False)
+    monkeypatch.setattr(errors, "_said", set())
+    X = np.ones((16, 8), np.float32)
+    t0 = time.perf_counter()
+    with pytest.warns(tilegen.EmulatorWarning), \
+            pytest.raises(tilegen.LaunchError, match=r"no GPU found, and scale_grid over 1000000 CTAs would take at "
+                                                     r"least about \d+ (min|h) on the CPU emulator .* device='sim'"):
+        tilegen.compile(scale_grid)(X, X.copy(), alpha=1.0, G=10 ** 6)
+    assert time.perf_counter() - t0 < 5

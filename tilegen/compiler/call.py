@@ -23,6 +23,7 @@ whose layout, alignment or dtype the kernel cannot take is refused with what to 
 from __future__ import annotations
 
 import difflib
+import math
 import numbers
 
 import numpy as np
@@ -64,14 +65,28 @@ class GpuMemory:
         self.buffers = {}
 
 
+EMULATOR_LIMIT_S = 30.0   # without a GPU, longer emulations need device="sim"
+
+
+def duration(seconds: float) -> str:
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
 class EmulatorMemory:
     """Host arrays through the CPU emulator's global memory; a launch runs there (reporting its
-    progress when it is long: sim/progress.py)."""
+    progress when it is long: sim/progress.py). Without device="sim" (`explicit`), a launch the
+    emulator needs more than EMULATOR_LIMIT_S for by the estimate of its PTX (sim/estimate.py: its
+    loops counted as running no trip, so the estimate is low) is refused at once."""
 
-    def __init__(self):
+    def __init__(self, explicit: bool = True):
         from ..sim.memory import GlobalMemory  # the emulator loads its PTX grammar on first use
 
         self.memory = GlobalMemory()
+        self.explicit = explicit
 
     def put(self, host: np.ndarray, copy: bool = True) -> int:
         ptr = self.memory.alloc(max(host.nbytes, 1))
@@ -84,8 +99,16 @@ class EmulatorMemory:
         host[...] = self.memory.read(ptr, host.nbytes).view(host.dtype).reshape(host.shape)
 
     def launch(self, kernel, args, sizes):
-        from ..sim.runner import run_kernel
+        from ..sim.estimate import estimate_seconds
+        from ..sim.runner import EMULATOR_SM_COUNT, run_kernel
 
+        if not self.explicit:
+            ctas = math.prod(kernel.grid(sizes, EMULATOR_SM_COUNT))
+            est = estimate_seconds(kernel.ptx, ctas, 0)
+            if est > EMULATOR_LIMIT_S:
+                raise LaunchError(f"no GPU found, and {kernel.name} over {ctas} CTAs would take at least about "
+                                  f"{duration(est)} on the CPU emulator (more than {EMULATOR_LIMIT_S:.0f} s): pass "
+                                  f"device='sim' to run it there anyway, or run it on a machine with an NVIDIA GPU")
         run_kernel(kernel, args, sizes, self.memory)
 
     def close(self):
@@ -438,7 +461,7 @@ def call(kernel, positional: tuple, named: dict, stream=None, device=None) -> No
         if device is None:
             warn_once("no GPU found; kernels of your own on numpy arrays run on the CPU emulator (device='sim' asks "
                       "for it and silences this)")
-        return _run_host(kernel, given, others, EmulatorMemory())
+        return _run_host(kernel, given, others, EmulatorMemory(explicit=device == "sim"))
     if host:
         return _run_host(kernel, given, others, GpuMemory(device if isinstance(device, int) else 0))
     args, sizes, dev, lib = _device_arguments(kernel, given, others, device)

@@ -25,7 +25,7 @@ import numpy as np
 from .. import runtime
 from ..arch.dtypes import dtype as arch_dtype
 from ..arch.dtypes import F32_INF_FROM, F32_MAX, numpy_dtype
-from ..compiler.call import EmulatorMemory, GpuMemory
+from ..compiler.call import EMULATOR_LIMIT_S, EmulatorMemory, GpuMemory, duration
 from ..errors import LaunchError, warn_once
 from ..runtime import interop
 from ..runtime.interop import DEVICE, DTYPE, PTR, SHAPE, STRIDES
@@ -714,7 +714,6 @@ class _FirstKernel:
 
 # ---- host arrays: through the GPU or the emulator ----------------------------------------
 
-EMULATOR_LIMIT_S = 30.0   # without a GPU, longer emulations need device="sim"
 PROGRESS_S = 5.0          # emulations estimated longer than this report their progress,
 TICK_S = 5.0              # this often
 def _progress(message: str) -> None:
@@ -731,7 +730,7 @@ def refuse_long_emulation(M: int, N: int, K: int) -> None:
 
     est = gemm_seconds_at_least(M, N, K)
     if est > EMULATOR_LIMIT_S:
-        raise LaunchError(f"no GPU found, and this {M}x{N}x{K} GEMM would take at least {_duration(est)} on the CPU "
+        raise LaunchError(f"no GPU found, and this {M}x{N}x{K} GEMM would take at least {duration(est)} on the CPU "
                           f"emulator (more than {EMULATOR_LIMIT_S:.0f} s): pass device='sim' to run it there "
                           f"anyway (tilegen run: --device sim), or run it on a machine with an NVIDIA GPU")
 
@@ -743,8 +742,7 @@ class _SimMemory(EmulatorMemory):
     refused; a long one reports its progress (_progress)."""
 
     def __init__(self, explicit: bool = True):
-        super().__init__()
-        self.explicit = explicit
+        super().__init__(explicit)
 
     def launch(self, kernel, args, sizes):
         from ..sim.estimate import estimate_seconds
@@ -765,7 +763,7 @@ class _SimMemory(EmulatorMemory):
         shape = f"{sizes['M']}x{sizes['N']}x{sizes['K']}"
         what = f"this stack of {count} {shape} GEMMs" if count > 1 else f"this {shape} GEMM"
         if not self.explicit and est > EMULATOR_LIMIT_S:
-            raise LaunchError(f"no GPU found, and {what} would take about {_duration(est)} on the CPU "
+            raise LaunchError(f"no GPU found, and {what} would take about {duration(est)} on the CPU "
                               f"emulator (more than {EMULATOR_LIMIT_S:.0f} s): pass device='sim' to run it there "
                               f"anyway (tilegen run: --device sim), or run it on a machine with an NVIDIA GPU")
         if prepared:   # the operands' first kernels
@@ -796,17 +794,9 @@ class _SimMemory(EmulatorMemory):
             return
         from ..sim.progress import ticking
 
-        _progress(f"emulating {shape} on the CPU: about {_duration(est)}")
-        with ticking(lambda seconds: f"emulating {shape}: {seconds:.0f} s of about {_duration(est)}", TICK_S, TICK_S):
+        _progress(f"emulating {shape} on the CPU: about {duration(est)}")
+        with ticking(lambda seconds: f"emulating {shape}: {seconds:.0f} s of about {duration(est)}", TICK_S, TICK_S):
             run()
-
-
-def _duration(seconds: float) -> str:
-    if seconds < 120:
-        return f"{seconds:.0f} s"
-    if seconds < 7200:
-        return f"{seconds / 60:.0f} min"
-    return f"{seconds / 3600:.1f} h"
 
 
 def _run_host(kernel, A, B, out, alpha, beta, bias, residual, memory, scales=NO_SCALES):
