@@ -595,3 +595,24 @@ def test_without_a_gpu_a_long_emulation_is_refused_at_once(monkeypatch):
                                                      r"least about \d+ (min|h) on the CPU emulator .* device='sim'"):
         tilegen.compile(scale_grid)(X, X.copy(), alpha=1.0, G=10 ** 6)
     assert time.perf_counter() - t0 < 5
+
+
+def test_a_remembered_call_launches_through_the_current_launcher_only(sim_gpu, monkeypatch):
+    """A remembered call hands its Launcher the grid and values kernel.launch packed, while that
+    Launcher is the kernel's current one; once modules were unloaded (a new generation) it goes
+    through kernel.launch again, which loads anew."""
+    from tilegen.compiler import call as call_module
+
+    kernel = tilegen.compile(scale_grid)
+    X = np.random.default_rng(3).standard_normal((16, 8)).astype(np.float32)
+    x, y = sim_gpu.array(X), sim_gpu.empty((16, 8), "float32")
+    kernel(x, y, alpha=3.0, G=1)
+    through = []
+    real_launch = type(kernel).launch
+    monkeypatch.setattr(type(kernel), "launch", lambda self, *a, **kw: through.append(1) or real_launch(self, *a, **kw))
+    kernel(x, y, alpha=3.0, G=1)
+    assert not through and len(sim_gpu.launches) == 2 and np.array_equal(y.numpy(), 3 * X)
+    generation = call_module.module_generation()
+    monkeypatch.setattr(call_module, "module_generation", lambda: generation + 1)
+    kernel(x, y, alpha=3.0, G=1)
+    assert through == [1] and len(sim_gpu.launches) == 3

@@ -13,9 +13,13 @@ Rows: microseconds per call, the median of `reps` rounds of `calls` calls:
     4 layers in turn          kernel(a, bi, out=ci) over four weights and outputs in turn, per call
                               (as a model calls one kernel for each of its layers)
     launcher (no-op)          the stand-in launcher's call itself
+    2 probes (x, y)           the stand-in's probes of the DSL kernel's arrays (numpy's float32 name)
     kernel.launch(args, ...)  a prepared launch of a dict of arguments (the same dict each call)
-    as a DSL kernel           kernel.call_arrays(a, b, c, alpha=1.0, beta=0.0): the call of a kernel
-                              of one's own (compiler/call.py), its remembered arguments and launch
+    as a DSL kernel           kernel.call_arrays(a, b, c, alpha=1.0, beta=0.0): the GEMM kernel called
+                              as a kernel of one's own (compiler/call.py): a remembered call, then
+                              kernel.launch's remembered launch
+    a DSL kernel (x, y, ...)  a kernel written in the DSL (two f32 tensors and a scalar): a remembered
+                              call handed straight to its Launcher
 tilegen's own time is kernel(...) less the probes and the no-op launcher's call.
 
     python3 tools/host_python.py [calls] [reps]
@@ -35,7 +39,20 @@ from _pytest.monkeypatch import MonkeyPatch  # noqa: E402
 
 import sim_device  # noqa: E402
 import tilegen  # noqa: E402
+import tilegen.dsl as tg  # noqa: E402
 from tilegen.runtime import interop  # noqa: E402
+
+
+@tg.kernel
+def _scale():
+    """Y = alpha * X, one 16 x 8 block per CTA."""
+    tg.launch(threads=32, grid=(tg.cdiv("M", 16), tg.cdiv("N", 8), 1))
+    X = tg.tensor("X", "f32", ("M", "N"))
+    Y = tg.tensor("Y", "f32", ("M", "N"))
+    x = tg.fragment("m16n8k16.f16.f32", "C", (1, 1))
+    r, c = tg.program_id("x") * 16, tg.program_id("y") * 8
+    tg.accumulate(x, X.block(r, c))
+    tg.store(Y.block(r, c), x * tg.scalar("alpha"))
 
 
 def per_call_us(fn, calls: int, reps: int) -> float:
@@ -64,6 +81,8 @@ def main():
     lib = interop.library(a)
     pa, pb, pc = lib.probe(a), lib.probe(b), lib.probe(c)
     fast, launcher = kernel.fast_call, kernel.launcher(0)
+    scale = tilegen.compile(_scale)
+    x, y = dev.array(np.zeros((64, 64), np.float32)), dev.empty((64, 64), "float32")
     args = {"M": 256, "N": 256, "K": 256, "A_ptr": a.ptr, "A_ld": 256, "B_ptr": b.ptr, "B_ld": 256, "C_ptr": c.ptr,
             "C_ld": 256, "alpha": 1.0, "beta": 0.0}
     args = {n: args[n] for n, _ in kernel.params if n in args}
@@ -78,6 +97,8 @@ def main():
         "4 layers in turn": lambda: [kernel(a, bi, out=ci) for bi, ci in layers],
         "kernel.launch(args, ...)": lambda: kernel.launch(args, sizes, stream=0),
         "as a DSL kernel": lambda: kernel.call_arrays(a, b, c, alpha=1.0, beta=0.0),
+        "a DSL kernel (x, y, ...)": lambda: scale(x, y, alpha=2.0),
+        "2 probes (x, y)": lambda: (lib.probe(x), lib.probe(y)),
     }
     got = {name: per_call_us(fn, calls, reps) for name, fn in rows.items()}
     got["4 layers in turn"] /= len(layers)
@@ -85,6 +106,8 @@ def main():
         print(f"{name:<24} {us:7.3f} us")
     own = got["kernel(a, b, out=c)"] - got["3 probes"] - got["launcher (no-op)"]
     print(f"{'tilegen own, kernel(...)':<24} {own:7.3f} us")
+    own = got["a DSL kernel (x, y, ...)"] - got["2 probes (x, y)"] - got["launcher (no-op)"]
+    print(f"{'tilegen own, DSL kernel':<24} {own:7.3f} us")
     patches.undo()
 
 

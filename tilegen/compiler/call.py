@@ -32,6 +32,7 @@ from .. import runtime
 from ..arch.dtypes import numpy_dtype
 from ..errors import LaunchError, missing_arguments, warn_once
 from ..runtime import interop
+from ..runtime.module import module_generation
 
 RESERVED = ("stream", "device")   # kernel(...)'s own keywords
 
@@ -441,9 +442,13 @@ def call(kernel, positional: tuple, named: dict, stream=None, device=None) -> No
         except TypeError:   # (an argument that is no plain value: the general path says what it takes)
             key = hit = None
         if hit is not None:
-            args, sizes, dev, lib = hit
+            args, sizes, dev, lib, launcher, grid, values = hit
             s = stream if stream is not None else lib.stream(dev) if lib is not None else 0
-            kernel.launch(args, sizes, stream=s, device=dev)
+            entry = kernel._launchers.get(dev)
+            if launcher is not None and entry is not None and entry[1] is launcher and entry[0] == module_generation():
+                launcher(grid, values, s)   # (what kernel.launch derived from these arguments, its Launcher current)
+            else:
+                kernel.launch(args, sizes, stream=s, device=dev)
             return
     if device not in (None, "gpu", "cuda", "sim") and not (isinstance(device, int) and not isinstance(device, bool)
                                                          and device >= 0):
@@ -468,9 +473,12 @@ def call(kernel, positional: tuple, named: dict, stream=None, device=None) -> No
     s = (lib.stream(dev) if lib is not None else 0) if stream is None else _stream(stream)
     kernel.launch(args, sizes, stream=s, device=dev)
     if key is not None:   # (remembered once launched: its arguments passed every check)
+        last = kernel._last_launch   # (a kernel of one's own: its one launch, the grid and values it packed)
+        launched = last[3:6] if kernel.spec is None and last is not None and last[0] == args and last[2] == dev \
+            else (None, None, None)
         if len(kernel._calls) >= MEMO:
             kernel._calls.clear()
-        kernel._calls[key] = (args, sizes, dev, lib)
+        kernel._calls[key] = (args, sizes, dev, lib, *launched)
 
 
 __all__ = ["call", "GpuMemory", "EmulatorMemory"]
