@@ -302,10 +302,10 @@ def test_relaunch_repeats_the_packed_launch():
 def test_host_costs_are_measured(dtype):
     """The benchmark that reports the host times runs for every dtype `tilegen bench` takes
     (numbers are in the records, not here)."""
-    from tilegen.bench.host import DSL, LAYERS, format_host, host_costs
+    from tilegen.bench.host import DSL, LAYERS, OWN, format_host, host_costs
 
     res = host_costs(dtype, size=256, calls=20, reps=3)
-    rows = ("torch.matmul", "driver call", "kernel.launch", "kernel(A, B, out=C)", "tilegen.matmul", LAYERS)
+    rows = ("torch.matmul", "driver call", "kernel.launch", "kernel(A, B, out=C)", "tilegen.matmul", LAYERS, OWN)
     for name in rows + ((DSL,) if dtype != "e4m3" else ()):
         assert math.isfinite(res[name]["us"]) and res[name]["us"] > 0
     record(f"host_costs_smoke_{dtype}", **{k: v for k, v in res.items() if isinstance(v, dict)})

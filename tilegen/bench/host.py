@@ -11,6 +11,8 @@ has its work, in steady state (`tilegen bench --host`).
                                               (one kernel for each of a model's layers)
     as a DSL kernel: (A, B, C, alpha, beta)   the same kernel called as a kernel of one's own is
                                               (kernel.call_arrays: arrays by the names declared)
+    a DSL kernel: scale(x, y, alpha=)         a kernel written in the DSL (y = alpha * x on two f32
+                                              arrays), called as users call their own kernels
     tilegen.matmul(A, B, out=C)               the front door
 
 Method: after warm-up calls (compile, load, first launch) and WARM_S seconds of calls (the
@@ -27,12 +29,27 @@ import statistics
 import time
 
 from .. import runtime
+from .. import dsl as tg
+from ..frontend import compile as compile_kernel
 from ..gemm import GemmSpec, compile_gemm, matmul
 
 
 WARM_S = 0.5
 LAYERS = "kernel(A, Bi, out=Ci), 4 in turn"
 DSL = "as a DSL kernel: (A, B, C, alpha, beta)"
+OWN = "a DSL kernel: scale(x, y, alpha=)"
+
+
+@tg.kernel
+def _scale():
+    """y = alpha * x, one 16 x 8 block per CTA: a kernel of one's own, for its call's host time."""
+    tg.launch(threads=32, grid=(tg.cdiv("M", 16), tg.cdiv("N", 8), 1))
+    X = tg.tensor("X", "f32", ("M", "N"))
+    Y = tg.tensor("Y", "f32", ("M", "N"))
+    x = tg.fragment("m16n8k16.f16.f32", "C", (1, 1))
+    r, c = tg.program_id("x") * 16, tg.program_id("y") * 8
+    tg.accumulate(x, X.block(r, c))
+    tg.store(Y.block(r, c), x * tg.scalar("alpha"))
 
 
 def per_call_us(fns: dict, sync, calls: int, reps: int) -> dict:
@@ -105,6 +122,8 @@ def host_costs(dtype: str = "bf16", size: int = 1024, calls: int = 200, reps: in
     fns[LAYERS] = lambda: [kernel(A, Bi, out=Ci) for Bi, Ci in layers]
     if kernel._array_names == ("A", "B", "C"):
         fns[DSL] = lambda: kernel.call_arrays(A, B, C, alpha=1.0, beta=0.0)
+    scale, x, y = compile_kernel(_scale), torch.randn(256, 256, device="cuda"), torch.empty(256, 256, device="cuda")
+    fns[OWN] = lambda: scale(x, y, alpha=2.0)
     fns["tilegen.matmul"] = lambda: matmul(A, B, out=C, **kw)
     try:
         import cupy
@@ -128,7 +147,7 @@ def format_host(res: dict) -> str:
     lines = [f"host microseconds per call, {res['dtype']} {res['size']}^3 (steady state, median of "
              f"{res['reps']} x {res['calls']} calls; launch route: {res['launch_route']})"]
     for name in ("torch.matmul", "driver call", "kernel.launch", "kernel(A, B, out=C)", "kernel(A, B, out=C) cupy",
-                 LAYERS, DSL, "tilegen.matmul"):
+                 LAYERS, DSL, OWN, "tilegen.matmul"):
         if name in res:
             r = res[name]
             lines.append(f"  {name:34s} {r['us']:7.2f} us   (min {r['us_min']:.2f}, max {r['us_max']:.2f})")
