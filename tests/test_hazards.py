@@ -175,3 +175,117 @@ def test_a_runtime_origin_past_the_tile_is_refused_for_the_warp_it_is_past_for()
     with pytest.raises(HazardError, match=r"fragment \w+ at \(32, 0\) for warp 2 does not fit in sA \(32x32\): it would "
                                           r"read another tile's shared memory \(test_hazards.py:\d+\)"):
         tilegen.compile(per_warp_origin)
+
+
+# -- branches some threads take and others skip (on the warp or the lane) ---------------------
+# Two warps: each multiplies half of K of one 16 x 16 block; warp 1's part goes through sP to
+# warp 0, which stores C. Each case plants one mistake (or none) around branches on the warp or
+# lane; the hazard check walks both ways of such a branch and merges what each left.
+def _two_warps(case):
+    @tg.kernel
+    def halves():
+        tg.launch(threads=64, grid=(1, 1, 1))
+        A = tg.tensor("A", "f16", ("M", "K"))
+        B = tg.tensor("B", "f16", ("K", "N"))
+        C = tg.tensor("C", "f32", ("M", "N"))
+        sA = tg.shared("sA", "f16", 16, 64)
+        sB = tg.shared("sB", "f16", 64, 16, swizzle="32B")
+        sP = tg.shared("sP", "f32", 16, 16, swizzle="64B")
+        w = tg.warp_id()
+        tg.copy_async(sA[0], A.block(0, 0))
+        tg.copy_async(sB[0], B.block(0, 0))
+        tg.commit()
+        if case == "wait in one warp":
+            with tg.if_(tg.eq(w, 0)):
+                tg.wait(0)   # (planted: warp 1's own copies are not waited for)
+        else:
+            tg.wait(0)
+        if case == "loop trips by warp":
+            a0 = tg.fragment(ATOM, "A", (1, 1))
+            for _ in tg.range(w):   # (planted: warp 1 reads before the barrier that publishes the copies)
+                tg.load(a0, sA[0], 0, 0)
+        tg.barrier()
+        acc = tg.fragment(ATOM, "C", (1, 2))
+        a = tg.fragment(ATOM, "A", (1, 1))
+        b = tg.fragment(ATOM, "B", (1, 2))
+        for kk in range(2):
+            tg.load(a, sA[0], 0, w * 32 + 16 * kk)
+            tg.load(b, sB[0], w * 32 + 16 * kk, 0)
+            tg.mma(acc, a, b)
+        if case == "refill read in the else arm":
+            with tg.if_(tg.eq(w, 0)):
+                tg.mul(acc, 1.0, out=acc)
+            with tg.else_():
+                tg.load(a, sA[0], 0, 0)   # warp 1 reads sA ...
+            tg.copy_async(sA[0], A.block(0, 0))   # (planted: ... and it is refilled with no barrier)
+            tg.commit()
+            tg.wait(0)
+        if case == "refill by lane 5":
+            with tg.if_(tg.eq(tg.lane_id(), 5)):
+                tg.copy_async(sA[0], A.block(0, 0))   # (planted: while other warps may still read sA)
+            tg.commit()
+            tg.wait(0)
+        if case in ("part in the else arm",):
+            with tg.if_(tg.eq(w, 0)):
+                tg.mul(acc, 1.0, out=acc)
+            with tg.else_():
+                tg.store_stage(sP[0], acc, 0)
+        else:
+            with tg.if_(tg.eq(w, 1)):
+                tg.store_stage(sP[0], acc, 0)
+                if case == "barrier in one warp":
+                    tg.barrier()   # (planted: warp 0 never arrives)
+        if case != "barrier in one warp":
+            tg.barrier()
+        with tg.if_(tg.eq(w, 0)):
+            tg.accumulate(acc, sP[0], 0, 0)
+            tg.store(C.block(0, 0), acc)
+    return halves
+
+
+@pytest.mark.parametrize("case", ["none", "part in the else arm"])
+def test_branches_on_the_warp_that_are_right_pass_and_run(case):
+    """(The part stored in the else arm had been refused: the walk went on with the then arm's state.)"""
+    import numpy as np
+
+    rng = np.random.default_rng(5)
+    A, B = rng.standard_normal((16, 64)).astype(np.float16), rng.standard_normal((64, 16)).astype(np.float16)
+    C = np.full((16, 16), np.nan, np.float32)
+    tilegen.compile(_two_warps(case))(A, B, C, device="sim")
+    scale = np.abs(A.astype(np.float64)) @ np.abs(B.astype(np.float64))
+    assert np.all(np.abs(C - A.astype(np.float64) @ B.astype(np.float64)) <= 64 * 2.0 ** -23 * scale)
+
+
+@pytest.mark.parametrize("case, says", [
+    ("wait in one warp", r"reads stage 0 of sA while a cp.async into it may still be in flight"),
+    ("loop trips by warp", r"reads stage 0 of sA .*(in flight|before a barrier)"),
+    ("refill read in the else arm", r"copy into stage 0 of sA overwrites a stage other warps may still be reading"),
+    ("refill by lane 5", r"copy into stage 0 of sA overwrites a stage other warps may still be reading"),
+    ("barrier in one warp", r"a barrier of the whole CTA inside a branch whose condition differs between threads"),
+])
+def test_mistakes_around_branches_on_the_warp_or_lane_are_caught_before_running(case, says):
+    """Each had compiled (the else arm's reads dropped, a lane-5 branch sampled as uniform, a
+    barrier or wait in one warp counted for all, a loop run thread 0's number of times) and only
+    the emulator, if run, reported it."""
+    with pytest.raises(HazardError, match=says):
+        tilegen.compile(_two_warps(case))
+
+
+def test_a_load_is_bounds_checked_only_for_the_warps_that_run_it():
+    """A load whose origin is negative for warp 0, inside a branch warp 0 skips, is not refused
+    (its per-warp origin check had ignored the branch)."""
+    @tg.kernel
+    def upper_warps():
+        tg.launch(threads=128, grid=(1, 1, 1))
+        A = tg.tensor("A", "f16", ("M", "K"))
+        sA = tg.shared("sA", "f16", 16, 64)
+        tg.copy_async(sA[0], A.block(0, 0))
+        tg.commit()
+        tg.wait(0)
+        tg.barrier()
+        w = tg.warp_id()
+        a = tg.fragment(ATOM, "A", (1, 1))
+        with tg.if_(tg.ge(w, 1)):
+            tg.load(a, sA[0], 0, (w - 1) * 16)   # (warp 0 would start at column -16)
+
+    tilegen.compile(upper_warps)

@@ -197,8 +197,9 @@ def ge(a, b) -> Pred:
 
 @contextmanager
 def if_(cond: Pred):
-    """Run the block when `cond` holds. The condition must be the same for every thread of the
-    CTA (e.g. built from program ids and sizes): the branch is uniform. `tilegen.dsl.else_()` may follow."""
+    """Run the block when `cond` holds; `tilegen.dsl.else_()` may follow. The condition may differ
+    between warps or threads (tg.eq(tg.warp_id(), 1)); a tg.barrier() of the whole CTA may not be
+    inside such a branch (the threads that skip it never arrive)."""
     if not isinstance(cond, Pred):
         fail("if_ takes a condition built with tilegen.dsl.lt/le/gt/ge")
     tr = current()

@@ -28,6 +28,14 @@ Warp roles (warp specialization) run at the same time as each other, which this 
 thread of control, cannot follow: it checks the code outside the roles and leaves the roles
 to the emulator, which runs each group of warps with its own program counter and checks
 the same protocol at run time (sim/runner.py, sim/mbarrier.py, sim/race.py).
+
+A branch whose condition depends on the thread (tg.if_ on the warp or the lane; a condition
+whose instructions reach %tid.x) goes both ways in one CTA: both sides are walked and the walk
+goes on with what either left (State.merge: pending, unpublished, read or written on either); a
+CTA-wide barrier inside it is refused (the threads that go the other way never arrive), a load's
+origin is checked for the warps that take it, and a loop whose trip count depends on the thread
+runs the guessed counts. Stage indices are thread 0's, and branches on the block index go block
+0's way: the emulator checks those as it runs.
 """
 from __future__ import annotations
 
@@ -36,6 +44,7 @@ from . import tile as T
 from .instr import Comment, If, Instr, Loop, Role
 from .verify import fragment_bounds
 from .scalar_eval import ScalarEval
+from .values import Sym, Value
 
 
 class _State:
@@ -59,6 +68,8 @@ class _State:
         self.tma_pending: dict = {}         # (tile, stage) -> the TmaLoad still landing in it
         self.tma_barrier: dict = {}         # (tile, stage) -> the (barrier, stage) that copy completes on
         self.passed: dict = {}              # (barrier, stage) -> (wait, parity) that returned at once since its last copy
+        self.branches: list = []            # (cond, arm taken) of the branches some threads skip, walked now
+        self.varies: dict = {}              # Value -> whether it depends on the thread (shared by the walks)
 
     def copy(self) -> "_State":
         other = _State(self.threads)
@@ -77,7 +88,32 @@ class _State:
         other.completed = dict(self.completed)
         other.tma_pending = dict(self.tma_pending)
         other.tma_barrier, other.passed = dict(self.tma_barrier), dict(self.passed)
+        other.branches, other.varies = list(self.branches), self.varies
+        other.role_waits, other.origins_checked = self.role_waits, self.origins_checked
         return other
+
+    def merge(self, other: "_State") -> None:
+        """What either of two ways through a branch may have left (the branch differs between threads,
+        so some threads took each): what is pending, unpublished, read or written on either."""
+        self.uncommitted += [k for k in other.uncommitted if k not in self.uncommitted]
+        if len(other.groups) > len(self.groups):   # (fewer waited for on the other way)
+            self.groups, other.groups = other.groups, self.groups
+        for mine, theirs in zip(self.groups[len(self.groups) - len(other.groups):], other.groups):
+            mine += [k for k in theirs if k not in mine]
+        self.unpublished |= other.unpublished
+        self.written |= other.written
+        for key, op in other.read_since_barrier.items():
+            self.read_since_barrier.setdefault(key, op)
+        self.guessed_trips |= other.guessed_trips
+        self.unfenced |= other.unfenced
+        self.wgmma_open += [x for x in other.wgmma_open if x not in self.wgmma_open]
+        if len(other.wgmma_groups) > len(self.wgmma_groups):
+            self.wgmma_groups = other.wgmma_groups
+        for d_mine, d_theirs in ((self.wgmma_retired, other.wgmma_retired), (self.unfenced_frags, other.unfenced_frags),
+                                 (self.tma_pending, other.tma_pending), (self.tma_barrier, other.tma_barrier),
+                                 (self.passed, other.passed)):
+            for key, value in d_theirs.items():
+                d_mine.setdefault(key, value)
 
     def phase(self, key) -> "_Phase":
         if key not in self.phases:
@@ -155,7 +191,8 @@ def _walk(nodes, ev, st, trips):
             continue
         elif isinstance(n, Loop):
             start, stop = ev.value(n.start), ev.value(n.stop)
-            if start is None or stop is None:
+            if start is None or stop is None or _varies(ev, n.start, st.varies) or _varies(ev, n.stop, st.varies):
+                # (unknown, or thread 0's count is not every thread's: the guessed counts)
                 st.guessed_trips = True
                 count = trips
             else:
@@ -168,9 +205,15 @@ def _walk(nodes, ev, st, trips):
                 _walk(n.body, ev, st, trips)
         elif isinstance(n, If):
             cond = ev.value(n.cond)
-            if cond is not None and _differs_by_thread(ev, n.cond, st.threads):
-                cond = None   # (thread 0's value is not every thread's: a branch some warps take)
-            if cond is None:  # unknown here: both branches must be safe; go on after the first
+            if _varies(ev, n.cond, st.varies):   # (some threads take each way: both are walked, then merged)
+                other = st.copy()
+                other.branches.append((n.cond, n.negate))
+                _walk(n.orelse, ev, other, trips)
+                st.branches.append((n.cond, not n.negate))
+                _walk(n.body, ev, st, trips)
+                st.branches.pop()
+                st.merge(other)
+            elif cond is None:  # unknown here: both branches must be safe; go on after the first
                 saved = st.copy()
                 _walk(n.orelse, ev, saved, trips)
                 _walk(n.body, ev, st, trips)
@@ -180,16 +223,26 @@ def _walk(nodes, ev, st, trips):
             RULES[type(n)](n, ev, st)
 
 
-def _differs_by_thread(ev, cond, threads: int) -> bool:
-    """Whether a branch condition thread 0 evaluates may be another thread's otherwise: its value
-    at the first and last lane of every warp (branches on the warp or the lane: tg.if_(warp == 1))."""
-    first = ev.value(cond)
-    memo_by = {}
-    for t in sorted({t for w in range(0, max(threads, 32), 32) for t in (w, w + 31)}):
-        at = ev.at_thread(cond, t, memo_by.setdefault(t, {}))
-        if at != first:
-            return True
-    return False
+def _varies(ev, x, memo: dict) -> bool:
+    """Whether x depends on the thread (%tid.x, through the instructions that made it): a branch on
+    it may go one way in some threads and the other way in others (tg.if_(warp == 1))."""
+    if isinstance(x, Sym):
+        return x.name == "%tid.x"
+    if not isinstance(x, Value):
+        return False
+    known = memo.get(x)
+    if known is None:
+        instr = ev.defs.get(x)
+        memo[x] = False   # (cycles through loop-carried registers end here)
+        known = memo[x] = instr is not None and any(_varies(ev, y, memo) for y in instr.ins)
+    return known
+
+
+def _taken_by(ev, branches, warp: int) -> bool:
+    """Whether some thread of `warp` takes every branch of `branches` the way it was walked."""
+    memo: dict = {}
+    return any(all(ev.at_thread(cond, 32 * warp + lane, memo.setdefault(lane, {})) in (None, taken)
+                   for cond, taken in branches) for lane in range(32))
 
 
 def _copy_async(n, ev, st):
@@ -218,6 +271,11 @@ def _retire_all(st):
 
 
 def _barrier(n, ev, st):
+    if st.branches and not getattr(n, "threads", 0):
+        raise HazardError(f"a barrier of the whole CTA inside a branch whose condition differs between threads "
+                          f"(on the warp or the lane){_where(n)}: the threads that go the other way never arrive, "
+                          f"and bar.sync must be reached by every thread together; put it after the branch (or "
+                          f"give the warps roles, whose barriers are their own)")
     st.unpublished.clear()
     st.read_since_barrier.clear()
     st.wgmma_retired.clear()
@@ -341,6 +399,8 @@ def _check_origin(n, ev, st):
         return
     st.origins_checked.add(id(n))
     for w in range(st.threads // 32):
+        if st.branches and not _taken_by(ev, st.branches, w):
+            continue   # (this warp does not run the load)
         memo = {}
         for origin, extent, limit in fragment_bounds(n):
             at = ev.at_thread(origin, 32 * w, memo)

@@ -42,8 +42,8 @@ class Loop:
 
 @dataclass(eq=False)
 class If:
-    """Run `body` when `cond` (a pred Value) holds, else `orelse`. Every thread of the CTA
-    must see the same `cond` (the branch is uniform)."""
+    """Run `body` when `cond` (a pred Value) holds, else `orelse`. `cond` may differ between
+    threads (the branch is a divergent bra; the hazard check walks both ways of such a branch)."""
 
     cond: Value
     body: list = field(default_factory=list)
