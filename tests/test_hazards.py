@@ -289,3 +289,34 @@ def test_a_load_is_bounds_checked_only_for_the_warps_that_run_it():
             tg.load(a, sA[0], 0, (w - 1) * 16)   # (warp 0 would start at column -16)
 
     tilegen.compile(upper_warps)
+
+
+@pytest.mark.parametrize("where", ["then", "else"])
+def test_a_tma_copy_issued_on_either_side_of_a_branch_on_the_thread(where):
+    """Thread 0 announces the bytes and issues the copy, in the then side or the else side of a
+    branch on the thread; every thread then waits for the phase and reads the stage. (Issued in
+    the else side, the merge had dropped its arrival: a deadlock was reported.)"""
+    @tg.kernel
+    def one_copy():
+        tg.launch(threads=128, grid=(1, 1, 1))
+        A = tg.tensor("A", "f16", ("M", "K"))
+        sA = tg.shared("sA", "f16", 64, 64)
+        full = tg.mbarrier("full")
+
+        def issue():
+            tg.arrive(full[0], expect_bytes=sA.stage_bytes, single=True)
+            tg.tma_load(sA[0], A.block(0, 0), full[0])
+
+        if where == "then":
+            with tg.if_(tg.eq(tg.thread_id(), 0)):
+                issue()
+        else:
+            with tg.if_(tg.ne(tg.thread_id(), 0)):
+                tg.fence_proxy_async()
+            with tg.else_():
+                issue()
+        tg.mbarrier_wait(full[0], 0)
+        a = tg.fragment(ATOM, "A", (1, 1))
+        tg.load(a, sA[0], 0, 0)
+
+    tilegen.compile(one_copy, target="sm_90a")

@@ -109,6 +109,12 @@ class _State:
         self.wgmma_open += [x for x in other.wgmma_open if x not in self.wgmma_open]
         if len(other.wgmma_groups) > len(self.wgmma_groups):
             self.wgmma_groups = other.wgmma_groups
+        for key, ph in other.phases.items():   # (the phase the other way took further: its arrivals and copies)
+            mine = self.phases.get(key)
+            if mine is None or (ph.arrivals, len(ph.copies)) > (mine.arrivals, len(mine.copies)):
+                self.phases[key] = ph
+        for key, done in other.completed.items():
+            self.completed[key] = max(done, self.completed.get(key, 0))
         for d_mine, d_theirs in ((self.wgmma_retired, other.wgmma_retired), (self.unfenced_frags, other.unfenced_frags),
                                  (self.tma_pending, other.tma_pending), (self.tma_barrier, other.tma_barrier),
                                  (self.passed, other.passed)):
