@@ -178,69 +178,13 @@ def test_a_runtime_origin_past_the_tile_is_refused_for_the_warp_it_is_past_for()
 
 
 # -- branches some threads take and others skip (on the warp or the lane) ---------------------
-# Two warps: each multiplies half of K of one 16 x 16 block; warp 1's part goes through sP to
-# warp 0, which stores C. Each case plants one mistake (or none) around branches on the warp or
-# lane; the hazard check walks both ways of such a branch and merges what each left.
+# tests/test_shared_accumulator.py's two warps (each multiplies half of K of one block; warp 1's
+# part goes through shared memory to warp 0), written with branches on the warp, one mistake (or
+# none) planted around them; the hazard check walks both ways of such a branch and merges them.
 def _two_warps(case):
-    @tg.kernel
-    def halves():
-        tg.launch(threads=64, grid=(1, 1, 1))
-        A = tg.tensor("A", "f16", ("M", "K"))
-        B = tg.tensor("B", "f16", ("K", "N"))
-        C = tg.tensor("C", "f32", ("M", "N"))
-        sA = tg.shared("sA", "f16", 16, 64)
-        sB = tg.shared("sB", "f16", 64, 16, swizzle="32B")
-        sP = tg.shared("sP", "f32", 16, 16, swizzle="64B")
-        w = tg.warp_id()
-        tg.copy_async(sA[0], A.block(0, 0))
-        tg.copy_async(sB[0], B.block(0, 0))
-        tg.commit()
-        if case == "wait in one warp":
-            with tg.if_(tg.eq(w, 0)):
-                tg.wait(0)   # (planted: warp 1's own copies are not waited for)
-        else:
-            tg.wait(0)
-        if case == "loop trips by warp":
-            a0 = tg.fragment(ATOM, "A", (1, 1))
-            for _ in tg.range(w):   # (planted: warp 1 reads before the barrier that publishes the copies)
-                tg.load(a0, sA[0], 0, 0)
-        tg.barrier()
-        acc = tg.fragment(ATOM, "C", (1, 2))
-        a = tg.fragment(ATOM, "A", (1, 1))
-        b = tg.fragment(ATOM, "B", (1, 2))
-        for kk in range(2):
-            tg.load(a, sA[0], 0, w * 32 + 16 * kk)
-            tg.load(b, sB[0], w * 32 + 16 * kk, 0)
-            tg.mma(acc, a, b)
-        if case == "refill read in the else arm":
-            with tg.if_(tg.eq(w, 0)):
-                tg.mul(acc, 1.0, out=acc)
-            with tg.else_():
-                tg.load(a, sA[0], 0, 0)   # warp 1 reads sA ...
-            tg.copy_async(sA[0], A.block(0, 0))   # (planted: ... and it is refilled with no barrier)
-            tg.commit()
-            tg.wait(0)
-        if case == "refill by lane 5":
-            with tg.if_(tg.eq(tg.lane_id(), 5)):
-                tg.copy_async(sA[0], A.block(0, 0))   # (planted: while other warps may still read sA)
-            tg.commit()
-            tg.wait(0)
-        if case in ("part in the else arm",):
-            with tg.if_(tg.eq(w, 0)):
-                tg.mul(acc, 1.0, out=acc)
-            with tg.else_():
-                tg.store_stage(sP[0], acc, 0)
-        else:
-            with tg.if_(tg.eq(w, 1)):
-                tg.store_stage(sP[0], acc, 0)
-                if case == "barrier in one warp":
-                    tg.barrier()   # (planted: warp 0 never arrives)
-        if case != "barrier in one warp":
-            tg.barrier()
-        with tg.if_(tg.eq(w, 0)):
-            tg.accumulate(acc, sP[0], 0, 0)
-            tg.store(C.block(0, 0), acc)
-    return halves
+    from test_shared_accumulator import split_k_in_warps
+
+    return split_k_in_warps(roles=False, case=case)
 
 
 @pytest.mark.parametrize("case", ["none", "part in the else arm"])

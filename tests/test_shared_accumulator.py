@@ -16,7 +16,9 @@ from tilegen.sim import SimError
 ATOM = "m16n8k16.f16.f32"
 
 
-def split_k_in_warps(part_dtype="f32", swizzle="64B", barrier=True, how="accumulate", roles=True):
+def split_k_in_warps(part_dtype="f32", swizzle="64B", barrier=True, how="accumulate", roles=True, case="none"):
+    """The two-warp kernel; `case` plants a mistake around branches on the warp or lane (or, "part
+    in the else arm", stores the part from an else side) for tests/test_hazards.py."""
     @tg.kernel
     def halves():
         tg.launch(threads=64, grid=(1, 1, 1))
@@ -26,24 +28,52 @@ def split_k_in_warps(part_dtype="f32", swizzle="64B", barrier=True, how="accumul
         sA = tg.shared("sA", "f16", 16, 64)
         sB = tg.shared("sB", "f16", 64, 16, swizzle="32B")
         sP = tg.shared("sP", part_dtype, 16, 16, swizzle=swizzle)
+        w = tg.warp_id()
         tg.copy_async(sA[0], A.block(0, 0))
         tg.copy_async(sB[0], B.block(0, 0))
         tg.commit()
-        tg.wait(0)
-        tg.barrier()
-        w = tg.warp_id()
-        acc = tg.fragment(ATOM, "C", (1, 2))
+        if case == "wait in one warp":
+            with tg.if_(tg.eq(w, 0)):
+                tg.wait(0)   # (planted: warp 1's own copies are not waited for)
+        else:
+            tg.wait(0)
         a = tg.fragment(ATOM, "A", (1, 1))
+        if case == "loop trips by warp":
+            for _ in tg.range(w):   # (planted: warp 1 reads before the barrier that publishes the copies)
+                tg.load(a, sA[0], 0, 0)
+        tg.barrier()
+        acc = tg.fragment(ATOM, "C", (1, 2))
         b = tg.fragment(ATOM, "B", (1, 2))
         for kk in range(2):   # warp w: k = 32 w .. 32 w + 31
             tg.load(a, sA[0], 0, w * 32 + 16 * kk)
             tg.load(b, sB[0], w * 32 + 16 * kk, 0)
             tg.mma(acc, a, b)
+        if case == "refill read in the else arm":
+            with tg.if_(tg.eq(w, 0)):
+                tg.mul(acc, 1.0, out=acc)
+            with tg.else_():
+                tg.load(a, sA[0], 0, 0)   # warp 1 reads sA ...
+            tg.copy_async(sA[0], A.block(0, 0))   # (planted: ... and it is refilled with no barrier)
+            tg.commit()
+            tg.wait(0)
+        if case == "refill by lane 5":
+            with tg.if_(tg.eq(tg.lane_id(), 5)):
+                tg.copy_async(sA[0], A.block(0, 0))   # (planted: while other warps may still read sA)
+            tg.commit()
+            tg.wait(0)
         only = (lambda name, first: tg.role(name, warps=(first, first + 1))) if roles else \
             (lambda name, first: tg.if_(tg.eq(w, first)))   # (roles, or branches on the warp)
-        with only("upper", 1):
-            tg.store_stage(sP[0], acc, 0)
-        if barrier:
+        if case == "part in the else arm":
+            with tg.if_(tg.eq(w, 0)):
+                tg.mul(acc, 1.0, out=acc)
+            with tg.else_():
+                tg.store_stage(sP[0], acc, 0)
+        else:
+            with only("upper", 1):
+                tg.store_stage(sP[0], acc, 0)
+                if case == "barrier in one warp":
+                    tg.barrier()   # (planted: warp 0 never arrives)
+        if barrier and case != "barrier in one warp":
             tg.barrier()
         with only("lower", 0):
             if how == "accumulate":

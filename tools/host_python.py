@@ -39,20 +39,8 @@ from _pytest.monkeypatch import MonkeyPatch  # noqa: E402
 
 import sim_device  # noqa: E402
 import tilegen  # noqa: E402
-import tilegen.dsl as tg  # noqa: E402
+from tilegen.bench.host import scale_kernel  # noqa: E402
 from tilegen.runtime import interop  # noqa: E402
-
-
-@tg.kernel
-def _scale():
-    """Y = alpha * X, one 16 x 8 block per CTA."""
-    tg.launch(threads=32, grid=(tg.cdiv("M", 16), tg.cdiv("N", 8), 1))
-    X = tg.tensor("X", "f32", ("M", "N"))
-    Y = tg.tensor("Y", "f32", ("M", "N"))
-    x = tg.fragment("m16n8k16.f16.f32", "C", (1, 1))
-    r, c = tg.program_id("x") * 16, tg.program_id("y") * 8
-    tg.accumulate(x, X.block(r, c))
-    tg.store(Y.block(r, c), x * tg.scalar("alpha"))
 
 
 def per_call_us(fn, calls: int, reps: int) -> float:
@@ -81,7 +69,7 @@ def main():
     lib = interop.library(a)
     pa, pb, pc = lib.probe(a), lib.probe(b), lib.probe(c)
     fast, launcher = kernel.fast_call, kernel.launcher(0)
-    scale = tilegen.compile(_scale)
+    scale = tilegen.compile(scale_kernel)
     x, y = dev.array(np.zeros((64, 64), np.float32)), dev.empty((64, 64), "float32")
     args = {"M": 256, "N": 256, "K": 256, "A_ptr": a.ptr, "A_ld": 256, "B_ptr": b.ptr, "B_ld": 256, "C_ptr": c.ptr,
             "C_ld": 256, "alpha": 1.0, "beta": 0.0}

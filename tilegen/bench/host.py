@@ -41,7 +41,7 @@ OWN = "a DSL kernel: scale(x, y, alpha=)"
 
 
 @tg.kernel
-def _scale():
+def scale_kernel():
     """y = alpha * x, one 16 x 8 block per CTA: a kernel of one's own, for its call's host time."""
     tg.launch(threads=32, grid=(tg.cdiv("M", 16), tg.cdiv("N", 8), 1))
     X = tg.tensor("X", "f32", ("M", "N"))
@@ -122,7 +122,7 @@ def host_costs(dtype: str = "bf16", size: int = 1024, calls: int = 200, reps: in
     fns[LAYERS] = lambda: [kernel(A, Bi, out=Ci) for Bi, Ci in layers]
     if kernel._array_names == ("A", "B", "C"):
         fns[DSL] = lambda: kernel.call_arrays(A, B, C, alpha=1.0, beta=0.0)
-    scale, x, y = compile_kernel(_scale), torch.randn(256, 256, device="cuda"), torch.empty(256, 256, device="cuda")
+    scale, x, y = compile_kernel(scale_kernel), torch.randn(256, 256, device="cuda"), torch.empty(256, 256, device="cuda")
     fns[OWN] = lambda: scale(x, y, alpha=2.0)
     fns["tilegen.matmul"] = lambda: matmul(A, B, out=C, **kw)
     try:
