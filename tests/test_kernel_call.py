@@ -616,3 +616,21 @@ def test_a_remembered_call_launches_through_the_current_launcher_only(sim_gpu, m
     monkeypatch.setattr(call_module, "module_generation", lambda: generation + 1)
     kernel(x, y, alpha=3.0, G=1)
     assert through == [1] and len(sim_gpu.launches) == 3
+
+
+def test_a_broadcast_stack_is_read_for_every_matrix_and_refused_where_written(sim_gpu):
+    """A stack of stride 0 (one matrix for every index, as torch's expand gives) is read as such;
+    as the stack the kernel writes it is refused (every matrix would land in one place)."""
+    X, bias, s = _stack_inputs(seed=12, count=3, M=16, N=8)
+    x0 = sim_gpu.array(X[0])
+    broadcast = type(x0)(sim_gpu, x0.ptr, X.shape, (0, X.shape[2], 1), x0.dtype)
+    y = sim_gpu.empty((3, 8, 16), "float32")
+    y_logical = type(y)(sim_gpu, y.ptr, X.shape, (8 * 16, 1, 16), y.dtype)
+    kernel = tilegen.compile(scaled_stack)
+    scalar = sim_gpu.array(np.array([s], np.float32))
+    kernel(broadcast, y_logical, sim_gpu.array(bias), scalar)
+    want = _stack_want(np.broadcast_to(X[:1], X.shape), bias, s)
+    assert np.abs(np.swapaxes(y.numpy(), 1, 2) - want).max() <= 4 * 2.0 ** -24 * np.abs(want).max()
+    y_broadcast = type(y)(sim_gpu, y.ptr, X.shape, (0, 1, 16), y.dtype)
+    _refusal(lambda: kernel(sim_gpu.array(X), y_broadcast, sim_gpu.array(bias), scalar),
+             r"Y holds the same matrix \(stride 0, a broadcast view\), but the kernel writes it")
