@@ -204,7 +204,8 @@ def test_branches_on_the_warp_that_are_right_pass_and_run(case):
     ("wait in one warp", r"reads stage 0 of sA while a cp.async into it may still be in flight"),
     ("loop trips by warp", r"reads stage 0 of sA .*(in flight|before a barrier)"),
     ("refill read in the else arm", r"copy into stage 0 of sA overwrites a stage other warps may still be reading"),
-    ("refill by lane 5", r"copy into stage 0 of sA overwrites a stage other warps may still be reading"),
+    ("refill by lane 5", r"copy_async \(its pieces are spread over every thread of the CTA\) inside a branch"),
+    ("copies by one warp", r"copy_async \(its pieces are spread over every thread of the CTA\) inside a branch"),
     ("barrier in one warp", r"a barrier of the whole CTA inside a branch whose condition differs between threads"),
 ])
 def test_mistakes_around_branches_on_the_warp_or_lane_are_caught_before_running(case, says):
@@ -264,3 +265,90 @@ def test_a_tma_copy_issued_on_either_side_of_a_branch_on_the_thread(where):
         tg.load(a, sA[0], 0, 0)
 
     tilegen.compile(one_copy, target="sm_90a")
+
+
+def _mbarrier_kernel(case):
+    """One TMA copy (sm_90a) announced and issued under a branch on the warp, or arrivals of every
+    thread under one, then every thread waits."""
+    @tg.kernel
+    def one_copy():
+        tg.launch(threads=128, grid=(1, 1, 1))
+        A = tg.tensor("A", "f16", ("M", "K"))
+        sA = tg.shared("sA", "f16", 64, 64)
+        full = tg.mbarrier("full", arrivals=128 if case == "arrivals of warp 0" else 1)
+        w = tg.warp_id()
+        if case == "arrivals of warp 0":
+            with tg.if_(tg.lt(w, 1)):
+                tg.arrive(full[0])   # (planted: the other warps' arrivals never come)
+        else:
+            with tg.if_(tg.eq(w, 0 if case == "copy by warp 0" else 1)):
+                tg.arrive(full[0], expect_bytes=sA.stage_bytes, single=True)
+                tg.tma_load(sA[0], A.block(0, 0), full[0])
+        tg.mbarrier_wait(full[0], 0)
+        a = tg.fragment(ATOM, "A", (1, 1))
+        tg.load(a, sA[0], 0, 0)
+    return one_copy
+
+
+@pytest.mark.parametrize("case, says", [
+    ("copy by warp 1", r"a single arrival runs on the CTA's first thread, which does not take this branch"),
+    ("arrivals of warp 0", r"waits for phase 0 \(parity 0\) of full\[0\], which never completes: 32 of its 128 "
+                           r"arrivals came: a deadlock"),
+])
+def test_single_thread_work_and_arrivals_under_branches_on_the_warp(case, says):
+    """A single-thread op runs on thread 0 (outside roles): under a branch thread 0 skips it never runs;
+    arrivals of every thread under a branch count the threads that take it (they had counted the whole
+    CTA). Both had compiled and deadlocked on the emulator. Warp 0 issuing the copy is right, and so
+    are arrivals on both sides of a branch (tests/test_wgmma.py's parted warps)."""
+    tilegen.compile(_mbarrier_kernel("copy by warp 0"), target="sm_90a")
+    with pytest.raises(HazardError, match=says):
+        tilegen.compile(_mbarrier_kernel(case), target="sm_90a")
+
+
+def test_an_accumulator_a_wgmma_may_still_write_is_not_loaded_over():
+    """(tg.accumulate there was refused; tg.load of the same accumulator had compiled.)"""
+    @tg.kernel
+    def over():
+        tg.launch(threads=128, grid=(1, 1, 1))
+        A = tg.tensor("A", "f16", ("M", "K"))
+        B = tg.tensor("B", "f16", ("K", "N"))
+        P = tg.tensor("P", "f32", ("M", "N"))
+        sA = tg.shared("sA", "f16", 64, 16, swizzle="32B")
+        sB = tg.shared("sB", "f16", 16, 64, swizzle="128B")
+        sP = tg.shared("sP", "f32", 64, 64, swizzle="128B")
+        tg.copy_async(sA[0], A.block(0, 0))
+        tg.copy_async(sB[0], B.block(0, 0))
+        tg.copy_async(sP[0], P.block(0, 0))
+        tg.commit()
+        tg.wait(0)
+        tg.barrier()
+        tg.fence_proxy_async()
+        acc = tg.fragment(ATOM, "C", (1, 8))
+        tg.wgmma_fence()
+        tg.wgmma(acc, sA[0], sB[0], 0, 0, 0)
+        tg.wgmma_commit()
+        tg.load(acc, sP[0], tg.warp_id() * 16, 0)   # (planted: before wgmma_wait)
+
+    with pytest.raises(HazardError, match=r"load overwrites accumulator .* while a wgmma .* may still be writing it"):
+        tilegen.compile(over, target="sm_90a")
+
+
+def test_a_load_origin_that_moves_with_a_loop_is_checked_at_each_trip():
+    """Rows i * 32 of a 32-row tile for i = 0, 1: the second trip reads past it (its origin had been
+    checked at the first trip only)."""
+    @tg.kernel
+    def walks():
+        tg.launch(threads=32, grid=(1, 1, 1))
+        X = tg.tensor("X", "f32", ("M", "N"))
+        sP = tg.shared("sP", "f32", 32, 16, swizzle="none")
+        tg.copy_async(sP[0], X.block(0, 0))
+        tg.commit()
+        tg.wait(0)
+        tg.barrier()
+        y = tg.fragment(ATOM, "C", (1, 2))
+        for i in tg.range(2):
+            tg.accumulate(y, sP[0], i * 32, 0)
+
+    with pytest.raises(HazardError, match=r"fragment .* at \(32, 0\) for warp 0 does not fit in sP \(32x16\)"):
+        tilegen.compile(walks)
+

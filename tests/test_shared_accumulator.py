@@ -29,8 +29,13 @@ def split_k_in_warps(part_dtype="f32", swizzle="64B", barrier=True, how="accumul
         sB = tg.shared("sB", "f16", 64, 16, swizzle="32B")
         sP = tg.shared("sP", part_dtype, 16, 16, swizzle=swizzle)
         w = tg.warp_id()
-        tg.copy_async(sA[0], A.block(0, 0))
-        tg.copy_async(sB[0], B.block(0, 0))
+        if case == "copies by one warp":
+            with tg.if_(tg.eq(w, 0)):   # (planted: each thread copies its own pieces; warp 1's never come)
+                tg.copy_async(sA[0], A.block(0, 0))
+                tg.copy_async(sB[0], B.block(0, 0))
+        else:
+            tg.copy_async(sA[0], A.block(0, 0))
+            tg.copy_async(sB[0], B.block(0, 0))
         tg.commit()
         if case == "wait in one warp":
             with tg.if_(tg.eq(w, 0)):

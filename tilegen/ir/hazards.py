@@ -92,9 +92,11 @@ class _State:
         other.role_waits, other.origins_checked = self.role_waits, self.origins_checked
         return other
 
-    def merge(self, other: "_State") -> None:
+    def merge(self, other: "_State", before: dict) -> None:
         """What either of two ways through a branch may have left (the branch differs between threads,
-        so some threads took each): what is pending, unpublished, read or written on either."""
+        so some threads took each): what is pending, unpublished, read or written on either; the
+        arrivals and bytes of both on each mbarrier phase (`before`: each phase's when the branch
+        began, counted once)."""
         self.uncommitted += [k for k in other.uncommitted if k not in self.uncommitted]
         if len(other.groups) > len(self.groups):   # (fewer waited for on the other way)
             self.groups, other.groups = other.groups, self.groups
@@ -108,11 +110,20 @@ class _State:
         self.unfenced |= other.unfenced
         self.wgmma_open += [x for x in other.wgmma_open if x not in self.wgmma_open]
         if len(other.wgmma_groups) > len(self.wgmma_groups):
-            self.wgmma_groups = other.wgmma_groups
-        for key, ph in other.phases.items():   # (the phase the other way took further: its arrivals and copies)
+            self.wgmma_groups, other.wgmma_groups = other.wgmma_groups, self.wgmma_groups
+        for mine, theirs in zip(self.wgmma_groups[len(self.wgmma_groups) - len(other.wgmma_groups):],
+                                other.wgmma_groups):
+            mine += [x for x in theirs if x not in mine]
+        for key, ph in other.phases.items():   # (each way's threads arrived: both counts, less what came before)
             mine = self.phases.get(key)
-            if mine is None or (ph.arrivals, len(ph.copies)) > (mine.arrivals, len(mine.copies)):
+            if mine is None:
                 self.phases[key] = ph
+                continue
+            arrivals, expected = before.get(key, (0, 0))
+            mine.arrivals += ph.arrivals - arrivals
+            mine.expected += ph.expected - expected
+            mine.copies += [c for c in ph.copies if c not in mine.copies]
+            mine.released |= ph.released
         for key, done in other.completed.items():
             self.completed[key] = max(done, self.completed.get(key, 0))
         for d_mine, d_theirs in ((self.wgmma_retired, other.wgmma_retired), (self.unfenced_frags, other.unfenced_frags),
@@ -212,13 +223,14 @@ def _walk(nodes, ev, st, trips):
         elif isinstance(n, If):
             cond = ev.value(n.cond)
             if _varies(ev, n.cond, st.varies):   # (some threads take each way: both are walked, then merged)
+                before = {k: (ph.arrivals, ph.expected) for k, ph in st.phases.items()}
                 other = st.copy()
                 other.branches.append((n.cond, n.negate))
                 _walk(n.orelse, ev, other, trips)
                 st.branches.append((n.cond, not n.negate))
                 _walk(n.body, ev, st, trips)
                 st.branches.pop()
-                st.merge(other)
+                st.merge(other, before)
             elif cond is None:  # unknown here: both branches must be safe; go on after the first
                 saved = st.copy()
                 _walk(n.orelse, ev, saved, trips)
@@ -251,7 +263,36 @@ def _taken_by(ev, branches, warp: int) -> bool:
                    for cond, taken in branches) for lane in range(32))
 
 
+def _in_branch_refused(n, st, what: str) -> None:
+    """`what` is work of every thread of the CTA together: inside a branch some threads skip, their
+    part of it is never done."""
+    if st.branches:
+        raise HazardError(f"{what} inside a branch whose condition differs between threads (on the warp or the "
+                          f"lane){_where(n)}: it is every thread's work together, and the threads that go the other way "
+                          f"never do their part; put it outside the branch (or give the warps roles)")
+
+
+def _arriving(ev, st, every: int) -> int:
+    """How many arrive when the first thread of each `every` arrives (1: each thread), inside the
+    branches on the thread being walked: those whose threads take them."""
+    if not st.branches:
+        return st.threads // every
+    memo: dict = {}
+    return sum(all(ev.at_thread(cond, t, memo.setdefault(t, {})) in (None, taken) for cond, taken in st.branches)
+               for t in range(0, st.threads, every))
+
+
+def _first_thread_runs(n, ev, st, what: str) -> None:
+    """`what` runs on the CTA's first thread only (outside roles): inside branches, thread 0 must take them."""
+    for cond, taken in st.branches:
+        value = ev.value(cond)
+        if value is not None and bool(value) != taken:
+            raise HazardError(f"{what} runs on the CTA's first thread, which does not take this branch{_where(n)}: it "
+                              f"never runs; issue it where thread 0 goes (or give the warps roles)")
+
+
 def _copy_async(n, ev, st):
+    _in_branch_refused(n, st, "copy_async (its pieces are spread over every thread of the CTA)")
     key = (n.dst.name, _stage(ev, n, n.dst))
     _check_refill(n, st, key, "copy")
     st.uncommitted.append(key)
@@ -401,9 +442,10 @@ def _store_stage(n, ev, st):
 def _check_origin(n, ev, st):
     """A load's runtime origin, for each warp (its lane 0) where it is known: inside the tile
     (a constant one is verify's to check). Each load once per check_hazards."""
-    if id(n) in st.origins_checked or all(isinstance(o, int) for o in (n.row0, n.col0)):
+    key = (id(n), ev.value(n.row0), ev.value(n.col0), tuple(st.branches))   # (again where the origin moved)
+    if key in st.origins_checked or all(isinstance(o, int) for o in (n.row0, n.col0)):
         return
-    st.origins_checked.add(id(n))
+    st.origins_checked.add(key)
     for w in range(st.threads // 32):
         if st.branches and not _taken_by(ev, st.branches, w):
             continue   # (this warp does not run the load)
@@ -431,6 +473,10 @@ def _load_fragment(n, ev, st):
 
 def _load_accumulator(n, ev, st):
     """Reads a stage into an accumulator's registers (reading them first with `add`)."""
+    tc = st.wgmma_writing(n.frag)
+    if tc is not None and not n.add:
+        raise HazardError(f"load overwrites accumulator {n.frag.name} while a wgmma{_where(tc)} may still be writing "
+                          f"it: wgmma_wait(0) first{_where(n)}")
     _check_origin(n, ev, st)
     _writes_fragment("frag", reads=n.add)(n, ev, st)
     key = (n.src.name, _stage(ev, n, n.src))
@@ -467,6 +513,7 @@ def _barrier_key(ev, n, field: str = "stage"):
 
 
 def _tma_load(n, ev, st):
+    _first_thread_runs(n, ev, st, "a TMA copy")
     key = (n.dst.name, _stage(ev, n, n.dst))
     _check_refill(n, st, key, "TMA copy")
     # a share of the stage multicast by every CTA of the cluster fills it whole (the peers,
@@ -480,8 +527,10 @@ def _tma_load(n, ev, st):
 
 
 def _arrive(n, ev, st):
+    if n.single:
+        _first_thread_runs(n, ev, st, "a single arrival")
     ph = st.phase(_barrier_key(ev, n))
-    ph.arrivals += 1 if n.single else st.threads // T.ONE_PER.get(n.one_per, 1)
+    ph.arrivals += 1 if n.single else _arriving(ev, st, T.ONE_PER.get(n.one_per, 1))
     ph.expected += n.expect_bytes
     # what this thread read before arriving is released to whoever waits for the phase
     ph.released.update(st.read_since_barrier)
@@ -556,9 +605,9 @@ RULES = {
     T.StoreStage: _store_stage,
     T.FetchVector: _fetch_vector,
     T.ParkVector: _park_vector,
-    T.TmaStore: _no_hazard,
-    T.TmaStoreCommit: _no_hazard,
-    T.TmaStoreWait: _no_hazard,
+    T.TmaStore: lambda n, ev, st: _first_thread_runs(n, ev, st, "a TMA store"),
+    T.TmaStoreCommit: lambda n, ev, st: _first_thread_runs(n, ev, st, "a TMA store's commit"),
+    T.TmaStoreWait: lambda n, ev, st: _first_thread_runs(n, ev, st, "a TMA store's wait"),
 }
 
 
