@@ -31,10 +31,11 @@ the same protocol at run time (sim/runner.py, sim/mbarrier.py, sim/race.py).
 
 A branch whose condition depends on the thread (tg.if_ on the warp or the lane; a condition
 whose instructions reach %tid.x) goes both ways in one CTA: both sides are walked and the walk
-goes on with what either left (State.merge: pending, unpublished, read or written on either); a
-CTA-wide barrier inside it is refused (the threads that go the other way never arrive), a load's
-origin is checked for the warps that take it, and a loop whose trip count depends on the thread
-runs the guessed counts. Stage indices are thread 0's, and branches on the block index go block
+goes on with what either left (State.merge: pending, unpublished, read or written on either, the
+arrivals of both sides); a CTA-wide barrier or copy_async inside it is refused (the threads that go
+the other way never do their part), so is single-thread work (TMA, a single arrival) under a branch
+thread 0 skips; arrivals count the threads that take the branch, a load's origin is checked for
+the warps that take it, and a loop whose trip count depends on the thread runs the guessed counts. Stage indices are thread 0's, and branches on the block index go block
 0's way: the emulator checks those as it runs.
 """
 from __future__ import annotations
