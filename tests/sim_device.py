@@ -241,8 +241,8 @@ class SimDevice:
         got = self.kernels.get(id(kernel))
         if got is None or got.kernel is not kernel:
             got = self.kernels[id(kernel)] = _Launcher(self, kernel)
-        if isinstance(getattr(kernel, "_launchers", None), dict):   # (as Kernel.launcher keeps it: launch's memo)
-            kernel._launchers[0] = (module_generation(), got)
+            if isinstance(getattr(kernel, "_launchers", None), dict):   # (as Kernel.launcher keeps it: launch's memo)
+                kernel._launchers[0] = (module_generation(), got)
         return got
 
     def _copy_2d(self, dst, dst_pitch, src, src_pitch, width_bytes, height, stream=None):
