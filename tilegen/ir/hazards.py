@@ -257,11 +257,14 @@ def _varies(ev, x, memo: dict) -> bool:
     return known
 
 
+def _takes(ev, branches, tid: int, memo: dict) -> bool:
+    """Whether thread `tid` takes every branch of `branches` the way it is walked (unknown: it may)."""
+    return all(ev.at_thread(cond, tid, memo) in (None, taken) for cond, taken in branches)
+
+
 def _taken_by(ev, branches, warp: int) -> bool:
     """Whether some thread of `warp` takes every branch of `branches` the way it was walked."""
-    memo: dict = {}
-    return any(all(ev.at_thread(cond, 32 * warp + lane, memo.setdefault(lane, {})) in (None, taken)
-                   for cond, taken in branches) for lane in range(32))
+    return any(_takes(ev, branches, 32 * warp + lane, {}) for lane in range(32))
 
 
 def _in_branch_refused(n, st, what: str) -> None:
@@ -278,18 +281,14 @@ def _arriving(ev, st, every: int) -> int:
     branches on the thread being walked: those whose threads take them."""
     if not st.branches:
         return st.threads // every
-    memo: dict = {}
-    return sum(all(ev.at_thread(cond, t, memo.setdefault(t, {})) in (None, taken) for cond, taken in st.branches)
-               for t in range(0, st.threads, every))
+    return sum(_takes(ev, st.branches, t, {}) for t in range(0, st.threads, every))
 
 
 def _first_thread_runs(n, ev, st, what: str) -> None:
     """`what` runs on the CTA's first thread only (outside roles): inside branches, thread 0 must take them."""
-    for cond, taken in st.branches:
-        value = ev.value(cond)
-        if value is not None and bool(value) != taken:
-            raise HazardError(f"{what} runs on the CTA's first thread, which does not take this branch{_where(n)}: it "
-                              f"never runs; issue it where thread 0 goes (or give the warps roles)")
+    if not _takes(ev, st.branches, 0, {}):
+        raise HazardError(f"{what} runs on the CTA's first thread, which does not take this branch{_where(n)}: it "
+                          f"never runs; issue it where thread 0 goes (or give the warps roles)")
 
 
 def _copy_async(n, ev, st):
