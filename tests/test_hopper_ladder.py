@@ -96,3 +96,13 @@ def test_each_step_on_the_gpu(compiled, name):
     for shape in [(1000, 1030, 999), (4096, 4096, 256)]:
         err, bound, _ = common.check(compiled[name], *shape, device="gpu", seed=2, out=OUT.get(name, np.float32))
         assert err <= bound, f"{name} {shape}: error {err} over {bound}"
+
+
+@pytest.mark.gpu
+@requires_gpu
+@pytest.mark.parametrize("name", ["step1_one_tile", "step2_k_loop"])
+def test_the_one_tile_steps_on_the_gpu(compiled, name):
+    """Steps 1 and 2 compute one 64 x 128 block (step 1 from one k-tile of 64): full and ragged."""
+    for shape in SHAPES[name] + ([(64, 128, 4096)] if name == "step2_k_loop" else []):
+        err, bound, _ = common.check(compiled[name], *shape, device="gpu", seed=2, out=OUT.get(name, np.float32))
+        assert err <= bound, f"{name} {shape}: error {err} over {bound}"

@@ -1262,3 +1262,22 @@ def test_a_wider_bias_rounded_to_a_16_bit_output_is_said_once(monkeypatch):
         tilegen.matmul(A, B, bias=bias.astype(ml_dtypes.bfloat16), out_dtype="bf16", device="sim")
         C = tilegen.matmul(A, B, bias=bias, out_dtype="f32", device="sim")
     assert np.abs(C - (bias - 1000)).max() < 1e-3
+
+
+def test_explain_says_why_k_is_not_split_where_blocks_leave_sms_idle(monkeypatch):
+    """Short and skinny products on Hopper: explain says why split-K / stream-K were not taken
+    where the chosen tiles give under two waves of blocks, and not for products that fill the GPU."""
+    import importlib
+
+    mm = importlib.import_module("tilegen.gemm.matmul")
+    monkeypatch.setattr(mm, "_target", lambda: "sm_90")
+    monkeypatch.setattr(mm, "_tuned", lambda *a, **k: None)
+    monkeypatch.setattr(mm, "loads_without_spills", lambda spec: True)
+    rng = np.random.default_rng(0)
+    for m, n, k in ((1024, 1024, 4096), (1024, 4096, 4096), (16, 8192, 8192)):
+        A, B = rng.standard_normal((m, k)).astype(np.float16), rng.standard_normal((k, n)).astype(np.float16)
+        why = mm.explain(A, B).reason
+        assert "K not split although" in why and "perf_notes.md sections 24, 26, 44" in why, why
+    A = rng.standard_normal((8192, 1024)).astype(np.float16)
+    B = rng.standard_normal((1024, 8192)).astype(np.float16)
+    assert "K not split" not in mm.explain(A, B).reason     # 8192^2 outputs: 1024 blocks of 128x256

@@ -36,7 +36,7 @@ PLANTED = {
     "no fence before the store": (FENCE, "", "proxy", "no fence.proxy.async after the write"),
     "no barrier before the store": (SECOND_BARRIER, "", "race", "a TMA store reads bytes that thread"),
     "the buffer rewritten before the store read it": (WAIT, "", "war", "TMA store still in flight reads"),
-    "the others not told the store read it": (FIRST_BARRIER, "", "war", "st.shared overwrites a stage another warp "
+    "the others not told the store read it": (FIRST_BARRIER, "", "war", "stmatrix overwrites a stage another warp "
                                               "may still be reading: thread 128 read these bytes (last at PTX line"),
     "the kernel ends before its stores read": (LAST_WAIT, "\n", "tma", "the CTA ends while a TMA store still reads"),
 }
@@ -328,3 +328,14 @@ def test_tf32_with_k_major_operands_is_warp_specialized_on_tma():
         ref = A.astype(np.float64) @ B.astype(np.float64)
         scale = np.abs(A.astype(np.float64)) @ np.abs(B.astype(np.float64))
         assert (np.abs(C - ref) / scale).max() <= 2 * 2.0 ** -10 + K * 2.0 ** -23
+
+
+@pytest.mark.parametrize("out_dtype, stmatrix", [("bf16", True), ("f16", True), ("f32", False)])
+def test_the_hopper_gemm_writes_16_bit_stages_with_stmatrix(out_dtype, stmatrix):
+    """A 16-bit stage is written 8x8 matrices at a time (stmatrix.x4: two atoms of a warp); an
+    f32 one with 8-byte stores. The values are checked by the emulator runs above."""
+    ptx = tilegen.compile(tilegen.GemmSpec(dtype="f16", out_dtype=out_dtype, instruction="wgmma")).ptx
+    body = ptx[ptx.index("-> sC"):]
+    assert ("stmatrix.sync.aligned.m8n8.x4.shared.b16" in body) == stmatrix
+    assert ("st.shared.b32" in body) is False
+    assert ("st.shared.v2.f32" in body) == (not stmatrix)

@@ -63,6 +63,9 @@ def main() -> int:
     a = ap.parse_args()
     import torch
 
+    import common
+    import step1_one_tile
+    import step2_k_loop
     import tilegen
     import step3_grid
     import step4_tma
@@ -89,6 +92,17 @@ def main() -> int:
         kernels = {n: k for n, k in kernels.items() if any(n.startswith(s) for s in a.steps)}
     f16_out = {"step8 TMA-store epilogue (f16 C)", "step10 ping-pong consumers (f16 C)"}
     wg = tilegen.compile(tilegen.GemmSpec(dtype="f16", instruction="wgmma", b_layout="row", out_dtype="f32"))
+    # steps 1 and 2 compute one 64 x 128 block: checked and timed at their own sizes
+    one_tile = {}
+    for name, fn, shape in [("step1 one tile (one k-tile)", step1_one_tile.step1, (64, 128, 64)),
+                            ("step2 K loop (one tile)", step2_k_loop.step2, (64, 128, 4096))]:
+        if a.steps and not any(name.startswith(s) for s in a.steps):
+            continue
+        k = tilegen.compile(fn, target="sm_90a")
+        err, bound, ms = common.check(k, *shape, device="gpu", seed=1, time=True)
+        one_tile[name] = {"size": list(shape), "ms": ms, "tflops": 2.0 * shape[0] * shape[1] * shape[2] / ms / 1e9,
+                          "rel_err": err, "bound": bound}
+        print(json.dumps({name: one_tile[name]}), flush=True)
     rows = []
     for n in a.sizes:
         M = N = K = n
@@ -138,7 +152,7 @@ def main() -> int:
     host = {} if a.no_host else host_us()
     print(json.dumps(host), flush=True)
     info = {"host_us": host, "gpu": torch.cuda.get_device_name(), "torch": torch.__version__, "when": time.strftime("%Y-%m-%d %H:%M:%S"),
-            "sizes": rows, "matmul_short_m": short}
+            "one_tile": one_tile, "sizes": rows, "matmul_short_m": short}
     os.makedirs(a.out, exist_ok=True)
     with open(os.path.join(a.out, "ladder.json"), "w") as f:
         json.dump(info, f, indent=1)

@@ -61,6 +61,12 @@ HOPPER = [(dict(dtype="f16", out_dtype="f16"), (133, 270, 45), 0.0, None),
           (dict(dtype="tf32", a_layout="col", b_layout="col", copy="tma", store="direct"), (301, 203, 99), 0.5, None),
           (dict(dtype="f32"), (300, 200, 101), 0.0, None),                    # f32: tf32 parts, one product
           (dict(dtype="f32", a_layout="col", b_layout="col"), (301, 203, 99), 0.5, None),
+          # e5m2, and the mixed fp8 pairs (the atom names B's type) with bias, GELU and a residual
+          (dict(dtype="e5m2", out_dtype="f16"), (260, 300, 300), 0.0, None),
+          (dict(dtype="e4m3", atom="m16n8k32.e4m3.e5m2.f32", out_dtype="bf16", promote=1, frag_buffers=2,
+                epilogue=tilegen.Epilogue("col", "gelu_tanh", True)), (300, 310, 520), 0.0, None),
+          (dict(dtype="e5m2", atom="m16n8k32.e5m2.e4m3.f32", out_dtype="f32",
+                epilogue=tilegen.Epilogue(scale_rows=True, scale_cols=True)), (300, 310, 520), 0.0, None),
           # fp8 with A's per-tensor scale read from device memory and B's per column
           (dict(dtype="e4m3", out_dtype="bf16", epilogue=tilegen.Epilogue(device_scale_a=True, scale_cols=True)),
            (260, 300, 300), 0.0, None),
@@ -86,7 +92,7 @@ def hopper(dtype=None) -> int:
         spec = tilegen.GemmSpec(instruction="wgmma", **kw)
         kernel = tilegen.compile(spec)
         A = rng.standard_normal((M, K)).astype(numpy_dtype(spec.dtype))
-        B = rng.standard_normal((K, N)).astype(numpy_dtype(spec.dtype))
+        B = rng.standard_normal((K, N)).astype(numpy_dtype(spec.b_dtype))
         C0 = rng.standard_normal((M, N)).astype(numpy_dtype(spec.out_dtype))
         out = np.zeros((M, out_ld or N), numpy_dtype(spec.out_dtype))[:, :N]
         out[...] = C0

@@ -727,8 +727,25 @@ def explain(A, B, *, bias=None, activation=None, residual=None, alpha=1.0, beta=
     else:
         spec = GemmSpec(**base)
         why.append("default tile for this dtype (no tuned entry)")
+    unsplit = _unsplit_reason(spec, M, N, K)
+    if unsplit:
+        why.append(unsplit)
     why.append(f"layouts {a_layout}/{b_layout} as the arrays are stored, target {target}")
     return Choice(spec, "; ".join(why))
+
+
+def _unsplit_reason(spec, M: int, N: int, K: int) -> str:
+    """Why K is not split, for a product on Hopper whose blocks leave SMs idle (under two
+    waves): split-K and stream-K were built and measured there, and lost to the kernels chosen."""
+    if not spec.target.startswith("sm_90") or spec.split_k > 1 or spec.stream_k or spec.batched:
+        return ""
+    rows, cols = (N, M) if spec.swap_ab else (M, N)
+    blocks, sms = -(-rows // spec.tile.m) * -(-cols // spec.tile.n), _sm_count()
+    if blocks >= 2 * sms:
+        return ""
+    return (f"K not split although {blocks} blocks leave SMs of {sms} idle: split-K and stream-K (GemmSpec(split_k=), "
+            f"stream_k=True) ran slower than this kernel on the H200 for one product, their f32 partial sums' trip "
+            f"through memory costing more than the idle SMs (docs/perf_notes.md sections 24, 26, 44)")
 
 
 def _tuned(dtype, a_layout, b_layout, M, N, K, out_dtype):

@@ -4,6 +4,7 @@ beta == 0 must not read C: the output may hold garbage (or NaN poison), and 0 * 
 So C is read only under a predicate that beta != 0."""
 from __future__ import annotations
 
+from ...arch.targets import FEATURE_SM, target
 from ...errors import IRError
 from .. import tile as T
 from ..instr import Comment, Instr
@@ -364,6 +365,47 @@ def lower_park_vector(b, ctx, op):
         b.emit(Instr("st.shared.b16", (), (Addr(addr), reg), pred=mine))
 
 
+def _stmatrix_pairs(ctx, frag, pairs):
+    """(index of the pair in an atom's top 8 rows, of the one in its bottom 8) where the
+    atoms' element pairs are stmatrix's fragments (lane l: row l/4, columns 2(l%4) and
+    2(l%4)+1 of an 8x8 block) and the target has stmatrix (sm_90); else None."""
+    if target(ctx.kernel.target).sm < FEATURE_SM["stmatrix"] or len(pairs) != 2:
+        return None
+    tops = {}
+    for k, ((r, e, ((br, bc), _)), _second) in enumerate(pairs):
+        if bc != 0 or [frag.map.coord(lane, r, e) for lane in range(32)] != \
+                [(br + lane // 4, 2 * (lane % 4)) for lane in range(32)]:
+            return None
+        tops[br] = k
+    return (tops[0], tops[8]) if set(tops) == {0, 8} else None
+
+
+def _store_matrices(b, ctx, op, chunk, words, matrices, row_rt, row_ct, per):
+    """The packed pairs of a chunk's atoms into the stage as 8x8 matrices: two neighbouring
+    atoms (16 rows x 16 columns) per stmatrix.x4, an atom left alone per .x2. Lane l
+    addresses row l % 16 of the pair's block, 16 bytes to the right for l >= 16 (the
+    second atom; ignored by .x2)."""
+    top, bottom = matrices
+    lanes = range(32)
+    row_term = ctx.lane_term([1, 2, 4, 8, 0])
+    col_term = ctx.lane_term([0, 0, 0, 0, 16])
+    todo = list(chunk)
+    while todo:
+        i, j = todo.pop(0)
+        atoms = [(i, j)]
+        first = j - op.part * per
+        if first % 2 == 0 and (i, j + 1) in todo:
+            todo.remove((i, j + 1))
+            atoms.append((i, j + 1))
+        row = (row_rt, row_term, [lane % 16 for lane in lanes], row_ct + 16 * i)
+        col = (0, col_term, [16 * (lane // 16) for lane in lanes], 8 * first * op.dst.dtype.bytes)
+        addr, disp = shared_address(b, ctx, op.dst, op.stage, row, col)
+        regs = tuple(words[(a, c, k)] for a, c in atoms for k in (top, bottom))
+        b.comment(f"{op.frag.name} atoms {atoms} -> {op.dst.name} (stmatrix)")
+        b.emit(Instr(f"stmatrix.sync.aligned.m8n8.x{len(regs)}.shared.b16", (), (Addr(addr, disp), Vec(regs))))
+    ctx.kernel.features.add("stmatrix")
+
+
 def lower_store_stage(b, ctx, op):
     """The accumulator's elements of one column slice into a shared stage (row-major, the
     stage's swizzle), through the fused epilogue (alpha, bias, activation, residual; no beta)
@@ -381,6 +423,7 @@ def lower_store_stage(b, ctx, op):
     if any(len(g) != 2 for g in pairs):
         raise IRError(f"{frag.name}: its accumulator elements do not come in column pairs")
     fused = op.bias is not None or op.residual is not None or op.row_scale is not None or op.col_scale is not None
+    matrices = _stmatrix_pairs(ctx, frag, pairs) if out != "f32" else None
     where: dict = {}
     bias_cache: dict = {}
 
@@ -497,9 +540,19 @@ def lower_store_stage(b, ctx, op):
                         if vec is not None:
                             vector_pair(vec, c0, c1, even)
                     fetched[(i, j, r, e)] = (loads(r_at, c0), loads(r_at, c1))
+        words = {}   # (i, j, pair index) -> packed pair, for stmatrix
         for i, j in chunk:
             b.comment(f"{frag.name} atom ({i},{j}) -> {tile.name}")
-            for (r, e, ((br, bc), deltas)), (r1, e1, _) in pairs:
+            for k, ((r, e, ((br, bc), deltas)), (r1, e1, _)) in enumerate(pairs):
+                v0 = _accumulator_value(b, frag, frag.regs[(i, j)][r], e)
+                v1 = _accumulator_value(b, frag, frag.regs[(i, j)][r1], e1)
+                plain = (multipliers(()), None, None)
+                (s0, bias0, res0), (s1, bias1, res1) = fetched.get((i, j, r, e), (plain, plain))
+                v0, v1 = finish(v0, s0, bias0, res0), finish(v1, s1, bias1, res1)
+                packed = None if out == "f32" else b.op(f"cvt.rn.{out}x2.f32", "b32", v1, v0)  # the first goes high
+                if matrices:
+                    words[(i, j, k)] = packed
+                    continue
                 lanes = [frag.map.coord(lane, r, e) for lane in range(32)]
                 row_deltas, col_deltas = [d[0] for d in deltas], [d[1] for d in deltas]
                 local_row, local_col = row_ct + 16 * i + br, 8 * (j - op.part * per) + bc
@@ -507,13 +560,9 @@ def lower_store_stage(b, ctx, op):
                 col = (0, ctx.lane_term([d * esize for d in col_deltas]), [(c - bc) * esize for _, c in lanes],
                        local_col * esize)
                 addr, disp = shared_address(b, ctx, tile, op.stage, row, col)
-                v0 = _accumulator_value(b, frag, frag.regs[(i, j)][r], e)
-                v1 = _accumulator_value(b, frag, frag.regs[(i, j)][r1], e1)
-                plain = (multipliers(()), None, None)
-                (s0, bias0, res0), (s1, bias1, res1) = fetched.get((i, j, r, e), (plain, plain))
-                v0, v1 = finish(v0, s0, bias0, res0), finish(v1, s1, bias1, res1)
                 if out == "f32":
                     b.emit(Instr("st.shared.v2.f32", (), (Addr(addr, disp), Vec((v0, v1)))))
                 else:
-                    packed = b.op(f"cvt.rn.{out}x2.f32", "b32", v1, v0)  # the first operand goes high
                     b.emit(Instr("st.shared.b32", (), (Addr(addr, disp), packed)))
+        if matrices:
+            _store_matrices(b, ctx, op, chunk, words, matrices, row_rt, row_ct, per)
