@@ -330,12 +330,18 @@ def test_tf32_with_k_major_operands_is_warp_specialized_on_tma():
         assert (np.abs(C - ref) / scale).max() <= 2 * 2.0 ** -10 + K * 2.0 ** -23
 
 
-@pytest.mark.parametrize("out_dtype, stmatrix", [("bf16", True), ("f16", True), ("f32", False)])
-def test_the_hopper_gemm_writes_16_bit_stages_with_stmatrix(out_dtype, stmatrix):
+@pytest.mark.parametrize("dtype, out_dtype, epilogue, stmatrix", [
+    ("f16", "bf16", tilegen.Epilogue(), True), ("f16", "f16", tilegen.Epilogue("col", "gelu_tanh", True), True),
+    ("f16", "f32", tilegen.Epilogue(), False),
+    ("e4m3", "bf16", tilegen.Epilogue(scale_rows=True, scale_cols=True), False)])
+def test_the_hopper_gemm_writes_16_bit_stages_with_stmatrix(dtype, out_dtype, epilogue, stmatrix):
     """A 16-bit stage is written 8x8 matrices at a time (stmatrix.x4: two atoms of a warp); an
-    f32 one with 8-byte stores. The values are checked by the emulator runs above."""
-    ptx = tilegen.compile(tilegen.GemmSpec(dtype="f16", out_dtype=out_dtype, instruction="wgmma")).ptx
+    f32 one with 8-byte stores, and so is one whose epilogue multiplies by scale vectors (where
+    stmatrix measured slower on the H200). The values are checked by the emulator runs above."""
+    spec = tilegen.GemmSpec(dtype=dtype, out_dtype=out_dtype, instruction="wgmma", epilogue=epilogue,
+                            b_layout="col" if dtype == "e4m3" else "row")
+    ptx = tilegen.compile(spec).ptx
     body = ptx[ptx.index("-> sC"):]
     assert ("stmatrix.sync.aligned.m8n8.x4.shared.b16" in body) == stmatrix
-    assert ("st.shared.b32" in body) is False
-    assert ("st.shared.v2.f32" in body) == (not stmatrix)
+    assert ("st.shared.b32" in body) == (not stmatrix and out_dtype != "f32")
+    assert ("st.shared.v2.f32" in body) == (out_dtype == "f32")
