@@ -80,7 +80,7 @@ def batched_gemm(dtype="f16", block=(128, 128, 32), warps=(2, 2), stages=3):
 
 
 # -- host side --------------------------------------------------------------------------------
-def batched_matmul(A, B, *, device="auto", kernel=None, runner=None, time=False, **kernel_options):
+def batched_matmul(A, B, *, device="auto", kernel=None, time=False, **kernel_options):
     """C[b] = A[b] @ B[b] for numpy arrays A (BATCH, M, K), B (BATCH, K, N) of float16 or
     bfloat16; C is float32. Returns C, or (C, milliseconds per launch) with time=True."""
     if A.ndim != 3 or B.ndim != 3 or A.shape[0] != B.shape[0] or A.shape[2] != B.shape[1]:
@@ -94,22 +94,33 @@ def batched_matmul(A, B, *, device="auto", kernel=None, runner=None, time=False,
     if C.size == 0:
         return (C, 0.0) if time else C
     kernel = kernel or tilegen.compile(batched_gemm, dtype=dtype, **kernel_options)
-    runner = runner or Runner(pick_device(device))
-    a, lda = padded(A)   # rows padded to 16 bytes for cp.async
+    where = pick_device(device)
+    for name, x in (("A", A), ("B", B), ("C", C)):   # (one matrix as the kernel sees it: rows padded to 16 bytes)
+        if x.shape[1] * -(-x.shape[2] * x.itemsize // 16) * 16 >= 2 ** 32:
+            raise ValueError(f"one matrix of {name} is 4 GB or more: batch strides are 32-bit byte counts")
+    C[...] = np.nan   # poisoned: an element the kernel never writes stays NaN
+    # the arrays by the names the kernel declared; numpy is copied to the GPU (rows padded for
+    # cp.async) and C copied back, or run on the CPU emulator
+    kernel(A, B, C, device="sim" if where == "sim" else None)
+    if time:
+        return C, time_launch(kernel, A, B, C, where)
+    return C
+
+
+def time_launch(kernel, A, B, C, where: str) -> float:
+    """Milliseconds per launch on the GPU with the operands already there (kernel.launch from
+    device pointers: no copies in the timed loop)."""
+    if where != "gpu":
+        raise ValueError("time=True needs the GPU")
+    runner = Runner(where)
+    (batch, M, K), N = A.shape, B.shape[2]
+    a, lda = padded(A)
     b, ldb = padded(B)
-    for name, x in (("A", a), ("B", b), ("C", C)):
-        if x[0].nbytes >= 2 ** 32:
-            raise ValueError(f"one matrix of {name} is {x[0].nbytes} bytes: batch strides are 32-bit byte counts")
     args = {"M": M, "N": N, "K": K,
             "A_ptr": runner.put(a), "A_ld": lda, "A_batch_stride": M * lda,
             "B_ptr": runner.put(b), "B_ld": ldb, "B_batch_stride": K * ldb,
             "C_ptr": runner.poisoned(C.shape, np.float32), "C_ld": N, "C_batch_stride": M * N}
-    sizes = {"M": M, "N": N, "K": K, "BATCH": batch}
-    runner.launch(kernel, args, sizes)
-    C = runner.get(args["C_ptr"], C.shape, np.float32)
-    if time:
-        return C, runner.time_ms(kernel, args, sizes)
-    return C
+    return runner.time_ms(kernel, args, {"M": M, "N": N, "K": K, "BATCH": batch})
 
 
 def error(C, A, B, matmul=np.matmul) -> float:
