@@ -380,6 +380,26 @@ def _stmatrix_pairs(ctx, frag, pairs):
     return (tops[0], tops[8]) if set(tops) == {0, 8} else None
 
 
+def _chunks(atoms, first_column: int, whole_pairs: bool):
+    """The atoms in chunks of LOAD_CHUNK (their loads issued together); with whole_pairs, a
+    chunk never parts the two atoms of one stmatrix.x4 (an even atom column and the next)."""
+    if not whole_pairs:
+        return [atoms[k:k + LOAD_CHUNK] for k in range(0, len(atoms), LOAD_CHUNK)]
+    units, k = [], 0
+    while k < len(atoms):
+        i, j = atoms[k]
+        pair = k + 1 < len(atoms) and atoms[k + 1] == (i, j + 1) and (j - first_column) % 2 == 0
+        take = 2 if pair else 1
+        units.append(atoms[k:k + take])
+        k += take
+    chunks = [[]]
+    for unit in units:
+        if len(chunks[-1]) + len(unit) > LOAD_CHUNK:
+            chunks.append([])
+        chunks[-1].extend(unit)
+    return chunks
+
+
 def _store_matrices(b, ctx, op, chunk, words, matrices, row_rt, row_ct, per):
     """The packed pairs of a chunk's atoms into the stage as 8x8 matrices: two neighbouring
     atoms (16 rows x 16 columns) per stmatrix.x4, an atom left alone per .x2. Lane l
@@ -533,8 +553,7 @@ def lower_store_stage(b, ctx, op):
                             vector(vec, r_at)
         b.comment("the staged vectors are read: wait for the stage's previous readers")
         lower_barrier(b, ctx, op.sync)
-    for start in range(0, len(atoms), LOAD_CHUNK):
-        chunk = atoms[start:start + LOAD_CHUNK]
+    for chunk in _chunks(atoms, op.part * per, bool(matrices)):
         fetched = {}
         if fused:   # every load of the chunk first
             for i, j in chunk:
