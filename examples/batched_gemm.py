@@ -19,7 +19,8 @@ import argparse
 import sys
 
 import numpy as np
-from example_util import Runner, device_arguments, numpy_dtype, padded, pick_device, report, size  # first: sys.path
+from example_util import (Runner, device_arguments, device_for, numpy_dtype, padded, pick_device,  # first: sys.path
+                          report, size)
 
 import tilegen
 import tilegen.dsl as tg
@@ -82,7 +83,12 @@ def batched_gemm(dtype="f16", block=(128, 128, 32), warps=(2, 2), stages=3):
 # -- host side --------------------------------------------------------------------------------
 def batched_matmul(A, B, *, device="auto", kernel=None, time=False, **kernel_options):
     """C[b] = A[b] @ B[b] for numpy arrays A (BATCH, M, K), B (BATCH, K, N) of float16 or
-    bfloat16; C is float32. Returns C, or (C, milliseconds per launch) with time=True."""
+    bfloat16; C is float32. Returns C, or (C, milliseconds per launch) with time=True (GPU only).
+    device: "auto" (the GPU when present, else the CPU emulator), "gpu" or "sim"."""
+    A, B = np.asarray(A), np.asarray(B)
+    where = device_for(device)
+    if time and where != "gpu":
+        raise ValueError("time=True times launches on the GPU; this call runs on the CPU emulator")
     if A.ndim != 3 or B.ndim != 3 or A.shape[0] != B.shape[0] or A.shape[2] != B.shape[1]:
         raise ValueError(f"A (BATCH, M, K) and B (BATCH, K, N) expected; got {A.shape} and {B.shape}")
     dtype = {np.dtype(numpy_dtype("f16")): "f16", np.dtype(numpy_dtype("bf16")): "bf16"}.get(A.dtype)
@@ -91,10 +97,9 @@ def batched_matmul(A, B, *, device="auto", kernel=None, time=False, **kernel_opt
     batch, M, K = A.shape
     N = B.shape[2]
     C = np.zeros((batch, M, N), np.float32)
-    if C.size == 0:
+    if C.size == 0 or K == 0:   # (no products, or sums of none: zeros, as numpy gives)
         return (C, 0.0) if time else C
     kernel = kernel or tilegen.compile(batched_gemm, dtype=dtype, **kernel_options)
-    where = pick_device(device)
     for name, x in (("A", A), ("B", B), ("C", C)):   # (one matrix as the kernel sees it: rows padded to 16 bytes)
         if x.shape[1] * -(-x.shape[2] * x.itemsize // 16) * 16 >= 2 ** 32:
             raise ValueError(f"one matrix of {name} is 4 GB or more: batch strides are 32-bit byte counts")
@@ -110,8 +115,6 @@ def batched_matmul(A, B, *, device="auto", kernel=None, time=False, **kernel_opt
 def time_launch(kernel, A, B, C, where: str) -> float:
     """Milliseconds per launch on the GPU with the operands already there (kernel.launch from
     device pointers: no copies in the timed loop)."""
-    if where != "gpu":
-        raise ValueError("time=True needs the GPU")
     runner = Runner(where)
     (batch, M, K), N = A.shape, B.shape[2]
     a, lda = padded(A)

@@ -33,7 +33,8 @@ def pick_device(choice: str = "auto", work=None) -> str:
     if gpu_available():
         return "gpu"
     if choice == "gpu":
-        raise SystemExit("--device gpu: no GPU found (CUDA driver not detected); use --device sim")
+        print("--device gpu: no GPU found (CUDA driver not detected); use --device sim", file=sys.stderr)
+        raise SystemExit(2)
     if work is not None:
         from tilegen.sim.estimate import GEMM_FLOPS_MAX
 
@@ -45,6 +46,19 @@ def pick_device(choice: str = "auto", work=None) -> str:
                   f"sizes", file=sys.stderr)
             raise SystemExit(2)
     return "sim"
+
+
+def device_for(device: str) -> str:
+    """"gpu" or "sim" for the examples' functions' device= ("auto", "gpu" or "sim"): a library call
+    raises (ValueError) where the command line exits."""
+    from tilegen.runtime import gpu_available
+
+    if device not in ("auto", "gpu", "sim"):
+        raise ValueError(f"device={device!r}; allowed: 'auto' (the GPU when present, else the CPU emulator), "
+                         f"'gpu' or 'sim' (the emulator)")
+    if device == "gpu" and not gpu_available():
+        raise ValueError("device='gpu': no GPU found (CUDA driver not detected); device='sim' runs the CPU emulator")
+    return "sim" if device == "sim" or not gpu_available() else "gpu"
 
 
 MAX_SIZE = 1 << 20

@@ -34,9 +34,10 @@ from __future__ import annotations
 import argparse
 import math
 import sys
+import weakref
 
 import numpy as np
-from example_util import Runner, device_arguments, numpy_dtype, pick_device, report, size  # first: sys.path
+from example_util import Runner, device_arguments, device_for, numpy_dtype, pick_device, report, size  # first: sys.path
 
 import tilegen
 import tilegen.dsl as tg
@@ -137,26 +138,62 @@ def compile_attention(head_dim: int, dtype: str = "f16", out_dtype: str = "f16",
                       target: str = "sm_80", **blocks):
     if head_dim not in HEAD_DIMS:
         raise ValueError(f"head_dim={head_dim}; allowed: {', '.join(map(str, HEAD_DIMS))}")
-    return tilegen.compile(flash_attention, head_dim=head_dim, dtype=dtype, out_dtype=out_dtype,
-                           causal=causal, target=target, **blocks)
+    _check_types(dtype, out_dtype)
+    kernel = tilegen.compile(flash_attention, head_dim=head_dim, dtype=dtype, out_dtype=out_dtype,
+                             causal=causal, target=target, **blocks)
+    _MADE_FOR[kernel] = dict(head_dim=head_dim, dtype=dtype, out_dtype=out_dtype, causal=bool(causal))
+    return kernel
 
 
-def attention(q, k, v, *, causal=False, scale=None, out_dtype="f16", device="auto", kernel=None, time=False):
-    """O for q, k, v of shape (BH, S, D) (f16 or bfloat16 numpy arrays). Returns O, or
-    (O, milliseconds per launch) with time=True on the GPU."""
+_MADE_FOR = weakref.WeakKeyDictionary()   # kernel -> what compile_attention made it for
+
+
+def _check_types(dtype, out_dtype):
+    if dtype not in ("f16", "bf16") or out_dtype not in ("f16", "bf16", "f32"):
+        raise ValueError(f"dtype={dtype!r}, out_dtype={out_dtype!r}; allowed: dtype 'f16' or 'bf16', out_dtype "
+                         f"'f16', 'bf16' or 'f32'")
+
+
+def _check_kernel(kernel, **want):
+    """kernel= must be one compile_attention made for these arguments: a kernel of another head
+    dimension reads past the rows, one of other masking computes other attention."""
+    made = _MADE_FOR.get(kernel)
+    if made is None:
+        raise ValueError("kernel= takes a kernel compile_attention returned (it records the head dimension, dtypes "
+                         "and masking the kernel was made for)")
+    wrong = [f"{k}={made[k]!r} where these arguments need {want[k]!r}" for k in want if made[k] != want[k]]
+    if wrong:
+        raise ValueError("kernel= was compiled for " + ", ".join(wrong))
+
+
+def attention(q, k, v, *, causal=False, scale=None, out_dtype=None, device="auto", kernel=None, time=False):
+    """O for q, k, v of shape (BH, S, D) (f16 or bfloat16 numpy arrays), in out_dtype ('f16',
+    'bf16' or 'f32'; default the inputs' type). Returns O, or (O, milliseconds per launch) with
+    time=True (GPU only). device: "auto" (the GPU when present, else the CPU emulator), "gpu" or
+    "sim"; kernel: one compile_attention made for these arguments (its block options)."""
+    q, k, v = np.asarray(q), np.asarray(k), np.asarray(v)
+    where = device_for(device)
+    if time and where != "gpu":
+        raise ValueError("time=True times launches on the GPU; this call runs on the CPU emulator")
     if q.shape != k.shape or q.shape != v.shape or q.ndim != 3:
         raise ValueError(f"q, k, v must be (BH, S, D) of one shape; got {q.shape}, {k.shape}, {v.shape}")
     dtype = {np.dtype(numpy_dtype("f16")): "f16", np.dtype(numpy_dtype("bf16")): "bf16"}.get(q.dtype)
     if dtype is None or k.dtype != q.dtype or v.dtype != q.dtype:
         raise ValueError(f"q, k, v must all be float16 or bfloat16, got {q.dtype}, {k.dtype}, {v.dtype}")
     BH, S, D = q.shape
+    out_dtype = dtype if out_dtype is None else out_dtype
+    _check_types(dtype, out_dtype)
     if D not in HEAD_DIMS:
         raise ValueError(f"head dimension {D}; this kernel takes {' or '.join(map(str, HEAD_DIMS))}")
     if S * D * 4 >= 2 ** 32:
         raise ValueError(f"one head of {S} x {D} is too large for a 32-bit batch stride in bytes")
     scale = 1.0 / math.sqrt(D) if scale is None else float(scale)
+    if kernel is not None:
+        _check_kernel(kernel, head_dim=D, dtype=dtype, out_dtype=out_dtype, causal=bool(causal))
+    if BH == 0 or S == 0:   # (no heads or no positions: an empty O)
+        out = np.zeros((BH, S, D), numpy_dtype(out_dtype))
+        return (out, 0.0) if time else out
     kernel = kernel or compile_attention(D, dtype, out_dtype, causal)
-    where = pick_device(device)
     out = np.full((BH, S, D), np.nan, numpy_dtype(out_dtype))   # poisoned: what is never written stays NaN
     # the stacks by the names the kernel declared (BH heads of S x D each), the scalar by its name;
     # numpy is copied to the GPU and O copied back, or run on the CPU emulator
@@ -169,8 +206,6 @@ def attention(q, k, v, *, causal=False, scale=None, out_dtype="f16", device="aut
 def time_launch(kernel, q, k, v, out_dtype: str, scale: float, where: str) -> float:
     """Milliseconds per launch on the GPU with q, k, v already there (kernel.launch from device
     pointers: no copies in the timed loop)."""
-    if where != "gpu":
-        raise ValueError("time=True needs the GPU")
     runner = Runner(where)
     BH, S, D = q.shape
     ptrs = {n: runner.put(x) for n, x in (("Q", q), ("K", k), ("V", v))}
@@ -229,8 +264,11 @@ def main(argv=None) -> int:
     rng = np.random.default_rng(args.seed)
     nd = numpy_dtype(args.dtype)
     q, k, v = (rng.standard_normal((bh, seq, args.head_dim)).astype(nd) for _ in range(3))
-    kernel = compile_attention(args.head_dim, args.dtype, out_dtype, args.causal, block_m=args.block_m,
-                               block_n=args.block_n, warps=args.warps)
+    try:
+        kernel = compile_attention(args.head_dim, args.dtype, out_dtype, args.causal, block_m=args.block_m,
+                                   block_n=args.block_n, warps=args.warps)
+    except tilegen.DSLError as e:   # block options the kernel cannot take together
+        ap.error(f"--block-m {args.block_m} --block-n {args.block_n} --warps {args.warps}: {e}")
     result = attention(q, k, v, causal=args.causal, out_dtype=out_dtype, device=device, kernel=kernel,
                        time=device == "gpu")
     out, ms = result if device == "gpu" else (result, None)

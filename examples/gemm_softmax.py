@@ -17,9 +17,11 @@ from __future__ import annotations
 import argparse
 import math
 import sys
+import weakref
 
 import numpy as np
-from example_util import Runner, device_arguments, numpy_dtype, padded, pick_device, report, size  # first: sys.path
+from example_util import (Runner, device_arguments, device_for, numpy_dtype, padded, pick_device,  # first: sys.path
+                          report, size)
 
 import tilegen
 import tilegen.dsl as tg
@@ -83,19 +85,48 @@ def block_n_for(N: int) -> int:
                      f"(GEMM, then a separate softmax) for wider rows")
 
 
+def compile_gemm_softmax(N: int, dtype: str = "f16"):
+    """The kernel for rows of N columns (the smallest block_n that holds them)."""
+    bn = block_n_for(N)
+    kernel = tilegen.compile(gemm_softmax, dtype=dtype, block_n=bn)
+    _MADE_FOR[kernel] = (dtype, bn)
+    return kernel
+
+
+_MADE_FOR = weakref.WeakKeyDictionary()   # kernel -> (dtype, block_n) compile_gemm_softmax made it for
+
+
 def gemm_softmax_call(A, B, *, scale=None, device="auto", kernel=None, time=False):
     """softmax(A @ B * scale, axis=1) for numpy A (M, K), B (K, N) of float16 or bfloat16;
-    scale defaults to 1/sqrt(K). Returns C (float32), or (C, ms per launch) with time=True."""
+    scale defaults to 1/sqrt(K). Returns C (float32), or (C, ms per launch) with time=True (GPU
+    only). device: "auto" (the GPU when present, else the CPU emulator), "gpu" or "sim"; kernel:
+    one compile_gemm_softmax made (for rows at least this wide, of this dtype)."""
+    A, B = np.asarray(A), np.asarray(B)
+    where = device_for(device)
+    if time and where != "gpu":
+        raise ValueError("time=True times launches on the GPU; this call runs on the CPU emulator")
     if A.ndim != 2 or B.ndim != 2 or A.shape[1] != B.shape[0]:
         raise ValueError(f"A (M, K) and B (K, N) expected; got {A.shape} and {B.shape}")
     dtype = {np.dtype(numpy_dtype("f16")): "f16", np.dtype(numpy_dtype("bf16")): "bf16"}.get(A.dtype)
     if dtype is None or B.dtype != A.dtype:
         raise ValueError(f"A and B must both be float16 or bfloat16, got {A.dtype} and {B.dtype}")
     (M, K), N = A.shape, B.shape[1]
-    bn = block_n_for(N)
+    block_n_for(N)   # (rows wider than a CTA holds are refused)
     scale = 1.0 / math.sqrt(max(K, 1)) if scale is None else float(scale)
-    kernel = kernel or tilegen.compile(gemm_softmax, dtype=dtype, block_n=bn)
-    where = pick_device(device)
+    if kernel is not None:   # (a kernel of narrower rows normalises each row over part of it)
+        made = _MADE_FOR.get(kernel)
+        if made is None:
+            raise ValueError("kernel= takes a kernel compile_gemm_softmax returned (it records the row width and "
+                             "dtype the kernel holds)")
+        if made[0] != dtype or made[1] < N:
+            raise ValueError(f"kernel= holds rows of at most {made[1]} {made[0]} columns; these arguments have "
+                             f"{N} {dtype} columns: compile_gemm_softmax({N}, {dtype!r})")
+    if M == 0 or N == 0:
+        return (np.zeros((M, N), np.float32), 0.0) if time else np.zeros((M, N), np.float32)
+    if K == 0:   # (every logit 0: each row uniform)
+        C = np.full((M, N), 1.0 / N, np.float32)
+        return (C, 0.0) if time else C
+    kernel = kernel or compile_gemm_softmax(N, dtype)
     C = np.full((M, N), np.nan, np.float32)   # poisoned: an element the kernel never writes stays NaN
     # the arrays by the names the kernel declared, the scalar by its name; numpy is copied to the
     # GPU (rows padded for cp.async) and C copied back, or run on the CPU emulator
@@ -108,8 +139,6 @@ def gemm_softmax_call(A, B, *, scale=None, device="auto", kernel=None, time=Fals
 def time_launch(kernel, A, B, scale: float, where: str) -> float:
     """Milliseconds per launch on the GPU with the operands already there (kernel.launch from
     device pointers: no copies in the timed loop)."""
-    if where != "gpu":
-        raise ValueError("time=True needs the GPU")
     runner = Runner(where)
     (M, K), N = A.shape, B.shape[1]
     a, lda = padded(A)
@@ -143,7 +172,7 @@ def error_limit(A, B, scale, matmul=np.matmul) -> float:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0].rstrip(":") + ".")
     device_arguments(ap)
     ap.add_argument("--m", type=size, default=None, help="rows (default 8192 on the GPU, 37 emulated)")
     ap.add_argument("--n", type=size, default=None, help=f"columns, at most {BLOCK_N[-1]} (default 256 / 100)")
@@ -156,8 +185,7 @@ def main(argv=None) -> int:
     try:
         block_n_for(N)
     except ValueError as e:
-        print(e)
-        return 1
+        ap.error(str(e))
     rng = np.random.default_rng(args.seed)
     nd = numpy_dtype(args.dtype)
     A = rng.standard_normal((M, K)).astype(nd)

@@ -124,15 +124,72 @@ def test_flash_attention_rejects_what_it_cannot_run():
     (bg, ["--device", "sim"]),
     (gs, ["--device", "sim"]),
     (fa, ["--device", "sim", "--causal", "--seq", "48"]),
-    (gs, ["--device", "sim", "--n", "300"]),
 ])
 def test_examples_run_from_the_command_line(module, argv, capsys):
     rc = module.main(argv)
     out = capsys.readouterr().out
-    if "300" in argv:
-        assert rc == 1 and "at most 256" in out
-    else:
-        assert rc == 0 and "PASS" in out and "on sim" in out
+    assert rc == 0 and "PASS" in out and "on sim" in out
+
+
+@pytest.mark.parametrize("module,argv,says", [
+    (gs, ["--device", "sim", "--n", "300"], "at most 256"),
+    (fa, ["--device", "sim", "--seq", "33", "--block-m", "48", "--warps", "3", "--block-n", "16"], "--block-m 48"),
+    (fa, ["--device", "sim", "--warps", "64", "--block-m", "1024"], "--warps 64"),
+])
+def test_examples_refuse_settings_they_cannot_run_as_usage_errors(module, argv, says, capsys):
+    """Exit 2 with the message on stderr (a block layout the kernel cannot take had ended in a
+    traceback; a too-wide N had exited 1 with its message on stdout)."""
+    with pytest.raises(SystemExit) as e:
+        module.main(argv)
+    assert e.value.code == 2 and says in capsys.readouterr().err
+
+
+def test_example_functions_check_what_they_are_given(monkeypatch):
+    """The host functions as a library: a kernel made for other arguments, a device name or a
+    timing request they cannot honour are refused before any work (they had given a non-causal
+    result for causal=True, read past the rows, normalised over part of a row, or exited)."""
+    import tilegen.runtime
+
+    rng = np.random.default_rng(5)
+    q, k, v = (_normal(rng, (1, 20, 64), "f16") for _ in range(3))
+    plain = fa.compile_attention(64, "f16", "f16", causal=False)
+    with pytest.raises(ValueError, match="causal=False where these arguments need True"):
+        fa.attention(q, k, v, causal=True, kernel=plain, device="sim")
+    with pytest.raises(ValueError, match="head_dim=128 where these arguments need 64"):
+        fa.attention(q, k, v, kernel=fa.compile_attention(128, "f16", "f16"), device="sim")
+    with pytest.raises(ValueError, match="out_dtype='f16' where these arguments need 'f32'"):
+        fa.attention(q, k, v, out_dtype="f32", kernel=plain, device="sim")
+    with pytest.raises(ValueError, match="compile_attention returned"):
+        fa.attention(q, k, v, kernel=tilegen.compile(fa.flash_attention, head_dim=64), device="sim")
+    with pytest.raises(ValueError, match="out_dtype 'f16', 'bf16' or 'f32'"):
+        fa.attention(q, k, v, out_dtype="float32", device="sim")
+    A, B = _normal(rng, (9, 20), "f16"), _normal(rng, (20, 100), "f16")
+    with pytest.raises(ValueError, match="at most 64 f16 columns; these arguments have 100"):
+        gs.gemm_softmax_call(A, B, kernel=gs.compile_gemm_softmax(64), device="sim")
+    with pytest.raises(ValueError, match="compile_gemm_softmax returned"):
+        gs.gemm_softmax_call(A, B, kernel=tilegen.compile(gs.gemm_softmax, block_n=128), device="sim")
+    with pytest.raises(ValueError, match="device='cpu'; allowed: 'auto'"):
+        bg.batched_matmul(_normal(rng, (1, 4, 4), "f16"), _normal(rng, (1, 4, 4), "f16"), device="cpu")
+    with pytest.raises(ValueError, match="time=True times launches on the GPU"):
+        gs.gemm_softmax_call(A, B, device="sim", time=True)
+    monkeypatch.setattr(tilegen.runtime, "gpu_available", lambda: False)
+    with pytest.raises(ValueError, match="device='gpu': no GPU found"):
+        fa.attention(q, k, v, device="gpu")
+
+
+def test_example_functions_give_numpy_s_results_for_empty_inputs():
+    """Empty K: zeros (batched GEMM) and uniform rows (softmax of zero logits); no heads or no
+    positions: an empty O (each had failed inside the kernel call)."""
+    rng = np.random.default_rng(6)
+    C = bg.batched_matmul(_normal(rng, (2, 3, 0), "f16"), _normal(rng, (2, 0, 5), "f16"), device="sim")
+    assert C.shape == (2, 3, 5) and not C.any()
+    P = gs.gemm_softmax_call(_normal(rng, (3, 0), "f16"), _normal(rng, (0, 7), "f16"), device="sim")
+    np.testing.assert_array_equal(P, np.full((3, 7), 1 / 7, np.float32))
+    assert gs.gemm_softmax_call(_normal(rng, (0, 4), "f16"), _normal(rng, (4, 7), "f16"), device="sim").shape == (0, 7)
+    for shape in ((0, 16, 64), (2, 0, 64)):
+        x = _normal(rng, shape, "bf16")
+        out = fa.attention(x, x, x, device="sim")
+        assert out.shape == shape and out.dtype == numpy_dtype("bf16")   # (the inputs' type by default)
 
 
 @pytest.mark.parametrize("module,argv", [
