@@ -33,6 +33,8 @@ def _swizzle(row_bytes: int) -> str:
 @tg.kernel
 def batched_gemm(dtype="f16", block=(128, 128, 32), warps=(2, 2), stages=3):
     BM, BN, BK = block
+    if not (isinstance(stages, int) and stages >= 2):   # (one stage in use while the next is copied)
+        raise ValueError(f"stages={stages!r}; allowed: a whole number, 2 or more")
     WM, WN = BM // warps[0], BN // warps[1]
     S = stages
     atom = f"m16n8k16.{dtype}.f32"

@@ -170,6 +170,8 @@ def test_example_functions_check_what_they_are_given(monkeypatch):
         gs.gemm_softmax_call(A, B, kernel=tilegen.compile(gs.gemm_softmax, block_n=128), device="sim")
     with pytest.raises(ValueError, match="device='cpu'; allowed: 'auto'"):
         bg.batched_matmul(_normal(rng, (1, 4, 4), "f16"), _normal(rng, (1, 4, 4), "f16"), device="cpu")
+    with pytest.raises(ValueError, match="stages=1; allowed: a whole number, 2 or more"):
+        bg.batched_matmul(_normal(rng, (1, 4, 4), "f16"), _normal(rng, (1, 4, 4), "f16"), device="sim", stages=1)
     with pytest.raises(ValueError, match="time=True times launches on the GPU"):
         gs.gemm_softmax_call(A, B, device="sim", time=True)
     monkeypatch.setattr(tilegen.runtime, "gpu_available", lambda: False)
