@@ -16,6 +16,7 @@ the store is predicated on the matrix's bounds.
 from __future__ import annotations
 
 import argparse
+import numbers
 import sys
 
 import numpy as np
@@ -33,7 +34,8 @@ def _swizzle(row_bytes: int) -> str:
 @tg.kernel
 def batched_gemm(dtype="f16", block=(128, 128, 32), warps=(2, 2), stages=3):
     BM, BN, BK = block
-    if not (isinstance(stages, int) and stages >= 2):   # (one stage in use while the next is copied)
+    if not (isinstance(stages, numbers.Integral) and not isinstance(stages, bool) and stages >= 2):
+        # (one stage in use while the next is copied)
         raise ValueError(f"stages={stages!r}; allowed: a whole number, 2 or more")
     WM, WN = BM // warps[0], BN // warps[1]
     S = stages

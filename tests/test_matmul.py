@@ -1278,6 +1278,11 @@ def test_explain_says_why_k_is_not_split_where_blocks_leave_sms_idle(monkeypatch
         A, B = rng.standard_normal((m, k)).astype(np.float16), rng.standard_normal((k, n)).astype(np.float16)
         why = mm.explain(A, B).reason
         assert "K not split although" in why and "perf_notes.md sections 24, 26, 44" in why, why
+    why = mm.explain(rng.standard_normal((1024, 4096)).astype(np.float16),
+                     rng.standard_normal((4096, 4096)).astype(np.float16)).reason
+    assert "128 blocks leave 4 of 132 SMs idle" in why, why   # 128x256 tiles
     A = rng.standard_normal((8192, 1024)).astype(np.float16)
     B = rng.standard_normal((1024, 8192)).astype(np.float16)
     assert "K not split" not in mm.explain(A, B).reason     # 8192^2 outputs: 1024 blocks of 128x256
+    A, B = rng.standard_normal((1024, 16)).astype(np.float16), rng.standard_normal((16, 1024)).astype(np.float16)
+    assert "K not split" not in mm.explain(A, B).reason     # one k-tile: nothing to split

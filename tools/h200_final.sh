@@ -19,7 +19,7 @@ what="${1:?check or perf}"; shift
 limited() { local secs="$1"; shift; timeout -k 5 "$secs" "$@"; }
 if [ "$what" = check ]; then
   export TILEGEN_RECORD="$out/record.jsonl"
-  step pytest limited 240 python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_hopper_epilogues_gpu.py \
+  step pytest limited 300 python3 -m pytest -q -m gpu -p no:cacheprovider tests/test_hopper_epilogues_gpu.py \
     tests/test_hopper_ladder.py tests/test_tma_store.py tests/test_wgmma_gpu.py
   step ladder limited 100 python3 tools/h200_ladder.py "$out" --no-host
   step repeat limited 60 python3 tools/h200_repeat.py "$out"

@@ -736,16 +736,19 @@ def explain(A, B, *, bias=None, activation=None, residual=None, alpha=1.0, beta=
 
 def _unsplit_reason(spec, M: int, N: int, K: int) -> str:
     """Why K is not split, for a product on Hopper whose blocks leave SMs idle (under two
-    waves): split-K and stream-K were built and measured there, and lost to the kernels chosen."""
+    waves) with K long enough to split (4 k-tiles or more): split-K and stream-K were built and
+    measured there, and lost to the kernels chosen on the shapes measured."""
     if not spec.target.startswith("sm_90") or spec.split_k > 1 or spec.stream_k or spec.batched:
         return ""
     rows, cols = (N, M) if spec.swap_ab else (M, N)
     blocks, sms = -(-rows // spec.tile.m) * -(-cols // spec.tile.n), _sm_count()
-    if blocks >= 2 * sms:
+    if blocks >= 2 * sms or K < 4 * spec.tile.k:
         return ""
-    return (f"K not split although {blocks} blocks leave SMs of {sms} idle: split-K and stream-K (GemmSpec(split_k=), "
-            f"stream_k=True) ran slower than this kernel on the H200 for one product, their f32 partial sums' trip "
-            f"through memory costing more than the idle SMs (docs/perf_notes.md sections 24, 26, 44)")
+    idle = sms - blocks if blocks < sms else 2 * sms - blocks
+    return (f"K not split although {blocks} blocks leave {idle} of {sms} SMs idle in the last wave: split-K and "
+            f"stream-K (GemmSpec(split_k=), stream_k=True) ran slower than the kernels chosen on the shapes measured "
+            f"on the H200, their f32 partial sums' trip through memory costing more than the idle SMs "
+            f"(docs/perf_notes.md sections 24, 26, 44)")
 
 
 def _tuned(dtype, a_layout, b_layout, M, N, K, out_dtype):
