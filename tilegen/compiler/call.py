@@ -77,6 +77,15 @@ def duration(seconds: float) -> str:
     return f"{seconds / 3600:.1f} h"
 
 
+def refuse_long_emulation(what: str, seconds: float, bound: str = "at least", hint: str = "") -> None:
+    """Without a GPU and without device="sim": work the emulator needs more than EMULATOR_LIMIT_S
+    for (`seconds`, an estimate `bound` words) is refused at once, saying how to run it anyway."""
+    if seconds > EMULATOR_LIMIT_S:
+        raise LaunchError(f"no GPU found, and {what} would take {bound} {duration(seconds)} on the CPU emulator (more "
+                          f"than {EMULATOR_LIMIT_S:.0f} s): pass device='sim' to run it there anyway{hint}, or run it "
+                          f"on a machine with an NVIDIA GPU")
+
+
 class EmulatorMemory:
     """Host arrays through the CPU emulator's global memory; a launch runs there (reporting its
     progress when it is long: sim/progress.py). Without device="sim" (`explicit`), a launch the
@@ -105,11 +114,8 @@ class EmulatorMemory:
 
         if not self.explicit:
             ctas = math.prod(kernel.grid(sizes, EMULATOR_SM_COUNT))
-            est = estimate_seconds(kernel.ptx, ctas, 0)
-            if est > EMULATOR_LIMIT_S:
-                raise LaunchError(f"no GPU found, and {kernel.name} over {ctas} CTAs would take at least about "
-                                  f"{duration(est)} on the CPU emulator (more than {EMULATOR_LIMIT_S:.0f} s): pass "
-                                  f"device='sim' to run it there anyway, or run it on a machine with an NVIDIA GPU")
+            refuse_long_emulation(f"{kernel.name} over {ctas} CTAs", estimate_seconds(kernel.ptx, ctas, 0),
+                                  "at least about")
         run_kernel(kernel, args, sizes, self.memory)
 
     def close(self):
@@ -481,4 +487,4 @@ def call(kernel, positional: tuple, named: dict, stream=None, device=None) -> No
         kernel._calls[key] = (args, sizes, dev, lib, *launched)
 
 
-__all__ = ["call", "GpuMemory", "EmulatorMemory"]
+__all__ = ["call", "GpuMemory", "EmulatorMemory", "refuse_long_emulation"]

@@ -26,10 +26,11 @@ from .. import runtime
 from ..arch.dtypes import dtype as arch_dtype
 from ..arch.dtypes import F32_INF_FROM, F32_MAX, numpy_dtype
 from ..compiler.call import EMULATOR_LIMIT_S, EmulatorMemory, GpuMemory, duration
+from ..compiler.call import refuse_long_emulation as _refuse
 from ..errors import LaunchError, warn_once
 from ..runtime import interop
 from ..runtime.interop import DEVICE, DTYPE, PTR, SHAPE, STRIDES
-from ..runtime.arrays import check_host, check_writable, pitched_copy
+from ..runtime.arrays import check_host, check_writable, padded_ld, pitched_copy
 from ..runtime.memory import copy_2d
 from ..runtime.tensormap import map_cache, tensor_map_bytes
 from .prepare import POINTER_NAMES, SIZE_NAMES, plan, preparations
@@ -103,11 +104,6 @@ def _pitched(stored: np.ndarray) -> tuple[np.ndarray, int]:
 def _c_map(kernel):
     """The tensor map a TMA-store kernel writes C through, or None."""
     return next((m for m in kernel.tensor_maps if m.ptr == "C_ptr"), None)
-
-
-def _aligned_ld(cols: int, esize: int) -> int:
-    per = ALIGN // esize
-    return max(per, -(-cols // per) * per)
 
 
 def _shapes(A, B, out):
@@ -643,7 +639,7 @@ def _repitch(lib, ptr, ld, stored, esize, dtype, device, stream, keep):
     The copy's array is kept in `keep` until the launch is enqueued; the library's
     allocator then reuses it only for work ordered after it on that stream."""
     rows, cols = stored
-    new_ld = _aligned_ld(cols, esize)
+    new_ld = padded_ld(cols, esize, ALIGN)
     buf = lib.empty((rows * new_ld,), dtype, device)
     keep.append(buf)
     dst = lib.probe(buf)[PTR]
@@ -728,11 +724,7 @@ def refuse_long_emulation(M: int, N: int, K: int) -> None:
     EMULATOR_LIMIT_S for is refused at once, before compiling (a lower bound from its size)."""
     from ..sim.estimate import gemm_seconds_at_least
 
-    est = gemm_seconds_at_least(M, N, K)
-    if est > EMULATOR_LIMIT_S:
-        raise LaunchError(f"no GPU found, and this {M}x{N}x{K} GEMM would take at least {duration(est)} on the CPU "
-                          f"emulator (more than {EMULATOR_LIMIT_S:.0f} s): pass device='sim' to run it there "
-                          f"anyway (tilegen run: --device sim), or run it on a machine with an NVIDIA GPU")
+    _refuse(f"this {M}x{N}x{K} GEMM", gemm_seconds_at_least(M, N, K), hint=" (tilegen run: --device sim)")
 
 
 class _SimMemory(EmulatorMemory):
@@ -740,9 +732,6 @@ class _SimMemory(EmulatorMemory):
     second kernels and workspace. Before a launch it estimates the emulator's time
     (sim/estimate.py): without device="sim" (`explicit`), a launch over EMULATOR_LIMIT_S is
     refused; a long one reports its progress (_progress)."""
-
-    def __init__(self, explicit: bool = True):
-        super().__init__(explicit)
 
     def launch(self, kernel, args, sizes):
         from ..sim.estimate import estimate_seconds
@@ -762,10 +751,8 @@ class _SimMemory(EmulatorMemory):
         est = estimate_seconds(kernel.ptx, x * y * z, trips)
         shape = f"{sizes['M']}x{sizes['N']}x{sizes['K']}"
         what = f"this stack of {count} {shape} GEMMs" if count > 1 else f"this {shape} GEMM"
-        if not self.explicit and est > EMULATOR_LIMIT_S:
-            raise LaunchError(f"no GPU found, and {what} would take about {duration(est)} on the CPU "
-                              f"emulator (more than {EMULATOR_LIMIT_S:.0f} s): pass device='sim' to run it there "
-                              f"anyway (tilegen run: --device sim), or run it on a machine with an NVIDIA GPU")
+        if not self.explicit:
+            _refuse(what, est, "about", hint=" (tilegen run: --device sim)")
         if prepared:   # the operands' first kernels
             K = k_run
             for p in preps:
@@ -1102,7 +1089,7 @@ def _aligned_stack(lib, p, row: bool, dt, device, keep: list):
     esize = dt.bytes
     n = p[SHAPE][0] if stride else 1   # (a matrix for every index, stride 0: one copy serves them all)
     rows, cols = (r, c) if row else (c, r)
-    new_ld = _aligned_ld(cols, esize)
+    new_ld = padded_ld(cols, esize, ALIGN)
     if n > 1 and rows * new_ld * esize >= MAX_STRIDE_BYTES:
         return None
     buf = lib.empty((max(n * rows * new_ld, 1),), dt.storage, device)
@@ -1197,7 +1184,7 @@ def _aligned(view, stream, keep: list):
     if view.ptr % ALIGN == 0 and (view.ld * esize) % ALIGN == 0:
         return view.ptr, view.ld
     rows, cols = (view.rows, view.cols) if view.layout == "row" else (view.cols, view.rows)
-    ld = _aligned_ld(cols, esize)
+    ld = padded_ld(cols, esize, ALIGN)
     buf = runtime.StreamBuffer(max(rows, 1) * ld * esize, stream)
     keep.append(buf)
     copy_2d(buf.ptr, ld * esize, view.ptr, view.ld * esize, cols * esize, rows, stream)

@@ -99,10 +99,7 @@ class _State:
         arrivals and bytes of both on each mbarrier phase (`before`: each phase's when the branch
         began, counted once)."""
         self.uncommitted += [k for k in other.uncommitted if k not in self.uncommitted]
-        if len(other.groups) > len(self.groups):   # (fewer waited for on the other way)
-            self.groups, other.groups = other.groups, self.groups
-        for mine, theirs in zip(self.groups[len(self.groups) - len(other.groups):], other.groups):
-            mine += [k for k in theirs if k not in mine]
+        self.groups = _merged_groups(self.groups, other.groups)
         self.unpublished |= other.unpublished
         self.written |= other.written
         for key, op in other.read_since_barrier.items():
@@ -110,11 +107,7 @@ class _State:
         self.guessed_trips |= other.guessed_trips
         self.unfenced |= other.unfenced
         self.wgmma_open += [x for x in other.wgmma_open if x not in self.wgmma_open]
-        if len(other.wgmma_groups) > len(self.wgmma_groups):
-            self.wgmma_groups, other.wgmma_groups = other.wgmma_groups, self.wgmma_groups
-        for mine, theirs in zip(self.wgmma_groups[len(self.wgmma_groups) - len(other.wgmma_groups):],
-                                other.wgmma_groups):
-            mine += [x for x in theirs if x not in mine]
+        self.wgmma_groups = _merged_groups(self.wgmma_groups, other.wgmma_groups)
         for key, ph in other.phases.items():   # (each way's threads arrived: both counts, less what came before)
             mine = self.phases.get(key)
             if mine is None:
@@ -240,6 +233,15 @@ def _walk(nodes, ev, st, trips):
                 _walk(n.body if bool(cond) != n.negate else n.orelse, ev, st, trips)
         else:
             RULES[type(n)](n, ev, st)
+
+
+def _merged_groups(mine: list, theirs: list) -> list:
+    """Two ways' lists of groups still pending (oldest first; cp.async or wgmma), merged: the longer
+    (fewer waited for on its way), each of its newest groups joined by the other's group of that age."""
+    longer, shorter = (mine, theirs) if len(mine) >= len(theirs) else (theirs, mine)
+    for group, other in zip(longer[len(longer) - len(shorter):], shorter):
+        group += [k for k in other if k not in group]
+    return longer
 
 
 def _varies(ev, x, memo: dict) -> bool:

@@ -516,12 +516,18 @@ def check_writable(out: np.ndarray, name: str = "out") -> None:
                           f"stride 0); pass an array whose elements are distinct")
 
 
+def padded_ld(cols: int, itemsize: int, align: int) -> int:
+    """The elements from one row's start to the next when rows of `cols` are padded to a multiple
+    of `align` bytes (at least one such span)."""
+    per = max(align // itemsize, 1) if align else 1
+    return max(per, -(-cols // per) * per)
+
+
 def pitched_copy(stored: np.ndarray, align: int) -> tuple[np.ndarray, int]:
     """(a copy of `stored` (..., rows, cols) with each row padded to a multiple of `align` bytes
     (at least one such span; never empty, so its address stays mapped), its ld in elements)."""
-    per = max(align // stored.itemsize, 1) if align else 1
     cols = stored.shape[-1]
-    ld = max(per, -(-cols // per) * per)
+    ld = padded_ld(cols, stored.itemsize, align)
     buf = np.zeros(tuple(max(n, 1) for n in stored.shape[:-1]) + (ld,), dtype=stored.dtype)
     buf[tuple(slice(0, n) for n in stored.shape[:-1]) + (slice(0, cols),)] = stored
     return buf, ld
